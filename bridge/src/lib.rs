@@ -1,0 +1,1 @@
+//! streamtask-bridge: under construction.

@@ -1,0 +1,112 @@
+//! Errors an operator, and so a task, can fail with.
+//!
+//! Each operation has its own small error type in its module (`StateError`, `TimerError`,
+//! `StorageError`, ...); [`OperatorError`] is what the operator lifecycle returns and wraps them.
+
+use std::fmt;
+
+use crate::state::StateError;
+use crate::time::TimerError;
+
+/// Why an operator failed. The task that runs it fails with this error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OperatorError {
+    /// A user function reported a failure.
+    #[error("{operator} failed: {message}")]
+    User {
+        /// The operator's name.
+        operator: String,
+        /// What the user function said.
+        message: String,
+    },
+    /// Encoding or decoding operator state failed.
+    #[error("state of {operator}: {source}")]
+    State {
+        /// The operator's name.
+        operator: String,
+        /// The state error.
+        #[source]
+        source: StateError,
+    },
+    /// Registering a timer failed.
+    #[error(transparent)]
+    Timer(#[from] TimerError),
+    /// An event reached an operator that cannot handle it.
+    #[error(
+        "{operator} received an event it does not handle; send events only to operators that \
+         override on_event"
+    )]
+    UnexpectedEvent {
+        /// The operator's name.
+        operator: String,
+    },
+    /// The downstream side of the task's output is gone (the job is being torn down).
+    #[error("the output channel is closed; the downstream task is gone (cancelled or failed)")]
+    OutputClosed,
+    /// A sink could not write, pre-commit or commit.
+    #[error("sink {operator}: {message}")]
+    Sink {
+        /// The sink's name.
+        operator: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// An asynchronous call failed, timed out, or was completed wrongly.
+    #[error("{operator}: {message}")]
+    Async {
+        /// The async operator's name.
+        operator: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The task was cancelled while the operator waited.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl OperatorError {
+    /// A user-function failure of `operator`.
+    pub fn user(operator: impl Into<String>, message: impl fmt::Display) -> Self {
+        OperatorError::User {
+            operator: operator.into(),
+            message: message.to_string(),
+        }
+    }
+
+    /// A state error of `operator`.
+    pub fn state(operator: impl Into<String>, source: StateError) -> Self {
+        OperatorError::State {
+            operator: operator.into(),
+            source,
+        }
+    }
+}
+
+/// Runs `f`, turning a panic into its message, so a panic in user code fails the task with the
+/// panic text instead of tearing down the thread.
+///
+/// # Errors
+///
+/// The panic's message (or `"panic with a non-string payload"`).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::catch_panic;
+///
+/// assert_eq!(catch_panic(|| 1 + 1), Ok(2));
+/// let err = catch_panic(|| -> i32 { panic!("boom {}", 7) }).unwrap_err();
+/// assert_eq!(err, "boom 7");
+/// ```
+pub fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        if let Some(s) = payload.downcast_ref::<&'static str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "panic with a non-string payload".to_string()
+        }
+    })
+}

@@ -1,0 +1,253 @@
+//! The synchronization facade: the only module of the workspace that names `std::sync`,
+//! `parking_lot` or `std::thread` primitives.
+//!
+//! Every crate of the workspace takes its locks, condition variables, atomics and threads from
+//! here, so that building with `RUSTFLAGS="--cfg loom"` swaps all of them for
+//! [loom](https://docs.rs/loom)'s model-checked versions at once.
+//!
+//! | build | `Mutex` / `Condvar` | atomics, `Arc` | threads |
+//! |---|---|---|---|
+//! | normal | `parking_lot` (no poisoning) | `std::sync` | `std::thread` |
+//! | `cfg(loom)` | `loom::sync` wrapped to the same API | `loom::sync` | `loom::thread` |
+//!
+//! The wrappers give one API in both builds: [`Mutex::lock`] returns the guard (no poisoning, so
+//! no `.lock().unwrap()` anywhere), and [`Condvar::wait`] takes the guard by `&mut` like
+//! parking_lot's.
+//!
+//! Things loom cannot model (timed waits, `parking_lot`'s fair unlocking) keep their parking_lot
+//! form: under loom a timed wait is an untimed one, and a fair unlock is a plain unlock.
+//!
+//! # Examples
+//!
+//! ```
+//! use streamtask_core::sync::{Arc, Condvar, Mutex, thread};
+//!
+//! let pair = Arc::new((Mutex::new(false), Condvar::new()));
+//! let other = Arc::clone(&pair);
+//! let handle = thread::spawn(move || {
+//!     *other.0.lock() = true;
+//!     other.1.notify_all();
+//! });
+//! let mut ready = pair.0.lock();
+//! while !*ready {
+//!     pair.1.wait(&mut ready);
+//! }
+//! drop(ready);
+//! handle.join().unwrap();
+//! ```
+
+pub use self::imp::*;
+
+#[cfg(not(loom))]
+mod imp {
+    pub use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+    pub use std::sync::Arc;
+    pub use std::sync::Weak;
+
+    /// Atomic types and orderings.
+    pub mod atomic {
+        pub use std::sync::atomic::{
+            AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        };
+    }
+
+    /// Threads: spawn, park, and the current thread's identity.
+    pub mod thread {
+        pub use std::thread::{
+            Builder, JoinHandle, Thread, ThreadId, current, park, park_timeout, sleep, spawn,
+            yield_now,
+        };
+    }
+
+    /// Releases `guard` handing the lock directly to the next waiter, if any (a fair hand-off).
+    ///
+    /// parking_lot's mutex is eventually fair on its own; this forces fairness on this release.
+    pub fn unlock_fair<T>(guard: MutexGuard<'_, T>) {
+        MutexGuard::unlock_fair(guard);
+    }
+
+    /// Temporarily releases `guard`, runs `f`, and takes the lock again (fairly if `fair`).
+    pub fn unlocked<T, R>(guard: &mut MutexGuard<'_, T>, fair: bool, f: impl FnOnce() -> R) -> R {
+        if fair {
+            MutexGuard::unlocked_fair(guard, f)
+        } else {
+            MutexGuard::unlocked(guard, f)
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    use std::ops::{Deref, DerefMut};
+    use std::time::Duration;
+
+    pub use loom::sync::Arc;
+    pub use std::sync::Weak;
+
+    /// Atomic types and orderings (loom's).
+    pub mod atomic {
+        pub use loom::sync::atomic::{
+            AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        };
+    }
+
+    /// Threads (loom's). `park_timeout` and `sleep` degrade to `park` and `yield_now`.
+    pub mod thread {
+        pub use loom::thread::{JoinHandle, Thread, current, park, spawn, yield_now};
+        pub use std::thread::ThreadId;
+
+        /// Under loom a timed park is an untimed one.
+        pub fn park_timeout(_timeout: std::time::Duration) {
+            loom::thread::park();
+        }
+
+        /// Under loom sleeping is yielding.
+        pub fn sleep(_duration: std::time::Duration) {
+            loom::thread::yield_now();
+        }
+    }
+
+    /// A mutex whose `lock` returns the guard directly (loom's, without poisoning).
+    #[derive(Debug)]
+    pub struct Mutex<T>(loom::sync::Mutex<T>);
+
+    /// The guard of [`Mutex`].
+    #[derive(Debug)]
+    pub struct MutexGuard<'a, T> {
+        mutex: &'a loom::sync::Mutex<T>,
+        inner: Option<loom::sync::MutexGuard<'a, T>>,
+    }
+
+    impl<T> Mutex<T> {
+        /// Creates a mutex holding `value`.
+        pub fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+
+        /// Takes the lock, blocking until it is free.
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard {
+                mutex: &self.0,
+                inner: Some(self.0.lock().unwrap_or_else(|e| e.into_inner())),
+            }
+        }
+
+        /// Takes the lock if it is free.
+        pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock().ok().map(|g| MutexGuard {
+                mutex: &self.0,
+                inner: Some(g),
+            })
+        }
+
+        /// Consumes the mutex and returns the value.
+        pub fn into_inner(self) -> T {
+            self.0.into_inner().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
+    impl<T: Default> Default for Mutex<T> {
+        fn default() -> Self {
+            Mutex::new(T::default())
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.inner
+                .as_ref()
+                .expect("guard is present outside Condvar::wait")
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.inner
+                .as_mut()
+                .expect("guard is present outside Condvar::wait")
+        }
+    }
+
+    /// A condition variable with parking_lot's `&mut guard` API (loom's underneath).
+    #[derive(Debug, Default)]
+    pub struct Condvar(loom::sync::Condvar);
+
+    /// The result of a timed wait.
+    #[derive(Debug, Clone, Copy)]
+    pub struct WaitTimeoutResult(bool);
+
+    impl WaitTimeoutResult {
+        /// Whether the wait ended because the time ran out.
+        pub fn timed_out(&self) -> bool {
+            self.0
+        }
+    }
+
+    impl Condvar {
+        /// Creates a condition variable.
+        pub fn new() -> Self {
+            Condvar(loom::sync::Condvar::new())
+        }
+
+        /// Releases the lock held by `guard`, waits for a notification, and takes it again.
+        pub fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+            let inner = guard.inner.take().expect("guard is present");
+            guard.inner = Some(self.0.wait(inner).unwrap_or_else(|e| e.into_inner()));
+        }
+
+        /// Under loom a timed wait is an untimed one (loom has no time); it never times out.
+        pub fn wait_for<T>(
+            &self,
+            guard: &mut MutexGuard<'_, T>,
+            _timeout: Duration,
+        ) -> WaitTimeoutResult {
+            self.wait(guard);
+            WaitTimeoutResult(false)
+        }
+
+        /// Wakes one waiter.
+        pub fn notify_one(&self) -> bool {
+            self.0.notify_one();
+            true
+        }
+
+        /// Wakes every waiter.
+        pub fn notify_all(&self) -> usize {
+            self.0.notify_all();
+            0
+        }
+    }
+
+    /// A reader-writer lock (a plain mutex under loom).
+    #[derive(Debug, Default)]
+    pub struct RwLock<T>(Mutex<T>);
+
+    impl<T> RwLock<T> {
+        /// Creates the lock.
+        pub fn new(value: T) -> Self {
+            RwLock(Mutex::new(value))
+        }
+        /// Shared access (exclusive under loom).
+        pub fn read(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+        /// Exclusive access.
+        pub fn write(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+
+    /// Under loom a fair unlock is a plain unlock.
+    pub fn unlock_fair<T>(guard: MutexGuard<'_, T>) {
+        drop(guard);
+    }
+
+    /// Temporarily releases `guard`, runs `f`, and takes the lock again.
+    pub fn unlocked<T, R>(guard: &mut MutexGuard<'_, T>, _fair: bool, f: impl FnOnce() -> R) -> R {
+        drop(guard.inner.take());
+        let result = f();
+        guard.inner = Some(guard.mutex.lock().unwrap_or_else(|e| e.into_inner()));
+        result
+    }
+}

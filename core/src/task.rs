@@ -1,0 +1,278 @@
+//! What every model's task runtime offers the executor, so the executor stays model-agnostic.
+//!
+//! Each model (`streamtask-legacy`, `streamtask-mailbox`, `streamtask-bridge`) has its own task
+//! types, and each offers the same control surface:
+//!
+//! | call | from | effect |
+//! |---|---|---|
+//! | `trigger_checkpoint(barrier)` | coordinator thread | source tasks snapshot and broadcast the barrier; others get it through their inputs |
+//! | `notify_checkpoint_complete(id)` / `notify_checkpoint_aborted(id)` | coordinator thread | operators commit or discard |
+//! | `cancel()` | any thread | stops the task; every thread it started is joined |
+//! | `join()` | the executor | waits for the [`TaskOutcome`] |
+//!
+//! Tasks report snapshots to the coordinator through a [`CheckpointResponder`]: an
+//! acknowledgement with the task's [`TaskSnapshot`], or a decline with a reason.
+
+use std::fmt;
+
+use crossbeam::channel::Sender;
+
+use crate::error::OperatorError;
+use crate::state::TaskSnapshot;
+
+/// How a task ended.
+#[derive(Debug)]
+pub enum TaskOutcome {
+    /// All input was processed and the chain finished.
+    Finished,
+    /// The task was cancelled before it finished.
+    Cancelled,
+    /// A thread of the task failed; the others were stopped.
+    Failed(TaskFailure),
+}
+
+impl TaskOutcome {
+    /// Whether the task finished normally.
+    pub fn is_finished(&self) -> bool {
+        matches!(self, TaskOutcome::Finished)
+    }
+
+    /// The failure, if the task failed.
+    pub fn failure(&self) -> Option<&TaskFailure> {
+        match self {
+            TaskOutcome::Failed(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TaskOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskOutcome::Finished => f.write_str("finished"),
+            TaskOutcome::Cancelled => f.write_str("cancelled"),
+            TaskOutcome::Failed(failure) => write!(f, "failed: {failure}"),
+        }
+    }
+}
+
+/// The first failure of a task, and the thread it happened on.
+#[derive(Debug, thiserror::Error)]
+#[error("{error} (on thread {thread})")]
+pub struct TaskFailure {
+    /// Name of the thread that failed (task thread, timer thread, source thread, ...).
+    pub thread: String,
+    /// What went wrong.
+    #[source]
+    pub error: TaskError,
+}
+
+impl TaskFailure {
+    /// A failure of `error` on `thread`.
+    pub fn new(thread: impl Into<String>, error: impl Into<TaskError>) -> Self {
+        TaskFailure {
+            thread: thread.into(),
+            error: error.into(),
+        }
+    }
+}
+
+/// Why a task failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// An operator failed.
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    /// User code panicked.
+    #[error("panicked: {0}")]
+    Panic(String),
+    /// A source function failed.
+    #[error("source failed: {0}")]
+    Source(String),
+    /// Taking a snapshot failed.
+    #[error("checkpoint {checkpoint} failed: {message}")]
+    Checkpoint {
+        /// The checkpoint.
+        checkpoint: u64,
+        /// What went wrong.
+        message: String,
+    },
+    /// A source kept running after cancellation for longer than the grace period.
+    #[error(
+        "the source ignored cancellation for {grace_ms} ms and is still running; make its run \
+         loop check the cancel flag or return when a blocking call is interrupted"
+    )]
+    CancellationIgnored {
+        /// The grace period that passed, in milliseconds.
+        grace_ms: u64,
+    },
+    /// An upstream channel closed without end of input (its task failed or was cancelled).
+    #[error("input channel {channel} closed without end of input; the upstream task is gone")]
+    InputClosed {
+        /// The channel's index in the input gate.
+        channel: usize,
+    },
+}
+
+/// Why a task declined a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeclineReason {
+    /// The task is not running (not yet started, finishing, or finished).
+    NotRunning,
+    /// A newer barrier superseded this checkpoint during alignment.
+    Superseded,
+    /// The checkpoint was cancelled during alignment (end of input, say).
+    AlignmentAborted,
+    /// The snapshot failed.
+    Failed(String),
+}
+
+impl fmt::Display for DeclineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeclineReason::NotRunning => f.write_str("task not running"),
+            DeclineReason::Superseded => f.write_str("superseded by a newer checkpoint"),
+            DeclineReason::AlignmentAborted => f.write_str("alignment aborted"),
+            DeclineReason::Failed(m) => write!(f, "snapshot failed: {m}"),
+        }
+    }
+}
+
+/// What a task tells the coordinator about a checkpoint.
+#[derive(Debug)]
+pub enum TaskReport {
+    /// The task snapshotted its state for `checkpoint`.
+    Acknowledged {
+        /// The task's name.
+        task: String,
+        /// The checkpoint.
+        checkpoint: u64,
+        /// The task's state.
+        snapshot: TaskSnapshot,
+    },
+    /// The task cannot take part in `checkpoint`.
+    Declined {
+        /// The task's name.
+        task: String,
+        /// The checkpoint.
+        checkpoint: u64,
+        /// Why.
+        reason: DeclineReason,
+    },
+}
+
+impl TaskReport {
+    /// The checkpoint the report is about.
+    pub fn checkpoint(&self) -> u64 {
+        match self {
+            TaskReport::Acknowledged { checkpoint, .. }
+            | TaskReport::Declined { checkpoint, .. } => *checkpoint,
+        }
+    }
+
+    /// The reporting task.
+    pub fn task(&self) -> &str {
+        match self {
+            TaskReport::Acknowledged { task, .. } | TaskReport::Declined { task, .. } => task,
+        }
+    }
+}
+
+/// How a task reports to the checkpoint coordinator. Cloneable and `Send`.
+#[derive(Clone)]
+pub struct CheckpointResponder {
+    task: String,
+    reports: Option<Sender<TaskReport>>,
+}
+
+impl CheckpointResponder {
+    /// A responder for `task` that sends to the coordinator's `reports` channel.
+    pub fn new(task: impl Into<String>, reports: Sender<TaskReport>) -> Self {
+        CheckpointResponder {
+            task: task.into(),
+            reports: Some(reports),
+        }
+    }
+
+    /// A responder that drops every report (tasks run without a coordinator).
+    pub fn discard(task: impl Into<String>) -> Self {
+        CheckpointResponder {
+            task: task.into(),
+            reports: None,
+        }
+    }
+
+    /// The task's name.
+    pub fn task(&self) -> &str {
+        &self.task
+    }
+
+    /// Acknowledges `checkpoint` with `snapshot`. A coordinator that is gone is ignored (the job
+    /// is shutting down).
+    pub fn acknowledge(&self, checkpoint: u64, snapshot: TaskSnapshot) {
+        self.send(TaskReport::Acknowledged {
+            task: self.task.clone(),
+            checkpoint,
+            snapshot,
+        });
+    }
+
+    /// Declines `checkpoint`.
+    pub fn decline(&self, checkpoint: u64, reason: DeclineReason) {
+        self.send(TaskReport::Declined {
+            task: self.task.clone(),
+            checkpoint,
+            reason,
+        });
+    }
+
+    fn send(&self, report: TaskReport) {
+        if let Some(tx) = &self.reports {
+            if tx.send(report).is_err() {
+                log::debug!("{}: coordinator gone, checkpoint report dropped", self.task);
+            }
+        }
+    }
+}
+
+impl fmt::Debug for CheckpointResponder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckpointResponder")
+            .field("task", &self.task)
+            .field("connected", &self.reports.is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responder_sends_acks_and_declines() {
+        let (tx, rx) = crossbeam::channel::unbounded();
+        let r = CheckpointResponder::new("t1", tx);
+        r.acknowledge(3, TaskSnapshot::new());
+        r.decline(4, DeclineReason::NotRunning);
+        let a = rx.recv().unwrap();
+        assert_eq!((a.task(), a.checkpoint()), ("t1", 3));
+        let d = rx.recv().unwrap();
+        assert!(matches!(
+            d,
+            TaskReport::Declined {
+                reason: DeclineReason::NotRunning,
+                ..
+            }
+        ));
+        CheckpointResponder::discard("x").acknowledge(1, TaskSnapshot::new());
+    }
+
+    #[test]
+    fn outcomes_display_their_cause() {
+        let failed = TaskOutcome::Failed(TaskFailure::new("timer", TaskError::Panic("x".into())));
+        assert_eq!(failed.to_string(), "failed: panicked: x (on thread timer)");
+        assert!(TaskOutcome::Finished.is_finished());
+        assert!(failed.failure().is_some());
+    }
+}

@@ -1,0 +1,733 @@
+//! Processing time: the [`Clock`] (system or manual), timers, and the timer scheduler thread
+//! both models build their timer services on.
+//!
+//! Processing time is milliseconds as an `i64`. A timer registered for time `t` fires once the
+//! clock has passed `t` (at `t + 1` or later), which matches watermark semantics: a timer at `t`
+//! sees everything up to and including `t`. A timer registered for a time already passed fires at
+//! once; several such timers fire in registration order.
+//!
+//! # The scheduler's states
+//!
+//! | state | registering | due timers | moves to |
+//! |---|---|---|---|
+//! | `Alive` | scheduled | fire | `Quiesced`, `ShutDown` |
+//! | `Quiesced` | a handle that never fires | dropped | `ShutDown` |
+//! | `ShutDown` | [`TimerError::ShutDown`] | dropped | - |
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::task::Waker;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use crate::sync::{Arc, Condvar, Mutex, thread};
+
+/// Where processing time comes from.
+///
+/// A closed set, so an enum: the system clock for real runs, a [`ManualClock`] for deterministic
+/// tests.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::{Clock, ManualClock};
+///
+/// let manual = ManualClock::new(1_000);
+/// let clock = Clock::Manual(manual.clone());
+/// assert_eq!(clock.now_millis(), 1_000);
+/// manual.advance(5);
+/// assert_eq!(clock.now_millis(), 1_005);
+/// assert!(Clock::System.now_millis() > 1_600_000_000_000);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub enum Clock {
+    /// Wall-clock time in milliseconds since the Unix epoch.
+    #[default]
+    System,
+    /// A clock that moves only when told to.
+    Manual(ManualClock),
+}
+
+impl Clock {
+    /// The current processing time in milliseconds.
+    #[inline]
+    pub fn now_millis(&self) -> i64 {
+        match self {
+            Clock::System => system_millis(),
+            Clock::Manual(manual) => manual.now_millis(),
+        }
+    }
+
+    /// Asks to be woken whenever a manual clock moves; the system clock never calls.
+    ///
+    /// Timer threads use this to re-check their deadlines when a test advances time. The
+    /// subscription ends when the returned value is dropped.
+    pub fn subscribe(&self, waker: Waker) -> ClockSubscription {
+        match self {
+            Clock::System => ClockSubscription { inner: None },
+            Clock::Manual(manual) => manual.subscribe(waker),
+        }
+    }
+
+    /// Whether this is a manual clock.
+    pub fn is_manual(&self) -> bool {
+        matches!(self, Clock::Manual(_))
+    }
+}
+
+fn system_millis() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A clock for tests: starts where it is told and moves only by [`advance`](Self::advance) or
+/// [`set`](Self::set). Clones share the same time.
+#[derive(Clone)]
+pub struct ManualClock {
+    shared: Arc<ManualShared>,
+}
+
+struct ManualShared {
+    now: AtomicI64,
+    next_subscriber: AtomicU64,
+    subscribers: Mutex<Vec<(u64, Waker)>>,
+}
+
+impl ManualClock {
+    /// A manual clock reading `start` milliseconds.
+    pub fn new(start: i64) -> Self {
+        ManualClock {
+            shared: Arc::new(ManualShared {
+                now: AtomicI64::new(start),
+                next_subscriber: AtomicU64::new(0),
+                subscribers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The current time in milliseconds.
+    #[inline]
+    pub fn now_millis(&self) -> i64 {
+        // Acquire pairs with the Release in `set`: whoever sees the new time also sees what the
+        // advancing thread did before moving it.
+        self.shared.now.load(Ordering::Acquire)
+    }
+
+    /// Moves the clock forward by `millis` and wakes every subscriber.
+    pub fn advance(&self, millis: i64) {
+        let now = self.shared.now.fetch_add(millis, Ordering::AcqRel) + millis;
+        self.wake_subscribers(now);
+    }
+
+    /// Sets the clock to `millis` and wakes every subscriber.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `millis` is earlier than the current time: processing time never goes back.
+    pub fn set(&self, millis: i64) {
+        let before = self.shared.now.swap(millis, Ordering::AcqRel);
+        assert!(
+            millis >= before,
+            "a manual clock cannot go back in time (from {before} to {millis})"
+        );
+        self.wake_subscribers(millis);
+    }
+
+    fn wake_subscribers(&self, _now: i64) {
+        let wakers: Vec<Waker> = self
+            .shared
+            .subscribers
+            .lock()
+            .iter()
+            .map(|(_, w)| w.clone())
+            .collect();
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    fn subscribe(&self, waker: Waker) -> ClockSubscription {
+        let id = self.shared.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        self.shared.subscribers.lock().push((id, waker));
+        ClockSubscription {
+            inner: Some((Arc::clone(&self.shared), id)),
+        }
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now_millis())
+            .finish()
+    }
+}
+
+/// Keeps a [`Clock::subscribe`] registration alive; dropping it unsubscribes.
+pub struct ClockSubscription {
+    inner: Option<(Arc<ManualShared>, u64)>,
+}
+
+impl Drop for ClockSubscription {
+    fn drop(&mut self) {
+        if let Some((shared, id)) = self.inner.take() {
+            shared.subscribers.lock().retain(|(i, _)| *i != id);
+        }
+    }
+}
+
+impl fmt::Debug for ClockSubscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClockSubscription")
+            .field("manual", &self.inner.is_some())
+            .finish()
+    }
+}
+
+/// A processing-time timer: which operator of the chain it is for, when, and a tag the operator
+/// chose to tell its timers apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Timer {
+    /// Index of the operator in its chain (0 = head).
+    pub operator: usize,
+    /// Processing time in milliseconds at which it fires (once the clock passed it).
+    pub timestamp: i64,
+    /// The operator's own tag.
+    pub tag: u64,
+}
+
+/// Identifies a registered timer, to cancel it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimerHandle {
+    deadline: i64,
+    seq: u64,
+}
+
+impl TimerHandle {
+    /// A handle that refers to no timer (what registering on a quiesced service gives).
+    pub const NEVER: TimerHandle = TimerHandle {
+        deadline: i64::MIN,
+        seq: u64::MAX,
+    };
+
+    /// A handle for a service's own bookkeeping: `deadline` and a per-service unique `seq`.
+    pub fn new(deadline: i64, seq: u64) -> Self {
+        TimerHandle { deadline, seq }
+    }
+
+    /// The deadline the handle was registered with.
+    pub fn deadline(self) -> i64 {
+        self.deadline
+    }
+
+    /// The service's sequence number for the timer.
+    pub fn seq(self) -> u64 {
+        self.seq
+    }
+}
+
+/// Registering a timer failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TimerError {
+    /// The timer service is shut down (the task is over).
+    #[error("the timer service is shut down; register timers only while the task is running")]
+    ShutDown,
+}
+
+/// What an operator uses to read processing time and register timers.
+///
+/// Each model implements it: the legacy model fires timers on its timer thread under the
+/// checkpoint lock, the mailbox model turns each due timer into a mail at the operator's
+/// priority, and test harnesses fire them by hand.
+pub trait TimerService: Send + Sync {
+    /// The current processing time in milliseconds.
+    fn current_processing_time(&self) -> i64;
+
+    /// Registers `timer`; it fires once processing time has passed `timer.timestamp`.
+    ///
+    /// # Errors
+    ///
+    /// [`TimerError::ShutDown`] once the service is shut down. A quiesced service accepts the
+    /// registration and returns a handle that never fires.
+    fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError>;
+
+    /// Cancels a timer; cancelling one that fired or never existed does nothing.
+    fn cancel_timer(&self, handle: TimerHandle);
+}
+
+/// The lifecycle state of a [`TimerScheduler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SchedulerState {
+    /// Timers are scheduled and fire.
+    Alive = 0,
+    /// Nothing fires any more; registrations get a handle that never fires.
+    Quiesced = 1,
+    /// Registration is an error.
+    ShutDown = 2,
+}
+
+impl SchedulerState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => SchedulerState::Alive,
+            1 => SchedulerState::Quiesced,
+            _ => SchedulerState::ShutDown,
+        }
+    }
+}
+
+/// One timer thread that calls `fire` for each due [`Timer`], in deadline order (registration
+/// order among equal deadlines).
+///
+/// It knows nothing of locks or mailboxes: the legacy model's `fire` takes the checkpoint lock,
+/// the mailbox model's enqueues a mail. `fire` returning an error stops the thread and hands the
+/// error to `on_error` (the task fails).
+///
+/// The thread waits on a condition variable until the earliest deadline, an earlier
+/// registration, a manual clock's move, or shutdown. Lost wakeups are impossible because every
+/// change it waits for is made under the same mutex it checks under.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use streamtask_core::{Clock, ManualClock, Timer, TimerScheduler, TimerService};
+///
+/// let clock = ManualClock::new(0);
+/// let (tx, rx) = mpsc::channel();
+/// let scheduler = TimerScheduler::spawn(
+///     "doc-timers",
+///     Clock::Manual(clock.clone()),
+///     move |timer: Timer| -> Result<(), std::convert::Infallible> {
+///         tx.send(timer.timestamp).unwrap();
+///         Ok(())
+///     },
+///     |_err| {},
+/// );
+/// scheduler.register_timer(Timer { operator: 0, timestamp: 10, tag: 0 }).unwrap();
+/// clock.advance(11);
+/// assert_eq!(rx.recv().unwrap(), 10);
+/// scheduler.shutdown();
+/// ```
+pub struct TimerScheduler {
+    shared: Arc<SchedulerShared>,
+    thread: Mutex<Option<thread::JoinHandle<()>>>,
+    clock: Clock,
+}
+
+struct SchedulerShared {
+    state: AtomicU8,
+    queue: Mutex<SchedulerQueue>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SchedulerQueue {
+    // Key (effective deadline, sequence): deadline order, registration order among equals.
+    timers: BTreeMap<(i64, u64), Timer>,
+    next_seq: u64,
+    // Bumped on every change the thread must react to; guards against lost wakeups from clock
+    // moves that happen between the thread's check and its wait.
+    epoch: u64,
+}
+
+impl TimerScheduler {
+    /// Starts the timer thread named `name`.
+    pub fn spawn<E, F, H>(name: &str, clock: Clock, mut fire: F, on_error: H) -> Self
+    where
+        F: FnMut(Timer) -> Result<(), E> + Send + 'static,
+        H: FnOnce(E) + Send + 'static,
+        E: Send + 'static,
+    {
+        let shared = Arc::new(SchedulerShared {
+            state: AtomicU8::new(SchedulerState::Alive as u8),
+            queue: Mutex::new(SchedulerQueue::default()),
+            changed: Condvar::new(),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread_clock = clock.clone();
+        let body = move || {
+            let waker = Waker::from(std::sync::Arc::new(EpochWaker(downgrade(&thread_shared))));
+            let _subscription = thread_clock.subscribe(waker);
+            if let Err(e) = run_scheduler(&thread_shared, &thread_clock, &mut fire) {
+                on_error(e);
+            }
+        };
+        let handle = spawn_named(name, body);
+        TimerScheduler {
+            shared,
+            thread: Mutex::new(Some(handle)),
+            clock,
+        }
+    }
+
+    /// The scheduler's state.
+    pub fn state(&self) -> SchedulerState {
+        SchedulerState::from_u8(self.shared.state.load(Ordering::Acquire))
+    }
+
+    /// Number of timers waiting to fire.
+    pub fn pending(&self) -> usize {
+        self.shared.queue.lock().timers.len()
+    }
+
+    /// Stops firing: due timers are dropped and new registrations return
+    /// [`TimerHandle::NEVER`]. A `fire` already running finishes; callers that need "nothing
+    /// runs after this returns" check the state inside their own critical section.
+    pub fn quiesce(&self) {
+        let mut queue = self.shared.queue.lock();
+        let _ = self.shared.state.compare_exchange(
+            SchedulerState::Alive as u8,
+            SchedulerState::Quiesced as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        queue.timers.clear();
+        queue.epoch += 1;
+        self.shared.changed.notify_all();
+    }
+
+    /// Shuts the scheduler down and joins its thread. Idempotent.
+    ///
+    /// # Panics
+    ///
+    /// Must not be called from inside `fire` (the thread cannot join itself); doing so panics.
+    pub fn shutdown(&self) {
+        {
+            let mut queue = self.shared.queue.lock();
+            self.shared
+                .state
+                .store(SchedulerState::ShutDown as u8, Ordering::Release);
+            queue.timers.clear();
+            queue.epoch += 1;
+            self.shared.changed.notify_all();
+        }
+        let handle = self.thread.lock().take();
+        if let Some(handle) = handle {
+            assert!(
+                handle.thread().id() != thread::current().id(),
+                "TimerScheduler::shutdown called from its own timer thread"
+            );
+            // A panicking `fire` has already been reported through the caller's own handling;
+            // joining only makes sure the thread is gone.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl TimerService for TimerScheduler {
+    fn current_processing_time(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError> {
+        let now = self.clock.now_millis();
+        let mut queue = self.shared.queue.lock();
+        match self.state() {
+            SchedulerState::Alive => {}
+            SchedulerState::Quiesced => return Ok(TimerHandle::NEVER),
+            SchedulerState::ShutDown => return Err(TimerError::ShutDown),
+        }
+        // A timer in the past gets "now" as its deadline, so past timers fire in registration
+        // order rather than timestamp order.
+        let deadline = timer.timestamp.saturating_add(1).max(now);
+        let seq = queue.next_seq;
+        queue.next_seq += 1;
+        let is_earliest = queue
+            .timers
+            .first_key_value()
+            .is_none_or(|(&(d, _), _)| deadline < d);
+        queue.timers.insert((deadline, seq), timer);
+        if is_earliest {
+            queue.epoch += 1;
+            self.shared.changed.notify_all();
+        }
+        Ok(TimerHandle::new(deadline, seq))
+    }
+
+    fn cancel_timer(&self, handle: TimerHandle) {
+        if handle == TimerHandle::NEVER {
+            return;
+        }
+        self.shared
+            .queue
+            .lock()
+            .timers
+            .remove(&(handle.deadline, handle.seq));
+    }
+}
+
+impl Drop for TimerScheduler {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl fmt::Debug for TimerScheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerScheduler")
+            .field("state", &self.state())
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+fn run_scheduler<E>(
+    shared: &SchedulerShared,
+    clock: &Clock,
+    fire: &mut impl FnMut(Timer) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut queue = shared.queue.lock();
+    loop {
+        match SchedulerState::from_u8(shared.state.load(Ordering::Acquire)) {
+            SchedulerState::ShutDown => return Ok(()),
+            SchedulerState::Quiesced => {
+                shared.changed.wait(&mut queue);
+                continue;
+            }
+            SchedulerState::Alive => {}
+        }
+        let now = clock.now_millis();
+        let due = match queue.timers.first_key_value() {
+            Some((&(deadline, seq), _)) if deadline <= now => Some((deadline, seq)),
+            _ => None,
+        };
+        if let Some(key) = due {
+            let timer = queue.timers.remove(&key).expect("due timer is present");
+            // Fire outside the queue lock: `fire` may register new timers.
+            let result = crate::sync::unlocked(&mut queue, false, || fire(timer));
+            result?;
+            continue;
+        }
+        let epoch = queue.epoch;
+        match (queue.timers.first_key_value(), clock) {
+            (Some((&(deadline, _), _)), Clock::System) => {
+                let wait = Duration::from_millis(u64::try_from(deadline - now).unwrap_or(0));
+                shared.changed.wait_for(&mut queue, wait);
+            }
+            _ => {
+                // Nothing scheduled, or a manual clock (which wakes us by bumping the epoch).
+                while queue.epoch == epoch {
+                    shared.changed.wait(&mut queue);
+                }
+            }
+        }
+    }
+}
+
+fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+    #[cfg(not(loom))]
+    {
+        thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(body)
+            .expect("the OS refused to start a timer thread")
+    }
+    #[cfg(loom)]
+    {
+        let _ = name;
+        thread::spawn(body)
+    }
+}
+
+// Wakes the scheduler thread when a manual clock moves, without keeping it alive.
+struct EpochWaker(crate::sync::Weak<SchedulerShared>);
+
+impl std::task::Wake for EpochWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        if let Some(shared) = self.0.upgrade() {
+            let mut queue = shared.queue.lock();
+            queue.epoch += 1;
+            shared.changed.notify_all();
+        }
+    }
+}
+
+#[cfg(not(loom))]
+fn downgrade(shared: &Arc<SchedulerShared>) -> crate::sync::Weak<SchedulerShared> {
+    Arc::downgrade(shared)
+}
+
+#[cfg(loom)]
+fn downgrade(_shared: &Arc<SchedulerShared>) -> crate::sync::Weak<SchedulerShared> {
+    // loom's Arc has no weak references; under loom only system clocks drive the scheduler.
+    crate::sync::Weak::new()
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn collecting(clock: &ManualClock) -> (TimerScheduler, mpsc::Receiver<Timer>) {
+        let (tx, rx) = mpsc::channel();
+        let scheduler = TimerScheduler::spawn(
+            "test-timers",
+            Clock::Manual(clock.clone()),
+            move |t| -> Result<(), ()> {
+                let _ = tx.send(t);
+                Ok(())
+            },
+            |_| {},
+        );
+        (scheduler, rx)
+    }
+
+    fn timer(timestamp: i64, tag: u64) -> Timer {
+        Timer {
+            operator: 0,
+            timestamp,
+            tag,
+        }
+    }
+
+    #[test]
+    fn fires_only_once_time_has_passed_the_timestamp() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        scheduler.register_timer(timer(10, 1)).unwrap();
+        clock.set(10);
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        clock.set(11);
+        assert_eq!(rx.recv().unwrap().tag, 1);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn past_timers_fire_in_registration_order() {
+        let clock = ManualClock::new(100);
+        let (scheduler, rx) = collecting(&clock);
+        for (ts, tag) in [(50, 1), (10, 2), (99, 3), (0, 4)] {
+            scheduler.register_timer(timer(ts, tag)).unwrap();
+        }
+        let tags: Vec<u64> = (0..4).map(|_| rx.recv().unwrap().tag).collect();
+        assert_eq!(tags, vec![1, 2, 3, 4]);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn future_timers_fire_in_deadline_order() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        for (ts, tag) in [(30, 3), (10, 1), (20, 2), (20, 22)] {
+            scheduler.register_timer(timer(ts, tag)).unwrap();
+        }
+        clock.set(100);
+        let tags: Vec<u64> = (0..4).map(|_| rx.recv().unwrap().tag).collect();
+        assert_eq!(tags, vec![1, 2, 22, 3]);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn cancelled_timers_do_not_fire() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        let a = scheduler.register_timer(timer(5, 1)).unwrap();
+        scheduler.register_timer(timer(6, 2)).unwrap();
+        scheduler.cancel_timer(a);
+        scheduler.cancel_timer(TimerHandle::NEVER);
+        clock.set(10);
+        assert_eq!(rx.recv().unwrap().tag, 2);
+        assert!(rx.recv_timeout(Duration::from_millis(30)).is_err());
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn quiesced_scheduler_fires_nothing_and_hands_out_never_handles() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        scheduler.register_timer(timer(5, 1)).unwrap();
+        scheduler.quiesce();
+        assert_eq!(scheduler.state(), SchedulerState::Quiesced);
+        assert_eq!(
+            scheduler.register_timer(timer(1, 2)).unwrap(),
+            TimerHandle::NEVER
+        );
+        clock.set(100);
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn registration_after_shutdown_is_an_error() {
+        let clock = ManualClock::new(0);
+        let (scheduler, _rx) = collecting(&clock);
+        scheduler.shutdown();
+        scheduler.shutdown();
+        assert_eq!(
+            scheduler.register_timer(timer(1, 1)),
+            Err(TimerError::ShutDown)
+        );
+    }
+
+    #[test]
+    fn an_error_from_fire_stops_the_thread_and_is_reported() {
+        let clock = ManualClock::new(0);
+        let (tx, rx) = mpsc::channel();
+        let scheduler = TimerScheduler::spawn(
+            "failing",
+            Clock::Manual(clock.clone()),
+            |t: Timer| if t.tag == 2 { Err(t.tag) } else { Ok(()) },
+            move |e| tx.send(e).unwrap(),
+        );
+        scheduler.register_timer(timer(1, 1)).unwrap();
+        scheduler.register_timer(timer(2, 2)).unwrap();
+        clock.set(5);
+        assert_eq!(rx.recv().unwrap(), 2);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn system_clock_timers_fire() {
+        let (tx, rx) = mpsc::channel();
+        let scheduler = TimerScheduler::spawn(
+            "system",
+            Clock::System,
+            move |t: Timer| -> Result<(), ()> {
+                let _ = tx.send(t.tag);
+                Ok(())
+            },
+            |_| {},
+        );
+        let now = scheduler.current_processing_time();
+        scheduler.register_timer(timer(now + 5, 7)).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 7);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn fire_may_register_more_timers() {
+        let clock = ManualClock::new(0);
+        let (tx, rx) = mpsc::channel();
+        let slot: std::sync::Arc<Mutex<Option<std::sync::Weak<TimerScheduler>>>> =
+            std::sync::Arc::new(Mutex::new(None));
+        let slot2 = std::sync::Arc::clone(&slot);
+        let scheduler = std::sync::Arc::new(TimerScheduler::spawn(
+            "chained",
+            Clock::Manual(clock.clone()),
+            move |t: Timer| -> Result<(), ()> {
+                let _ = tx.send(t.tag);
+                if t.tag < 3 {
+                    if let Some(s) = slot2.lock().as_ref().and_then(|w| w.upgrade()) {
+                        s.register_timer(timer(t.timestamp, t.tag + 1)).unwrap();
+                    }
+                }
+                Ok(())
+            },
+            |_| {},
+        ));
+        *slot.lock() = Some(std::sync::Arc::downgrade(&scheduler));
+        scheduler.register_timer(timer(0, 1)).unwrap();
+        clock.set(1);
+        let tags: Vec<u64> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(tags, vec![1, 2, 3]);
+        scheduler.shutdown();
+    }
+}

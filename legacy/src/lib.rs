@@ -1,0 +1,1 @@
+//! streamtask-legacy: under construction.

@@ -1,0 +1,1 @@
+//! streamtask-mailbox: under construction.

@@ -1,0 +1,1 @@
+//! streamtask: under construction.
