@@ -47,6 +47,7 @@ pub mod sync;
 pub mod task;
 pub mod testing;
 pub mod time;
+pub mod trace;
 
 pub use crate::element::{
     CheckpointBarrier, CheckpointKind, StreamElement, StreamRecord, StreamStatus, Watermark,
@@ -54,7 +55,7 @@ pub use crate::element::{
 pub use crate::error::{OperatorError, catch_panic};
 pub use crate::operator::{Context, Operator, Output, TaskOutput};
 pub use crate::state::{StateError, TaskSnapshot};
-pub use crate::task::{TaskError, TaskFailure, TaskOutcome};
+pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome};
 pub use crate::time::{
     Clock, ManualClock, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
 };

@@ -14,11 +14,88 @@
 //! acknowledgement with the task's [`TaskSnapshot`], or a decline with a reason.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crossbeam::channel::Sender;
 
 use crate::error::OperatorError;
+use crate::metrics::TaskMetrics;
 use crate::state::TaskSnapshot;
+use crate::time::Clock;
+use crate::trace::Tracer;
+
+/// What every model's task needs besides its source, inputs, chain and output.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::task::TaskConfig;
+/// use streamtask_core::{Clock, ManualClock};
+///
+/// let config = TaskConfig::new("map-0").with_clock(Clock::Manual(ManualClock::new(0)));
+/// assert_eq!(config.name, "map-0");
+/// assert_eq!(config.metrics.name, "map-0");
+/// ```
+#[derive(Debug, Clone)]
+pub struct TaskConfig {
+    /// The task's name; its threads are named after it.
+    pub name: String,
+    /// Where processing time comes from.
+    pub clock: Clock,
+    /// Where checkpoint acknowledgements and declines go.
+    pub responder: CheckpointResponder,
+    /// State to restore the chain (and source) from; `None` for a fresh start.
+    pub restore: Option<TaskSnapshot>,
+    /// The task's metrics, shared with whoever reads them.
+    pub metrics: Arc<TaskMetrics>,
+    /// Spans of who ran what (off by default).
+    pub tracer: Tracer,
+}
+
+impl TaskConfig {
+    /// A fresh task `name` with the system clock, no coordinator, no restore, tracing off.
+    pub fn new(name: impl Into<String>) -> Self {
+        let name = name.into();
+        TaskConfig {
+            responder: CheckpointResponder::discard(name.clone()),
+            metrics: Arc::new(TaskMetrics::new(name.clone())),
+            name,
+            clock: Clock::System,
+            restore: None,
+            tracer: Tracer::off(),
+        }
+    }
+
+    /// Uses `clock` for processing time.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Reports checkpoints through `responder`.
+    pub fn with_responder(mut self, responder: CheckpointResponder) -> Self {
+        self.responder = responder;
+        self
+    }
+
+    /// Restores from `snapshot`.
+    pub fn with_restore(mut self, snapshot: Option<TaskSnapshot>) -> Self {
+        self.restore = snapshot;
+        self
+    }
+
+    /// Records metrics into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<TaskMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Records spans through `tracer`.
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
+        self
+    }
+}
 
 /// How a task ended.
 #[derive(Debug)]
