@@ -55,7 +55,7 @@ pub use crate::element::{
 pub use crate::error::{OperatorError, catch_panic};
 pub use crate::operator::{Context, Operator, Output, TaskOutput};
 pub use crate::state::{StateError, TaskSnapshot};
-pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome};
+pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome, TriggerError};
 pub use crate::time::{
     Clock, ManualClock, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
 };

@@ -192,6 +192,17 @@ pub enum TaskError {
     },
 }
 
+/// A checkpoint trigger reached a task that cannot start one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TriggerError {
+    /// Only source tasks are triggered; tasks with inputs checkpoint when barriers arrive.
+    #[error(
+        "this task reads inputs and checkpoints when barriers arrive through them; trigger its \
+         upstream source tasks instead"
+    )]
+    NotASource,
+}
+
 /// Why a task declined a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeclineReason {
