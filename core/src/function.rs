@@ -2,7 +2,9 @@
 //!
 //! Simple transformations are closures ([`Map`](crate::operator::Map),
 //! [`Filter`](crate::operator::Filter), [`FlatMap`](crate::operator::FlatMap)); logic with
-//! per-key state and timers implements [`KeyedProcessFunction`].
+//! per-key state and timers implements [`KeyedProcessFunction`]; calls to external systems
+//! implement [`AsyncFunction`] and complete a [`ResultFuture`] from any thread (first completion
+//! wins).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -106,5 +108,247 @@ pub trait KeyedProcessFunction: Send {
     ) -> Result<(), OperatorError> {
         let _ = (timestamp, domain, ctx);
         Ok(())
+    }
+}
+
+/// Why an asynchronous call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AsyncError {
+    /// No result arrived within the operator's timeout (across all retry attempts).
+    #[error(
+        "async call timed out; raise the timeout, or override AsyncFunction::timeout to complete \
+         with a fallback"
+    )]
+    Timeout,
+    /// The call itself failed.
+    #[error("async call failed: {0}")]
+    Failed(String),
+}
+
+impl AsyncError {
+    /// A failure with `message`.
+    pub fn failed(message: impl std::fmt::Display) -> Self {
+        AsyncError::Failed(message.to_string())
+    }
+}
+
+/// How an asynchronous call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsyncOutcome<O> {
+    /// Results to emit (possibly none), each with the input's timestamp.
+    Results(Vec<O>),
+    /// The call failed; unless a retry policy retries it, the task fails.
+    Failed(AsyncError),
+}
+
+/// One completion travelling from whatever thread completed a [`ResultFuture`] to the async
+/// operator: which queue entry, which attempt, and the outcome.
+#[derive(Debug)]
+pub struct Completion<O> {
+    /// The operator's id for the queue entry.
+    pub entry: u64,
+    /// The attempt (1 for the first call, then one more per retry).
+    pub attempt: u32,
+    /// The outcome.
+    pub outcome: AsyncOutcome<O>,
+}
+
+/// Where a model's async operator receives completions: the mailbox model turns each into a mail
+/// at the operator's priority; the legacy model hands it to the operator's emitter thread.
+pub trait CompletionSink<O>: Send + Sync {
+    /// Delivers a completion. A sink whose operator is gone drops it (the element is replayed
+    /// from the last checkpoint on restore).
+    fn deliver(&self, completion: Completion<O>);
+}
+
+/// The handle an [`AsyncFunction`] completes, from any thread. Cloneable; the first completion
+/// wins and every later one is ignored.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use streamtask_core::function::{AsyncOutcome, Completion, CompletionSink, ResultFuture};
+///
+/// #[derive(Default)]
+/// struct Keep(Mutex<Vec<Completion<u32>>>);
+/// impl CompletionSink<u32> for Keep {
+///     fn deliver(&self, c: Completion<u32>) {
+///         self.0.lock().unwrap().push(c);
+///     }
+/// }
+///
+/// let sink = Arc::new(Keep::default());
+/// let future = ResultFuture::new(7, 1, sink.clone());
+/// let clone = future.clone();
+/// assert!(std::thread::spawn(move || clone.complete(vec![42])).join().unwrap());
+/// assert!(!future.complete(vec![0])); // too late: ignored
+/// let got = sink.0.lock().unwrap();
+/// assert_eq!(got.len(), 1);
+/// assert_eq!((got[0].entry, &got[0].outcome), (7, &AsyncOutcome::Results(vec![42])));
+/// ```
+pub struct ResultFuture<O> {
+    shared: std::sync::Arc<FutureShared<O>>,
+}
+
+struct FutureShared<O> {
+    done: crate::sync::atomic::AtomicBool,
+    entry: u64,
+    attempt: u32,
+    sink: std::sync::Arc<dyn CompletionSink<O>>,
+}
+
+impl<O> ResultFuture<O> {
+    /// A future for queue entry `entry`, attempt `attempt`, delivering to `sink`.
+    pub fn new(entry: u64, attempt: u32, sink: std::sync::Arc<dyn CompletionSink<O>>) -> Self {
+        ResultFuture {
+            shared: std::sync::Arc::new(FutureShared {
+                done: crate::sync::atomic::AtomicBool::new(false),
+                entry,
+                attempt,
+                sink,
+            }),
+        }
+    }
+
+    /// Completes with `results` (an empty `Vec` emits nothing). Returns whether this call won.
+    pub fn complete(&self, results: Vec<O>) -> bool {
+        self.finish(AsyncOutcome::Results(results))
+    }
+
+    /// Completes with an error. Returns whether this call won.
+    pub fn complete_exceptionally(&self, error: AsyncError) -> bool {
+        self.finish(AsyncOutcome::Failed(error))
+    }
+
+    /// Whether some call already completed it.
+    pub fn is_done(&self) -> bool {
+        self.shared.done.load(crate::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The queue entry it completes.
+    pub fn entry(&self) -> u64 {
+        self.shared.entry
+    }
+
+    /// The attempt it belongs to.
+    pub fn attempt(&self) -> u32 {
+        self.shared.attempt
+    }
+
+    fn finish(&self, outcome: AsyncOutcome<O>) -> bool {
+        // AcqRel: exactly one caller wins the flag; the winner's outcome is what gets delivered.
+        let won = self
+            .shared
+            .done
+            .compare_exchange(
+                false,
+                true,
+                crate::sync::atomic::Ordering::AcqRel,
+                crate::sync::atomic::Ordering::Acquire,
+            )
+            .is_ok();
+        if won {
+            self.shared.sink.deliver(Completion {
+                entry: self.shared.entry,
+                attempt: self.shared.attempt,
+                outcome,
+            });
+        }
+        won
+    }
+}
+
+impl<O> Clone for ResultFuture<O> {
+    fn clone(&self) -> Self {
+        ResultFuture {
+            shared: std::sync::Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<O> std::fmt::Debug for ResultFuture<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultFuture")
+            .field("entry", &self.shared.entry)
+            .field("attempt", &self.shared.attempt)
+            .field("done", &self.is_done())
+            .finish()
+    }
+}
+
+/// An asynchronous function: starts a request per input and completes its [`ResultFuture`]
+/// later, from any thread. The same implementation runs under every model's async operator.
+///
+/// `invoke` runs on the task's thread (holding the checkpoint lock in the legacy model), so it
+/// must not block: hand blocking clients to a [`BlockingPool`](crate::async_io::BlockingPool)
+/// (see [`BlockingAsyncFunction`](crate::async_io::BlockingAsyncFunction)).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::function::{AsyncFunction, ResultFuture};
+///
+/// /// Completes at once with the input doubled.
+/// struct Double;
+///
+/// impl AsyncFunction for Double {
+///     type In = u64;
+///     type Out = u64;
+///     fn invoke(&mut self, input: &u64, result: ResultFuture<u64>) {
+///         result.complete(vec![input * 2]);
+///     }
+/// }
+/// ```
+pub trait AsyncFunction: Send + 'static {
+    /// The input; kept by the operator until its result is emitted (for snapshots and retries).
+    type In: Clone + Send + 'static;
+    /// What a call produces (zero or more per input).
+    type Out: Send + 'static;
+
+    /// Called once before the first `invoke` (after a restore too).
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn open(&mut self) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    /// Starts the call for `input`; completes `result` now or later, from any thread.
+    fn invoke(&mut self, input: &Self::In, result: ResultFuture<Self::Out>);
+
+    /// The operator's timeout for `input` passed before `result` was completed. The default
+    /// completes it with [`AsyncError::Timeout`], which fails the task; override it to complete
+    /// with a fallback instead (and do complete it: an element never completed blocks the queue).
+    fn timeout(&mut self, input: &Self::In, result: ResultFuture<Self::Out>) {
+        let _ = input;
+        result.complete_exceptionally(AsyncError::Timeout);
+    }
+
+    /// Called once when the operator closes.
+    ///
+    /// # Errors
+    ///
+    /// Reported only.
+    fn close(&mut self) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+impl<F: AsyncFunction + ?Sized> AsyncFunction for Box<F> {
+    type In = F::In;
+    type Out = F::Out;
+    fn open(&mut self) -> Result<(), OperatorError> {
+        (**self).open()
+    }
+    fn invoke(&mut self, input: &Self::In, result: ResultFuture<Self::Out>) {
+        (**self).invoke(input, result);
+    }
+    fn timeout(&mut self, input: &Self::In, result: ResultFuture<Self::Out>) {
+        (**self).timeout(input, result);
+    }
+    fn close(&mut self) -> Result<(), OperatorError> {
+        (**self).close()
     }
 }

@@ -59,6 +59,22 @@ mod imp {
         };
     }
 
+    /// Starts a thread named `name` (the name shows in panics, debuggers and traces).
+    ///
+    /// # Panics
+    ///
+    /// If the operating system refuses to start a thread.
+    pub fn spawn_named<F, T>(name: impl Into<String>, f: F) -> thread::JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .expect("the operating system refused to start a thread")
+    }
+
     /// Releases `guard` handing the lock directly to the next waiter, if any (a fair hand-off).
     ///
     /// parking_lot's mutex is eventually fair on its own; this forces fairness on this release.
@@ -236,6 +252,15 @@ mod imp {
         pub fn write(&self) -> MutexGuard<'_, T> {
             self.0.lock()
         }
+    }
+
+    /// Starts a (loom) thread; loom threads have no names.
+    pub fn spawn_named<F, T>(_name: impl Into<String>, f: F) -> thread::JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        thread::spawn(f)
     }
 
     /// Under loom a fair unlock is a plain unlock.

@@ -356,7 +356,7 @@ impl TimerScheduler {
                 on_error(e);
             }
         };
-        let handle = spawn_named(name, body);
+        let handle = crate::sync::spawn_named(name, body);
         TimerScheduler {
             shared,
             thread: Mutex::new(Some(handle)),
@@ -515,21 +515,6 @@ fn run_scheduler<E>(
                 }
             }
         }
-    }
-}
-
-fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
-    #[cfg(not(loom))]
-    {
-        thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(body)
-            .expect("the OS refused to start a timer thread")
-    }
-    #[cfg(loom)]
-    {
-        let _ = name;
-        thread::spawn(body)
     }
 }
 

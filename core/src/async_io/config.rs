@@ -1,0 +1,122 @@
+//! The async operator's configuration, validated once for every model.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::queue::OutputMode;
+use super::retry::RetryPolicy;
+
+/// An async operator was configured wrongly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AsyncConfigError {
+    /// Capacity 0.
+    #[error("the async operator's capacity is 0; allow at least 1 element in flight")]
+    ZeroCapacity,
+    /// A zero timeout.
+    #[error("the async timeout is zero; give a positive timeout or none at all")]
+    ZeroTimeout,
+    /// Retries without a timeout.
+    #[error(
+        "retries need a timeout (it spans all attempts); set one with AsyncConfig::with_timeout"
+    )]
+    RetryWithoutTimeout,
+}
+
+/// How an async operator runs: output mode, capacity (watermarks count), timeout and retries.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, OutputMode, RetryPolicy};
+///
+/// let ok = AsyncConfig::<u32>::new(OutputMode::Ordered, 100).with_timeout(Duration::from_secs(1));
+/// assert!(ok.validate().is_ok());
+///
+/// let zero = AsyncConfig::<u32>::new(OutputMode::Unordered, 0);
+/// assert_eq!(zero.validate(), Err(AsyncConfigError::ZeroCapacity));
+///
+/// let retry = RetryPolicy::fixed_delay(3, Duration::from_millis(5)).unwrap().retry_if_error(|_| true);
+/// let no_timeout = AsyncConfig::<u32>::new(OutputMode::Ordered, 10).with_retry(retry);
+/// assert_eq!(no_timeout.validate(), Err(AsyncConfigError::RetryWithoutTimeout));
+/// ```
+pub struct AsyncConfig<O> {
+    /// Ordered or unordered.
+    pub mode: OutputMode,
+    /// Elements (records and watermarks) in flight at most.
+    pub capacity: usize,
+    /// Per-record timeout on processing time, spanning all attempts; `None` for none.
+    pub timeout: Option<Duration>,
+    /// When to retry.
+    pub retry: RetryPolicy<O>,
+}
+
+impl<O> AsyncConfig<O> {
+    /// `mode` with `capacity`, no timeout, no retries.
+    pub fn new(mode: OutputMode, capacity: usize) -> Self {
+        AsyncConfig {
+            mode,
+            capacity,
+            timeout: None,
+            retry: RetryPolicy::none(),
+        }
+    }
+
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy<O>) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] for capacity 0, a zero timeout, or retries without a timeout.
+    pub fn validate(&self) -> Result<(), AsyncConfigError> {
+        if self.capacity == 0 {
+            return Err(AsyncConfigError::ZeroCapacity);
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(AsyncConfigError::ZeroTimeout);
+        }
+        if self.retry.is_enabled() && self.timeout.is_none() {
+            return Err(AsyncConfigError::RetryWithoutTimeout);
+        }
+        Ok(())
+    }
+
+    /// The timeout in whole milliseconds (rounded up), as timers need it.
+    pub fn timeout_millis(&self) -> Option<i64> {
+        self.timeout
+            .map(|t| i64::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i64::MAX))
+    }
+}
+
+impl<O> Clone for AsyncConfig<O> {
+    fn clone(&self) -> Self {
+        AsyncConfig {
+            mode: self.mode,
+            capacity: self.capacity,
+            timeout: self.timeout,
+            retry: self.retry.clone(),
+        }
+    }
+}
+
+impl<O> fmt::Debug for AsyncConfig<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncConfig")
+            .field("mode", &self.mode)
+            .field("capacity", &self.capacity)
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}

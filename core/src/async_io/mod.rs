@@ -1,0 +1,19 @@
+//! The model-independent parts of async I/O: the element queues, retry policies, the operator
+//! configuration, and the blocking pool.
+//!
+//! Both models' async operators (the legacy one with its emitter thread, the mailbox one with
+//! completion mails) wrap these; neither re-implements them. The user-facing
+//! [`AsyncFunction`](crate::function::AsyncFunction) and
+//! [`ResultFuture`](crate::function::ResultFuture) live in [`function`](crate::function).
+
+mod config;
+mod pool;
+mod queue;
+mod retry;
+
+pub use self::config::{AsyncConfig, AsyncConfigError};
+pub use self::pool::{BlockingAsyncFunction, BlockingPool, PoolError};
+pub use self::queue::{
+    ElementQueue, OutputMode, QueueFull, QueueOutput, QueuedInput,
+};
+pub use self::retry::{Backoff, RetryConfigError, RetryPolicy};

@@ -1,0 +1,363 @@
+//! A bounded thread pool that turns a blocking client into an async one.
+//!
+//! [`BlockingPool`] runs jobs on a fixed number of named worker threads fed by a bounded queue;
+//! submitting to a full queue blocks the submitter (backpressure instead of unbounded memory).
+//! [`BlockingAsyncFunction`] wraps a blocking call (a database lookup, say) as an
+//! [`AsyncFunction`]: each call runs on a worker, with a per-call resource (a connection) checked
+//! out of a small cache so workers never share one, and completes the [`ResultFuture`] there.
+//! Dropping the pool (or [`BlockingPool::shutdown`]) finishes queued jobs and joins every worker.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crossbeam::channel::{Receiver, Sender};
+
+use crate::error::catch_panic;
+use crate::function::{AsyncError, AsyncFunction, ResultFuture};
+use crate::sync::{Mutex, spawn_named, thread};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A pool was configured wrongly, or is shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// No worker threads.
+    #[error("a blocking pool needs at least one worker thread")]
+    ZeroThreads,
+    /// No queue room.
+    #[error("a blocking pool needs a queue capacity of at least 1")]
+    ZeroCapacity,
+    /// The pool is shut down; the job was not run.
+    #[error("the blocking pool is shut down; submit jobs only while the operator runs")]
+    ShutDown,
+}
+
+/// A fixed set of worker threads behind a bounded job queue.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use streamtask_core::async_io::BlockingPool;
+///
+/// let pool = BlockingPool::new("doc-pool", 2, 8).unwrap();
+/// let (tx, rx) = mpsc::channel();
+/// for i in 0..4 {
+///     let tx = tx.clone();
+///     pool.execute(move || tx.send(i * i).unwrap()).unwrap();
+/// }
+/// pool.shutdown();
+/// let mut got: Vec<i32> = rx.try_iter().collect();
+/// got.sort();
+/// assert_eq!(got, vec![0, 1, 4, 9]);
+/// ```
+pub struct BlockingPool {
+    name: String,
+    threads: usize,
+    sender: Mutex<Option<Sender<Job>>>,
+    workers: Mutex<Vec<thread::JoinHandle<()>>>,
+}
+
+impl BlockingPool {
+    /// Starts `threads` workers named `<name>-<i>` behind a queue of `queue_capacity` jobs.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::ZeroThreads`] or [`PoolError::ZeroCapacity`].
+    pub fn new(
+        name: &str,
+        threads: usize,
+        queue_capacity: usize,
+    ) -> Result<Arc<BlockingPool>, PoolError> {
+        if threads == 0 {
+            return Err(PoolError::ZeroThreads);
+        }
+        if queue_capacity == 0 {
+            return Err(PoolError::ZeroCapacity);
+        }
+        let (tx, rx) = crossbeam::channel::bounded::<Job>(queue_capacity);
+        let workers = (0..threads)
+            .map(|i| {
+                let rx: Receiver<Job> = rx.clone();
+                spawn_named(format!("{name}-{i}"), move || {
+                    while let Ok(job) = rx.recv() {
+                        // A panicking job must not take the worker down with it.
+                        if let Err(message) = catch_panic(job) {
+                            log::error!("blocking pool job panicked: {message}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        Ok(Arc::new(BlockingPool {
+            name: name.to_string(),
+            threads,
+            sender: Mutex::new(Some(tx)),
+            workers: Mutex::new(workers),
+        }))
+    }
+
+    /// Runs `job` on a worker, blocking while the queue is full.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::ShutDown`] after [`shutdown`](Self::shutdown).
+    pub fn execute(&self, job: impl FnOnce() + Send + 'static) -> Result<(), PoolError> {
+        // Clone the sender so a blocking send does not hold the pool's mutex.
+        let sender = self.sender.lock().clone().ok_or(PoolError::ShutDown)?;
+        sender.send(Box::new(job)).map_err(|_| PoolError::ShutDown)
+    }
+
+    /// Stops accepting jobs, lets the workers finish the queued ones, and joins them.
+    /// Idempotent.
+    ///
+    /// # Panics
+    ///
+    /// If called from one of the pool's own workers (it cannot join itself).
+    pub fn shutdown(&self) {
+        drop(self.sender.lock().take());
+        let workers = std::mem::take(&mut *self.workers.lock());
+        for worker in workers {
+            assert!(
+                worker.thread().id() != thread::current().id(),
+                "BlockingPool::shutdown called from the pool's own worker"
+            );
+            let _ = worker.join();
+        }
+    }
+
+    /// The number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for BlockingPool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl fmt::Debug for BlockingPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockingPool")
+            .field("name", &self.name)
+            .field("threads", &self.threads)
+            .field("open", &self.sender.lock().is_some())
+            .finish()
+    }
+}
+
+type Init<S> = dyn Fn() -> Result<S, AsyncError> + Send + Sync;
+type Call<S, I, O> = dyn Fn(&mut S, &I) -> Result<Vec<O>, AsyncError> + Send + Sync;
+
+/// An [`AsyncFunction`] that runs a blocking call on a [`BlockingPool`].
+///
+/// Each call checks a resource `S` (a database connection, a client) out of a cache, creating
+/// one with `init` when none is free, and returns it afterwards; so there are never more
+/// resources than workers and no two calls share one. A call that returns an error or panics
+/// completes the future exceptionally.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::sync::Arc;
+/// use streamtask_core::async_io::{BlockingAsyncFunction, BlockingPool};
+/// use streamtask_core::function::{AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture};
+///
+/// struct Channel(std::sync::Mutex<mpsc::Sender<Completion<String>>>);
+/// impl CompletionSink<String> for Channel {
+///     fn deliver(&self, c: Completion<String>) {
+///         self.0.lock().unwrap().send(c).unwrap();
+///     }
+/// }
+///
+/// let pool = BlockingPool::new("lookup", 2, 16).unwrap();
+/// let mut lookup = BlockingAsyncFunction::new(
+///     pool.clone(),
+///     || Ok(vec!["zero", "one", "two"]), // the "connection"
+///     |table: &mut Vec<&'static str>, key: &usize| Ok(vec![table[*key].to_string()]),
+/// );
+/// let (tx, rx) = mpsc::channel();
+/// let sink = Arc::new(Channel(std::sync::Mutex::new(tx)));
+/// lookup.invoke(&2, ResultFuture::new(0, 1, sink));
+/// let c = rx.recv().unwrap();
+/// assert_eq!(c.outcome, AsyncOutcome::Results(vec!["two".to_string()]));
+/// pool.shutdown();
+/// ```
+pub struct BlockingAsyncFunction<S, I, O> {
+    pool: Arc<BlockingPool>,
+    init: Arc<Init<S>>,
+    call: Arc<Call<S, I, O>>,
+    cache: Arc<Mutex<Vec<S>>>,
+}
+
+impl<S, I, O> BlockingAsyncFunction<S, I, O>
+where
+    S: Send + 'static,
+{
+    /// Runs `call` on `pool`, with resources made by `init`.
+    pub fn new(
+        pool: Arc<BlockingPool>,
+        init: impl Fn() -> Result<S, AsyncError> + Send + Sync + 'static,
+        call: impl Fn(&mut S, &I) -> Result<Vec<O>, AsyncError> + Send + Sync + 'static,
+    ) -> Self {
+        BlockingAsyncFunction {
+            pool,
+            init: Arc::new(init),
+            call: Arc::new(call),
+            cache: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+}
+
+impl<S, I, O> AsyncFunction for BlockingAsyncFunction<S, I, O>
+where
+    S: Send + 'static,
+    I: Clone + Send + 'static,
+    O: Send + 'static,
+{
+    type In = I;
+    type Out = O;
+
+    fn invoke(&mut self, input: &I, result: ResultFuture<O>) {
+        let input = input.clone();
+        let init = Arc::clone(&self.init);
+        let call = Arc::clone(&self.call);
+        let cache = Arc::clone(&self.cache);
+        let on_worker = result.clone();
+        let job = move || {
+            let checked_out = cache.lock().pop();
+            let resource = match checked_out {
+                Some(r) => Ok(r),
+                None => init(),
+            };
+            let mut resource = match resource {
+                Ok(r) => r,
+                Err(e) => {
+                    on_worker.complete_exceptionally(e);
+                    return;
+                }
+            };
+            match catch_panic(|| call(&mut resource, &input)) {
+                Ok(Ok(values)) => {
+                    cache.lock().push(resource);
+                    on_worker.complete(values);
+                }
+                Ok(Err(e)) => {
+                    cache.lock().push(resource);
+                    on_worker.complete_exceptionally(e);
+                }
+                // A panicking call may have left the resource broken: drop it.
+                Err(panic) => {
+                    on_worker.complete_exceptionally(AsyncError::failed(format!(
+                        "blocking call panicked: {panic}"
+                    )));
+                }
+            }
+        };
+        if self.pool.execute(job).is_err() {
+            result.complete_exceptionally(AsyncError::failed(PoolError::ShutDown));
+        }
+    }
+}
+
+impl<S, I, O> fmt::Debug for BlockingAsyncFunction<S, I, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockingAsyncFunction")
+            .field("pool", &self.pool)
+            .field("cached_resources", &self.cache.lock().len())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::function::{AsyncOutcome, Completion, CompletionSink};
+    use std::sync::mpsc;
+
+    struct ToChannel(std::sync::Mutex<mpsc::Sender<Completion<u32>>>);
+
+    impl CompletionSink<u32> for ToChannel {
+        fn deliver(&self, c: Completion<u32>) {
+            let _ = self.0.lock().unwrap().send(c);
+        }
+    }
+
+    fn sink() -> (Arc<ToChannel>, mpsc::Receiver<Completion<u32>>) {
+        let (tx, rx) = mpsc::channel();
+        (Arc::new(ToChannel(std::sync::Mutex::new(tx))), rx)
+    }
+
+    #[test]
+    fn zero_threads_or_capacity_are_typed_errors() {
+        assert_eq!(BlockingPool::new("p", 0, 1).unwrap_err(), PoolError::ZeroThreads);
+        assert_eq!(BlockingPool::new("p", 1, 0).unwrap_err(), PoolError::ZeroCapacity);
+    }
+
+    #[test]
+    fn execute_after_shutdown_is_refused() {
+        let pool = BlockingPool::new("p", 1, 1).unwrap();
+        pool.shutdown();
+        pool.shutdown();
+        assert_eq!(pool.execute(|| ()).unwrap_err(), PoolError::ShutDown);
+    }
+
+    #[test]
+    fn errors_and_panics_complete_exceptionally_and_the_pool_survives() {
+        let pool = BlockingPool::new("p", 1, 4).unwrap();
+        let mut f = BlockingAsyncFunction::new(
+            pool.clone(),
+            || Ok(()),
+            |_: &mut (), x: &u32| match x {
+                0 => Err(AsyncError::failed("zero")),
+                1 => panic!("one"),
+                n => Ok(vec![*n]),
+            },
+        );
+        let (s, rx) = sink();
+        for (i, x) in [0u32, 1, 2].iter().enumerate() {
+            f.invoke(x, ResultFuture::new(i as u64, 1, s.clone()));
+        }
+        let mut got: Vec<Completion<u32>> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        got.sort_by_key(|c| c.entry);
+        assert_eq!(got[0].outcome, AsyncOutcome::Failed(AsyncError::failed("zero")));
+        assert!(
+            matches!(&got[1].outcome, AsyncOutcome::Failed(AsyncError::Failed(m)) if m.contains("one"))
+        );
+        assert_eq!(got[2].outcome, AsyncOutcome::Results(vec![2]));
+        pool.shutdown();
+    }
+
+    #[test]
+    fn resources_are_reused_and_never_exceed_the_workers() {
+        let created = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = created.clone();
+        let pool = BlockingPool::new("p", 2, 64).unwrap();
+        let mut f = BlockingAsyncFunction::new(
+            pool.clone(),
+            move || {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            },
+            |_: &mut (), x: &u32| Ok(vec![*x]),
+        );
+        let (s, rx) = sink();
+        for i in 0..50u32 {
+            f.invoke(&i, ResultFuture::new(u64::from(i), 1, s.clone()));
+        }
+        for _ in 0..50 {
+            rx.recv().unwrap();
+        }
+        pool.shutdown();
+        let n = created.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((1..=2).contains(&n), "{n} resources for 2 workers");
+    }
+}
