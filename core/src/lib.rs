@@ -36,6 +36,7 @@
 mod element;
 mod error;
 
+pub mod async_io;
 pub mod channel;
 pub mod checkpoint;
 pub mod function;
