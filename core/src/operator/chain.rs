@@ -185,6 +185,10 @@ where
         self.head.accepts_input() && self.tail.accepts_input()
     }
 
+    fn waits_for_own_events(&self) -> bool {
+        self.head.waits_for_own_events() || self.tail.waits_for_own_events()
+    }
+
     fn prepare_snapshot_pre_barrier(
         &mut self,
         checkpoint_id: u64,

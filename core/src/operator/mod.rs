@@ -481,6 +481,14 @@ pub trait Operator: Send {
         true
     }
 
+    /// Whether the operator needs its own events or timers delivered to make progress (an async
+    /// operator waiting for completions; Flink calls these "yielding" operators). The bridge
+    /// model refuses to chain such an operator behind a legacy source, whose records arrive on
+    /// the source's thread rather than the mailbox thread (FLINK-16219).
+    fn waits_for_own_events(&self) -> bool {
+        false
+    }
+
     /// Called before the checkpoint barrier is forwarded; may emit (flush buffers).
     ///
     /// # Errors
@@ -678,6 +686,9 @@ macro_rules! forward_operator {
         }
         fn accepts_input(&self) -> bool {
             (**self).accepts_input()
+        }
+        fn waits_for_own_events(&self) -> bool {
+            (**self).waits_for_own_events()
         }
         fn prepare_snapshot_pre_barrier(
             &mut self,
