@@ -1,1 +1,6 @@
-//! streamtask: under construction.
+//! streamtask: run stream-processing tasks under Flink's checkpoint-lock and mailbox threading
+//! models side by side. (The job API and executor arrive with issue 7.)
+
+#![forbid(unsafe_code)]
+
+pub mod demo;
