@@ -1,0 +1,142 @@
+//! The SVG plot of a comparison: throughput over time (top) and each checkpoint's start delay
+//! over time (bottom, log scale), one colour per model.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::report::CompareReport;
+
+const COLOURS: [RGBColor; 3] = [
+    RGBColor(200, 60, 40),
+    RGBColor(40, 110, 200),
+    RGBColor(40, 160, 80),
+];
+
+/// Draws `report` into an SVG file at `path`.
+pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (top, bottom) = root.split_vertically(380);
+
+    let max_t = report
+        .models
+        .iter()
+        .flat_map(|m| {
+            m.throughput_series
+                .iter()
+                .map(|p| p.0)
+                .chain(m.checkpoint_series.iter().map(|p| p.0))
+        })
+        .fold(0.1_f64, f64::max);
+    let max_rate = report
+        .models
+        .iter()
+        .flat_map(|m| m.throughput_series.iter().map(|p| p.1))
+        .fold(1.0_f64, f64::max);
+
+    let mut chart = ChartBuilder::on(&top)
+        .caption("throughput (records/s)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_t * 1.02, 0.0..max_rate * 1.1)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the run started")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, m) in report.models.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                m.throughput_series.iter().copied(),
+                colour.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(m.model.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| e.to_string())?;
+
+    let max_delay = report
+        .models
+        .iter()
+        .flat_map(|m| m.checkpoint_series.iter().map(|p| p.1))
+        .fold(10_u64, u64::max) as f64;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("checkpoint start delay (us, log scale)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_t * 1.02, (1.0..max_delay * 2.0).log_scale())
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the run started")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, m) in report.models.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(
+                m.checkpoint_series
+                    .iter()
+                    .map(|&(t, d)| Circle::new((t, (d.max(1)) as f64), 3, colour.filled())),
+            )
+            .map_err(|e| e.to_string())?
+            .label(m.model.clone())
+            .legend(move |(x, y)| Circle::new((x + 9, y), 3, colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::ModelReport;
+    use streamtask_core::metrics::LatencySummary;
+
+    #[test]
+    fn draws_an_svg_with_every_model() {
+        let m = |name: &str| ModelReport {
+            model: name.to_string(),
+            output_digest: "x".into(),
+            output_lines: 1,
+            exactly_once: true,
+            records_per_sec: 1.0,
+            elapsed_ms: 1,
+            checkpoint_delay_us: LatencySummary::default(),
+            timer_lateness_us: LatencySummary::default(),
+            lock_wait_us: LatencySummary::default(),
+            mailbox_latency_us: LatencySummary::default(),
+            checkpoints_completed: 0,
+            checkpoints_aborted: 0,
+            restarts: 0,
+            threads: 1,
+            throughput_series: vec![(0.0, 10.0), (1.0, 20.0)],
+            checkpoint_series: vec![(0.5, 100), (0.9, 5000)],
+        };
+        let report = CompareReport::new("d".into(), 1, 1, 0, vec![m("legacy"), m("mailbox")]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plot.svg");
+        report.write_plot(&path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("legacy") && svg.contains("mailbox"));
+    }
+}
