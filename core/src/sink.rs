@@ -1,1 +1,0 @@
-//! sink (under construction).
