@@ -7,7 +7,7 @@
 //!
 //! | build | `Mutex` / `Condvar` | atomics, `Arc` | threads |
 //! |---|---|---|---|
-//! | normal | `parking_lot` (no poisoning) | `std::sync` | `std::thread` |
+//! | normal | `parking_lot` (no poisoning); `BargingMutex`: `std::sync::Mutex` (no fairness, no poisoning) | `std::sync` | `std::thread` |
 //! | `cfg(loom)` | `loom::sync` wrapped to the same API | `loom::sync` | `loom::thread` |
 //!
 //! The wrappers give one API in both builds: [`Mutex::lock`] returns the guard (no poisoning, so
@@ -78,16 +78,95 @@ mod imp {
     /// Releases `guard` handing the lock directly to the next waiter, if any (a fair hand-off).
     ///
     /// parking_lot's mutex is eventually fair on its own; this forces fairness on this release.
-    pub fn unlock_fair<T>(guard: MutexGuard<'_, T>) {
+    pub fn unlock_fair<T: ?Sized>(guard: MutexGuard<'_, T>) {
         MutexGuard::unlock_fair(guard);
     }
 
     /// Temporarily releases `guard`, runs `f`, and takes the lock again (fairly if `fair`).
-    pub fn unlocked<T, R>(guard: &mut MutexGuard<'_, T>, fair: bool, f: impl FnOnce() -> R) -> R {
+    pub fn unlocked<T: ?Sized, R>(
+        guard: &mut MutexGuard<'_, T>,
+        fair: bool,
+        f: impl FnOnce() -> R,
+    ) -> R {
         if fair {
             MutexGuard::unlocked_fair(guard, f)
         } else {
             MutexGuard::unlocked(guard, f)
+        }
+    }
+
+    /// A mutex with no fairness at all: a thread that releases it and asks again at once usually
+    /// gets it back, however long others have waited (std's futex mutex on Linux "barges").
+    ///
+    /// parking_lot's [`Mutex`] is *eventually* fair (it hands the lock to a waiter about every
+    /// half millisecond); this one never is, which is what a Java monitor does and what the
+    /// legacy model's `Fairness::Unfair` needs. Poisoning is ignored, as parking_lot does. The
+    /// data may be unsized, so `&BargingMutex<Concrete>` coerces to `&BargingMutex<dyn Trait>`.
+    pub struct BargingMutex<T: ?Sized> {
+        inner: std::sync::Mutex<T>,
+    }
+
+    /// The guard of a [`BargingMutex`]; releases it when dropped.
+    pub struct BargingMutexGuard<'a, T: ?Sized>(std::sync::MutexGuard<'a, T>);
+
+    impl<T> BargingMutex<T> {
+        /// Creates the mutex holding `value`.
+        pub fn new(value: T) -> Self {
+            BargingMutex {
+                inner: std::sync::Mutex::new(value),
+            }
+        }
+
+        /// Consumes the mutex and returns the value.
+        pub fn into_inner(self) -> T {
+            self.inner
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+    }
+
+    impl<T: ?Sized> BargingMutex<T> {
+        /// Takes the lock, blocking until it is free.
+        pub fn lock(&self) -> BargingMutexGuard<'_, T> {
+            BargingMutexGuard(
+                self.inner
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            )
+        }
+
+        /// Takes the lock if it is free.
+        pub fn try_lock(&self) -> Option<BargingMutexGuard<'_, T>> {
+            match self.inner.try_lock() {
+                Ok(guard) => Some(BargingMutexGuard(guard)),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(BargingMutexGuard(p.into_inner())),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        }
+    }
+
+    impl<T: ?Sized> std::ops::Deref for BargingMutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            &self.0
+        }
+    }
+
+    impl<T: ?Sized> std::ops::DerefMut for BargingMutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            &mut self.0
+        }
+    }
+
+    impl<T: ?Sized> std::fmt::Debug for BargingMutex<T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("BargingMutex").finish_non_exhaustive()
+        }
+    }
+
+    impl<T: ?Sized> std::fmt::Debug for BargingMutexGuard<'_, T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("BargingMutexGuard").finish_non_exhaustive()
         }
     }
 }
@@ -125,11 +204,11 @@ mod imp {
 
     /// A mutex whose `lock` returns the guard directly (loom's, without poisoning).
     #[derive(Debug)]
-    pub struct Mutex<T>(loom::sync::Mutex<T>);
+    pub struct Mutex<T: ?Sized>(loom::sync::Mutex<T>);
 
     /// The guard of [`Mutex`].
     #[derive(Debug)]
-    pub struct MutexGuard<'a, T> {
+    pub struct MutexGuard<'a, T: ?Sized> {
         mutex: &'a loom::sync::Mutex<T>,
         inner: Option<loom::sync::MutexGuard<'a, T>>,
     }
@@ -140,6 +219,13 @@ mod imp {
             Mutex(loom::sync::Mutex::new(value))
         }
 
+        /// Consumes the mutex and returns the value.
+        pub fn into_inner(self) -> T {
+            self.0.into_inner().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
+    impl<T: ?Sized> Mutex<T> {
         /// Takes the lock, blocking until it is free.
         pub fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard {
@@ -155,11 +241,6 @@ mod imp {
                 inner: Some(g),
             })
         }
-
-        /// Consumes the mutex and returns the value.
-        pub fn into_inner(self) -> T {
-            self.0.into_inner().unwrap_or_else(|e| e.into_inner())
-        }
     }
 
     impl<T: Default> Default for Mutex<T> {
@@ -168,7 +249,7 @@ mod imp {
         }
     }
 
-    impl<T> Deref for MutexGuard<'_, T> {
+    impl<T: ?Sized> Deref for MutexGuard<'_, T> {
         type Target = T;
         fn deref(&self) -> &T {
             self.inner
@@ -177,7 +258,7 @@ mod imp {
         }
     }
 
-    impl<T> DerefMut for MutexGuard<'_, T> {
+    impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
         fn deref_mut(&mut self) -> &mut T {
             self.inner
                 .as_mut()
@@ -264,15 +345,64 @@ mod imp {
     }
 
     /// Under loom a fair unlock is a plain unlock.
-    pub fn unlock_fair<T>(guard: MutexGuard<'_, T>) {
+    pub fn unlock_fair<T: ?Sized>(guard: MutexGuard<'_, T>) {
         drop(guard);
     }
 
     /// Temporarily releases `guard`, runs `f`, and takes the lock again.
-    pub fn unlocked<T, R>(guard: &mut MutexGuard<'_, T>, _fair: bool, f: impl FnOnce() -> R) -> R {
+    pub fn unlocked<T: ?Sized, R>(
+        guard: &mut MutexGuard<'_, T>,
+        _fair: bool,
+        f: impl FnOnce() -> R,
+    ) -> R {
         drop(guard.inner.take());
         let result = f();
         guard.inner = Some(guard.mutex.lock().unwrap_or_else(|e| e.into_inner()));
         result
+    }
+
+    /// Under loom the barging mutex is loom's mutex (loom explores every interleaving anyway).
+    #[derive(Debug)]
+    pub struct BargingMutex<T: ?Sized>(Mutex<T>);
+
+    /// The guard of a [`BargingMutex`].
+    #[derive(Debug)]
+    pub struct BargingMutexGuard<'a, T: ?Sized>(MutexGuard<'a, T>);
+
+    impl<T> BargingMutex<T> {
+        /// Creates the mutex holding `value`.
+        pub fn new(value: T) -> Self {
+            BargingMutex(Mutex::new(value))
+        }
+
+        /// Consumes the mutex and returns the value.
+        pub fn into_inner(self) -> T {
+            self.0.into_inner()
+        }
+    }
+
+    impl<T: ?Sized> BargingMutex<T> {
+        /// Takes the lock, blocking until it is free.
+        pub fn lock(&self) -> BargingMutexGuard<'_, T> {
+            BargingMutexGuard(self.0.lock())
+        }
+
+        /// Takes the lock if it is free.
+        pub fn try_lock(&self) -> Option<BargingMutexGuard<'_, T>> {
+            self.0.try_lock().map(BargingMutexGuard)
+        }
+    }
+
+    impl<T: ?Sized> Deref for BargingMutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            &self.0
+        }
+    }
+
+    impl<T: ?Sized> DerefMut for BargingMutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            &mut self.0
+        }
     }
 }
