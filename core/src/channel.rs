@@ -1,1 +1,0 @@
-//! channel (under construction).

@@ -1,0 +1,696 @@
+//! A bounded multi-producer, single-consumer channel with availability notices in both
+//! directions: a consumer is told when data arrives after it found none, a producer when space
+//! frees after it found none.
+//!
+//! The design is deliberately plain: a `Mutex<VecDeque<T>>`, two condition variables for the
+//! blocking calls, and registered [`Waker`]s for the polling calls. A send or receive takes the
+//! lock once; it notifies a condition variable only when a thread is known to wait on it, and
+//! wakes only wakers that were registered, so the fast path is one uncontended lock.
+//!
+//! # Availability notices, without lost wakeups
+//!
+//! A polling consumer (the mailbox model's input step) follows four steps:
+//!
+//! 1. **try**: [`Receiver::try_recv`]; on [`TryRecvError::Empty`] go on;
+//! 2. **register interest**: [`Receiver::register_data_waker`];
+//! 3. **try again**: [`Receiver::try_recv`] once more; anything sent between 1 and 2 is found here;
+//! 4. **suspend** (or block); the waker is woken by the next send or by the last sender's drop.
+//!
+//! A polling producer does the same with [`Sender::try_send`] (on [`TrySendError::Full`]),
+//! [`Sender::register_space_waker`], a second `try_send`, then suspends until a receive frees a
+//! slot or the receiver drops.
+//!
+//! Why no notice is lost: a waker is stored under the channel's lock, and every state change a
+//! waiter could be waiting for (a send, a receive that frees space, a disconnection) happens
+//! under the same lock and takes and wakes whatever waker is stored at that moment. A change
+//! either happens before the registration, and then step 3 sees it, or after it, and then it
+//! finds the waker. Registration also checks the state itself: a waker registered while what it
+//! waits for is already there (data, space, disconnection) is woken at once instead of stored, so
+//! even a caller that skips step 3 cannot sleep through a change. A stored waker is woken once
+//! and then forgotten: register again before every suspension. Wakers are woken after the lock is
+//! released, so a waker may call back into the channel.
+//!
+//! Notices may be spurious (step 3 found data, and the stored waker fires later anyway); a woken
+//! task simply polls again.
+//!
+//! The blocking calls ([`Receiver::recv`], [`Sender::send`] and their timed forms) wait on
+//! condition variables under the same lock, with a count of waiters so a send or receive only
+//! notifies when someone waits.
+//!
+//! # Connection states
+//!
+//! | state | `send` / `try_send` | `recv` / `try_recv` | moves to |
+//! |---|---|---|---|
+//! | connected | deliver, or wait / `Full` | take, or wait / `Empty` | senders gone, receiver gone |
+//! | senders gone (last `Sender` dropped) | - | take what is left, then `Disconnected` | - |
+//! | receiver gone (`Receiver` dropped) | `Disconnected`, payload handed back | - | - |
+//!
+//! Dropping the receiver drops the elements still queued.
+//!
+//! # Examples
+//!
+//! ```
+//! use streamtask_core::channel::{TryRecvError, TrySendError, bounded};
+//!
+//! let (tx, rx) = bounded::<u32>(1).unwrap();
+//! tx.try_send(1).unwrap();
+//! assert!(matches!(tx.try_send(2), Err(TrySendError::Full(2))));
+//! assert_eq!(rx.try_recv(), Ok(1));
+//! assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+//! drop(tx);
+//! assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Creates a bounded channel holding at most `capacity` elements.
+///
+/// Senders are cloneable (many producers); the receiver is not (one consumer).
+///
+/// # Errors
+///
+/// [`ChannelError::ZeroCapacity`] if `capacity` is 0.
+///
+/// # Examples
+///
+/// A consumer that polls, registers interest, polls again, then waits for the notice:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::task::{Wake, Waker};
+/// use streamtask_core::channel::{TryRecvError, bounded};
+///
+/// struct Flag(AtomicBool);
+/// impl Wake for Flag {
+///     fn wake(self: Arc<Self>) {
+///         self.0.store(true, Ordering::Release);
+///     }
+/// }
+///
+/// let (tx, rx) = bounded::<&str>(8).unwrap();
+/// let flag = Arc::new(Flag(AtomicBool::new(false)));
+/// let waker = Waker::from(Arc::clone(&flag));
+///
+/// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty)); // 1. try
+/// rx.register_data_waker(&waker); //                          2. register interest
+/// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty)); // 3. try again, then suspend
+/// assert!(!flag.0.load(Ordering::Acquire));
+///
+/// tx.send("data").unwrap(); // the producer's send is the notice
+/// assert!(flag.0.load(Ordering::Acquire));
+/// assert_eq!(rx.try_recv(), Ok("data"));
+/// ```
+pub fn bounded<T>(capacity: usize) -> Result<(Sender<T>, Receiver<T>), ChannelError> {
+    if capacity == 0 {
+        return Err(ChannelError::ZeroCapacity);
+    }
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            queue: VecDeque::with_capacity(capacity),
+            senders: 1,
+            receiver_alive: true,
+            receiver_waiting: false,
+            senders_waiting: 0,
+            data_waker: None,
+            space_wakers: Vec::new(),
+        }),
+        data_ready: Condvar::new(),
+        space_ready: Condvar::new(),
+        capacity,
+    });
+    Ok((
+        Sender {
+            shared: Arc::clone(&shared),
+        },
+        Receiver { shared },
+    ))
+}
+
+/// A channel could not be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The capacity was 0.
+    #[error(
+        "a channel needs a capacity of at least 1; pass a capacity >= 1 (a zero-capacity \
+         rendezvous channel is not offered)"
+    )]
+    ZeroCapacity,
+}
+
+/// What sender and receiver share.
+struct Shared<T> {
+    state: Mutex<State<T>>,
+    /// The receiver blocks here in `recv` until data arrives or the senders are gone.
+    data_ready: Condvar,
+    /// Senders block here in `send` until space frees or the receiver is gone.
+    space_ready: Condvar,
+    capacity: usize,
+}
+
+/// Everything behind the lock.
+struct State<T> {
+    queue: VecDeque<T>,
+    /// Live `Sender`s; 0 means the senders are gone.
+    senders: usize,
+    /// Whether the `Receiver` is alive.
+    receiver_alive: bool,
+    /// Whether the receiver waits on `data_ready` (so a send knows to notify).
+    receiver_waiting: bool,
+    /// How many senders wait on `space_ready`.
+    senders_waiting: usize,
+    /// The consumer's notice: woken by the next send or the senders' disconnection.
+    data_waker: Option<Waker>,
+    /// Producers' notices: woken by the next receive or the receiver's drop.
+    space_wakers: Vec<Waker>,
+}
+
+impl<T> State<T> {
+    fn is_full(&self, capacity: usize) -> bool {
+        self.queue.len() >= capacity
+    }
+}
+
+impl<T> Shared<T> {
+    /// Pushes `value` (the caller checked there is room) and notifies the consumer.
+    #[inline]
+    fn push(&self, mut state: MutexGuard<'_, State<T>>, value: T) {
+        state.queue.push_back(value);
+        let notify = state.receiver_waiting;
+        // `take`: a notice fires once; the consumer registers again before it next suspends.
+        let waker = state.data_waker.take();
+        drop(state);
+        // Notifying after unlocking is safe: the waiter re-checks the queue under the lock.
+        if notify {
+            self.data_ready.notify_one();
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Pops the front element, if any, and notifies producers that space freed.
+    #[inline]
+    fn pop(&self, mut state: MutexGuard<'_, State<T>>) -> Option<T> {
+        let value = state.queue.pop_front()?;
+        if state.senders_waiting == 0 && state.space_wakers.is_empty() {
+            return Some(value);
+        }
+        self.pop_notify_slow(state);
+        Some(value)
+    }
+
+    #[cold]
+    fn pop_notify_slow(&self, mut state: MutexGuard<'_, State<T>>) {
+        let notify = state.senders_waiting > 0;
+        let wakers = std::mem::take(&mut state.space_wakers);
+        drop(state);
+        // One slot freed: one blocked sender can use it. A sender woken in vain (a `try_send`
+        // took the slot first) waits again and the next receive notifies again.
+        if notify {
+            self.space_ready.notify_one();
+        }
+        // Every registered producer is told; the ones that lose the race find `Full` and
+        // register again.
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+}
+
+/// The sending half; cloneable.
+///
+/// Dropping the last sender disconnects the channel: the receiver takes what is left, then gets
+/// `Disconnected`.
+pub struct Sender<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Sender<T> {
+    /// Sends `value` if there is room, without blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] when the channel is full, [`TrySendError::Disconnected`] when the
+    /// receiver is gone; both hand `value` back.
+    #[inline]
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        let state = self.shared.state.lock();
+        if !state.receiver_alive {
+            return Err(TrySendError::Disconnected(value));
+        }
+        if state.is_full(self.shared.capacity) {
+            return Err(TrySendError::Full(value));
+        }
+        self.shared.push(state, value);
+        Ok(())
+    }
+
+    /// Sends `value`, blocking while the channel is full (backpressure).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError`] with `value` when the receiver is gone (also when it drops while this call
+    /// waits).
+    pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        let mut state = self.shared.state.lock();
+        loop {
+            if !state.receiver_alive {
+                return Err(SendError(value));
+            }
+            if !state.is_full(self.shared.capacity) {
+                self.shared.push(state, value);
+                return Ok(());
+            }
+            state.senders_waiting += 1;
+            self.shared.space_ready.wait(&mut state);
+            state.senders_waiting -= 1;
+        }
+    }
+
+    /// Sends `value`, blocking at most `timeout` while the channel is full.
+    ///
+    /// Under `cfg(loom)` the wait is untimed (loom has no time).
+    ///
+    /// # Errors
+    ///
+    /// [`SendTimeoutError::Timeout`] when no space freed in time,
+    /// [`SendTimeoutError::Disconnected`] when the receiver is gone; both hand `value` back.
+    pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.shared.state.lock();
+        loop {
+            if !state.receiver_alive {
+                return Err(SendTimeoutError::Disconnected(value));
+            }
+            if !state.is_full(self.shared.capacity) {
+                self.shared.push(state, value);
+                return Ok(());
+            }
+            let Some(remaining) = remaining(deadline) else {
+                return Err(SendTimeoutError::Timeout(value));
+            };
+            state.senders_waiting += 1;
+            self.shared.space_ready.wait_for(&mut state, remaining);
+            state.senders_waiting -= 1;
+        }
+    }
+
+    /// Asks to be woken through `waker` when space frees or the receiver drops.
+    ///
+    /// Call it after [`try_send`](Self::try_send) failed with `Full`, then try again before
+    /// suspending (see the [module docs](self)). If the channel already has space or the
+    /// receiver is gone, `waker` is woken at once and not stored. A stored waker fires once;
+    /// registering a waker that [`will_wake`](Waker::will_wake) one already stored keeps one
+    /// copy.
+    pub fn register_space_waker(&self, waker: &Waker) {
+        let mut state = self.shared.state.lock();
+        if !state.receiver_alive || !state.is_full(self.shared.capacity) {
+            drop(state);
+            waker.wake_by_ref();
+            return;
+        }
+        if !state.space_wakers.iter().any(|w| w.will_wake(waker)) {
+            state.space_wakers.push(waker.clone());
+        }
+    }
+
+    /// Whether a [`try_send`](Self::try_send) would fail with `Full` right now (`false` once the
+    /// receiver is gone: a send then fails without waiting).
+    pub fn is_full(&self) -> bool {
+        let state = self.shared.state.lock();
+        state.receiver_alive && state.is_full(self.shared.capacity)
+    }
+
+    /// Whether the receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        !self.shared.state.lock().receiver_alive
+    }
+
+    /// Elements queued now.
+    pub fn len(&self) -> usize {
+        self.shared.state.lock().queue.len()
+    }
+
+    /// Whether nothing is queued now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The channel's capacity.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.shared.state.lock().senders += 1;
+        Sender {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        state.senders -= 1;
+        if state.senders > 0 {
+            return;
+        }
+        // The last sender: the consumer waiting for data must learn that none will come.
+        let notify = state.receiver_waiting;
+        let waker = state.data_waker.take();
+        drop(state);
+        if notify {
+            self.shared.data_ready.notify_all();
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender")
+            .field("capacity", &self.shared.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The receiving half; there is exactly one.
+///
+/// Dropping it disconnects the channel: sends fail and hand their payload back, and the elements
+/// still queued are dropped.
+pub struct Receiver<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Receiver<T> {
+    /// Takes the next element if there is one, without blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`TryRecvError::Empty`] when nothing is queued, [`TryRecvError::Disconnected`] when
+    /// nothing is queued and every sender is gone.
+    #[inline]
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        let state = self.shared.state.lock();
+        let senders = state.senders;
+        match self.shared.pop(state) {
+            Some(value) => Ok(value),
+            None if senders == 0 => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// Takes the next element, blocking while the channel is empty.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvError`] when the channel is empty and every sender is gone.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        let mut state = self.shared.state.lock();
+        loop {
+            if !state.queue.is_empty() {
+                return Ok(self.shared.pop(state).expect("the queue is not empty"));
+            }
+            if state.senders == 0 {
+                return Err(RecvError);
+            }
+            state.receiver_waiting = true;
+            self.shared.data_ready.wait(&mut state);
+            state.receiver_waiting = false;
+        }
+    }
+
+    /// Takes the next element, blocking at most `timeout` while the channel is empty.
+    ///
+    /// Under `cfg(loom)` the wait is untimed (loom has no time).
+    ///
+    /// # Errors
+    ///
+    /// [`RecvTimeoutError::Timeout`] when nothing arrived in time,
+    /// [`RecvTimeoutError::Disconnected`] when the channel is empty and every sender is gone.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.shared.state.lock();
+        loop {
+            if !state.queue.is_empty() {
+                return Ok(self.shared.pop(state).expect("the queue is not empty"));
+            }
+            if state.senders == 0 {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            let Some(remaining) = remaining(deadline) else {
+                return Err(RecvTimeoutError::Timeout);
+            };
+            state.receiver_waiting = true;
+            self.shared.data_ready.wait_for(&mut state, remaining);
+            state.receiver_waiting = false;
+        }
+    }
+
+    /// Asks to be woken through `waker` when data arrives or every sender is gone.
+    ///
+    /// Call it after [`try_recv`](Self::try_recv) found the channel empty, then try again before
+    /// suspending (see the [module docs](self)). If data is already queued or the senders are
+    /// gone, `waker` is woken at once and not stored. A stored waker fires once; a new
+    /// registration replaces the previous one.
+    pub fn register_data_waker(&self, waker: &Waker) {
+        let mut state = self.shared.state.lock();
+        if !state.queue.is_empty() || state.senders == 0 {
+            drop(state);
+            waker.wake_by_ref();
+            return;
+        }
+        match &mut state.data_waker {
+            Some(stored) if stored.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// Whether every sender is gone (elements may still be queued).
+    pub fn is_disconnected(&self) -> bool {
+        self.shared.state.lock().senders == 0
+    }
+
+    /// Elements queued now.
+    pub fn len(&self) -> usize {
+        self.shared.state.lock().queue.len()
+    }
+
+    /// Whether nothing is queued now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The channel's capacity.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        state.receiver_alive = false;
+        let queued = std::mem::take(&mut state.queue);
+        let wakers = std::mem::take(&mut state.space_wakers);
+        let data_waker = state.data_waker.take();
+        let notify = state.senders_waiting > 0;
+        drop(state);
+        // Every waiting producer must learn that its send will fail.
+        if notify {
+            self.shared.space_ready.notify_all();
+        }
+        for waker in wakers {
+            waker.wake();
+        }
+        // Outside the lock: dropping elements or a waker runs foreign code.
+        drop(data_waker);
+        drop(queued);
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("capacity", &self.shared.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Time left until `deadline`; `None` once it passed. No deadline (overflow) waits a day at a
+/// time.
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    match deadline {
+        None => Some(Duration::from_secs(86_400)),
+        Some(deadline) => deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero()),
+    }
+}
+
+/// [`Sender::try_send`] failed; the value is handed back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum TrySendError<T> {
+    /// The channel is full.
+    Full(T),
+    /// The receiver is gone.
+    Disconnected(T),
+}
+
+impl<T> TrySendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(v) | TrySendError::Disconnected(v) => v,
+        }
+    }
+
+    /// Whether the channel was full.
+    pub fn is_full(&self) -> bool {
+        matches!(self, TrySendError::Full(_))
+    }
+
+    /// Whether the receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        matches!(self, TrySendError::Disconnected(_))
+    }
+}
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str(
+                "the channel is full; wait for space with send, or register_space_waker and retry",
+            ),
+            TrySendError::Disconnected(_) => f.write_str(DISCONNECTED_SEND),
+        }
+    }
+}
+
+impl<T> std::error::Error for TrySendError<T> {}
+
+const DISCONNECTED_SEND: &str =
+    "the receiver is gone (the downstream task finished, failed or was cancelled); stop sending";
+
+/// [`Sender::send`] failed because the receiver is gone; the value is handed back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SendError<T>(pub T);
+
+impl<T> SendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> fmt::Debug for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SendError(..)")
+    }
+}
+
+impl<T> fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(DISCONNECTED_SEND)
+    }
+}
+
+impl<T> std::error::Error for SendError<T> {}
+
+/// [`Sender::send_timeout`] failed; the value is handed back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SendTimeoutError<T> {
+    /// No space freed in time.
+    Timeout(T),
+    /// The receiver is gone.
+    Disconnected(T),
+}
+
+impl<T> SendTimeoutError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            SendTimeoutError::Timeout(v) | SendTimeoutError::Disconnected(v) => v,
+        }
+    }
+}
+
+impl<T> fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("Timeout(..)"),
+            SendTimeoutError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str(
+                "the channel stayed full for the whole timeout; retry, wait longer, or relieve \
+                 the downstream task",
+            ),
+            SendTimeoutError::Disconnected(_) => f.write_str(DISCONNECTED_SEND),
+        }
+    }
+}
+
+impl<T> std::error::Error for SendTimeoutError<T> {}
+
+/// [`Receiver::try_recv`] found nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TryRecvError {
+    /// Nothing is queued now.
+    #[error("the channel is empty; wait with recv, or register_data_waker and retry")]
+    Empty,
+    /// Nothing is queued and every sender is gone.
+    #[error(
+        "the channel is empty and every sender is gone (the upstream task finished, failed or \
+         was cancelled); stop receiving"
+    )]
+    Disconnected,
+}
+
+/// [`Receiver::recv`] failed: the channel is empty and every sender is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the channel is empty and every sender is gone (the upstream task finished, failed or was \
+     cancelled); stop receiving"
+)]
+pub struct RecvError;
+
+/// [`Receiver::recv_timeout`] found nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecvTimeoutError {
+    /// Nothing arrived in time.
+    #[error("nothing arrived within the timeout; retry or wait longer")]
+    Timeout,
+    /// Nothing is queued and every sender is gone.
+    #[error(
+        "the channel is empty and every sender is gone (the upstream task finished, failed or \
+         was cancelled); stop receiving"
+    )]
+    Disconnected,
+}

@@ -1,0 +1,313 @@
+//! The record writer: a task's output into its downstream channels.
+//!
+//! Records go to one channel (or all, when broadcasting) chosen by a [`Partitioner`];
+//! watermarks, status changes, barriers and end of input go to every channel. A send into a full
+//! channel blocks until space frees: that is backpressure, and in the legacy model it blocks
+//! while holding the checkpoint lock, as Flink's did. The mailbox model avoids blocking by
+//! feeding input only while [`TaskOutput::is_available`] holds, and otherwise suspends until the
+//! waker registered with [`TaskOutput::register_availability_waker`] fires.
+//!
+//! A channel whose receiver is gone makes every call fail with [`OperatorError::OutputClosed`].
+//! To unblock a writer stuck on a full channel (cancellation), drop that channel's receiver.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::task::Waker;
+use std::time::Instant;
+
+// std's `Arc`: the task's metrics are shared as `std::sync::Arc<TaskMetrics>` (see `TaskConfig`).
+use std::sync::Arc;
+
+use super::bounded::{Sender, TrySendError};
+use crate::element::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
+use crate::error::OperatorError;
+use crate::metrics::TaskMetrics;
+use crate::operator::{Output, TaskOutput};
+
+/// How records are spread over the downstream channels.
+pub enum Partitioner<T> {
+    /// Exactly one channel gets everything (the next task runs with the same parallelism).
+    Forward,
+    /// Channel `hash(value) % channels`: equal keys always meet in the same channel. Build it
+    /// with [`Partitioner::by_key`] for a hash that is stable across runs and releases.
+    Hash(Box<dyn Fn(&T) -> u64 + Send>),
+    /// Channels in turn, one record each.
+    RoundRobin,
+    /// Every channel gets a copy; the function makes the copies (build it with
+    /// [`Partitioner::broadcast`]).
+    Broadcast(fn(&T) -> T),
+}
+
+impl<T> Partitioner<T> {
+    /// Hash partitioning by `hash`.
+    pub fn hash(hash: impl Fn(&T) -> u64 + Send + 'static) -> Self {
+        Partitioner::Hash(Box::new(hash))
+    }
+
+    /// Hash partitioning by the key `key` extracts, hashed with FNV-1a: the same key goes to the
+    /// same channel in every run of every build (the platform's `Hash` impl decides the bytes).
+    pub fn by_key<K: Hash>(key: impl Fn(&T) -> K + Send + 'static) -> Self {
+        Partitioner::Hash(Box::new(move |value| {
+            let mut hasher = Fnv1a::default();
+            key(value).hash(&mut hasher);
+            hasher.finish()
+        }))
+    }
+
+    /// Broadcast: every channel gets a clone of every record.
+    pub fn broadcast() -> Self
+    where
+        T: Clone,
+    {
+        Partitioner::Broadcast(T::clone)
+    }
+}
+
+impl<T> fmt::Debug for Partitioner<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Partitioner::Forward => "Forward",
+            Partitioner::Hash(_) => "Hash(..)",
+            Partitioner::RoundRobin => "RoundRobin",
+            Partitioner::Broadcast(_) => "Broadcast(..)",
+        })
+    }
+}
+
+/// 64-bit FNV-1a: tiny, and fixed forever (std's `DefaultHasher` may change between releases).
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A record writer could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriterError {
+    /// No downstream channel was given.
+    #[error("a record writer needs at least one channel; pass the senders to the downstream tasks")]
+    NoChannels,
+    /// Forward partitioning got more than one channel.
+    #[error(
+        "forward partitioning needs exactly one channel, got {channels}; use round robin, hash \
+         or broadcast partitioning for several"
+    )]
+    ForwardNeedsOneChannel {
+        /// How many channels it got.
+        channels: usize,
+    },
+}
+
+/// A task's output into downstream channels; implements [`TaskOutput`]. See the
+/// [module docs](self).
+///
+/// With [`with_metrics`](Self::with_metrics) it counts `records_out` (once per record, also when
+/// broadcast) and adds the time spent blocked on full channels to `backpressured_micros`.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::channel::{Partitioner, RecordWriter, bounded};
+/// use streamtask_core::{Output, StreamElement, StreamRecord, TaskOutput, Watermark};
+///
+/// let (tx0, rx0) = bounded(8).unwrap();
+/// let (tx1, rx1) = bounded(8).unwrap();
+/// let mut writer = RecordWriter::new(vec![tx0, tx1], Partitioner::RoundRobin).unwrap();
+/// writer.collect(StreamRecord::new('a')).unwrap();
+/// writer.collect(StreamRecord::new('b')).unwrap();
+/// writer.emit_watermark(Watermark(3)).unwrap(); // to every channel
+/// assert!(writer.is_available());
+///
+/// assert_eq!(rx0.try_recv(), Ok(StreamElement::Record(StreamRecord::new('a'))));
+/// assert_eq!(rx1.try_recv(), Ok(StreamElement::Record(StreamRecord::new('b'))));
+/// assert_eq!(rx0.try_recv(), Ok(StreamElement::Watermark(Watermark(3))));
+/// assert_eq!(rx1.try_recv(), Ok(StreamElement::Watermark(Watermark(3))));
+/// ```
+pub struct RecordWriter<T> {
+    channels: Vec<Sender<StreamElement<T>>>,
+    partitioner: Partitioner<T>,
+    /// The next channel of round-robin partitioning.
+    next: usize,
+    metrics: Option<Arc<TaskMetrics>>,
+}
+
+impl<T> RecordWriter<T> {
+    /// A writer into `channels`, spreading records with `partitioner`.
+    ///
+    /// # Errors
+    ///
+    /// [`WriterError::NoChannels`] if `channels` is empty;
+    /// [`WriterError::ForwardNeedsOneChannel`] for [`Partitioner::Forward`] over several.
+    pub fn new(
+        channels: Vec<Sender<StreamElement<T>>>,
+        partitioner: Partitioner<T>,
+    ) -> Result<Self, WriterError> {
+        if channels.is_empty() {
+            return Err(WriterError::NoChannels);
+        }
+        if matches!(partitioner, Partitioner::Forward) && channels.len() != 1 {
+            return Err(WriterError::ForwardNeedsOneChannel {
+                channels: channels.len(),
+            });
+        }
+        Ok(RecordWriter {
+            channels,
+            partitioner,
+            next: 0,
+            metrics: None,
+        })
+    }
+
+    /// Counts `records_out` and backpressured time into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<TaskMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Number of downstream channels.
+    pub fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// The partitioner.
+    pub fn partitioner(&self) -> &Partitioner<T> {
+        &self.partitioner
+    }
+
+    /// Sends the element `make` builds (one without a record, so `T` need not be `Clone`) to
+    /// every channel, blocking on full ones.
+    fn send_to_all(&mut self, make: impl Fn() -> StreamElement<T>) -> Result<(), OperatorError> {
+        for channel in &self.channels {
+            send(channel, make(), self.metrics.as_deref())?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends `element`, blocking while the channel is full.
+#[inline]
+fn send<T>(
+    channel: &Sender<StreamElement<T>>,
+    element: StreamElement<T>,
+    metrics: Option<&TaskMetrics>,
+) -> Result<(), OperatorError> {
+    match channel.try_send(element) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(element)) => send_blocking_slow(channel, element, metrics),
+        Err(TrySendError::Disconnected(_)) => Err(OperatorError::OutputClosed),
+    }
+}
+
+#[cold]
+fn send_blocking_slow<T>(
+    channel: &Sender<StreamElement<T>>,
+    element: StreamElement<T>,
+    metrics: Option<&TaskMetrics>,
+) -> Result<(), OperatorError> {
+    let started = metrics.map(|_| Instant::now());
+    let sent = channel
+        .send(element)
+        .map_err(|_| OperatorError::OutputClosed);
+    if let (Some(metrics), Some(started)) = (metrics, started) {
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        metrics.backpressured_micros.add(micros);
+    }
+    sent
+}
+
+impl<T> Output<T> for RecordWriter<T> {
+    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
+        let metrics = self.metrics.as_deref();
+        match &self.partitioner {
+            Partitioner::Forward => send(&self.channels[0], StreamElement::Record(record), metrics)?,
+            Partitioner::Hash(hash) => {
+                let n = self.channels.len() as u64;
+                // The remainder is below the channel count, so it fits a usize.
+                let ch = (hash(&record.value) % n) as usize;
+                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+            }
+            Partitioner::RoundRobin => {
+                let ch = self.next;
+                self.next = if ch + 1 == self.channels.len() { 0 } else { ch + 1 };
+                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+            }
+            Partitioner::Broadcast(copy) => {
+                let (last, rest) = self.channels.split_last().expect("at least one channel");
+                for channel in rest {
+                    let copy = record.replace(copy(&record.value));
+                    send(channel, StreamElement::Record(copy), metrics)?;
+                }
+                send(last, StreamElement::Record(record), metrics)?;
+            }
+        }
+        if let Some(metrics) = metrics {
+            metrics.records_out.inc();
+        }
+        Ok(())
+    }
+
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.send_to_all(|| StreamElement::Watermark(watermark))
+    }
+
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        self.send_to_all(|| StreamElement::Status(status))
+    }
+}
+
+impl<T: Send> TaskOutput<T> for RecordWriter<T> {
+    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+        self.send_to_all(|| StreamElement::Barrier(barrier))
+    }
+
+    fn end_of_input(&mut self) -> Result<(), OperatorError> {
+        self.send_to_all(|| StreamElement::EndOfInput)
+    }
+
+    /// Whether every channel has space (or is disconnected, so a send fails without blocking).
+    fn is_available(&self) -> bool {
+        self.channels.iter().all(|c| !c.is_full())
+    }
+
+    /// Registers `waker` on every full channel; it fires when one of them frees space (or
+    /// disconnects). A channel that frees space between the check and the registration wakes
+    /// it at once, so no notice is lost; with several full channels the task may be woken
+    /// while another is still full, and simply checks again.
+    fn register_availability_waker(&self, waker: &Waker) {
+        let mut any_full = false;
+        for channel in &self.channels {
+            if channel.is_full() {
+                any_full = true;
+                channel.register_space_waker(waker);
+            }
+        }
+        if !any_full {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+impl<T> fmt::Debug for RecordWriter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordWriter")
+            .field("channels", &self.channels.len())
+            .field("partitioner", &self.partitioner)
+            .finish_non_exhaustive()
+    }
+}
