@@ -50,6 +50,9 @@ pub mod testing;
 pub mod time;
 pub mod trace;
 
+pub use crate::checkpoint::{
+    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
+};
 pub use crate::element::{
     CheckpointBarrier, CheckpointKind, StreamElement, StreamRecord, StreamStatus, Watermark,
 };

@@ -1,1 +1,0 @@
-//! checkpoint (under construction).

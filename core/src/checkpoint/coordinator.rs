@@ -1,0 +1,747 @@
+//! [`CheckpointCoordinator`]: the state machine that triggers checkpoints, collects the tasks'
+//! reports, and completes or aborts each checkpoint.
+//!
+//! It never reads a clock and never blocks: every call takes the current processing time
+//! (`now`, milliseconds from a [`Clock`](crate::Clock)) and returns the
+//! [`CoordinatorAction`]s the executor must carry out. That keeps it deterministic under a
+//! [`ManualClock`](crate::ManualClock); [`CoordinatorDriver`](super::CoordinatorDriver) runs it
+//! on a thread against a real clock.
+//!
+//! # The coordinator's states
+//!
+//! | state | triggers | pending checkpoints | moves to |
+//! |---|---|---|---|
+//! | `Running` | when the interval and minimum pause passed and a slot is free | complete or abort | `Stopped` when a task finishes |
+//! | `Stopped` | never | none (aborted on entry) | - |
+//!
+//! # Timing rules
+//!
+//! - The first checkpoint is due one interval after the coordinator was created.
+//! - Checkpoint `n + 1` is due at the later of `trigger(n) + interval` and
+//!   `end(latest completed or aborted) + min_pause`, and only while fewer than `max_concurrent`
+//!   are pending. A poll later than that triggers once (no catching up).
+//! - A pending checkpoint is aborted as expired once `now >= trigger + timeout`.
+//!
+//! Flink also caps concurrency at one whenever a minimum pause is set; here the two limits apply
+//! independently, as configured.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::element::CheckpointBarrier;
+use crate::metrics::{Counter, LatencyHistogram, LatencySummary};
+use crate::state::TaskSnapshot;
+use crate::sync::Arc;
+use crate::task::{DeclineReason, TaskReport};
+
+use super::{CheckpointStorage, CompletedCheckpoint, StorageError};
+
+/// When checkpoints are taken and how long they may take.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamtask_core::checkpoint::{CheckpointConfig, ConfigError};
+///
+/// let config = CheckpointConfig::new(Duration::from_secs(1))
+///     .with_min_pause(Duration::from_millis(500))
+///     .with_max_concurrent(2)
+///     .with_timeout(Duration::from_secs(30));
+/// assert!(config.validate().is_ok());
+///
+/// let too_short = config.with_timeout(Duration::from_millis(10));
+/// assert!(matches!(
+///     too_short.validate(),
+///     Err(ConfigError::TimeoutShorterThanInterval { .. })
+/// ));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// Time between two triggers (at least 1 ms).
+    pub interval: Duration,
+    /// Minimum time between the end (completion or abort) of one checkpoint and the next
+    /// trigger. Zero by default.
+    pub min_pause: Duration,
+    /// How many checkpoints may be pending at once (at least 1). One by default.
+    pub max_concurrent: usize,
+    /// How long a checkpoint may stay pending before it is aborted (at least the interval).
+    pub timeout: Duration,
+}
+
+impl CheckpointConfig {
+    /// The timeout unless told otherwise (or the interval, if that is longer): ten minutes, as
+    /// Flink's.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+    /// Checkpoints every `interval`, no minimum pause, one at a time, timing out after
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT) or the interval, whichever is longer.
+    pub fn new(interval: Duration) -> Self {
+        CheckpointConfig {
+            interval,
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            timeout: interval.max(Self::DEFAULT_TIMEOUT),
+        }
+    }
+
+    /// Waits at least `min_pause` after a checkpoint ends before triggering the next.
+    pub fn with_min_pause(mut self, min_pause: Duration) -> Self {
+        self.min_pause = min_pause;
+        self
+    }
+
+    /// Allows `max_concurrent` pending checkpoints at once.
+    pub fn with_max_concurrent(mut self, max_concurrent: usize) -> Self {
+        self.max_concurrent = max_concurrent;
+        self
+    }
+
+    /// Aborts a checkpoint still pending `timeout` after its trigger.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroInterval`] for an interval under 1 ms,
+    /// [`ConfigError::ZeroMaxConcurrent`] for `max_concurrent == 0`,
+    /// [`ConfigError::TimeoutShorterThanInterval`] for a timeout shorter than the interval.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.interval < Duration::from_millis(1) {
+            return Err(ConfigError::ZeroInterval);
+        }
+        if self.max_concurrent == 0 {
+            return Err(ConfigError::ZeroMaxConcurrent);
+        }
+        if self.timeout < self.interval {
+            return Err(ConfigError::TimeoutShorterThanInterval {
+                timeout: self.timeout,
+                interval: self.interval,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A [`CheckpointConfig`] is invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The interval is zero (or under the clock's 1 ms resolution).
+    #[error("the checkpoint interval is zero or under 1 ms; set an interval of at least 1 ms")]
+    ZeroInterval,
+    /// No checkpoint may be pending, so none could ever start.
+    #[error("max_concurrent is 0, so no checkpoint could ever start; allow at least 1")]
+    ZeroMaxConcurrent,
+    /// Checkpoints would time out before the next one is even due.
+    #[error(
+        "the checkpoint timeout ({timeout:?}) is shorter than the interval ({interval:?}); set a \
+         timeout of at least the interval"
+    )]
+    TimeoutShorterThanInterval {
+        /// The configured timeout.
+        timeout: Duration,
+        /// The configured interval.
+        interval: Duration,
+    },
+}
+
+/// What the executor must do after a coordinator call.
+#[derive(Debug, Clone)]
+pub enum CoordinatorAction {
+    /// Start a checkpoint: call `trigger_checkpoint(barrier)` on every
+    /// [triggered task](CheckpointCoordinator::triggered_tasks).
+    Trigger(CheckpointBarrier),
+    /// Checkpoint `id` is stored: call `notify_checkpoint_complete(id)` on every task.
+    Complete {
+        /// The checkpoint.
+        id: u64,
+    },
+    /// Checkpoint `id` will never complete: call `notify_checkpoint_aborted(id)` on every task.
+    Abort {
+        /// The checkpoint.
+        id: u64,
+        /// Why.
+        reason: AbortReason,
+    },
+}
+
+impl CoordinatorAction {
+    /// The checkpoint the action is about.
+    pub fn checkpoint(&self) -> u64 {
+        match self {
+            CoordinatorAction::Trigger(barrier) => barrier.id,
+            CoordinatorAction::Complete { id } | CoordinatorAction::Abort { id, .. } => *id,
+        }
+    }
+}
+
+/// Why a checkpoint was aborted.
+#[derive(Debug, Clone)]
+pub enum AbortReason {
+    /// It was still pending when its timeout passed.
+    Expired,
+    /// A task declined it.
+    Declined {
+        /// The declining task.
+        task: String,
+        /// The task's reason.
+        reason: DeclineReason,
+    },
+    /// A newer checkpoint completed first, which makes this one useless (Flink's "subsumed").
+    Subsumed {
+        /// The newer, completed checkpoint.
+        by: u64,
+    },
+    /// A task finished, after which no checkpoint can complete.
+    TaskFinished {
+        /// The finished task.
+        task: String,
+    },
+    /// Every task acknowledged, but storing the checkpoint failed.
+    StorageFailed(Arc<StorageError>),
+}
+
+impl fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AbortReason::Expired => f.write_str("expired before every task acknowledged"),
+            AbortReason::Declined { task, reason } => write!(f, "declined by {task}: {reason}"),
+            AbortReason::Subsumed { by } => write!(f, "subsumed by completed checkpoint {by}"),
+            AbortReason::TaskFinished { task } => write!(f, "task {task} finished"),
+            AbortReason::StorageFailed(err) => write!(f, "storing failed: {}", &**err),
+        }
+    }
+}
+
+/// Creating a coordinator or handing it a report failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoordinatorError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The storage could not be read for the ids already used.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// No task would acknowledge, so a checkpoint would complete empty.
+    #[error("the coordinator has no tasks; list every task of the job (each one acknowledges)")]
+    NoTasks,
+    /// No task would receive the trigger, so no checkpoint could ever complete.
+    #[error("no task is triggered; name the job's source tasks as the triggered tasks")]
+    NoTriggeredTasks,
+    /// A task was named as triggered but not as acknowledging.
+    #[error(
+        "triggered task {task} is not one of the coordinator's tasks; list every triggered task \
+         among the tasks too"
+    )]
+    UnknownTriggeredTask {
+        /// The task.
+        task: String,
+    },
+    /// A report or notice named a task the coordinator does not know.
+    #[error(
+        "task {task} is not one of the coordinator's tasks; list every task of the job when \
+         creating the coordinator"
+    )]
+    UnknownTask {
+        /// The task.
+        task: String,
+    },
+    /// A task reported a checkpoint that was never triggered.
+    #[error(
+        "task {task} reported checkpoint {checkpoint}, which was never triggered (the newest is \
+         {newest}); report only the ids of barriers the task received"
+    )]
+    UnknownCheckpoint {
+        /// The reporting task.
+        task: String,
+        /// The id it reported.
+        checkpoint: u64,
+        /// The newest id triggered.
+        newest: u64,
+    },
+}
+
+/// Checkpoint statistics, shared (`Arc`) between the coordinator and whoever reads them.
+///
+/// Durations are measured on the coordinator's clock, from trigger to completion.
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    /// Checkpoints triggered.
+    pub triggered: Counter,
+    /// Checkpoints completed (stored).
+    pub completed: Counter,
+    /// Checkpoints aborted, for any reason.
+    pub aborted: Counter,
+    /// Reports the coordinator refused (unknown task or checkpoint): a wiring bug.
+    pub rejected_reports: Counter,
+    /// From trigger to completion.
+    pub duration: LatencyHistogram,
+}
+
+impl CheckpointStats {
+    /// A serializable copy of the statistics.
+    pub fn summary(&self) -> CheckpointStatsSummary {
+        CheckpointStatsSummary {
+            triggered: self.triggered.get(),
+            completed: self.completed.get(),
+            aborted: self.aborted.get(),
+            rejected_reports: self.rejected_reports.get(),
+            duration_us: self.duration.summary(),
+        }
+    }
+}
+
+/// A point-in-time copy of [`CheckpointStats`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[allow(missing_docs)] // Each field mirrors the `CheckpointStats` field of the same name.
+pub struct CheckpointStatsSummary {
+    pub triggered: u64,
+    pub completed: u64,
+    pub aborted: u64,
+    pub rejected_reports: u64,
+    pub duration_us: LatencySummary,
+}
+
+/// Decides when checkpoints start, collects every task's acknowledgement, stores completed
+/// checkpoints, and aborts the ones that cannot complete.
+///
+/// A deterministic state machine: [`poll`](Self::poll) at (or after)
+/// [`next_deadline`](Self::next_deadline), [`receive`](Self::receive) each
+/// [`TaskReport`], and carry out the returned [`CoordinatorAction`]s in order. The module docs
+/// hold the state table and the timing rules.
+///
+/// Once any task finishes, no checkpoint can complete any more (Flink up to 1.13, before
+/// FLIP-147): call [`task_finished`](Self::task_finished), which aborts the pending checkpoints
+/// and stops triggering.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamtask_core::TaskSnapshot;
+/// use streamtask_core::checkpoint::{
+///     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
+/// };
+/// use streamtask_core::task::TaskReport;
+///
+/// let storage = CheckpointStorage::in_memory(1).unwrap();
+/// let config = CheckpointConfig::new(Duration::from_millis(100));
+/// let mut coordinator =
+///     CheckpointCoordinator::new(config, storage.clone(), ["source", "sink"], ["source"], 0)
+///         .unwrap();
+/// assert!(coordinator.poll(99).is_empty());
+/// assert_eq!(coordinator.next_deadline(), Some(100));
+///
+/// let actions = coordinator.poll(100);
+/// let CoordinatorAction::Trigger(barrier) = &actions[0] else { panic!("{actions:?}") };
+/// assert_eq!((barrier.id, barrier.timestamp), (1, 100));
+///
+/// for task in ["source", "sink"] {
+///     let report = TaskReport::Acknowledged {
+///         task: task.to_string(),
+///         checkpoint: 1,
+///         snapshot: TaskSnapshot::new(),
+///     };
+///     let actions = coordinator.receive(report, 120).unwrap();
+///     if task == "sink" {
+///         assert!(matches!(actions[..], [CoordinatorAction::Complete { id: 1 }]));
+///     }
+/// }
+/// assert_eq!(storage.latest().unwrap().unwrap().id, 1);
+/// ```
+#[derive(Debug)]
+pub struct CheckpointCoordinator {
+    timing: Timing,
+    storage: CheckpointStorage,
+    /// Every task that must acknowledge.
+    tasks: BTreeSet<String>,
+    /// The tasks that receive the trigger (sources), a subset of `tasks`.
+    triggered: Vec<String>,
+    state: State,
+    pending: BTreeMap<u64, PendingCheckpoint>,
+    /// The highest id triggered, stored or declared used.
+    last_id: u64,
+    /// When the coordinator was created: the first interval counts from here.
+    created: i64,
+    last_trigger: Option<i64>,
+    /// When the latest checkpoint completed or was aborted.
+    last_end: Option<i64>,
+    stats: Arc<CheckpointStats>,
+}
+
+/// The coordinator's lifecycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Checkpoints are triggered periodically and may complete.
+    Running,
+    /// A task finished: nothing is triggered, nothing pending can complete.
+    Stopped {
+        /// The first task that finished.
+        finished: String,
+    },
+}
+
+/// [`CheckpointConfig`] in the clock's milliseconds.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    interval: i64,
+    min_pause: i64,
+    timeout: i64,
+    max_concurrent: usize,
+}
+
+impl Timing {
+    fn of(config: &CheckpointConfig) -> Self {
+        let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Timing {
+            interval: millis(config.interval),
+            min_pause: millis(config.min_pause),
+            timeout: millis(config.timeout),
+            max_concurrent: config.max_concurrent,
+        }
+    }
+}
+
+/// A checkpoint triggered but not yet completed or aborted.
+#[derive(Debug)]
+struct PendingCheckpoint {
+    /// When it was triggered.
+    timestamp: i64,
+    /// When it expires.
+    deadline: i64,
+    /// The snapshots of the tasks that acknowledged so far.
+    acks: BTreeMap<String, TaskSnapshot>,
+}
+
+impl CheckpointCoordinator {
+    /// A coordinator created at processing time `now`, whose `tasks` must all acknowledge each
+    /// checkpoint and whose `triggered` tasks (the sources) receive the trigger.
+    ///
+    /// Checkpoint ids continue after every id `storage` holds, so a restarted job never reuses
+    /// one. The first checkpoint is due at `now + interval`.
+    ///
+    /// # Errors
+    ///
+    /// [`CoordinatorError::Config`] if `config` is invalid; [`CoordinatorError::NoTasks`],
+    /// [`CoordinatorError::NoTriggeredTasks`] or [`CoordinatorError::UnknownTriggeredTask`]
+    /// if the task lists do not fit; [`CoordinatorError::Storage`] if the storage cannot be
+    /// listed.
+    pub fn new<T, S>(
+        config: CheckpointConfig,
+        storage: CheckpointStorage,
+        tasks: impl IntoIterator<Item = T>,
+        triggered: impl IntoIterator<Item = S>,
+        now: i64,
+    ) -> Result<Self, CoordinatorError>
+    where
+        T: Into<String>,
+        S: Into<String>,
+    {
+        config.validate()?;
+        let tasks: BTreeSet<String> = tasks.into_iter().map(Into::into).collect();
+        if tasks.is_empty() {
+            return Err(CoordinatorError::NoTasks);
+        }
+        let mut triggered_tasks: Vec<String> = Vec::new();
+        for task in triggered {
+            let task = task.into();
+            if !tasks.contains(&task) {
+                return Err(CoordinatorError::UnknownTriggeredTask { task });
+            }
+            if !triggered_tasks.contains(&task) {
+                triggered_tasks.push(task);
+            }
+        }
+        if triggered_tasks.is_empty() {
+            return Err(CoordinatorError::NoTriggeredTasks);
+        }
+        let last_id = storage.completed_ids()?.last().copied().unwrap_or(0);
+        Ok(CheckpointCoordinator {
+            timing: Timing::of(&config),
+            storage,
+            tasks,
+            triggered: triggered_tasks,
+            state: State::Running,
+            pending: BTreeMap::new(),
+            last_id,
+            created: now,
+            last_trigger: None,
+            last_end: None,
+            stats: Arc::new(CheckpointStats::default()),
+        })
+    }
+
+    /// Continues ids after `id` too (the executor passes the last id of a previous coordinator
+    /// of the same job, whose aborted checkpoints the storage does not know).
+    pub fn with_ids_after(mut self, id: u64) -> Self {
+        self.last_id = self.last_id.max(id);
+        self
+    }
+
+    /// Triggers a checkpoint if one is due and aborts the expired ones.
+    ///
+    /// Returns the actions to carry out, in order: aborts first, then at most one trigger.
+    pub fn poll(&mut self, now: i64) -> Vec<CoordinatorAction> {
+        let mut actions = Vec::new();
+        self.expire(now, &mut actions);
+        if self.next_trigger_at().is_some_and(|due| now >= due) {
+            self.last_id += 1;
+            let id = self.last_id;
+            self.pending.insert(
+                id,
+                PendingCheckpoint {
+                    timestamp: now,
+                    deadline: now.saturating_add(self.timing.timeout),
+                    acks: BTreeMap::new(),
+                },
+            );
+            self.last_trigger = Some(now);
+            self.stats.triggered.inc();
+            log::debug!("triggering checkpoint {id} at {now}");
+            actions.push(CoordinatorAction::Trigger(CheckpointBarrier::new(id, now)));
+        }
+        actions
+    }
+
+    /// Takes a task's acknowledgement or decline.
+    ///
+    /// The last acknowledgement of a checkpoint stores it and returns, in order, an
+    /// [`Abort`](CoordinatorAction::Abort) for each older pending checkpoint (subsumed) and
+    /// [`Complete`](CoordinatorAction::Complete); a decline returns `Abort`. Expired
+    /// checkpoints are aborted first, as in [`poll`](Self::poll). Reports about checkpoints
+    /// that already completed or were aborted, and repeated acknowledgements, are logged and
+    /// ignored: they are the normal late arrivals of a concurrent system.
+    ///
+    /// # Errors
+    ///
+    /// [`CoordinatorError::UnknownTask`] if the report comes from a task the coordinator does
+    /// not know; [`CoordinatorError::UnknownCheckpoint`] if it names an id never triggered.
+    /// Either is a wiring bug; the report is dropped.
+    pub fn receive(
+        &mut self,
+        report: TaskReport,
+        now: i64,
+    ) -> Result<Vec<CoordinatorAction>, CoordinatorError> {
+        if !self.tasks.contains(report.task()) {
+            return Err(CoordinatorError::UnknownTask {
+                task: report.task().to_string(),
+            });
+        }
+        let id = report.checkpoint();
+        if id > self.last_id {
+            return Err(CoordinatorError::UnknownCheckpoint {
+                task: report.task().to_string(),
+                checkpoint: id,
+                newest: self.last_id,
+            });
+        }
+        let mut actions = Vec::new();
+        self.expire(now, &mut actions);
+        let Some(pending) = self.pending.get_mut(&id) else {
+            log::debug!(
+                "ignoring a report of {} about checkpoint {id}, which is no longer pending",
+                report.task()
+            );
+            return Ok(actions);
+        };
+        match report {
+            TaskReport::Acknowledged { task, snapshot, .. } => {
+                if pending.acks.contains_key(&task) {
+                    log::warn!("ignoring a repeated acknowledgement of {task} for checkpoint {id}");
+                    return Ok(actions);
+                }
+                pending.acks.insert(task, snapshot);
+                if pending.acks.len() == self.tasks.len() {
+                    self.complete(id, now, &mut actions);
+                }
+            }
+            TaskReport::Declined { task, reason, .. } => {
+                log::info!("checkpoint {id} declined by {task}: {reason}");
+                self.abort(
+                    id,
+                    AbortReason::Declined { task, reason },
+                    now,
+                    &mut actions,
+                );
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Tells the coordinator that `task` finished: no checkpoint can complete any more, so the
+    /// pending ones are aborted and none is triggered from now on. Repeated calls do nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`CoordinatorError::UnknownTask`] if the coordinator does not know `task`.
+    pub fn task_finished(
+        &mut self,
+        task: &str,
+        now: i64,
+    ) -> Result<Vec<CoordinatorAction>, CoordinatorError> {
+        if !self.tasks.contains(task) {
+            return Err(CoordinatorError::UnknownTask {
+                task: task.to_string(),
+            });
+        }
+        let mut actions = Vec::new();
+        if let State::Stopped { finished } = &self.state {
+            log::debug!("task {task} finished; checkpoints already stopped when {finished} did");
+        } else {
+            log::info!("task {task} finished: no further checkpoint can complete");
+            self.state = State::Stopped {
+                finished: task.to_string(),
+            };
+            let ids: Vec<u64> = self.pending.keys().copied().collect();
+            for id in ids {
+                let reason = AbortReason::TaskFinished {
+                    task: task.to_string(),
+                };
+                self.abort(id, reason, now, &mut actions);
+            }
+        }
+        Ok(actions)
+    }
+
+    /// The earliest time at which [`poll`](Self::poll) has something to do (a trigger or an
+    /// expiry); `None` once the coordinator is stopped (a task finished), as nothing is
+    /// scheduled then.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let expiry = self.pending.values().map(|p| p.deadline).min();
+        match (expiry, self.next_trigger_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The newest intact completed checkpoint in the storage: the one to restore from.
+    ///
+    /// # Errors
+    ///
+    /// As [`CheckpointStorage::latest`].
+    pub fn latest_completed(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
+        self.storage.latest()
+    }
+
+    /// The tasks that must acknowledge every checkpoint, in name order.
+    pub fn tasks(&self) -> impl Iterator<Item = &str> {
+        self.tasks.iter().map(String::as_str)
+    }
+
+    /// The tasks that receive [`CoordinatorAction::Trigger`] (the sources).
+    pub fn triggered_tasks(&self) -> &[String] {
+        &self.triggered
+    }
+
+    /// The ids of the pending checkpoints, oldest first.
+    pub fn pending_ids(&self) -> Vec<u64> {
+        self.pending.keys().copied().collect()
+    }
+
+    /// The highest checkpoint id used so far (0 if none).
+    pub fn last_id(&self) -> u64 {
+        self.last_id
+    }
+
+    /// Whether a task finished, so that no checkpoint is triggered any more.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.state, State::Stopped { .. })
+    }
+
+    /// The storage completed checkpoints go to.
+    pub fn storage(&self) -> &CheckpointStorage {
+        &self.storage
+    }
+
+    /// The statistics, shared with whoever reads them.
+    pub fn stats(&self) -> Arc<CheckpointStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// When the next trigger is due, if one can happen at all.
+    fn next_trigger_at(&self) -> Option<i64> {
+        if self.is_stopped() || self.pending.len() >= self.timing.max_concurrent {
+            return None;
+        }
+        let by_interval = self
+            .last_trigger
+            .unwrap_or(self.created)
+            .saturating_add(self.timing.interval);
+        let by_pause = self
+            .last_end
+            .map_or(i64::MIN, |end| end.saturating_add(self.timing.min_pause));
+        Some(by_interval.max(by_pause))
+    }
+
+    fn expire(&mut self, now: i64, actions: &mut Vec<CoordinatorAction>) {
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now >= p.deadline)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            log::warn!("checkpoint {id} expired before every task acknowledged");
+            self.abort(id, AbortReason::Expired, now, actions);
+        }
+    }
+
+    fn abort(
+        &mut self,
+        id: u64,
+        reason: AbortReason,
+        now: i64,
+        actions: &mut Vec<CoordinatorAction>,
+    ) {
+        if self.pending.remove(&id).is_some() {
+            self.last_end = Some(now);
+            self.stats.aborted.inc();
+            actions.push(CoordinatorAction::Abort { id, reason });
+        }
+    }
+
+    fn complete(&mut self, id: u64, now: i64, actions: &mut Vec<CoordinatorAction>) {
+        let pending = self
+            .pending
+            .remove(&id)
+            .expect("complete is called for a pending checkpoint");
+        let checkpoint = CompletedCheckpoint {
+            id,
+            timestamp: pending.timestamp,
+            tasks: pending.acks,
+        };
+        if let Err(err) = self.storage.store(&checkpoint) {
+            log::error!("checkpoint {id} could not be stored: {err}");
+            self.last_end = Some(now);
+            self.stats.aborted.inc();
+            actions.push(CoordinatorAction::Abort {
+                id,
+                reason: AbortReason::StorageFailed(Arc::new(err)),
+            });
+            return;
+        }
+        // Older pending checkpoints can only restore to an earlier state: drop them, as Flink
+        // does before it sends the completion notices.
+        let older: Vec<u64> = self.pending.range(..id).map(|(&older, _)| older).collect();
+        for older in older {
+            self.abort(older, AbortReason::Subsumed { by: id }, now, actions);
+        }
+        self.last_end = Some(now);
+        self.stats.completed.inc();
+        let millis = u64::try_from(now.saturating_sub(pending.timestamp)).unwrap_or(0);
+        self.stats
+            .duration
+            .record_micros(millis.saturating_mul(1000));
+        log::debug!("checkpoint {id} completed at {now}");
+        actions.push(CoordinatorAction::Complete { id });
+    }
+}

@@ -1,0 +1,398 @@
+//! [`CheckpointStorage`]: where completed checkpoints are kept, in memory or in a directory.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::sync::{Arc, Mutex};
+
+use super::CompletedCheckpoint;
+use super::directory::DirectoryStorage;
+
+/// Where completed checkpoints are kept: in memory (tests, single-process runs) or in a
+/// directory (survives the process).
+///
+/// Both keep the [`retained`](Self::retained) newest checkpoints, deleting older ones once a new
+/// one is stored, and answer the same questions: [`load`](Self::load) one by id,
+/// [`latest`](Self::latest) intact one for restore, [`completed_ids`](Self::completed_ids).
+///
+/// Clones share the same storage (the same map, or the same directory), so the coordinator can
+/// write through one clone while the executor restores through another. One storage should have
+/// one writer at a time; writes through clones of one value are serialized.
+///
+/// # The directory layout
+///
+/// ```text
+/// <dir>/chk-00000000000000000007/_manifest        id, timestamp, and per file: task, length, CRC32
+/// <dir>/chk-00000000000000000007/task-0.state     one task's entries (see the module docs)
+/// <dir>/chk-00000000000000000008.inprogress-...   a write in progress (or a crash's leftover)
+/// ```
+///
+/// A checkpoint is written into a temporary directory (each file fsynced, the manifest last),
+/// renamed to its final name, and the parent directory fsynced: a crash leaves either a whole
+/// checkpoint or a leftover that [`directory`](Self::directory) removes on open. Ids are
+/// zero-padded so names sort by id.
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use streamtask_core::TaskSnapshot;
+/// use streamtask_core::checkpoint::{CheckpointStorage, CompletedCheckpoint, StorageError};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let storage = CheckpointStorage::directory(dir.path(), 2).unwrap();
+/// for id in 1..=3 {
+///     let mut state = TaskSnapshot::new();
+///     state.put_value(TaskSnapshot::SOURCE, &(id * 100)).unwrap();
+///     let tasks = BTreeMap::from([("source".to_string(), state)]);
+///     storage.store(&CompletedCheckpoint { id, timestamp: 10 * id as i64, tasks }).unwrap();
+/// }
+/// // Only the two newest are retained.
+/// assert_eq!(storage.completed_ids().unwrap(), vec![2, 3]);
+/// let latest = storage.latest().unwrap().expect("a checkpoint is stored");
+/// assert_eq!(latest.id, 3);
+/// assert_eq!(latest.tasks["source"].get_value::<u64>(TaskSnapshot::SOURCE).unwrap(), Some(300));
+/// assert!(matches!(storage.load(1), Err(StorageError::UnknownCheckpoint { id: 1 })));
+/// ```
+#[derive(Debug, Clone)]
+pub struct CheckpointStorage {
+    backend: Backend,
+}
+
+/// The closed set of storage kinds.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// Checkpoints in a map shared by the clones.
+    Memory(Arc<MemoryStorage>),
+    /// Checkpoints in a directory.
+    Directory(Arc<DirectoryStorage>),
+}
+
+impl CheckpointStorage {
+    /// A storage in memory that retains the `retained` newest checkpoints.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::ZeroRetention`] if `retained` is 0.
+    pub fn in_memory(retained: usize) -> Result<Self, StorageError> {
+        check_retention(retained)?;
+        Ok(CheckpointStorage {
+            backend: Backend::Memory(Arc::new(MemoryStorage {
+                retained,
+                checkpoints: Mutex::new(BTreeMap::new()),
+            })),
+        })
+    }
+
+    /// A storage in the directory `path` (created if missing) that retains the `retained` newest
+    /// checkpoints.
+    ///
+    /// Opening removes the leftovers of interrupted writes: temporary directories, and checkpoint
+    /// directories without a manifest or with a partly written one. Checkpoints that are complete
+    /// but damaged stay, and [`load`](Self::load) reports them.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::ZeroRetention`] if `retained` is 0; [`StorageError::Io`] if the directory
+    /// cannot be created, read or cleaned.
+    pub fn directory(path: impl Into<PathBuf>, retained: usize) -> Result<Self, StorageError> {
+        check_retention(retained)?;
+        Ok(CheckpointStorage {
+            backend: Backend::Directory(Arc::new(DirectoryStorage::open(path.into(), retained)?)),
+        })
+    }
+
+    /// How many of the newest checkpoints are kept.
+    pub fn retained(&self) -> usize {
+        match &self.backend {
+            Backend::Memory(m) => m.retained,
+            Backend::Directory(d) => d.retained(),
+        }
+    }
+
+    /// The directory of a directory storage; `None` in memory.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Directory(d) => Some(d.root()),
+        }
+    }
+
+    /// Stores `checkpoint` durably, then deletes the checkpoints older than the
+    /// [`retained`](Self::retained) newest.
+    ///
+    /// When this returns `Ok` the checkpoint survives a crash. Failing to delete an old
+    /// checkpoint is logged, not returned: the new one is stored all the same.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::DuplicateCheckpoint`] if a checkpoint with this id is stored;
+    /// [`StorageError::Io`] if writing fails (nothing of the checkpoint is left behind then).
+    pub fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+        match &self.backend {
+            Backend::Memory(m) => m.store(checkpoint),
+            Backend::Directory(d) => d.store(checkpoint),
+        }
+    }
+
+    /// The checkpoint `id`, every file checked against its length and checksum.
+    ///
+    /// # Errors
+    ///
+    /// - [`StorageError::UnknownCheckpoint`]: no completed checkpoint `id` is stored.
+    /// - [`StorageError::Truncated`]: a file is shorter than the manifest says, or its framing
+    ///   runs past its end.
+    /// - [`StorageError::Corrupted`]: a checksum, length, magic number or version is wrong.
+    /// - [`StorageError::MissingFile`]: a file the manifest lists is gone.
+    /// - [`StorageError::Io`]: reading failed.
+    pub fn load(&self, id: u64) -> Result<CompletedCheckpoint, StorageError> {
+        match &self.backend {
+            Backend::Memory(m) => m.load(id),
+            Backend::Directory(d) => d.load(id),
+        }
+    }
+
+    /// The newest intact checkpoint, the one to restore from; `None` if there is none.
+    ///
+    /// A newer checkpoint that is truncated, corrupted or missing a file is skipped with a
+    /// warning in the log, and the next older one is tried.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Io`] if the storage cannot be read at all (listing fails, or reading a
+    /// checkpoint fails for another reason than its content).
+    pub fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
+        let mut ids = self.completed_ids()?;
+        while let Some(id) = ids.pop() {
+            match self.load(id) {
+                Ok(checkpoint) => return Ok(Some(checkpoint)),
+                Err(err) if err.is_damage() => {
+                    log::warn!("skipping checkpoint {id} for restore: {err}");
+                }
+                // Removed by retention between listing and loading: look further back.
+                Err(StorageError::UnknownCheckpoint { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The ids of the completed checkpoints, oldest first (damaged ones included: only
+    /// [`load`](Self::load) reads their content).
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Io`] if the directory cannot be listed.
+    pub fn completed_ids(&self) -> Result<Vec<u64>, StorageError> {
+        match &self.backend {
+            Backend::Memory(m) => Ok(m.checkpoints.lock().keys().copied().collect()),
+            Backend::Directory(d) => d.completed_ids(),
+        }
+    }
+}
+
+fn check_retention(retained: usize) -> Result<(), StorageError> {
+    if retained == 0 {
+        Err(StorageError::ZeroRetention)
+    } else {
+        Ok(())
+    }
+}
+
+/// Checkpoints in memory, keyed by id.
+#[derive(Debug)]
+struct MemoryStorage {
+    retained: usize,
+    checkpoints: Mutex<BTreeMap<u64, CompletedCheckpoint>>,
+}
+
+impl MemoryStorage {
+    fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+        let mut checkpoints = self.checkpoints.lock();
+        if checkpoints.contains_key(&checkpoint.id) {
+            return Err(StorageError::DuplicateCheckpoint { id: checkpoint.id });
+        }
+        checkpoints.insert(checkpoint.id, checkpoint.clone());
+        while checkpoints.len() > self.retained {
+            checkpoints.pop_first();
+        }
+        Ok(())
+    }
+
+    fn load(&self, id: u64) -> Result<CompletedCheckpoint, StorageError> {
+        self.checkpoints
+            .lock()
+            .get(&id)
+            .cloned()
+            .ok_or(StorageError::UnknownCheckpoint { id })
+    }
+}
+
+/// A storage operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// A storage was asked to retain no checkpoint.
+    #[error(
+        "retaining 0 checkpoints would delete each checkpoint as soon as it is written; retain at \
+         least 1"
+    )]
+    ZeroRetention,
+    /// No completed checkpoint has this id.
+    #[error(
+        "checkpoint {id} is not stored (never completed, or removed by retention); restore from \
+         one of the ids completed_ids lists, or use latest"
+    )]
+    UnknownCheckpoint {
+        /// The id asked for.
+        id: u64,
+    },
+    /// A checkpoint with this id is already stored.
+    #[error(
+        "checkpoint {id} is already stored; give every checkpoint a new id, continuing after the \
+         newest stored one"
+    )]
+    DuplicateCheckpoint {
+        /// The id stored twice.
+        id: u64,
+    },
+    /// A file is shorter than it should be (an interrupted or lost write).
+    #[error(
+        "{} is truncated ({actual} of {expected} bytes); this checkpoint cannot be restored, \
+         restore from an older one (latest skips it)",
+        path.display()
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// The length the manifest or the framing requires.
+        expected: u64,
+        /// The file's length.
+        actual: u64,
+    },
+    /// A file's content is wrong.
+    #[error(
+        "{} is corrupted: {reason}; this checkpoint cannot be restored, restore from an older one \
+         (latest skips it)",
+        path.display()
+    )]
+    Corrupted {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: Corruption,
+    },
+    /// A file the manifest lists does not exist.
+    #[error(
+        "{} is missing; this checkpoint cannot be restored, restore from an older one (latest \
+         skips it)",
+        path.display()
+    )]
+    MissingFile {
+        /// The missing file.
+        path: PathBuf,
+    },
+    /// Reading or writing a path failed.
+    #[error(
+        "i/o error on {}: {source}; check that the checkpoint directory exists, is writable and \
+         has free space",
+        path.display()
+    )]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl StorageError {
+    /// Whether this error is about a damaged checkpoint (truncated, corrupted, missing a file)
+    /// rather than the storage as a whole; [`CheckpointStorage::latest`] skips such checkpoints.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Truncated { .. }
+                | StorageError::Corrupted { .. }
+                | StorageError::MissingFile { .. }
+        )
+    }
+
+    pub(super) fn io(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> StorageError {
+        let path = path.into();
+        move |source| StorageError::Io { path, source }
+    }
+}
+
+/// What is wrong with a corrupted checkpoint file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Corruption {
+    /// The file's CRC32 differs from the one recorded for it.
+    ChecksumMismatch {
+        /// The recorded checksum.
+        expected: u32,
+        /// The checksum of the bytes read.
+        actual: u32,
+    },
+    /// The file is longer than recorded.
+    LengthMismatch {
+        /// The recorded length.
+        expected: u64,
+        /// The file's length.
+        actual: u64,
+    },
+    /// The file does not start with the format's magic number: it is not a streamtask file.
+    BadMagic,
+    /// The file was written by an unknown format version.
+    UnsupportedVersion(u16),
+    /// Bytes follow the last field.
+    TrailingBytes,
+    /// A name is not UTF-8.
+    InvalidText,
+    /// A name appears twice (two entries with one key, or two files for one task).
+    DuplicateName,
+    /// A file name in the manifest is not a plain name inside the checkpoint's directory.
+    InvalidFileName,
+    /// The manifest's checksum matches but its fields contradict each other.
+    Inconsistent,
+    /// The manifest belongs to another checkpoint than its directory's name says.
+    WrongCheckpoint {
+        /// The id in the directory's name.
+        expected: u64,
+        /// The id in the manifest.
+        found: u64,
+    },
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Corruption::ChecksumMismatch { expected, actual } => write!(
+                f,
+                "checksum mismatch (recorded {expected:#010x}, read {actual:#010x})"
+            ),
+            Corruption::LengthMismatch { expected, actual } => {
+                write!(f, "length {actual} differs from the recorded {expected}")
+            }
+            Corruption::BadMagic => f.write_str("not a streamtask checkpoint file (bad magic)"),
+            Corruption::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            Corruption::TrailingBytes => f.write_str("unexpected bytes after the last field"),
+            Corruption::InvalidText => f.write_str("a name is not valid UTF-8"),
+            Corruption::DuplicateName => f.write_str("a name appears twice"),
+            Corruption::InvalidFileName => {
+                f.write_str("a listed file name points outside the checkpoint directory")
+            }
+            Corruption::Inconsistent => f.write_str("the manifest's fields contradict each other"),
+            Corruption::WrongCheckpoint { expected, found } => {
+                write!(
+                    f,
+                    "manifest of checkpoint {found} in the directory of {expected}"
+                )
+            }
+        }
+    }
+}
