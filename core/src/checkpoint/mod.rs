@@ -10,7 +10,7 @@
 //! 2. Every task snapshots its state when the barrier reaches it and reports a
 //!    [`TaskReport`](crate::task::TaskReport) through its
 //!    [`CheckpointResponder`](crate::task::CheckpointResponder): an acknowledgement carrying its
-//!    [`TaskSnapshot`](crate::TaskSnapshot), or a decline.
+//!    [`TaskSnapshot`], or a decline.
 //! 3. Once every task acknowledged, the coordinator stores a [`CompletedCheckpoint`] and hands
 //!    out [`CoordinatorAction::Complete`]; the executor forwards `notify_checkpoint_complete` to
 //!    every task (two-phase sinks commit). A decline, a timeout, a finished task or a newer
