@@ -1,1 +1,14 @@
-//! streamtask-legacy: under construction.
+//! streamtask-legacy (in progress).
+#![forbid(unsafe_code)]
+
+mod cancel;
+mod lock;
+mod source;
+
+pub use crate::cancel::{CancelHook, Cancelled, CancellationToken};
+pub use crate::lock::{CheckpointGuard, CheckpointLock, Fairness};
+pub use crate::source::{
+    CONTEXT_TIMER_OPERATOR, ContextConfigError, Emission, SourceCell, SourceContext,
+    SourceContextConfig, SourceEnd, SourceFunction, SourceGuard, SourceOutput, TimeCharacteristic,
+    restore_source_state, run_source,
+};

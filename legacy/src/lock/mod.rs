@@ -1,0 +1,410 @@
+//! The checkpoint lock: a mutex that owns what it guards, with a fairness setting, a condition
+//! to wait on, and a histogram of how long each acquirer waited.
+//!
+//! In Flink's lock model (<= 1.9) every thread of a task that touches operator state takes one
+//! monitor, `StreamTask#getCheckpointLock()`: the source thread around each emit, the input task
+//! thread around each record, the timer thread around each timer, the "async calls" thread
+//! around each checkpoint. Here the lock *owns* that state (the source's checkpointed state and
+//! the operator chain), so nothing can touch it without holding the lock.
+//!
+//! # Protocol
+//!
+//! | who | takes the lock | for |
+//! |---|---|---|
+//! | source thread | per emit, or a section held by a [`SourceGuard`](crate::SourceGuard) | emitting, updating source state |
+//! | input task thread | per record (one acquisition) | pushing the record through the chain |
+//! | timer thread | per timer | `on_processing_time`, checking the timer service's status inside |
+//! | async-calls thread | per checkpoint, notice, or event | snapshot + barrier broadcast, commits, events |
+//!
+//! A thread that must wait for something another lock holder produces (a source waiting for
+//! room in a handoff buffer, an async head waiting for a free queue slot) waits on the lock's
+//! condition with [`CheckpointGuard::wait_until`], which releases the lock while it waits; every
+//! holder that may have produced such a change calls [`CheckpointLock::notify_all`]. The
+//! lost-wakeup argument is written out in the `condition` module.
+//!
+//! # Fairness
+//!
+//! | [`Fairness`] | mutex | on release |
+//! |---|---|---|
+//! | `Unfair` | std's futex mutex ([`BargingMutex`]) | the releasing thread may take it straight back, forever (a Java monitor) |
+//! | `Eventual` | parking_lot | barging, but about every 0.5 ms the lock is handed to a waiter |
+//! | `Fair` | parking_lot | always handed to the longest waiter (`unlock_fair`) |
+//!
+//! # Lock states
+//!
+//! | state | meaning | moves to |
+//! |---|---|---|
+//! | free | no guard exists | held (by `lock`/`try_lock`) |
+//! | held | one [`CheckpointGuard`] exists | free (guard dropped; fair hand-off if `Fair`), waiting |
+//! | waiting | the guard's owner blocks in `wait_until` with the lock released | held (re-acquired after a notification) |
+//!
+//! The lock is not reentrant: a thread holding a guard that calls [`CheckpointLock::lock`] again
+//! deadlocks. Code running under the lock that needs "the lock" (an operator sending itself an
+//! event) enqueues instead (see the `task` module).
+
+mod condition;
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc as StdArc;
+use std::time::{Duration, Instant};
+
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::sync::{BargingMutex, BargingMutexGuard, Mutex, MutexGuard, unlock_fair};
+use streamtask_core::trace::Tracer;
+
+use self::condition::{Condition, deadline_after};
+
+/// How the checkpoint lock treats threads that wait for it.
+///
+/// The setting exists to show (and measure) the starvation of checkpoint triggers and timers
+/// behind a source that re-takes the lock in a tight loop (see the crate's benches).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_legacy::{CheckpointLock, Fairness};
+///
+/// let lock = CheckpointLock::new(0u64, Fairness::Fair);
+/// *lock.lock() += 1;
+/// assert_eq!(*lock.lock(), 1);
+/// assert_eq!(lock.fairness(), Fairness::Fair);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Fairness {
+    /// No fairness at all (std's futex mutex): a hot thread can keep the lock indefinitely,
+    /// as with Java's `synchronized`.
+    Unfair,
+    /// parking_lot's default: barging, with a forced hand-off about every 0.5 ms.
+    #[default]
+    Eventual,
+    /// Every release hands the lock to the longest waiter.
+    Fair,
+}
+
+/// The mutex, by fairness.
+enum LockMutex<T> {
+    Barging(BargingMutex<T>),
+    Parking(Mutex<T>),
+}
+
+/// What a guard needs besides the mutex: fairness, condition, metrics.
+struct LockShared {
+    fairness: Fairness,
+    condition: Condition,
+    metrics: Option<StdArc<TaskMetrics>>,
+    tracer: Tracer,
+}
+
+/// The checkpoint lock: a mutex around a task's state, with a [`Fairness`] setting, a condition
+/// to wait on (see [`CheckpointGuard::wait_until`]), and the time every acquirer waited recorded
+/// into [`TaskMetrics::lock_wait`].
+///
+/// The uncontended path is one `try_lock`; the clock is read only when the lock was taken.
+///
+/// # Examples
+///
+/// A producer waits, with the lock released, until a consumer made room:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::thread;
+/// use streamtask_legacy::{CheckpointLock, Fairness};
+///
+/// let lock = Arc::new(CheckpointLock::new(vec![1, 2, 3], Fairness::Eventual));
+/// let consumer = {
+///     let lock = Arc::clone(&lock);
+///     thread::spawn(move || {
+///         lock.lock().clear();
+///         lock.notify_all();
+///     })
+/// };
+/// let mut queue = lock.lock();
+/// queue.wait_until(|q| q.len() < 3);
+/// queue.push(4);
+/// drop(queue);
+/// consumer.join().unwrap();
+/// assert_eq!(*lock.lock(), vec![4]);
+/// ```
+pub struct CheckpointLock<T> {
+    shared: LockShared,
+    mutex: LockMutex<T>,
+}
+
+impl<T> CheckpointLock<T> {
+    /// A lock owning `value`.
+    pub fn new(value: T, fairness: Fairness) -> Self {
+        let mutex = match fairness {
+            Fairness::Unfair => LockMutex::Barging(BargingMutex::new(value)),
+            Fairness::Eventual | Fairness::Fair => LockMutex::Parking(Mutex::new(value)),
+        };
+        CheckpointLock {
+            shared: LockShared {
+                fairness,
+                condition: Condition::default(),
+                metrics: None,
+                tracer: Tracer::off(),
+            },
+            mutex,
+        }
+    }
+
+    /// Records every acquirer's wait into `metrics.lock_wait`.
+    pub fn with_metrics(mut self, metrics: StdArc<TaskMetrics>) -> Self {
+        self.shared.metrics = Some(metrics);
+        self
+    }
+
+    /// Records a `lock-wait` span for every acquisition that waited.
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.shared.tracer = tracer;
+        self
+    }
+
+    /// The fairness setting.
+    pub fn fairness(&self) -> Fairness {
+        self.shared.fairness
+    }
+
+    /// Takes the lock, blocking until it is free.
+    #[inline]
+    pub fn lock(&self) -> CheckpointGuard<'_, T> {
+        self.lock_as(|m| m, |m| m)
+    }
+
+    /// Takes the lock if it is free right now.
+    pub fn try_lock(&self) -> Option<CheckpointGuard<'_, T>> {
+        let (mutex, guard) = match &self.mutex {
+            LockMutex::Barging(m) => (MutexRef::Barging(m), GuardKind::Barging(m.try_lock()?)),
+            LockMutex::Parking(m) => (MutexRef::Parking(m), GuardKind::Parking(m.try_lock()?)),
+        };
+        Some(CheckpointGuard {
+            shared: &self.shared,
+            mutex,
+            guard: Some(guard),
+        })
+    }
+
+    /// Wakes every thread waiting in [`CheckpointGuard::wait_until`]. Call it after changing,
+    /// under the lock, something a waiter checks; from any thread, with or without the lock.
+    /// One atomic load when nobody waits.
+    #[inline]
+    pub fn notify_all(&self) {
+        self.shared.condition.notify_all();
+    }
+
+    /// Consumes the lock and returns what it guarded.
+    pub fn into_inner(self) -> T {
+        match self.mutex {
+            LockMutex::Barging(m) => m.into_inner(),
+            LockMutex::Parking(m) => m.into_inner(),
+        }
+    }
+
+    /// Takes the lock and views the data as `U` (a trait object, say), given how to view each
+    /// mutex flavour as one holding `U`; at the call sites both closures are `|m| m` and the
+    /// compiler inserts the unsizing coercion.
+    #[inline]
+    pub(crate) fn lock_as<'a, U: ?Sized>(
+        &'a self,
+        barging: impl FnOnce(&'a BargingMutex<T>) -> &'a BargingMutex<U>,
+        parking: impl FnOnce(&'a Mutex<T>) -> &'a Mutex<U>,
+    ) -> CheckpointGuard<'a, U> {
+        let mutex = match &self.mutex {
+            LockMutex::Barging(m) => MutexRef::Barging(barging(m)),
+            LockMutex::Parking(m) => MutexRef::Parking(parking(m)),
+        };
+        let guard = mutex.acquire(&self.shared);
+        CheckpointGuard {
+            shared: &self.shared,
+            mutex,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl<T> fmt::Debug for CheckpointLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckpointLock")
+            .field("fairness", &self.shared.fairness)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The mutex a guard came from, so it can re-take it after a wait.
+enum MutexRef<'a, T: ?Sized> {
+    Barging(&'a BargingMutex<T>),
+    Parking(&'a Mutex<T>),
+}
+
+impl<T: ?Sized> Clone for MutexRef<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ?Sized> Copy for MutexRef<'_, T> {}
+
+enum GuardKind<'a, T: ?Sized> {
+    Barging(BargingMutexGuard<'a, T>),
+    Parking(MutexGuard<'a, T>),
+}
+
+impl<'a, T: ?Sized> MutexRef<'a, T> {
+    /// Takes the mutex: `try_lock` first, so the uncontended path reads no clock; otherwise
+    /// blocks and records how long it waited.
+    #[inline]
+    fn acquire(self, shared: &LockShared) -> GuardKind<'a, T> {
+        let fast = match self {
+            MutexRef::Barging(m) => m.try_lock().map(GuardKind::Barging),
+            MutexRef::Parking(m) => m.try_lock().map(GuardKind::Parking),
+        };
+        match fast {
+            Some(guard) => guard,
+            None => self.acquire_slow(shared),
+        }
+    }
+
+    #[cold]
+    fn acquire_slow(self, shared: &LockShared) -> GuardKind<'a, T> {
+        let start = Instant::now();
+        let guard = match self {
+            MutexRef::Barging(m) => GuardKind::Barging(m.lock()),
+            MutexRef::Parking(m) => GuardKind::Parking(m.lock()),
+        };
+        if let Some(metrics) = &shared.metrics {
+            metrics.lock_wait.record(start.elapsed());
+        }
+        shared
+            .tracer
+            .complete("lock-wait", || "checkpoint lock".to_string(), start);
+        guard
+    }
+}
+
+/// Proof of holding the [`CheckpointLock`]: derefs to the guarded data; releases the lock when
+/// dropped (handing it to the longest waiter under [`Fairness::Fair`]).
+///
+/// `T` may be unsized: a source context holds a guard of the source's cell with its output
+/// erased to a trait object.
+pub struct CheckpointGuard<'a, T: ?Sized> {
+    shared: &'a LockShared,
+    mutex: MutexRef<'a, T>,
+    // `None` only inside `wait_until`/`unlocked`, while the lock is released.
+    guard: Option<GuardKind<'a, T>>,
+}
+
+impl<T: ?Sized> CheckpointGuard<'_, T> {
+    /// Waits on the lock's condition until `done` returns `true`, releasing the lock while it
+    /// waits. `done` runs under the lock; the waiting thread is woken by
+    /// [`CheckpointLock::notify_all`]. Returns at once if `done` already holds.
+    ///
+    /// A flag `done` reads that is *not* changed under the lock must be stored and loaded with
+    /// `Ordering::SeqCst`, and its writer must call `notify_all` afterwards (see the
+    /// `condition` module's protocol).
+    pub fn wait_until(&mut self, done: impl FnMut(&mut T) -> bool) {
+        self.wait_until_deadline(None, done);
+    }
+
+    /// As [`wait_until`](Self::wait_until), giving up after `timeout`. Returns whether `done`
+    /// holds.
+    pub fn wait_until_for(&mut self, timeout: Duration, done: impl FnMut(&mut T) -> bool) -> bool {
+        self.wait_until_deadline(Some(deadline_after(timeout)), done)
+    }
+
+    fn wait_until_deadline(
+        &mut self,
+        deadline: Option<Instant>,
+        mut done: impl FnMut(&mut T) -> bool,
+    ) -> bool {
+        // Try.
+        if done(&mut **self) {
+            return true;
+        }
+        loop {
+            // Register interest, try again, then block (the `condition` module's protocol).
+            let ticket = self.shared.condition.register();
+            if done(&mut **self) {
+                self.shared.condition.unregister();
+                return true;
+            }
+            self.release();
+            let notified = self.shared.condition.block(ticket, deadline);
+            self.guard = Some(self.mutex.acquire(self.shared));
+            if !notified {
+                return done(&mut **self);
+            }
+        }
+    }
+
+    /// Releases the lock, runs `f`, and takes the lock again.
+    pub fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.release();
+        // Re-take the lock even if `f` panics, so the guard's invariant holds during unwinding.
+        struct Relock<'g, 'a, T: ?Sized>(&'g mut CheckpointGuard<'a, T>);
+        impl<T: ?Sized> Drop for Relock<'_, '_, T> {
+            fn drop(&mut self) {
+                self.0.guard = Some(self.0.mutex.acquire(self.0.shared));
+            }
+        }
+        let _relock = Relock(self);
+        f()
+    }
+
+    /// Wakes every waiter of this lock (see [`CheckpointLock::notify_all`]).
+    #[inline]
+    pub fn notify_all(&self) {
+        self.shared.condition.notify_all();
+    }
+
+    /// The lock's fairness setting.
+    pub fn fairness(&self) -> Fairness {
+        self.shared.fairness
+    }
+
+    fn release(&mut self) {
+        match self.guard.take() {
+            Some(GuardKind::Parking(g)) if self.shared.fairness == Fairness::Fair => unlock_fair(g),
+            other => drop(other),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for CheckpointGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        match &self.guard {
+            Some(GuardKind::Barging(g)) => g,
+            Some(GuardKind::Parking(g)) => g,
+            None => unreachable!("a checkpoint guard is only released inside its own methods"),
+        }
+    }
+}
+
+impl<T: ?Sized> DerefMut for CheckpointGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        match &mut self.guard {
+            Some(GuardKind::Barging(g)) => &mut *g,
+            Some(GuardKind::Parking(g)) => &mut *g,
+            None => unreachable!("a checkpoint guard is only released inside its own methods"),
+        }
+    }
+}
+
+impl<T: ?Sized> Drop for CheckpointGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl<T: ?Sized> fmt::Debug for CheckpointGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckpointGuard")
+            .field("fairness", &self.shared.fairness)
+            .finish_non_exhaustive()
+    }
+}
