@@ -4,6 +4,8 @@
 mod cancel;
 mod lock;
 mod source;
+mod task;
+mod timer;
 
 pub use crate::cancel::{CancelHook, Cancelled, CancellationToken};
 pub use crate::lock::{CheckpointGuard, CheckpointLock, Fairness};
@@ -12,3 +14,8 @@ pub use crate::source::{
     SourceContextConfig, SourceEnd, SourceFunction, SourceGuard, SourceOutput, TimeCharacteristic,
     restore_source_state, run_source,
 };
+pub use crate::task::{
+    DEFAULT_CANCEL_GRACE, OneInputStreamTask, SourceStreamTask, TaskHandle, TaskState,
+    TwoInputStreamTask,
+};
+pub use crate::timer::{SystemProcessingTimeService, TimerStatus};

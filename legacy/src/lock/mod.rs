@@ -53,7 +53,8 @@ use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::{BargingMutex, BargingMutexGuard, Mutex, MutexGuard, unlock_fair};
 use streamtask_core::trace::Tracer;
 
-use self::condition::{Condition, deadline_after};
+pub(crate) use self::condition::deadline_after;
+use self::condition::Condition;
 
 /// How the checkpoint lock treats threads that wait for it.
 ///

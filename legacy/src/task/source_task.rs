@@ -1,0 +1,150 @@
+//! `SourceStreamTask`: the source runs on the task thread, the chain behind it, every emit
+//! under the checkpoint lock.
+
+use std::fmt;
+use std::sync::Arc as StdArc;
+use std::time::Duration;
+
+use streamtask_core::TimerService;
+use streamtask_core::operator::{Operator, TaskOutput};
+use streamtask_core::task::TaskConfig;
+
+use super::body::{BodyParts, ChainBody};
+use super::runtime::{self, DEFAULT_CANCEL_GRACE, RuntimeOptions};
+use super::{TaskHandle, TaskKind};
+use crate::lock::Fairness;
+use crate::source::{Emission, SourceCell, SourceContextConfig, SourceEnd, SourceFunction, run_source};
+
+/// A task whose input is a legacy [`SourceFunction`]: the source runs on the task thread and
+/// each of its emits pushes the record through the chain behind it, under the checkpoint lock
+/// (Flink 1.8's `SourceStreamTask`). Checkpoints are triggered from outside
+/// ([`TaskHandle::trigger_checkpoint`]) and run on the task's async-calls thread, competing for
+/// the lock with the source.
+///
+/// A builder: [`new`](Self::new) takes what is required, `with_*` the rest, [`spawn`](Self::spawn)
+/// starts the task.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use streamtask_core::operator::{Emitted, Map};
+/// use streamtask_core::task::TaskConfig;
+/// use streamtask_core::{OperatorError, StreamRecord, Watermark};
+/// use streamtask_legacy::{SourceContext, SourceFunction, SourceStreamTask};
+///
+/// struct Numbers;
+///
+/// impl SourceFunction for Numbers {
+///     type Out = u32;
+///     type State = ();
+///     fn run(&mut self, ctx: &mut SourceContext<'_, u32, ()>) -> Result<(), OperatorError> {
+///         for n in 1..=3 {
+///             ctx.collect(n)?;
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let task = SourceStreamTask::new(
+///     TaskConfig::new("numbers"),
+///     Numbers,
+///     Map::new("times ten", |n: u32| n * 10),
+///     Vec::<Emitted<u32>>::new(),
+/// )
+/// .spawn();
+/// assert!(task.join().is_finished());
+/// ```
+///
+/// (The output above is dropped with the task; tests use a shared collecting output.)
+pub struct SourceStreamTask<F, C, O> {
+    config: TaskConfig,
+    source: F,
+    chain: C,
+    output: O,
+    context: SourceContextConfig,
+    fairness: Fairness,
+    cancel_grace: Duration,
+}
+
+impl<F, C, O> SourceStreamTask<F, C, O>
+where
+    F: SourceFunction,
+    C: Operator<In = F::Out> + 'static,
+    O: TaskOutput<C::Out> + 'static,
+{
+    /// A task running `source` with `chain` behind it, emitting into `output`; processing-time
+    /// context, [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`].
+    pub fn new(config: TaskConfig, source: F, chain: C, output: O) -> Self {
+        SourceStreamTask {
+            config,
+            source,
+            chain,
+            output,
+            context: SourceContextConfig::default(),
+            fairness: Fairness::default(),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+        }
+    }
+
+    /// The source context's flavour, watermark interval and idle timeout.
+    pub fn with_context(mut self, context: SourceContextConfig) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// The checkpoint lock's fairness.
+    pub fn with_fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
+        self
+    }
+
+    /// How long `cancel`/`join` wait for a stopping task before reporting that its source
+    /// ignored cancellation.
+    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Starts the task's threads.
+    pub fn spawn(self) -> TaskHandle {
+        let SourceStreamTask {
+            config,
+            mut source,
+            chain,
+            output,
+            context,
+            fairness,
+            cancel_grace,
+        } = self;
+        let metrics = StdArc::clone(&config.metrics);
+        let tracer = config.tracer.clone();
+        runtime::spawn(
+            config,
+            TaskKind::Source,
+            RuntimeOptions {
+                fairness,
+                cancel_grace,
+            },
+            move |services| {
+                let timers: StdArc<dyn TimerService> = StdArc::clone(services.timers());
+                let body = ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer));
+                SourceCell::new(F::State::default(), Emission::new(context, timers), body)
+            },
+            move |parts| match run_source(&mut source, &parts.lock, &parts.shared.cancel)? {
+                SourceEnd::Finished => parts.finish_with(|cell| cell.output_mut().finish()),
+                SourceEnd::Cancelled => Ok(()),
+            },
+        )
+    }
+}
+
+impl<F, C, O> fmt::Debug for SourceStreamTask<F, C, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceStreamTask")
+            .field("name", &self.config.name)
+            .field("context", &self.context)
+            .field("fairness", &self.fairness)
+            .finish_non_exhaustive()
+    }
+}
