@@ -1,0 +1,627 @@
+//! [`TaskMailbox`]: the priority mailbox of one task thread (Flink's `TaskMailboxImpl`).
+//!
+//! # States
+//!
+//! | state | `put` / `put_first` | `take` / `try_take` | moves to |
+//! |---|---|---|---|
+//! | [`Open`](MailboxState::Open) | accepted | allowed | `Quiesced` ([`quiesce`](TaskMailbox::quiesce)), `Closed` ([`close`](TaskMailbox::close)) |
+//! | [`Quiesced`](MailboxState::Quiesced) | refused, the mail is handed back | allowed (what is left) | `Closed` |
+//! | [`Closed`](MailboxState::Closed) | refused, the mail is handed back | [`TakeError::Closed`] | - |
+//!
+//! Transitions only go forward; `quiesce` in `Quiesced` or `Closed` does nothing and `close` in
+//! `Closed` returns no mails. Both are owner-only.
+//!
+//! # Who may call what
+//!
+//! The mailbox is bound to one owner thread (the task thread). `put`, `put_first`, `state`,
+//! `len`, `drain` and `run_exclusively` work from any thread; everything that takes mails or
+//! changes the state is owner-only and returns [`WrongThread`] (or [`TakeError::WrongThread`])
+//! elsewhere. Nothing here panics on misuse.
+//!
+//! # The batch and the fast path
+//!
+//! The owner keeps a private *batch*: [`create_batch`](TaskMailbox::create_batch) moves every
+//! queued mail to the batch's tail, and the processor then runs the batch with
+//! [`try_take_from_batch`](TaskMailbox::try_take_from_batch). Mails put meanwhile stay in the
+//! queue until the next batch, so a mail that enqueues a mail cannot starve the default action.
+//! [`take`](TaskMailbox::take) and [`try_take`](TaskMailbox::try_take) look in the batch first
+//! (honouring the priority), then in the queue. [`put_first`](TaskMailbox::put_first) on the
+//! owner goes to the head of the batch; from another thread, to the head of the queue.
+//!
+//! One atomic byte, `flags`, holds two hints: `NEW_MAIL` (the queue is not empty) and `BATCH`
+//! (the batch is not empty). [`has_mail`](TaskMailbox::has_mail) is one load of it, so the
+//! processor's "no mail" check costs one atomic load and no lock; the queue lock is taken only
+//! when `NEW_MAIL` is set. The flags are hints: the contents are guarded by the locks, and every
+//! flag change is made while holding the lock of the container it describes.
+//!
+//! The batch has its own mutex, taken only by the owner (and by `drain`, `close`, `len`), so it
+//! is never contended: Rust has no safe owner-thread-only cell in a type other threads share.
+//! Lock order: the queue before the batch.
+//!
+//! # Blocking without lost wakeups
+//!
+//! The owner blocks in [`take`](TaskMailbox::take) only after finding nothing in the batch and
+//! re-checking the queue *under the queue lock*; every `put` pushes and notifies under that same
+//! lock, so a mail cannot slip in between the check and the wait. Only the owner ever waits.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use streamtask_core::sync::atomic::{AtomicU8, Ordering};
+use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
+
+use crate::mail::{Mail, Priority};
+
+/// The lifecycle state of a [`TaskMailbox`]; see the [module docs](self) for the transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MailboxState {
+    /// Accepts mails; mails can be taken.
+    Open = 0,
+    /// Refuses new mails; what is left can still be taken.
+    Quiesced = 1,
+    /// Refuses everything; the mails left were handed to whoever closed it.
+    Closed = 2,
+}
+
+impl MailboxState {
+    /// Whether `put` is accepted (only in [`Open`](Self::Open)).
+    #[inline]
+    pub fn is_accepting_mails(self) -> bool {
+        self == MailboxState::Open
+    }
+
+    fn from_u8(value: u8) -> Self {
+        match value {
+            0 => MailboxState::Open,
+            1 => MailboxState::Quiesced,
+            _ => MailboxState::Closed,
+        }
+    }
+}
+
+impl fmt::Display for MailboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MailboxState::Open => "open",
+            MailboxState::Quiesced => "quiesced",
+            MailboxState::Closed => "closed",
+        })
+    }
+}
+
+/// An owner-only method was called from another thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("called off the mailbox thread; only the thread that owns the mailbox may do this")]
+pub struct WrongThread;
+
+/// A mail was refused because the mailbox is not [`Open`](MailboxState::Open); the mail is
+/// handed back.
+pub struct PutError<T> {
+    state: MailboxState,
+    mail: Mail<T>,
+}
+
+impl<T> PutError<T> {
+    /// The state that refused the mail.
+    pub fn state(&self) -> MailboxState {
+        self.state
+    }
+
+    /// The mail that was not delivered.
+    pub fn into_inner(self) -> Mail<T> {
+        self.mail
+    }
+}
+
+impl<T> fmt::Debug for PutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PutError")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for PutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the mailbox is {} and accepts no mail; put mails only while the task runs",
+            self.state
+        )
+    }
+}
+
+impl<T> std::error::Error for PutError<T> {}
+
+/// Taking a mail failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TakeError {
+    /// Called from a thread other than the owner.
+    #[error("take called off the mailbox thread; only the thread that owns the mailbox may take")]
+    WrongThread,
+    /// The mailbox is closed.
+    #[error("the mailbox is closed; take mails only before closing it")]
+    Closed,
+    /// The mailbox is quiesced and holds no mail of the requested priority. No mail can arrive
+    /// any more, so a blocking take would wait forever (Flink's would).
+    #[error(
+        "the mailbox is quiesced and holds no mail of this priority; none can arrive, so stop \
+         taking (drain it instead)"
+    )]
+    Exhausted,
+}
+
+impl From<WrongThread> for TakeError {
+    fn from(_: WrongThread) -> Self {
+        TakeError::WrongThread
+    }
+}
+
+// Bits of `TaskMailbox::flags`.
+/// The queue holds at least one mail. Changed only under the queue lock.
+const NEW_MAIL: u8 = 1;
+/// The owner's batch holds at least one mail. Changed only under the batch lock.
+const BATCH: u8 = 2;
+
+/// A priority mailbox bound to one owner thread. See the [module docs](self).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_mailbox::{Mail, MailboxState, Priority, TaskMailbox};
+///
+/// let mailbox = TaskMailbox::new(); // owned by this thread
+/// std::thread::scope(|s| {
+///     s.spawn(|| mailbox.put(Mail::new(Priority::MIN, "checkpoint")).unwrap());
+/// });
+/// mailbox.put(Mail::new(Priority::operator(1), "timer")).unwrap();
+///
+/// // Priority is visibility: a take at operator 0's priority skips the task-level mail.
+/// assert_eq!(mailbox.take(Priority::operator(0)).unwrap().into_body(), "timer");
+/// assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), "checkpoint");
+///
+/// mailbox.quiesce().unwrap();
+/// let refused = mailbox.put(Mail::new(Priority::MAX, "late")).unwrap_err();
+/// assert_eq!(refused.state(), MailboxState::Quiesced);
+/// assert_eq!(refused.into_inner().into_body(), "late");
+/// assert!(mailbox.close().unwrap().is_empty());
+/// ```
+pub struct TaskMailbox<T> {
+    owner: thread::Thread,
+    flags: AtomicU8,
+    state: AtomicU8,
+    queue: Mutex<VecDeque<Mail<T>>>,
+    not_empty: Condvar,
+    batch: Mutex<VecDeque<Mail<T>>>,
+}
+
+impl<T> TaskMailbox<T> {
+    /// An open mailbox owned by the calling thread.
+    pub fn new() -> Self {
+        TaskMailbox::with_owner(thread::current())
+    }
+
+    /// An open mailbox owned by `owner` (typically `join_handle.thread().clone()` of a task
+    /// thread that is about to receive it).
+    pub fn with_owner(owner: thread::Thread) -> Self {
+        TaskMailbox {
+            owner,
+            flags: AtomicU8::new(0),
+            state: AtomicU8::new(MailboxState::Open as u8),
+            queue: Mutex::new(VecDeque::new()),
+            not_empty: Condvar::new(),
+            batch: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Whether the calling thread owns the mailbox.
+    pub fn is_owner_thread(&self) -> bool {
+        thread::current().id() == self.owner.id()
+    }
+
+    /// The owner thread.
+    pub fn owner(&self) -> &thread::Thread {
+        &self.owner
+    }
+
+    fn check_owner(&self) -> Result<(), WrongThread> {
+        if self.is_owner_thread() {
+            Ok(())
+        } else {
+            Err(WrongThread)
+        }
+    }
+
+    /// The current state; from any thread, without locking.
+    #[inline]
+    pub fn state(&self) -> MailboxState {
+        // Acquire pairs with the Release store in `set_state` (made under the queue lock): a
+        // thread that sees the new state also sees the queue as it was when it changed.
+        MailboxState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    fn set_state(&self, _queue: &mut VecDeque<Mail<T>>, state: MailboxState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    /// Appends `mail` to the queue; from any thread.
+    ///
+    /// # Errors
+    ///
+    /// [`PutError`] with the mail when the mailbox is not [`Open`](MailboxState::Open).
+    pub fn put(&self, mail: Mail<T>) -> Result<(), PutError<T>> {
+        let mut queue = self.queue.lock();
+        self.put_locked(&mut queue, mail, false)
+    }
+
+    /// Puts `mail` ahead of everything else; from any thread. On the owner thread it goes to the
+    /// head of the batch (it runs next, before the rest of the batch); from another thread, to
+    /// the head of the queue (it runs first in the next batch).
+    ///
+    /// # Errors
+    ///
+    /// [`PutError`] with the mail when the mailbox is not [`Open`](MailboxState::Open).
+    pub fn put_first(&self, mail: Mail<T>) -> Result<(), PutError<T>> {
+        if self.is_owner_thread() {
+            // Only the owner changes the state, so reading it without the queue lock is exact.
+            let state = self.state();
+            if !state.is_accepting_mails() {
+                return Err(PutError { state, mail });
+            }
+            self.push_batch_front(mail);
+            Ok(())
+        } else {
+            let mut queue = self.queue.lock();
+            self.put_locked(&mut queue, mail, true)
+        }
+    }
+
+    fn put_locked(
+        &self,
+        queue: &mut VecDeque<Mail<T>>,
+        mail: Mail<T>,
+        first: bool,
+    ) -> Result<(), PutError<T>> {
+        let state = self.state();
+        if !state.is_accepting_mails() {
+            return Err(PutError { state, mail });
+        }
+        if first {
+            queue.push_front(mail);
+        } else {
+            queue.push_back(mail);
+        }
+        // Release: the owner's fast path that sees the bit then takes the queue lock, which is
+        // what actually publishes the mail; the ordering keeps the hint no later than the push.
+        self.flags.fetch_or(NEW_MAIL, Ordering::Release);
+        // Notified under the lock: the owner cannot be between its check and its wait.
+        self.not_empty.notify_one();
+        Ok(())
+    }
+
+    /// Owner only: puts `mail` at the head of the batch whatever the state. The processor uses
+    /// it for its own control signals, which must reach the loop even while quiesced.
+    pub(crate) fn push_batch_front(&self, mail: Mail<T>) {
+        let mut batch = self.batch.lock();
+        batch.push_front(mail);
+        self.flags.fetch_or(BATCH, Ordering::Release);
+    }
+
+    /// Whether a mail is waiting (in the batch or the queue). One atomic load; owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the owner thread.
+    #[inline]
+    pub fn has_mail(&self) -> Result<bool, WrongThread> {
+        self.check_owner()?;
+        Ok(self.has_mail_hint())
+    }
+
+    /// [`has_mail`](Self::has_mail) without the owner check: exactly one atomic load. Exact on
+    /// the owner thread; a hint elsewhere.
+    #[inline]
+    pub(crate) fn has_mail_hint(&self) -> bool {
+        // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`; the mail itself
+        // is read under the lock of its container.
+        self.flags.load(Ordering::Acquire) != 0
+    }
+
+    /// Takes the first mail with priority `>= priority`, from the batch first, then the queue,
+    /// without blocking; owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`TakeError::WrongThread`] off the owner thread, [`TakeError::Closed`] once closed.
+    pub fn try_take(&self, priority: Priority) -> Result<Option<Mail<T>>, TakeError> {
+        self.check_owner()?;
+        self.try_take_unchecked(priority)
+    }
+
+    pub(crate) fn try_take_unchecked(
+        &self,
+        priority: Priority,
+    ) -> Result<Option<Mail<T>>, TakeError> {
+        self.check_not_closed()?;
+        if let Some(mail) = self.take_from_batch(priority) {
+            return Ok(Some(mail));
+        }
+        if self.flags.load(Ordering::Acquire) & NEW_MAIL == 0 {
+            return Ok(None);
+        }
+        let mut queue = self.queue.lock();
+        Ok(self.take_from_queue(&mut queue, priority))
+    }
+
+    /// Takes the first mail with priority `>= priority`, from the batch first, then the queue,
+    /// blocking until one arrives; owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`TakeError::WrongThread`] off the owner thread, [`TakeError::Closed`] once closed, and
+    /// [`TakeError::Exhausted`] when the mailbox is quiesced and holds no such mail (where
+    /// Flink's `take` would block forever).
+    pub fn take(&self, priority: Priority) -> Result<Mail<T>, TakeError> {
+        self.check_owner()?;
+        self.take_unchecked(priority)
+    }
+
+    pub(crate) fn take_unchecked(&self, priority: Priority) -> Result<Mail<T>, TakeError> {
+        self.check_not_closed()?;
+        if let Some(mail) = self.take_from_batch(priority) {
+            return Ok(mail);
+        }
+        // The batch cannot grow while we wait: only the owner (this thread) adds to it.
+        let mut queue = self.queue.lock();
+        loop {
+            if let Some(mail) = self.take_from_queue(&mut queue, priority) {
+                return Ok(mail);
+            }
+            match self.state() {
+                MailboxState::Open => {}
+                MailboxState::Quiesced => return Err(TakeError::Exhausted),
+                MailboxState::Closed => return Err(TakeError::Closed),
+            }
+            // Checked and waiting under the same lock `put` notifies under: no lost wakeup.
+            self.not_empty.wait(&mut queue);
+        }
+    }
+
+    fn check_not_closed(&self) -> Result<(), TakeError> {
+        if self.state() == MailboxState::Closed {
+            Err(TakeError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn take_from_batch(&self, priority: Priority) -> Option<Mail<T>> {
+        if self.flags.load(Ordering::Acquire) & BATCH == 0 {
+            return None;
+        }
+        let mut batch = self.batch.lock();
+        let mail = take_first(&mut batch, priority);
+        self.update_batch_flag(&batch);
+        mail
+    }
+
+    fn take_from_queue(
+        &self,
+        queue: &mut MutexGuard<'_, VecDeque<Mail<T>>>,
+        priority: Priority,
+    ) -> Option<Mail<T>> {
+        let mail = take_first(queue, priority);
+        if mail.is_some() && queue.is_empty() {
+            self.flags.fetch_and(!NEW_MAIL, Ordering::Release);
+        }
+        mail
+    }
+
+    fn update_batch_flag(&self, batch: &VecDeque<Mail<T>>) {
+        if batch.is_empty() {
+            self.flags.fetch_and(!BATCH, Ordering::Release);
+        }
+    }
+
+    /// Moves every queued mail to the tail of the owner's batch (behind what is left of the
+    /// previous batch); returns whether the batch holds anything. Without queued mail this is
+    /// one atomic load and no lock. Owner only.
+    ///
+    /// Only the processor's main loop should create batches: a batch must not grow while it is
+    /// being run (inside a yield, say), or the loop loses its bounded-work guarantee.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the owner thread.
+    pub fn create_batch(&self) -> Result<bool, WrongThread> {
+        self.check_owner()?;
+        Ok(self.create_batch_unchecked())
+    }
+
+    pub(crate) fn create_batch_unchecked(&self) -> bool {
+        let flags = self.flags.load(Ordering::Acquire);
+        if flags & NEW_MAIL == 0 {
+            return flags & BATCH != 0;
+        }
+        let mut queue = self.queue.lock();
+        let mut batch = self.batch.lock();
+        batch.extend(queue.drain(..));
+        self.flags.fetch_and(!NEW_MAIL, Ordering::Release);
+        if batch.is_empty() {
+            false
+        } else {
+            self.flags.fetch_or(BATCH, Ordering::Release);
+            true
+        }
+    }
+
+    /// Takes the head of the batch, whatever its priority; never looks at the queue. Owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`TakeError::WrongThread`] off the owner thread, [`TakeError::Closed`] once closed.
+    pub fn try_take_from_batch(&self) -> Result<Option<Mail<T>>, TakeError> {
+        self.check_owner()?;
+        self.try_take_from_batch_unchecked()
+    }
+
+    pub(crate) fn try_take_from_batch_unchecked(&self) -> Result<Option<Mail<T>>, TakeError> {
+        self.check_not_closed()?;
+        if self.flags.load(Ordering::Acquire) & BATCH == 0 {
+            return Ok(None);
+        }
+        let mut batch = self.batch.lock();
+        let mail = batch.pop_front();
+        self.update_batch_flag(&batch);
+        Ok(mail)
+    }
+
+    /// Removes and returns every mail, the batch's first, then the queue's, in order. Does not
+    /// change the state. From any thread (Flink does not check either).
+    pub fn drain(&self) -> Vec<Mail<T>> {
+        let mut queue = self.queue.lock();
+        self.drain_locked(&mut queue)
+    }
+
+    fn drain_locked(&self, queue: &mut VecDeque<Mail<T>>) -> Vec<Mail<T>> {
+        let mut batch = self.batch.lock();
+        let mut mails: Vec<Mail<T>> = batch.drain(..).collect();
+        mails.extend(queue.drain(..));
+        self.flags.store(0, Ordering::Release);
+        mails
+    }
+
+    /// `Open -> Quiesced`: refuse new mails, keep the ones queued. Does nothing in any other
+    /// state. Owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the owner thread.
+    pub fn quiesce(&self) -> Result<(), WrongThread> {
+        self.check_owner()?;
+        let mut queue = self.queue.lock();
+        if self.state() == MailboxState::Open {
+            self.set_state(&mut queue, MailboxState::Quiesced);
+        }
+        Ok(())
+    }
+
+    /// Closes the mailbox and returns the mails it held (batch first, then queue, in order);
+    /// a second close returns none. Owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the owner thread.
+    pub fn close(&self) -> Result<Vec<Mail<T>>, WrongThread> {
+        self.check_owner()?;
+        let mut queue = self.queue.lock();
+        if self.state() == MailboxState::Closed {
+            return Ok(Vec::new());
+        }
+        let mails = self.drain_locked(&mut queue);
+        self.set_state(&mut queue, MailboxState::Closed);
+        self.not_empty.notify_all();
+        Ok(mails)
+    }
+
+    /// Runs `f` while holding the mailbox's lock, so that checking the state and putting a mail
+    /// happen atomically (Flink's "put the poison mail only while open", FLINK-14544). From any
+    /// thread. `f` must not call the mailbox's own methods (the lock is not reentrant); it gets
+    /// an [`Exclusive`] view instead.
+    pub fn run_exclusively<R>(&self, f: impl FnOnce(&mut Exclusive<'_, T>) -> R) -> R {
+        let queue = self.queue.lock();
+        f(&mut Exclusive {
+            mailbox: self,
+            queue,
+        })
+    }
+
+    /// Number of mails held (batch and queue); from any thread.
+    pub fn len(&self) -> usize {
+        let queue = self.queue.lock();
+        let batch = self.batch.lock();
+        queue.len() + batch.len()
+    }
+
+    /// Whether no mail is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T> Default for TaskMailbox<T> {
+    fn default() -> Self {
+        TaskMailbox::new()
+    }
+}
+
+impl<T> fmt::Debug for TaskMailbox<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskMailbox")
+            .field("owner", &self.owner.id())
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The mailbox while [`TaskMailbox::run_exclusively`] holds its lock.
+pub struct Exclusive<'a, T> {
+    mailbox: &'a TaskMailbox<T>,
+    queue: MutexGuard<'a, VecDeque<Mail<T>>>,
+}
+
+impl<T> Exclusive<'_, T> {
+    /// The state; it cannot change while this view exists.
+    pub fn state(&self) -> MailboxState {
+        self.mailbox.state()
+    }
+
+    /// As [`TaskMailbox::put`].
+    ///
+    /// # Errors
+    ///
+    /// [`PutError`] with the mail when the mailbox is not open.
+    pub fn put(&mut self, mail: Mail<T>) -> Result<(), PutError<T>> {
+        self.mailbox.put_locked(&mut self.queue, mail, false)
+    }
+
+    /// As [`TaskMailbox::put_first`] (to the batch head on the owner thread).
+    ///
+    /// # Errors
+    ///
+    /// [`PutError`] with the mail when the mailbox is not open.
+    pub fn put_first(&mut self, mail: Mail<T>) -> Result<(), PutError<T>> {
+        if self.mailbox.is_owner_thread() {
+            let state = self.state();
+            if !state.is_accepting_mails() {
+                return Err(PutError { state, mail });
+            }
+            // Lock order queue -> batch, as everywhere.
+            self.mailbox.push_batch_front(mail);
+            Ok(())
+        } else {
+            self.mailbox.put_locked(&mut self.queue, mail, true)
+        }
+    }
+
+    /// Number of queued mails (the batch not counted: it belongs to the owner).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+impl<T> fmt::Debug for Exclusive<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Exclusive")
+            .field("state", &self.state())
+            .field("queued", &self.queued())
+            .finish()
+    }
+}
+
+/// Removes the first mail whose priority is `>= priority`; the others keep their places.
+fn take_first<T>(mails: &mut VecDeque<Mail<T>>, priority: Priority) -> Option<Mail<T>> {
+    let index = mails.iter().position(|m| m.priority() >= priority)?;
+    mails.remove(index)
+}

@@ -1,0 +1,852 @@
+//! [`MailboxProcessor`]: the task thread's loop (Flink's `MailboxProcessor`).
+//!
+//! # The loop
+//!
+//! ```text
+//! process_mail()                       // run what is queued; block while suspended
+//! loop {
+//!     default_action.run(state, controller)
+//!     if mailbox.has_mail()            // the hot path: ONE atomic load, no lock
+//!         && !process_mail() { return }
+//! }
+//!
+//! process_mail():
+//!     create_batch()                   // move queued mails behind the batch
+//!     while loop possible: run the next batch mail (stop early after a poison mail)
+//!     while loop possible and the default action is suspended:
+//!         run try_take(MIN), or else block in take(MIN)   // idle / backpressure time
+//!     return loop possible
+//! ```
+//!
+//! The control flags (loop running, loop suspended, default action suspended) are looked at only
+//! in `process_mail`, so **every change of a flag comes with a mail**: a change from another
+//! thread *is* a control mail ([`Control`](crate::letter) poison, suspend, resume, failure); a
+//! change made on the owner thread by the [`Controller`] sets the flag directly and, if no mail
+//! is waiting, puts an empty signal mail at the head of the batch so the next check sees it.
+//!
+//! # Suspension protocol
+//!
+//! | step | thread | effect |
+//! |---|---|---|
+//! | [`Controller::suspend_default_action`] | owner, inside the default action | a new token `t` becomes the current suspension; a signal mail makes the loop notice |
+//! | loop | owner | runs mails, blocking in `take(MIN)` while a suspension is current |
+//! | [`Suspension::resume`] (or its [`waker`](Suspension::waker)) | any | puts `Resume(t)` first (batch head on the owner, queue head elsewhere); refused after close, which is harmless |
+//! | `Resume(t)` runs | owner | clears the suspension only if `t` is still current: a stale suspension cannot resume a newer one; resuming twice is harmless |
+//!
+//! # Poison protocol
+//!
+//! | call | thread | effect |
+//! |---|---|---|
+//! | [`ProcessorHandle::all_actions_completed`] | any | under the mailbox lock, if the mailbox is open, put a poison mail first; otherwise nothing (the loop is already over, FLINK-14544) |
+//! | [`ProcessorHandle::suspend`] | any | the same with a suspend mail |
+//! | [`Controller::all_actions_completed`] | owner, default action | sets the flags directly plus a signal mail |
+//! | poison runs | owner | loop running := false, loop suspended := true; the batch stops; what is left stays queued for `drain` or `close` |
+//! | suspend runs | owner | loop suspended := true; `run_mailbox_loop` returns and may be called again |
+//! | [`ProcessorHandle::report_failure`] | any | puts a failure mail first (no state check: a refused report is handed back); when it runs the loop ends with that error |
+//!
+//! # Shutdown
+//!
+//! [`prepare_close`](MailboxProcessor::prepare_close) quiesces the mailbox (puts are refused),
+//! [`drain`](MailboxProcessor::drain) runs every mail left in order, and
+//! [`close`](MailboxProcessor::close) closes the mailbox and drops what is left, which cancels
+//! pending [`submit`](crate::MailboxExecutor::submit) handles.
+
+use std::fmt;
+use std::task::Waker;
+use std::time::Instant;
+
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::sync::Arc;
+use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use streamtask_core::trace::Tracer;
+
+use crate::action::{ActionExecutor, Immediate};
+use crate::executor::{MailboxExecutor, Rejected};
+use crate::letter::{Control, Letter, LetterKind, MailAction};
+use crate::mail::{Mail, Priority};
+use crate::mailbox::{MailboxState, TakeError, TaskMailbox, WrongThread};
+
+/// The processor's state shared with its handles: the mailbox and the control flags.
+///
+/// The flags are written only on the mailbox thread (by control mails and the [`Controller`])
+/// and read there too, so they are `Relaxed`: they are atomics only because executors and
+/// handles, which other threads hold, share this struct.
+pub(crate) struct Core<S, E> {
+    pub(crate) mailbox: TaskMailbox<Letter<S, E>>,
+    loop_running: AtomicBool,
+    loop_suspended: AtomicBool,
+    /// The current suspension's token; 0 when the default action is available.
+    suspension: AtomicU64,
+    metrics: Option<std::sync::Arc<TaskMetrics>>,
+    tracer: Tracer,
+}
+
+impl<S, E> Core<S, E> {
+    fn new(
+        mailbox: TaskMailbox<Letter<S, E>>,
+        metrics: Option<std::sync::Arc<TaskMetrics>>,
+        tracer: Tracer,
+    ) -> Self {
+        Core {
+            mailbox,
+            loop_running: AtomicBool::new(true),
+            loop_suspended: AtomicBool::new(false),
+            suspension: AtomicU64::new(0),
+            metrics,
+            tracer,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn loop_possible(&self) -> bool {
+        self.loop_running.load(Ordering::Relaxed) && !self.loop_suspended.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn default_action_available(&self) -> bool {
+        self.suspension.load(Ordering::Relaxed) == 0
+    }
+
+    /// Runs one mail: control signals here, actions through `run_action`. Records the mail's
+    /// latency and a span (mails only, never records).
+    pub(crate) fn run_mail(
+        &self,
+        mail: Mail<Letter<S, E>>,
+        run_action: impl FnOnce(Box<dyn MailAction<S, E>>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let letter = mail.into_body();
+        let is_signal = matches!(letter.kind, LetterKind::Control(Control::Signal));
+        if let (Some(metrics), false) = (&self.metrics, is_signal) {
+            metrics.mails.inc();
+            metrics.mailbox_latency.record(letter.enqueued.elapsed());
+        }
+        let _span = self.tracer.span("mail", || letter.description.to_string());
+        match letter.kind {
+            LetterKind::Action(action) => run_action(action),
+            LetterKind::Control(control) => self.apply(control),
+        }
+    }
+
+    fn apply(&self, control: Control<E>) -> Result<(), E> {
+        match control {
+            Control::Poison => {
+                self.loop_running.store(false, Ordering::Relaxed);
+                self.loop_suspended.store(true, Ordering::Relaxed);
+            }
+            Control::SuspendLoop => self.loop_suspended.store(true, Ordering::Relaxed),
+            Control::Resume(token) => {
+                if self.suspension.load(Ordering::Relaxed) == token {
+                    self.suspension.store(0, Ordering::Relaxed);
+                }
+            }
+            Control::Signal => {}
+            Control::Fail(error) => return Err(error),
+        }
+        Ok(())
+    }
+
+    /// Puts `action` at `priority` if the mailbox is open, atomically; hands it back otherwise.
+    /// The box is allocated outside the lock and unboxed again on refusal.
+    pub(crate) fn enqueue<A>(
+        &self,
+        priority: Priority,
+        description: &'static str,
+        action: A,
+    ) -> Result<(), Rejected<A>>
+    where
+        A: MailAction<S, E> + 'static,
+    {
+        let boxed = Box::new(action);
+        let enqueued = Instant::now();
+        self.mailbox.run_exclusively(|mailbox| {
+            let state = mailbox.state();
+            if !state.is_accepting_mails() {
+                return Err(Rejected::new(*boxed, state));
+            }
+            let letter = Letter {
+                kind: LetterKind::Action(boxed),
+                description,
+                enqueued,
+            };
+            if mailbox.put(Mail::new(priority, letter)).is_err() {
+                unreachable!("the mailbox was open under the same lock");
+            }
+            Ok(())
+        })
+    }
+
+    /// Puts a control mail first if the mailbox is open (atomically); does nothing otherwise.
+    fn send_control_if_open(&self, description: &'static str, control: Control<E>) {
+        self.mailbox.run_exclusively(|mailbox| {
+            if mailbox.state().is_accepting_mails() {
+                let _ = mailbox.put_first(Mail::new(
+                    Priority::MAX,
+                    Letter::control(description, control),
+                ));
+            }
+        });
+    }
+
+    /// Owner only: makes sure the loop looks at its flags at the next check.
+    fn signal(&self) {
+        if !self.mailbox.has_mail_hint() {
+            self.mailbox.push_batch_front(Mail::new(
+                Priority::MAX,
+                Letter::control("signal check", Control::Signal),
+            ));
+        }
+    }
+
+    fn record_suspended(&self, cause: SuspendCause, since: Instant) {
+        if let Some(metrics) = &self.metrics {
+            let micros = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+            match cause {
+                SuspendCause::Idle => metrics.idle_micros.add(micros),
+                SuspendCause::Backpressure => metrics.backpressured_micros.add(micros),
+            }
+        }
+    }
+}
+
+/// Resumes a suspension by token; erases the processor's type parameters so [`Suspension`]
+/// and its wakers need none.
+trait ResumeTarget: Send + Sync {
+    fn resume(&self, token: u64);
+}
+
+struct CoreResume<S, E>(Arc<Core<S, E>>);
+
+impl<S: 'static, E: Send + 'static> ResumeTarget for CoreResume<S, E> {
+    fn resume(&self, token: u64) {
+        // Refused once the mailbox is quiesced or closed: the loop is over, nothing to resume.
+        let _ = self.0.mailbox.put_first(Mail::new(
+            Priority::MAX,
+            Letter::control("resume default action", Control::Resume(token)),
+        ));
+    }
+}
+
+/// The owner-side operations a [`Controller`] needs, without the processor's type parameters.
+trait OwnerOps {
+    fn current_suspension(&self) -> u64;
+    fn suspend_with(&self, token: u64);
+    fn complete_all(&self);
+}
+
+impl<S, E> OwnerOps for Core<S, E> {
+    fn current_suspension(&self) -> u64 {
+        self.suspension.load(Ordering::Relaxed)
+    }
+
+    fn suspend_with(&self, token: u64) {
+        self.suspension.store(token, Ordering::Relaxed);
+        self.signal();
+    }
+
+    fn complete_all(&self) {
+        self.loop_running.store(false, Ordering::Relaxed);
+        self.loop_suspended.store(true, Ordering::Relaxed);
+        self.signal();
+    }
+}
+
+/// Why the default action is suspended; decides which metric the waiting time goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SuspendCause {
+    /// Waiting for input (`TaskMetrics::idle_micros`).
+    Idle,
+    /// Waiting for output space or for an operator to accept input again
+    /// (`TaskMetrics::backpressured_micros`).
+    Backpressure,
+}
+
+/// What the default action gets to steer the loop; owner thread only, for one step.
+pub struct Controller<'a> {
+    ops: &'a dyn OwnerOps,
+    next_token: &'a mut u64,
+    cause: &'a mut Option<SuspendCause>,
+    resume: &'a std::sync::Arc<dyn ResumeTarget>,
+}
+
+impl Controller<'_> {
+    /// Suspends the default action until the returned [`Suspension`] is resumed; mails keep
+    /// running meanwhile. Suspending again while suspended returns the current suspension.
+    /// The time spent waiting is not measured (see
+    /// [`suspend_default_action_for`](Self::suspend_default_action_for)).
+    pub fn suspend_default_action(&mut self) -> Suspension {
+        self.suspend(None)
+    }
+
+    /// As [`suspend_default_action`](Self::suspend_default_action), counting the time the loop
+    /// waits for mail as idle or backpressured time (time spent running mails is not counted).
+    pub fn suspend_default_action_for(&mut self, cause: SuspendCause) -> Suspension {
+        self.suspend(Some(cause))
+    }
+
+    fn suspend(&mut self, cause: Option<SuspendCause>) -> Suspension {
+        let current = self.ops.current_suspension();
+        let token = if current != 0 {
+            current
+        } else {
+            *self.next_token += 1;
+            let token = *self.next_token;
+            *self.cause = cause;
+            self.ops.suspend_with(token);
+            token
+        };
+        Suspension {
+            token,
+            target: std::sync::Arc::clone(self.resume),
+        }
+    }
+
+    /// Ends the loop for good after this step (end of input).
+    pub fn all_actions_completed(&mut self) {
+        self.ops.complete_all();
+    }
+}
+
+impl fmt::Debug for Controller<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("suspension", &self.ops.current_suspension())
+            .finish()
+    }
+}
+
+/// A suspension of the default action; resume it from any thread, as often as you like.
+#[derive(Clone)]
+pub struct Suspension {
+    token: u64,
+    target: std::sync::Arc<dyn ResumeTarget>,
+}
+
+impl Suspension {
+    /// Makes the default action available again, unless a newer suspension replaced this one or
+    /// the loop is over (both harmless). From any thread; idempotent.
+    pub fn resume(&self) {
+        self.target.resume(self.token);
+    }
+
+    /// A [`Waker`] that resumes this suspension: what the task registers with its input,
+    /// reader or output to be told when to continue.
+    pub fn waker(&self) -> Waker {
+        Waker::from(std::sync::Arc::new(ResumeWaker(self.clone())))
+    }
+}
+
+impl fmt::Debug for Suspension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Suspension")
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+struct ResumeWaker(Suspension);
+
+impl std::task::Wake for ResumeWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.resume();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.resume();
+    }
+}
+
+/// One step of the task's work, run by the loop whenever no mail is waiting.
+///
+/// Implemented for closures `FnMut(&mut S, &mut Controller<'_>) -> Result<(), E>`.
+pub trait DefaultAction<S, E> {
+    /// Does one bounded piece of work (process one input), without blocking.
+    ///
+    /// # Errors
+    ///
+    /// An error ends the loop with that error.
+    fn run_default_action(
+        &mut self,
+        state: &mut S,
+        controller: &mut Controller<'_>,
+    ) -> Result<(), E>;
+}
+
+impl<S, E, F> DefaultAction<S, E> for F
+where
+    F: FnMut(&mut S, &mut Controller<'_>) -> Result<(), E>,
+{
+    #[inline]
+    fn run_default_action(
+        &mut self,
+        state: &mut S,
+        controller: &mut Controller<'_>,
+    ) -> Result<(), E> {
+        self(state, controller)
+    }
+}
+
+/// Why the loop stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError<E> {
+    /// A mail or the default action failed, or a failure was reported from another thread.
+    #[error("{0}")]
+    Failed(E),
+    /// The mailbox refused: the loop was run off the mailbox thread, or the mailbox was closed
+    /// (or quiesced with the default action suspended, so nothing could ever resume it).
+    #[error(transparent)]
+    Mailbox(#[from] TakeError),
+}
+
+/// Builds a [`MailboxProcessor`] in two steps, so that handles the state needs (a timer service
+/// that enqueues mails, say) exist before the state does.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_mailbox::{Immediate, Priority, ProcessorBuilder, TaskMailbox};
+///
+/// let builder = ProcessorBuilder::<Vec<u32>, String>::new(TaskMailbox::new());
+/// let executor = builder.mailbox_executor(Priority::operator(0));
+/// let mut processor = builder.build(Immediate::new(Vec::new()));
+/// executor.execute("push", |v: &mut Vec<u32>| { v.push(7); Ok(()) }).unwrap();
+/// let mut idle = |_: &mut Vec<u32>, c: &mut streamtask_mailbox::Controller<'_>| {
+///     c.all_actions_completed();
+///     Ok(())
+/// };
+/// processor.run_mailbox_loop(&mut idle).unwrap();
+/// assert_eq!(processor.action_executor().state(), &vec![7]);
+/// ```
+pub struct ProcessorBuilder<S, E> {
+    core: Arc<Core<S, E>>,
+}
+
+impl<S: 'static, E: Send + 'static> ProcessorBuilder<S, E> {
+    /// A processor over `mailbox`, without metrics.
+    pub fn new(mailbox: TaskMailbox<Letter<S, E>>) -> Self {
+        ProcessorBuilder {
+            core: Arc::new(Core::new(mailbox, None, Tracer::off())),
+        }
+    }
+
+    /// A processor over `mailbox` that records mail count, mailbox latency and idle /
+    /// backpressured time into `metrics`, and a span per mail into `tracer`.
+    pub fn with_metrics(
+        mailbox: TaskMailbox<Letter<S, E>>,
+        metrics: std::sync::Arc<TaskMetrics>,
+        tracer: Tracer,
+    ) -> Self {
+        ProcessorBuilder {
+            core: Arc::new(Core::new(mailbox, Some(metrics), tracer)),
+        }
+    }
+
+    /// A handle for other threads.
+    pub fn handle(&self) -> ProcessorHandle<S, E> {
+        ProcessorHandle {
+            core: Arc::clone(&self.core),
+        }
+    }
+
+    /// An executor whose mails carry `priority`.
+    pub fn mailbox_executor(&self, priority: Priority) -> MailboxExecutor<S, E> {
+        MailboxExecutor::new(Arc::clone(&self.core), priority)
+    }
+
+    /// The processor, running actions through `executor`.
+    pub fn build<X: ActionExecutor<S>>(self, executor: X) -> MailboxProcessor<S, E, X> {
+        let resume: std::sync::Arc<dyn ResumeTarget> =
+            std::sync::Arc::new(CoreResume(Arc::clone(&self.core)));
+        MailboxProcessor {
+            core: self.core,
+            executor,
+            next_token: 0,
+            cause: None,
+            resume,
+        }
+    }
+}
+
+impl<S, E> fmt::Debug for ProcessorBuilder<S, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessorBuilder")
+            .field("mailbox", &self.core.mailbox)
+            .finish()
+    }
+}
+
+/// The mailbox loop of one task thread. See the [module docs](self) for the loop and its
+/// protocols.
+///
+/// # Examples
+///
+/// A default action that counts to three, a mail from another thread, and the end:
+///
+/// ```
+/// use streamtask_mailbox::{Controller, Immediate, MailboxProcessor, Priority, TaskMailbox};
+///
+/// let mut processor = MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0u32));
+/// let executor = processor.mailbox_executor(Priority::MIN);
+/// std::thread::spawn(move || executor.execute("add 100", |n: &mut u32| { *n += 100; Ok(()) }))
+///     .join()
+///     .unwrap()
+///     .unwrap();
+///
+/// let mut count = |n: &mut u32, c: &mut Controller<'_>| -> Result<(), String> {
+///     *n += 1;
+///     if *n % 100 == 3 {
+///         c.all_actions_completed();
+///     }
+///     Ok(())
+/// };
+/// processor.run_mailbox_loop(&mut count).unwrap();
+/// assert_eq!(*processor.action_executor().state(), 103);
+/// ```
+pub struct MailboxProcessor<S, E, X = Immediate<S>> {
+    core: Arc<Core<S, E>>,
+    executor: X,
+    next_token: u64,
+    cause: Option<SuspendCause>,
+    resume: std::sync::Arc<dyn ResumeTarget>,
+}
+
+impl<S: 'static, E: Send + 'static, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
+    /// A processor over `mailbox` (whose owner thread will run the loop), running actions
+    /// through `executor`, without metrics. See [`ProcessorBuilder`] for more.
+    pub fn new(mailbox: TaskMailbox<Letter<S, E>>, executor: X) -> Self {
+        ProcessorBuilder::new(mailbox).build(executor)
+    }
+}
+
+impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
+    /// The mailbox.
+    pub fn mailbox(&self) -> &TaskMailbox<Letter<S, E>> {
+        &self.core.mailbox
+    }
+
+    /// A handle for other threads: end, suspend, report failures.
+    pub fn handle(&self) -> ProcessorHandle<S, E> {
+        ProcessorHandle {
+            core: Arc::clone(&self.core),
+        }
+    }
+
+    /// An executor whose mails carry `priority`.
+    pub fn mailbox_executor(&self, priority: Priority) -> MailboxExecutor<S, E> {
+        MailboxExecutor::new(Arc::clone(&self.core), priority)
+    }
+
+    /// The executor for task-level mails ([`Priority::MIN`]).
+    pub fn main_executor(&self) -> MailboxExecutor<S, E> {
+        self.mailbox_executor(Priority::MIN)
+    }
+
+    /// The action executor (and through it, the state).
+    pub fn action_executor(&self) -> &X {
+        &self.executor
+    }
+
+    /// The action executor, mutably.
+    pub fn action_executor_mut(&mut self) -> &mut X {
+        &mut self.executor
+    }
+
+    /// Whether the loop may still run (no poison mail has run).
+    pub fn is_mailbox_loop_running(&self) -> bool {
+        self.core.loop_running.load(Ordering::Relaxed)
+    }
+
+    /// Whether the default action is available (not suspended).
+    pub fn is_default_action_available(&self) -> bool {
+        self.core.default_action_available()
+    }
+
+    /// Whether a mail is waiting; owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the mailbox thread.
+    pub fn has_mail(&self) -> Result<bool, WrongThread> {
+        self.core.mailbox.has_mail()
+    }
+
+    /// Ends the loop for good, from any thread (a poison mail, put only while open).
+    pub fn all_actions_completed(&self) {
+        self.core
+            .send_control_if_open("poison mail", Control::Poison);
+    }
+
+    /// Makes [`run_mailbox_loop`](Self::run_mailbox_loop) return; it can be called again.
+    pub fn suspend(&self) {
+        self.core
+            .send_control_if_open("suspend mailbox loop", Control::SuspendLoop);
+    }
+
+    fn check_runnable(&self) -> Result<(), TakeError> {
+        if !self.core.mailbox.is_owner_thread() {
+            return Err(TakeError::WrongThread);
+        }
+        if self.core.mailbox.state() == MailboxState::Closed {
+            return Err(TakeError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Runs the loop until all actions completed, [`suspend`](ProcessorHandle::suspend), or an
+    /// error. After a suspend it can be run again; after completion it returns at once.
+    ///
+    /// # Errors
+    ///
+    /// [`LoopError::Failed`] with the first error of a mail, the default action or a reported
+    /// failure (the mails left stay in the mailbox); [`LoopError::Mailbox`] when called off the
+    /// mailbox thread or with a closed mailbox.
+    pub fn run_mailbox_loop<D: DefaultAction<S, E>>(
+        &mut self,
+        default: &mut D,
+    ) -> Result<(), LoopError<E>> {
+        self.check_runnable()?;
+        if !self.start_loop() {
+            return Ok(());
+        }
+        if !self.process_mail()? {
+            return Ok(());
+        }
+        loop {
+            self.run_default_action(default)?;
+            // The hot path: one atomic load when no mail is waiting.
+            if self.core.mailbox.has_mail_hint() && !self.process_mail()? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A loop left by `suspend` may run again; one left by a poison mail may not (Flink 1.13+).
+    fn start_loop(&self) -> bool {
+        let running = self.core.loop_running.load(Ordering::Relaxed);
+        self.core.loop_suspended.store(!running, Ordering::Relaxed);
+        running
+    }
+
+    /// For tests: runs one mail if one is waiting, else one default-action step if it is
+    /// available and the loop is running. Returns whether anything ran (FLINK-18906); drive a
+    /// processor to quiescence with `while processor.run_mailbox_step(&mut action)? {}`.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_mailbox_loop`](Self::run_mailbox_loop).
+    pub fn run_mailbox_step<D: DefaultAction<S, E>>(
+        &mut self,
+        default: &mut D,
+    ) -> Result<bool, LoopError<E>> {
+        self.check_runnable()?;
+        self.start_loop();
+        self.core.mailbox.create_batch_unchecked();
+        if let Some(mail) = self.core.mailbox.try_take_from_batch_unchecked()? {
+            self.run_mail(mail)?;
+            return Ok(true);
+        }
+        if self.core.default_action_available() && self.core.loop_possible() {
+            self.run_default_action(default)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    #[inline]
+    fn run_default_action<D: DefaultAction<S, E>>(
+        &mut self,
+        default: &mut D,
+    ) -> Result<(), LoopError<E>> {
+        let mut controller = Controller {
+            ops: &*self.core,
+            next_token: &mut self.next_token,
+            cause: &mut self.cause,
+            resume: &self.resume,
+        };
+        self.executor
+            .run(|state| default.run_default_action(state, &mut controller))
+            .map_err(LoopError::Failed)
+    }
+
+    /// Runs the batch, then (while the default action is suspended) every mail as it comes.
+    /// Returns whether the loop may go on.
+    fn process_mail(&mut self) -> Result<bool, LoopError<E>> {
+        self.core.mailbox.create_batch_unchecked();
+        while self.core.loop_possible() {
+            match self.core.mailbox.try_take_from_batch_unchecked()? {
+                Some(mail) => self.run_mail(mail)?,
+                None => break,
+            }
+        }
+        while self.core.loop_possible() && !self.core.default_action_available() {
+            let mail = match self.core.mailbox.try_take_unchecked(Priority::MIN)? {
+                Some(mail) => mail,
+                None => self.take_blocking()?,
+            };
+            self.run_mail(mail)?;
+        }
+        Ok(self.core.loop_possible())
+    }
+
+    /// Blocks for the next mail; the wait counts as idle or backpressured time.
+    fn take_blocking(&mut self) -> Result<Mail<Letter<S, E>>, TakeError> {
+        match self.cause {
+            Some(cause) => {
+                let since = Instant::now();
+                let mail = self.core.mailbox.take_unchecked(Priority::MIN);
+                self.core.record_suspended(cause, since);
+                mail
+            }
+            None => self.core.mailbox.take_unchecked(Priority::MIN),
+        }
+    }
+
+    fn run_mail(&mut self, mail: Mail<Letter<S, E>>) -> Result<(), LoopError<E>> {
+        let executor = &mut self.executor;
+        self.core
+            .run_mail(mail, |action| executor.run(|state| action.run(state)))
+            .map_err(LoopError::Failed)
+    }
+
+    /// Quiesces the mailbox: new mails are refused, the queued ones stay. Owner only.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the mailbox thread.
+    pub fn prepare_close(&self) -> Result<(), WrongThread> {
+        self.core.mailbox.quiesce()
+    }
+
+    /// Runs every mail left, in order (batch first), through the action executor. If no other
+    /// thread puts meanwhile, the mailbox is empty afterwards.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a mail; the mails after it are dropped.
+    pub fn drain(&mut self) -> Result<(), E> {
+        for mail in self.core.mailbox.drain() {
+            let executor = &mut self.executor;
+            self.core
+                .run_mail(mail, |action| executor.run(|state| action.run(state)))?;
+        }
+        Ok(())
+    }
+
+    /// Closes the mailbox and drops the mails left (pending submit handles see
+    /// [`SubmitError::Cancelled`](crate::SubmitError::Cancelled)); returns how many. Owner only;
+    /// a second close drops nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`WrongThread`] off the mailbox thread.
+    pub fn close(&mut self) -> Result<usize, WrongThread> {
+        let dropped = self.core.mailbox.close()?;
+        Ok(dropped.len())
+    }
+}
+
+impl<S, E, X> fmt::Debug for MailboxProcessor<S, E, X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MailboxProcessor")
+            .field("mailbox", &self.core.mailbox)
+            .field(
+                "loop_running",
+                &self.core.loop_running.load(Ordering::Relaxed),
+            )
+            .field("default_available", &self.core.default_action_available())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What other threads hold to steer a [`MailboxProcessor`]: end or suspend its loop, or fail it.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_mailbox::{Controller, Immediate, LoopError, MailboxProcessor, TaskMailbox};
+///
+/// let mut processor = MailboxProcessor::new(TaskMailbox::new(), Immediate::new(()));
+/// let handle = processor.handle();
+/// std::thread::spawn(move || handle.report_failure("disk full".to_string()).unwrap())
+///     .join()
+///     .unwrap();
+/// let mut idle = |_: &mut (), c: &mut Controller<'_>| {
+///     c.suspend_default_action();
+///     Ok(())
+/// };
+/// match processor.run_mailbox_loop(&mut idle) {
+///     Err(LoopError::Failed(message)) => assert_eq!(message, "disk full"),
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// ```
+pub struct ProcessorHandle<S, E> {
+    core: Arc<Core<S, E>>,
+}
+
+impl<S, E> ProcessorHandle<S, E> {
+    /// Ends the loop for good: a poison mail put first, atomically only while the mailbox is
+    /// open; a no-op afterwards (cancelling a task that already finished is fine).
+    pub fn all_actions_completed(&self) {
+        self.core
+            .send_control_if_open("poison mail", Control::Poison);
+    }
+
+    /// Makes the loop return (it can be run again): a suspend mail, only while open.
+    pub fn suspend(&self) {
+        self.core
+            .send_control_if_open("suspend mailbox loop", Control::SuspendLoop);
+    }
+
+    /// Fails the loop with `error` from any thread: a failure mail put first; when it runs, the
+    /// loop ends with `error`.
+    ///
+    /// # Errors
+    ///
+    /// Gives `error` back when the mailbox no longer accepts mails (the loop is over).
+    pub fn report_failure(&self, error: E) -> Result<(), E> {
+        self.core
+            .mailbox
+            .put_first(Mail::new(
+                Priority::MAX,
+                Letter::control("failure report", Control::Fail(error)),
+            ))
+            .map_err(|refused| match refused.into_inner().into_body().kind {
+                LetterKind::Control(Control::Fail(error)) => error,
+                _ => unreachable!("a refused failure report hands back that report"),
+            })
+    }
+
+    /// Whether no poison mail has run yet (a snapshot; exact only on the mailbox thread).
+    pub fn is_mailbox_loop_running(&self) -> bool {
+        self.core.loop_running.load(Ordering::Relaxed)
+    }
+
+    /// The mailbox's state.
+    pub fn mailbox_state(&self) -> MailboxState {
+        self.core.mailbox.state()
+    }
+
+    /// An executor whose mails carry `priority`.
+    pub fn mailbox_executor(&self, priority: Priority) -> MailboxExecutor<S, E> {
+        MailboxExecutor::new(Arc::clone(&self.core), priority)
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core<S, E>> {
+        &self.core
+    }
+}
+
+impl<S, E> Clone for ProcessorHandle<S, E> {
+    fn clone(&self) -> Self {
+        ProcessorHandle {
+            core: Arc::clone(&self.core),
+        }
+    }
+}
+
+impl<S, E> fmt::Debug for ProcessorHandle<S, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessorHandle")
+            .field("mailbox", &self.core.mailbox)
+            .finish()
+    }
+}

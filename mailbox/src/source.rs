@@ -1,0 +1,305 @@
+//! New-style sources (Flink's FLIP-27 `SourceReader`): pulled one step at a time by the mailbox
+//! thread, never blocking it.
+//!
+//! # The availability protocol
+//!
+//! ```text
+//! loop (default action):
+//!     match reader.poll_next(output)
+//!         MoreAvailable    -> call again at the next step (mails run in between)
+//!         NothingAvailable -> suspend the default action; reader.register_waker(waker)
+//!                             ... the reader (or its I/O thread) calls waker.wake()
+//!                             -> the default action resumes and polls again
+//!         EndOfInput       -> end_input / finish the chain; the task ends
+//! ```
+//!
+//! A reader that returns `NothingAvailable` **must** eventually wake the waker it is then given
+//! once data may be available, *including at once* if data arrived between `poll_next`
+//! returning and `register_waker` being called (that is the lost-wakeup window). Waking without
+//! data is fine (the task polls, gets `NothingAvailable` again and re-registers); never waking
+//! leaves the task asleep forever. A reader that never has to wait (it generates its data)
+//! simply never returns `NothingAvailable`.
+//!
+//! Checkpoints: the task calls [`SourceReader::snapshot_state`] between two `poll_next` calls
+//! (a checkpoint is a mail), stores the bytes under [`TaskSnapshot::SOURCE`] and gives them back
+//! to [`SourceReader::restore_state`] on restore.
+//!
+//! [`TaskSnapshot::SOURCE`]: streamtask_core::TaskSnapshot::SOURCE
+
+use std::fmt;
+use std::task::Waker;
+
+use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+
+/// What a [`SourceReader::poll_next`] call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputStatus {
+    /// Call again right away (it usually emitted one record).
+    MoreAvailable,
+    /// Nothing now; the task suspends until the registered waker is woken.
+    NothingAvailable,
+    /// The input is over; `poll_next` is not called again.
+    EndOfInput,
+}
+
+/// A new-style source, run on the mailbox thread: the FLIP-27 `SourceReader` shape. Object safe,
+/// so readers can be boxed (`Box<dyn SourceReader<T>>` is a reader too).
+///
+/// Lifecycle: `restore_state` (once, `None` on a fresh start) -> `poll_next`* interleaved with
+/// `snapshot_state` and checkpoint notices -> `close` (always, also after a failure).
+///
+/// # Examples
+///
+/// A reader over a vector that checkpoints its position:
+///
+/// ```
+/// use std::task::Waker;
+/// use streamtask_core::OperatorError;
+/// use streamtask_core::state::{decode, encode};
+/// use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+///
+/// struct VecReader { items: Vec<u64>, next: usize }
+///
+/// impl SourceReader<u64> for VecReader {
+///     fn name(&self) -> &str { "vec" }
+///     fn poll_next(&mut self, output: &mut ReaderOutput<'_, u64>) -> Result<InputStatus, OperatorError> {
+///         match self.items.get(self.next) {
+///             Some(&item) => {
+///                 self.next += 1;
+///                 output.collect(item)?;
+///                 Ok(InputStatus::MoreAvailable)
+///             }
+///             None => Ok(InputStatus::EndOfInput),
+///         }
+///     }
+///     fn register_waker(&mut self, waker: &Waker) { waker.wake_by_ref() }
+///     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+///         encode(&self.next).map_err(|e| OperatorError::state("vec", e))
+///     }
+///     fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+///         if let Some(bytes) = state {
+///             self.next = decode(bytes).map_err(|e| OperatorError::state("vec", e))?;
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let mut reader = VecReader { items: vec![1, 2], next: 0 };
+/// let mut sink = Vec::new();
+/// let mut output = ReaderOutput::new(&mut sink);
+/// assert_eq!(reader.poll_next(&mut output).unwrap(), InputStatus::MoreAvailable);
+/// assert_eq!(output.records(), 1);
+/// let state = reader.snapshot_state(1).unwrap();
+/// let mut restored = VecReader { items: vec![1, 2], next: 0 };
+/// restored.restore_state(Some(&state)).unwrap();
+/// assert_eq!(restored.next, 1);
+/// ```
+pub trait SourceReader<T>: Send {
+    /// A short name for errors, metrics and traces.
+    fn name(&self) -> &str;
+
+    /// Restores the position written by [`snapshot_state`](Self::snapshot_state); `None` on a
+    /// fresh start. Called once, before the first `poll_next`.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task (typically [`OperatorError::State`]).
+    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+        let _ = state;
+        Ok(())
+    }
+
+    /// Emits what is available now (usually one record) without blocking, and says whether to
+    /// call again, wait, or stop.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task; errors from the chain behind the reader come back through
+    /// the output and should be passed on with `?`.
+    fn poll_next(&mut self, output: &mut ReaderOutput<'_, T>)
+    -> Result<InputStatus, OperatorError>;
+
+    /// Asks to be woken through `waker` once `poll_next` may return something other than
+    /// [`InputStatus::NothingAvailable`]; wakes at once if that is already the case. Called after
+    /// every `NothingAvailable`; see the [module docs](self) for the protocol.
+    fn register_waker(&mut self, waker: &Waker);
+
+    /// The reader's position for checkpoint `checkpoint_id`, called between two `poll_next`s.
+    ///
+    /// # Errors
+    ///
+    /// Any failure declines the checkpoint and fails the task.
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError>;
+
+    /// Checkpoint `checkpoint_id` completed on every task.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        let _ = checkpoint_id;
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint_id` was aborted.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        let _ = checkpoint_id;
+        Ok(())
+    }
+
+    /// Releases resources; called on every exit path.
+    ///
+    /// # Errors
+    ///
+    /// Reported, but the task's outcome is decided by what happened before.
+    fn close(&mut self) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+impl<T, R: SourceReader<T> + ?Sized> SourceReader<T> for Box<R> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+        (**self).restore_state(state)
+    }
+    fn poll_next(
+        &mut self,
+        output: &mut ReaderOutput<'_, T>,
+    ) -> Result<InputStatus, OperatorError> {
+        (**self).poll_next(output)
+    }
+    fn register_waker(&mut self, waker: &Waker) {
+        (**self).register_waker(waker)
+    }
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        (**self).snapshot_state(checkpoint_id)
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        (**self).notify_checkpoint_complete(checkpoint_id)
+    }
+    fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        (**self).notify_checkpoint_aborted(checkpoint_id)
+    }
+    fn close(&mut self) -> Result<(), OperatorError> {
+        (**self).close()
+    }
+}
+
+/// Where a [`SourceReader`] emits: records (with or without timestamp), watermarks, and
+/// idleness. Marking idle emits [`StreamStatus::Idle`] once; the next record or watermark emits
+/// [`StreamStatus::Active`] first.
+pub struct ReaderOutput<'a, T> {
+    out: &'a mut dyn Output<T>,
+    idle: bool,
+    records: u64,
+}
+
+impl<'a, T> ReaderOutput<'a, T> {
+    /// An output emitting to `out`, active. Tasks build one per step; tests may build their own.
+    pub fn new(out: &'a mut dyn Output<T>) -> Self {
+        ReaderOutput::resume(out, false)
+    }
+
+    /// An output that continues a stream whose status is idle if `idle`.
+    pub(crate) fn resume(out: &'a mut dyn Output<T>, idle: bool) -> Self {
+        ReaderOutput {
+            out,
+            idle,
+            records: 0,
+        }
+    }
+
+    #[inline]
+    fn activate(&mut self) -> Result<(), OperatorError> {
+        if self.idle {
+            self.idle = false;
+            self.out.emit_status(StreamStatus::Active)?;
+        }
+        Ok(())
+    }
+
+    /// Emits a record without timestamp.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain behind the reader fails with.
+    #[inline]
+    pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
+        self.collect_record(StreamRecord::new(value))
+    }
+
+    /// Emits a record with an event-time timestamp.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain behind the reader fails with.
+    #[inline]
+    pub fn collect_with_timestamp(
+        &mut self,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        self.collect_record(StreamRecord::with_timestamp(value, timestamp))
+    }
+
+    /// Emits a record as it is.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain behind the reader fails with.
+    #[inline]
+    pub fn collect_record(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
+        self.activate()?;
+        self.records += 1;
+        self.out.collect(record)
+    }
+
+    /// Emits a watermark.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain behind the reader fails with.
+    pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.activate()?;
+        self.out.emit_watermark(watermark)
+    }
+
+    /// Marks the source temporarily idle: downstream may advance watermarks without it until it
+    /// emits again.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain behind the reader fails with.
+    pub fn mark_idle(&mut self) -> Result<(), OperatorError> {
+        if !self.idle {
+            self.idle = true;
+            self.out.emit_status(StreamStatus::Idle)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the stream is currently marked idle.
+    pub fn is_idle(&self) -> bool {
+        self.idle
+    }
+
+    /// Records emitted through this output.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+}
+
+impl<T> fmt::Debug for ReaderOutput<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReaderOutput")
+            .field("idle", &self.idle)
+            .field("records", &self.records)
+            .finish_non_exhaustive()
+    }
+}
