@@ -1,68 +1,6 @@
 //! The barrier aligner: exactly-once checkpoint alignment over the N channels of a task's input,
-//! as a pure state machine (no channels, no clock) that both models drive through their gates.
-//!
-//! When barrier `n` arrives on a channel, everything that channel delivered so far belongs to
-//! checkpoint `n` and everything after it to the next one; so the channel is **blocked** (not
-//! read) until every other channel delivered barrier `n` too. Then the checkpoint **triggers**
-//! (the task snapshots) and every channel is released.
-//!
-//! - A newer barrier `m > n` arriving while `n` is unfinished **supersedes** `n`: `n` is aborted
-//!   (reported), every channel is released, and alignment starts over for `m` with only the
-//!   channel that delivered `m` blocked. (An upstream task that aborted `n` never forwards it.)
-//! - A barrier whose id is not newer than one already started, triggered or aborted is
-//!   **ignored**; so are the late barriers of an aborted checkpoint.
-//! - **End of input** on a channel counts as aligned for the current and every later barrier.
-//! - With one channel (or when every other channel ended) a barrier triggers at once.
-//!
-//! The caller never reads a blocked or ended channel; delivering a barrier or end of input on
-//! one is a caller bug and panics, naming the state.
-//!
-//! # States
-//!
-//! Per channel:
-//!
-//! | state | meaning | moves to |
-//! |---|---|---|
-//! | `Open` | read normally | `Blocked` (delivers the pending barrier, others missing), `Ended` (end of input) |
-//! | `Blocked` | delivered the pending barrier; held back | `Open` (trigger, supersede, abort) |
-//! | `Ended` | delivered end of input; never read again | - |
-//!
-//! The aligner as a whole:
-//!
-//! | state | meaning | on a barrier newer than any seen | on the pending barrier | on end of input |
-//! |---|---|---|---|---|
-//! | idle | no checkpoint pending | `Trigger` if no other channel is open, else `Block` and aligning | - | - |
-//! | aligning `n` | some channels delivered `n` | `Superseded`, aligning `m` | `Block`, or `Trigger` and idle when it was the last | `Trigger` and idle when it was the last |
-//!
-//! # Examples
-//!
-//! ```
-//! use std::time::Instant;
-//! use streamtask_core::CheckpointBarrier;
-//! use streamtask_core::channel::{AlignerAction, BarrierAligner};
-//!
-//! let now = Instant::now();
-//! let mut aligner = BarrierAligner::new(3);
-//! let b1 = CheckpointBarrier::new(1, 0);
-//!
-//! assert_eq!(aligner.on_barrier(0, b1, now), AlignerAction::Block);
-//! assert!(aligner.is_blocked(0));
-//! assert_eq!(aligner.on_end_of_input(2, now), None); // channel 1 still owes barrier 1
-//! match aligner.on_barrier(1, b1, now) {
-//!     AlignerAction::Trigger(aligned) => assert_eq!(aligned.barrier, b1),
-//!     other => panic!("expected a trigger, got {other:?}"),
-//! }
-//! assert!(!aligner.is_blocked(0));
-//!
-//! // A newer barrier supersedes an unfinished alignment.
-//! let (b2, b3) = (CheckpointBarrier::new(2, 0), CheckpointBarrier::new(3, 0));
-//! assert_eq!(aligner.on_barrier(0, b2, now), AlignerAction::Block);
-//! assert_eq!(
-//!     aligner.on_barrier(1, b3, now),
-//!     AlignerAction::Superseded { aborted: b2, current: b3 }
-//! );
-//! assert_eq!(aligner.on_barrier(0, b2, now), AlignerAction::Ignore); // late: already aborted
-//! ```
+//! as a pure state machine (no channels, no clock). The rules and state tables are on
+//! [`BarrierAligner`].
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -129,10 +67,73 @@ struct Pending {
     arrived: usize,
 }
 
-/// Exactly-once barrier alignment over a fixed number of channels; see the
-/// [module docs](self) for the rules and the state table.
+/// Exactly-once barrier alignment over a fixed number of channels: a pure state machine (no
+/// channels, no clock) that both models drive through their gates.
+///
+/// When barrier `n` arrives on a channel, everything that channel delivered so far belongs to
+/// checkpoint `n` and everything after it to the next one; so the channel is **blocked** (not
+/// read) until every other channel delivered barrier `n` too. Then the checkpoint **triggers**
+/// (the task snapshots) and every channel is released.
+///
+/// - A newer barrier `m > n` arriving while `n` is unfinished **supersedes** `n`: `n` is aborted
+///   (reported), every channel is released, and alignment starts over for `m` with only the
+///   channel that delivered `m` blocked. (An upstream task that aborted `n` never forwards it.)
+/// - A barrier whose id is not newer than one already started, triggered or aborted is
+///   **ignored**; so are the late barriers of an aborted checkpoint.
+/// - **End of input** on a channel counts as aligned for the current and every later barrier.
+/// - With one channel (or when every other channel ended) a barrier triggers at once.
+///
+/// The caller never reads a blocked or ended channel; delivering a barrier or end of input on
+/// one is a caller bug and panics, naming the state.
+///
+/// # States
+///
+/// Per channel:
+///
+/// | state | meaning | moves to |
+/// |---|---|---|
+/// | `Open` | read normally | `Blocked` (delivers the pending barrier, others missing), `Ended` (end of input) |
+/// | `Blocked` | delivered the pending barrier; held back | `Open` (trigger, supersede, abort) |
+/// | `Ended` | delivered end of input; never read again | - |
+///
+/// The aligner as a whole:
+///
+/// | state | meaning | on a barrier newer than any seen | on the pending barrier | on end of input |
+/// |---|---|---|---|---|
+/// | idle | no checkpoint pending | `Trigger` if no other channel is open, else `Block` and aligning | - | - |
+/// | aligning `n` | some channels delivered `n` | `Superseded`, aligning `m` | `Block`, or `Trigger` and idle when it was the last | `Trigger` and idle when it was the last |
 ///
 /// # Examples
+///
+/// ```
+/// use std::time::Instant;
+/// use streamtask_core::CheckpointBarrier;
+/// use streamtask_core::channel::{AlignerAction, BarrierAligner};
+///
+/// let now = Instant::now();
+/// let mut aligner = BarrierAligner::new(3);
+/// let b1 = CheckpointBarrier::new(1, 0);
+///
+/// assert_eq!(aligner.on_barrier(0, b1, now), AlignerAction::Block);
+/// assert!(aligner.is_blocked(0));
+/// assert_eq!(aligner.on_end_of_input(2, now), None); // channel 1 still owes barrier 1
+/// match aligner.on_barrier(1, b1, now) {
+///     AlignerAction::Trigger(aligned) => assert_eq!(aligned.barrier, b1),
+///     other => panic!("expected a trigger, got {other:?}"),
+/// }
+/// assert!(!aligner.is_blocked(0));
+///
+/// // A newer barrier supersedes an unfinished alignment.
+/// let (b2, b3) = (CheckpointBarrier::new(2, 0), CheckpointBarrier::new(3, 0));
+/// assert_eq!(aligner.on_barrier(0, b2, now), AlignerAction::Block);
+/// assert_eq!(
+///     aligner.on_barrier(1, b3, now),
+///     AlignerAction::Superseded { aborted: b2, current: b3 }
+/// );
+/// assert_eq!(aligner.on_barrier(0, b2, now), AlignerAction::Ignore); // late: already aborted
+/// ```
+///
+/// A single channel aligns at once:
 ///
 /// ```
 /// use std::time::Instant;

@@ -1,65 +1,12 @@
-//! A bounded multi-producer, single-consumer channel with availability notices in both
-//! directions: a consumer is told when data arrives after it found none, a producer when space
-//! frees after it found none.
+//! The bounded channel's engine: a `Mutex<VecDeque<T>>`, two condition variables for the
+//! blocking calls, and registered wakers for the polling calls. The notice protocol is written
+//! out in the [channel module](super) docs; the connection states are on [`bounded`].
 //!
-//! The design is deliberately plain: a `Mutex<VecDeque<T>>`, two condition variables for the
-//! blocking calls, and registered [`Waker`]s for the polling calls. A send or receive takes the
-//! lock once; it notifies a condition variable only when a thread is known to wait on it, and
-//! wakes only wakers that were registered, so the fast path is one uncontended lock.
-//!
-//! # Availability notices, without lost wakeups
-//!
-//! A polling consumer (the mailbox model's input step) follows four steps:
-//!
-//! 1. **try**: [`Receiver::try_recv`]; on [`TryRecvError::Empty`] go on;
-//! 2. **register interest**: [`Receiver::register_data_waker`];
-//! 3. **try again**: [`Receiver::try_recv`] once more; anything sent between 1 and 2 is found here;
-//! 4. **suspend** (or block); the waker is woken by the next send or by the last sender's drop.
-//!
-//! A polling producer does the same with [`Sender::try_send`] (on [`TrySendError::Full`]),
-//! [`Sender::register_space_waker`], a second `try_send`, then suspends until a receive frees a
-//! slot or the receiver drops.
-//!
-//! Why no notice is lost: a waker is stored under the channel's lock, and every state change a
-//! waiter could be waiting for (a send, a receive that frees space, a disconnection) happens
-//! under the same lock and takes and wakes whatever waker is stored at that moment. A change
-//! either happens before the registration, and then step 3 sees it, or after it, and then it
-//! finds the waker. Registration also checks the state itself: a waker registered while what it
-//! waits for is already there (data, space, disconnection) is woken at once instead of stored, so
-//! even a caller that skips step 3 cannot sleep through a change. A stored waker is woken once
-//! and then forgotten: register again before every suspension. Wakers are woken after the lock is
-//! released, so a waker may call back into the channel.
-//!
-//! Notices may be spurious (step 3 found data, and the stored waker fires later anyway); a woken
-//! task simply polls again.
-//!
-//! The blocking calls ([`Receiver::recv`], [`Sender::send`] and their timed forms) wait on
-//! condition variables under the same lock, with a count of waiters so a send or receive only
-//! notifies when someone waits.
-//!
-//! # Connection states
-//!
-//! | state | `send` / `try_send` | `recv` / `try_recv` | moves to |
-//! |---|---|---|---|
-//! | connected | deliver, or wait / `Full` | take, or wait / `Empty` | senders gone, receiver gone |
-//! | senders gone (last `Sender` dropped) | - | take what is left, then `Disconnected` | - |
-//! | receiver gone (`Receiver` dropped) | `Disconnected`, payload handed back | - | - |
-//!
-//! Dropping the receiver drops the elements still queued.
-//!
-//! # Examples
-//!
-//! ```
-//! use streamtask_core::channel::{TryRecvError, TrySendError, bounded};
-//!
-//! let (tx, rx) = bounded::<u32>(1).unwrap();
-//! tx.try_send(1).unwrap();
-//! assert!(matches!(tx.try_send(2), Err(TrySendError::Full(2))));
-//! assert_eq!(rx.try_recv(), Ok(1));
-//! assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
-//! drop(tx);
-//! assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
-//! ```
+//! Every state change a waiter can wait for (a push, a pop that frees space, a disconnection)
+//! happens under the one lock and takes whatever waker is stored at that moment; wakers are
+//! woken after the lock is released. Condition variables are notified only when the waiter
+//! counts say someone waits, and wakers only when one was registered, so the fast path is one
+//! uncontended lock and nothing else.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -70,7 +17,20 @@ use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Creates a bounded channel holding at most `capacity` elements.
 ///
-/// Senders are cloneable (many producers); the receiver is not (one consumer).
+/// Senders are cloneable (many producers); the receiver is not (one consumer). Sends block (or
+/// fail with `Full`) while `capacity` elements are queued: that is backpressure. Both halves
+/// offer availability notices; see the [channel module](super) for the protocol.
+///
+/// # Connection states
+///
+/// | state | `send` / `try_send` | `recv` / `try_recv` | moves to |
+/// |---|---|---|---|
+/// | connected | deliver, or wait / `Full` | take, or wait / `Empty` | senders gone, receiver gone |
+/// | senders gone (last `Sender` dropped) | - | take what is left, then `Disconnected` | - |
+/// | receiver gone (`Receiver` dropped) | `Disconnected`, payload handed back | - | - |
+///
+/// Dropping the receiver drops the elements still queued. Disconnection wakes every blocked
+/// call and every registered waker on the other side.
 ///
 /// # Errors
 ///
@@ -305,7 +265,7 @@ impl<T> Sender<T> {
     /// Asks to be woken through `waker` when space frees or the receiver drops.
     ///
     /// Call it after [`try_send`](Self::try_send) failed with `Full`, then try again before
-    /// suspending (see the [module docs](self)). If the channel already has space or the
+    /// suspending (see the [channel module](super)). If the channel already has space or the
     /// receiver is gone, `waker` is woken at once and not stored. A stored waker fires once;
     /// registering a waker that [`will_wake`](Waker::will_wake) one already stored keeps one
     /// copy.
@@ -462,7 +422,7 @@ impl<T> Receiver<T> {
     /// Asks to be woken through `waker` when data arrives or every sender is gone.
     ///
     /// Call it after [`try_recv`](Self::try_recv) found the channel empty, then try again before
-    /// suspending (see the [module docs](self)). If data is already queued or the senders are
+    /// suspending (see the [channel module](super)). If data is already queued or the senders are
     /// gone, `waker` is woken at once and not stored. A stored waker fires once; a new
     /// registration replaces the previous one.
     pub fn register_data_waker(&self, waker: &Waker) {

@@ -1,38 +1,5 @@
 //! Input gates: a task's input over N channels, read fairly, with barrier alignment and watermark
-//! combination built in.
-//!
-//! [`InputGate`] serves one-input tasks, [`TwoInputGate`] two-input tasks (one aligner over the
-//! channels of both inputs, because a checkpoint of a two-input task cuts both). Both read the
-//! channels round robin, one element per channel per turn, skipping channels that are blocked
-//! for alignment or ended; they turn what they read into events:
-//!
-//! | read on a channel | event |
-//! |---|---|
-//! | record | `Record` (`Record1` / `Record2`) |
-//! | watermark, status | `Watermark` / `Status` only when the combined value changes ([`WatermarkValve`]) |
-//! | barrier | nothing (the channel is blocked), `Checkpoint` once aligned, `CheckpointAborted` when superseded ([`BarrierAligner`]) |
-//! | end of input | maybe `Watermark` / `Checkpoint`; `EndOfInput1` / `EndOfInput2` when an input of a two-input gate ended; `EndOfInput` once every channel ended |
-//! | disconnection without end of input | the error [`InputClosed`] (the upstream task failed) |
-//!
-//! # Polling without lost wakeups (the mailbox model)
-//!
-//! [`InputGate::poll_next`] never blocks. When it returns [`GateEvent::Nothing`]:
-//!
-//! 1. register the task's waker with [`InputGate::register_waker`] (it registers on every channel
-//!    that may be read: not blocked, not ended);
-//! 2. call `poll_next` again: whatever arrived before the registration is found here;
-//! 3. if it is still `Nothing`, suspend; the first channel that receives data (or disconnects)
-//!    wakes the waker, whose wake enqueues the resume mail.
-//!
-//! Blocked channels need no registration: they are released inside `poll_next`, on the task's
-//! own thread, when the checkpoint triggers or is aborted. See the
-//! [`bounded` module](super::bounded) for why the channel side loses no notice.
-//!
-//! # Blocking (the legacy model)
-//!
-//! [`InputGate::next_blocking`] runs the same protocol with a waker that unparks the calling
-//! thread, and parks between polls. [`InputGate::next_timeout`] bounds the wait so a caller can
-//! check a cancellation flag.
+//! combination built in; see [`InputGate`] and [`TwoInputGate`].
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -139,7 +106,40 @@ pub enum TwoInputEvent<A, B> {
 }
 
 /// A one-input task's input: N channels read round robin, barriers aligned, watermarks and
-/// status combined; see the [module docs](self).
+/// status combined.
+///
+/// [`TwoInputGate`] is its two-input sibling (one aligner over the channels of both inputs,
+/// because a checkpoint of a two-input task cuts both). Both read the
+/// channels round robin, one element per channel per turn, skipping channels that are blocked
+/// for alignment or ended; they turn what they read into events:
+///
+/// | read on a channel | event |
+/// |---|---|
+/// | record | `Record` (`Record1` / `Record2`) |
+/// | watermark, status | `Watermark` / `Status` only when the combined value changes ([`WatermarkValve`]) |
+/// | barrier | nothing (the channel is blocked), `Checkpoint` once aligned, `CheckpointAborted` when superseded ([`BarrierAligner`]) |
+/// | end of input | maybe `Watermark` / `Checkpoint`; `EndOfInput1` / `EndOfInput2` when an input of a two-input gate ended; `EndOfInput` once every channel ended |
+/// | disconnection without end of input | the error [`InputClosed`] (the upstream task failed) |
+///
+/// # Polling without lost wakeups (the mailbox model)
+///
+/// [`InputGate::poll_next`] never blocks. When it returns [`GateEvent::Nothing`]:
+///
+/// 1. register the task's waker with [`InputGate::register_waker`] (it registers on every channel
+///    that may be read: not blocked, not ended);
+/// 2. call `poll_next` again: whatever arrived before the registration is found here;
+/// 3. if it is still `Nothing`, suspend; the first channel that receives data (or disconnects)
+///    wakes the waker, whose wake enqueues the resume mail.
+///
+/// Blocked channels need no registration: they are released inside `poll_next`, on the task's
+/// own thread, when the checkpoint triggers or is aborted. The [channel module](super) explains
+/// why the channel side loses no notice.
+///
+/// # Blocking (the legacy model)
+///
+/// [`InputGate::next_blocking`] runs the same protocol with a waker that unparks the calling
+/// thread, and parks between polls. [`InputGate::next_timeout`] bounds the wait so a caller can
+/// check a cancellation flag.
 ///
 /// # Examples
 ///
@@ -225,13 +225,9 @@ impl<T> InputGate<T> {
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
     pub fn next_blocking(&mut self) -> Result<GateEvent<T>, InputClosed> {
-        wait_for_event(
-            self,
-            None,
-            Self::poll_next,
-            Self::register_waker,
-            |e| matches!(e, GateEvent::Nothing),
-        )
+        wait_for_event(self, None, Self::poll_next, Self::register_waker, |e| {
+            matches!(e, GateEvent::Nothing)
+        })
     }
 
     /// The next event, parking the calling thread at most `timeout`; `Nothing` if none came.
@@ -307,7 +303,7 @@ impl<T> fmt::Debug for InputGate<T> {
 
 /// A two-input task's input: the channels of input 1 (`StreamElement<A>`) and input 2
 /// (`StreamElement<B>`) read round robin, with one barrier aligner over all of them and the
-/// watermark combined per input and then over both; see the [module docs](self).
+/// watermark combined per input and then over both; it reads and behaves as [`InputGate`] does.
 ///
 /// Channel indices (in [`InputClosed`], [`is_blocked`](Self::is_blocked)) number input 1's
 /// channels first, then input 2's.
@@ -417,13 +413,9 @@ impl<A, B> TwoInputGate<A, B> {
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
     pub fn next_blocking(&mut self) -> Result<TwoInputEvent<A, B>, InputClosed> {
-        wait_for_event(
-            self,
-            None,
-            Self::poll_next,
-            Self::register_waker,
-            |e| matches!(e, TwoInputEvent::Nothing),
-        )
+        wait_for_event(self, None, Self::poll_next, Self::register_waker, |e| {
+            matches!(e, TwoInputEvent::Nothing)
+        })
     }
 
     /// The next event, parking the calling thread at most `timeout`; `Nothing` if none came.
@@ -649,7 +641,10 @@ impl GateCore {
 
     /// (input, channel within the input) of flat channel `ch`.
     fn locate(&self, ch: usize) -> (usize, usize) {
-        let input = self.starts[1..].iter().position(|&end| ch < end).unwrap_or(0);
+        let input = self.starts[1..]
+            .iter()
+            .position(|&end| ch < end)
+            .unwrap_or(0);
         (input, ch - self.starts[input])
     }
 

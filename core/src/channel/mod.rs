@@ -11,10 +11,42 @@
 //! | [`RecordWriter`] | a task's [`TaskOutput`](crate::TaskOutput) into downstream channels | a task's output |
 //!
 //! Both threading models use the same pieces. The legacy model's input task blocks
-//! ([`InputGate::next_blocking`]); the mailbox model polls ([`InputGate::poll_next`]), and when
-//! nothing is available registers a [`Waker`](std::task::Waker) whose wake enqueues a resume
-//! mail, polls once more, then suspends its default action. The protocol that makes this free of
-//! lost wakeups is written out in [`bounded`]'s documentation.
+//! ([`InputGate::next_blocking`]) and its writer blocks on a full channel; the mailbox model polls
+//! ([`InputGate::poll_next`]) and feeds input only while its writer
+//! [is available](crate::TaskOutput::is_available), and otherwise registers a
+//! [`Waker`](std::task::Waker) whose wake enqueues a resume mail, then suspends its default
+//! action.
+//!
+//! # Availability notices, without lost wakeups
+//!
+//! A consumer that polls follows four steps:
+//!
+//! 1. **try**: [`Receiver::try_recv`] (or [`InputGate::poll_next`]); on `Empty` (`Nothing`) go on;
+//! 2. **register interest**: [`Receiver::register_data_waker`] (or [`InputGate::register_waker`],
+//!    which registers on every channel it may read);
+//! 3. **try again**: anything sent between 1 and 2 is found here;
+//! 4. **suspend**; the waker is woken by the next send, or when every sender is gone.
+//!
+//! A producer that polls does the same with [`Sender::try_send`] (on `Full`),
+//! [`Sender::register_space_waker`] (or [`RecordWriter`]'s
+//! [`register_availability_waker`](crate::TaskOutput::register_availability_waker), which
+//! registers on every full channel), a second try, then suspends until a receive frees a slot or
+//! the receiver is gone.
+//!
+//! Why no notice is lost: a waker is stored under the channel's lock, and every state change a
+//! waiter can wait for (a send, a receive that frees space, a disconnection) happens under the
+//! same lock and takes and wakes whatever waker is stored at that moment. A change either happens
+//! before the registration, and then step 3 sees it, or after it, and then it finds the waker.
+//! Registration also checks the state itself: a waker registered while what it waits for is
+//! already there (data, space, disconnection) is woken at once instead of stored, so even a
+//! caller that skips step 3 cannot sleep through a change. A stored waker is woken once and then
+//! forgotten: register again before every suspension. Wakers are woken after the lock is
+//! released, so a waker may call back into the channel. Notices may be spurious (step 3 found
+//! data and the stored waker fires later anyway): a woken task simply polls again.
+//!
+//! The blocking calls ([`Receiver::recv`], [`Sender::send`] and their timed forms) wait on
+//! condition variables under the same lock. The protocol is model-checked with loom
+//! (`core/tests/loom.rs`) and stress-tested (`core/tests/channel_stress.rs`).
 //!
 //! # Examples
 //!
@@ -23,7 +55,7 @@
 //!
 //! ```
 //! use streamtask_core::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
-//! use streamtask_core::{CheckpointBarrier, Output, StreamRecord, TaskOutput};
+//! use streamtask_core::{CheckpointBarrier, Output, StreamRecord, TaskOutput, Watermark};
 //!
 //! let (tx, rx) = bounded(16).unwrap();
 //! let mut writer = RecordWriter::new(vec![tx], Partitioner::Forward).unwrap();
@@ -34,6 +66,7 @@
 //! let mut gate = InputGate::new(vec![rx]).unwrap();
 //! assert_eq!(gate.poll_next().unwrap(), GateEvent::Record(StreamRecord::new("hello")));
 //! assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(CheckpointBarrier::new(1, 0)));
+//! assert_eq!(gate.poll_next().unwrap(), GateEvent::Watermark(Watermark::MAX)); // nothing follows
 //! assert_eq!(gate.poll_next().unwrap(), GateEvent::EndOfInput);
 //! ```
 

@@ -1,45 +1,5 @@
-//! The watermark and stream-status valve: combines the watermarks and statuses of N channels into
-//! one (Flink's `StatusWatermarkValve`), as a pure state machine the gates drive.
-//!
-//! - The combined watermark is the minimum over the **active, aligned** channels, and is emitted
-//!   only when it advances.
-//! - An **idle** channel does not hold the combined watermark back; its watermarks are ignored
-//!   until it is active again. When the last active channel goes idle, the valve flushes the
-//!   largest watermark any channel reached (nothing holds it back any more), then reports
-//!   `Idle`; the first channel to become active again reports `Active`.
-//! - A channel that becomes active again with a watermark behind the combined one is not
-//!   **aligned**: it is left out of the minimum until it catches up (the combined watermark
-//!   never goes back).
-//! - A channel that **ended** is left out for good; when every channel ended the combined
-//!   watermark is [`Watermark::MAX`] (emitted once, after `Active` if the valve was idle, so
-//!   downstream does not ignore it).
-//!
-//! # Channel states
-//!
-//! | state | in the minimum | moves to |
-//! |---|---|---|
-//! | active, aligned | yes | idle, ended |
-//! | active, not aligned | no, until its watermark reaches the combined one | active aligned, idle, ended |
-//! | idle | no; its watermarks are ignored | active (aligned if not behind), ended |
-//! | ended | no, for good | - |
-//!
-//! Delivering anything on an ended channel is a caller bug and panics.
-//!
-//! # Examples
-//!
-//! ```
-//! use streamtask_core::channel::WatermarkValve;
-//! use streamtask_core::{StreamStatus, Watermark};
-//!
-//! let mut valve = WatermarkValve::new(2);
-//! assert_eq!(valve.on_watermark(0, Watermark(10)), None); // channel 1 still at MIN
-//! assert_eq!(valve.on_watermark(1, Watermark(7)), Some(Watermark(7)));
-//! // Channel 1 goes idle: channel 0 alone decides.
-//! let update = valve.on_status(1, StreamStatus::Idle);
-//! assert_eq!(update.watermark(), Some(Watermark(10)));
-//! assert_eq!(update.status(), None);
-//! assert_eq!(valve.on_watermark(0, Watermark(12)), Some(Watermark(12)));
-//! ```
+//! The watermark and stream-status valve; the rules and the state table are on
+//! [`WatermarkValve`].
 
 use std::fmt;
 
@@ -126,7 +86,48 @@ struct Channel {
     aligned: bool,
 }
 
-/// Combines per-channel watermarks and stream status; see the [module docs](self).
+/// Combines the watermarks and stream statuses of N channels into one (Flink's
+/// `StatusWatermarkValve`): a pure state machine the gates drive.
+///
+/// - The combined watermark is the minimum over the **active, aligned** channels, and is emitted
+///   only when it advances.
+/// - An **idle** channel does not hold the combined watermark back; its watermarks are ignored
+///   until it is active again. When the last active channel goes idle, the valve flushes the
+///   largest watermark any channel reached (nothing holds it back any more), then reports
+///   `Idle`; the first channel to become active again reports `Active`.
+/// - A channel that becomes active again with a watermark behind the combined one is not
+///   **aligned**: it is left out of the minimum until it catches up (the combined watermark
+///   never goes back).
+/// - A channel that **ended** is left out for good; when every channel ended the combined
+///   watermark is [`Watermark::MAX`] (emitted once, after `Active` if the valve was idle, so
+///   downstream does not ignore it).
+///
+/// # Channel states
+///
+/// | state | in the minimum | moves to |
+/// |---|---|---|
+/// | active, aligned | yes | idle, ended |
+/// | active, not aligned | no, until its watermark reaches the combined one | active aligned, idle, ended |
+/// | idle | no; its watermarks are ignored | active (aligned if not behind), ended |
+/// | ended | no, for good | - |
+///
+/// Delivering anything on an ended channel is a caller bug and panics.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::channel::WatermarkValve;
+/// use streamtask_core::{StreamStatus, Watermark};
+///
+/// let mut valve = WatermarkValve::new(2);
+/// assert_eq!(valve.on_watermark(0, Watermark(10)), None); // channel 1 still at MIN
+/// assert_eq!(valve.on_watermark(1, Watermark(7)), Some(Watermark(7)));
+/// // Channel 1 goes idle: channel 0 alone decides.
+/// let update = valve.on_status(1, StreamStatus::Idle);
+/// assert_eq!(update.watermark(), Some(Watermark(10)));
+/// assert_eq!(update.status(), None);
+/// assert_eq!(valve.on_watermark(0, Watermark(12)), Some(Watermark(12)));
+/// ```
 #[derive(Clone)]
 pub struct WatermarkValve {
     channels: Vec<Channel>,
@@ -354,7 +355,10 @@ mod tests {
         v.on_watermark(0, wm(10));
         assert_eq!(v.on_watermark(1, wm(2)), Some(wm(2)));
         let u = v.on_status(1, StreamStatus::Idle);
-        assert_eq!(u.iter().collect::<Vec<_>>(), [ValveOutput::Watermark(wm(10))]);
+        assert_eq!(
+            u.iter().collect::<Vec<_>>(),
+            [ValveOutput::Watermark(wm(10))]
+        );
         assert_eq!(v.status(), StreamStatus::Active);
         // Watermarks of an idle channel are ignored.
         assert_eq!(v.on_watermark(1, wm(50)), None);

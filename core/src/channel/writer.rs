@@ -1,14 +1,4 @@
-//! The record writer: a task's output into its downstream channels.
-//!
-//! Records go to one channel (or all, when broadcasting) chosen by a [`Partitioner`];
-//! watermarks, status changes, barriers and end of input go to every channel. A send into a full
-//! channel blocks until space frees: that is backpressure, and in the legacy model it blocks
-//! while holding the checkpoint lock, as Flink's did. The mailbox model avoids blocking by
-//! feeding input only while [`TaskOutput::is_available`] holds, and otherwise suspends until the
-//! waker registered with [`TaskOutput::register_availability_waker`] fires.
-//!
-//! A channel whose receiver is gone makes every call fail with [`OperatorError::OutputClosed`].
-//! To unblock a writer stuck on a full channel (cancellation), drop that channel's receiver.
+//! The record writer: a task's output into its downstream channels; see [`RecordWriter`].
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -114,8 +104,17 @@ pub enum WriterError {
     },
 }
 
-/// A task's output into downstream channels; implements [`TaskOutput`]. See the
-/// [module docs](self).
+/// A task's output into its downstream channels; implements [`TaskOutput`].
+///
+/// Records go to one channel (or all, when broadcasting) chosen by a [`Partitioner`];
+/// watermarks, status changes, barriers and end of input go to every channel. A send into a full
+/// channel blocks until space frees: that is backpressure, and in the legacy model it blocks
+/// while holding the checkpoint lock, as Flink's did. The mailbox model avoids blocking by
+/// feeding input only while [`TaskOutput::is_available`] holds, and otherwise suspends until the
+/// waker registered with [`TaskOutput::register_availability_waker`] fires.
+///
+/// A channel whose receiver is gone makes every call fail with [`OperatorError::OutputClosed`].
+/// To unblock a writer stuck on a full channel (cancellation), drop that channel's receiver.
 ///
 /// With [`with_metrics`](Self::with_metrics) it counts `records_out` (once per record, also when
 /// broadcast) and adds the time spent blocked on full channels to `backpressured_micros`.
@@ -235,7 +234,9 @@ impl<T> Output<T> for RecordWriter<T> {
     fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
         let metrics = self.metrics.as_deref();
         match &self.partitioner {
-            Partitioner::Forward => send(&self.channels[0], StreamElement::Record(record), metrics)?,
+            Partitioner::Forward => {
+                send(&self.channels[0], StreamElement::Record(record), metrics)?
+            }
             Partitioner::Hash(hash) => {
                 let n = self.channels.len() as u64;
                 // The remainder is below the channel count, so it fits a usize.
@@ -244,7 +245,11 @@ impl<T> Output<T> for RecordWriter<T> {
             }
             Partitioner::RoundRobin => {
                 let ch = self.next;
-                self.next = if ch + 1 == self.channels.len() { 0 } else { ch + 1 };
+                self.next = if ch + 1 == self.channels.len() {
+                    0
+                } else {
+                    ch + 1
+                };
                 send(&self.channels[ch], StreamElement::Record(record), metrics)?;
             }
             Partitioner::Broadcast(copy) => {

@@ -1,0 +1,250 @@
+//! Loom models of core's concurrency protocols, one `mod` per concept. Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p streamtask-core --test loom`.
+//!
+//! Keep every model small (two or three threads, a handful of operations) so the bounded
+//! exploration finishes in seconds.
+#![cfg(loom)]
+
+/// Wakers that record a notice in loom-visible state.
+mod support {
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    use streamtask_core::sync::{Condvar, Mutex};
+
+    /// A resume notice as the mailbox model delivers it: the wake enqueues under a lock and
+    /// signals a condition variable; the suspended task waits on it.
+    ///
+    /// Deliberately not `thread::park`/`unpark`: in loom 0.7 an unpark that reaches a thread
+    /// blocked in `join` or on a mutex (harmless with std) breaks loom's own bookkeeping, and a
+    /// `swap` on a flag can read a stale value (tokio-rs/loom#254, #389).
+    pub(crate) struct Notice {
+        woken: Mutex<bool>,
+        signal: Condvar,
+    }
+
+    impl Notice {
+        pub(crate) fn new() -> (Arc<Notice>, Waker) {
+            let notice = Arc::new(Notice {
+                woken: Mutex::new(false),
+                signal: Condvar::new(),
+            });
+            let waker = Waker::from(Arc::clone(&notice));
+            (notice, waker)
+        }
+
+        pub(crate) fn was_woken(&self) -> bool {
+            *self.woken.lock()
+        }
+
+        /// Waits until woken and consumes the notice; a lost notice leaves every thread
+        /// blocked, which loom reports as a deadlock.
+        pub(crate) fn suspend(&self) {
+            let mut woken = self.woken.lock();
+            while !*woken {
+                self.signal.wait(&mut woken);
+            }
+            *woken = false;
+        }
+    }
+
+    impl Wake for Notice {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            *self.woken.lock() = true;
+            self.signal.notify_one();
+        }
+    }
+}
+
+/// The bounded channel's availability notices and blocking calls (`channel::bounded`).
+mod channel_notices {
+    use streamtask_core::channel::{RecvError, TryRecvError, TrySendError, bounded};
+    use streamtask_core::sync::thread;
+
+    use super::support::Notice;
+
+    /// A consumer that found nothing registers its waker and checks again; a concurrent send
+    /// either is seen by the second check or wakes the waker.
+    #[test]
+    fn consumer_register_then_recheck_vs_send() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            let (notice, waker) = Notice::new();
+            let producer = {
+                let tx = tx.clone();
+                thread::spawn(move || tx.try_send(1).unwrap())
+            };
+            let got = match rx.try_recv() {
+                Ok(v) => Some(v),
+                Err(TryRecvError::Empty) => {
+                    rx.register_data_waker(&waker);
+                    rx.try_recv().ok()
+                }
+                Err(TryRecvError::Disconnected) => unreachable!("a sender is alive"),
+            };
+            producer.join().unwrap();
+            if got.is_none() {
+                // The consumer would suspend here: the send must have told it.
+                assert!(notice.was_woken(), "lost wakeup: data arrived, no notice");
+                assert_eq!(rx.try_recv(), Ok(1));
+            }
+            drop(tx);
+        });
+    }
+
+    /// A producer that found the channel full registers and checks again; a concurrent receive
+    /// either frees space for the second try or wakes the waker.
+    #[test]
+    fn producer_register_then_recheck_vs_recv() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            tx.try_send(0).unwrap();
+            let (notice, waker) = Notice::new();
+            // The consumer hands the receiver back so its drop is not what wakes the producer.
+            let consumer = thread::spawn(move || {
+                assert_eq!(rx.try_recv(), Ok(0));
+                rx
+            });
+            let sent = match tx.try_send(1) {
+                Ok(()) => true,
+                Err(TrySendError::Full(v)) => {
+                    tx.register_space_waker(&waker);
+                    tx.try_send(v).is_ok()
+                }
+                Err(TrySendError::Disconnected(_)) => unreachable!("the receiver is alive"),
+            };
+            let rx = consumer.join().unwrap();
+            if !sent {
+                assert!(notice.was_woken(), "lost wakeup: space freed, no notice");
+                tx.try_send(1).unwrap();
+            }
+            assert_eq!(rx.try_recv(), Ok(1));
+        });
+    }
+
+    /// Two producers and a consumer that suspends (parks) whenever it finds nothing after
+    /// registering: every element arrives and the consumer never sleeps through one.
+    #[test]
+    fn polling_consumer_vs_two_producers() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            let producers: Vec<_> = (1..=2u8)
+                .map(|v| {
+                    let tx = tx.clone();
+                    thread::spawn(move || tx.send(v).unwrap())
+                })
+                .collect();
+            drop(tx);
+            let (notice, waker) = Notice::new();
+            let mut sum = 0;
+            loop {
+                match rx.try_recv() {
+                    Ok(v) => sum += v,
+                    Err(TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Empty) => {
+                        rx.register_data_waker(&waker);
+                        match rx.try_recv() {
+                            Ok(v) => sum += v,
+                            Err(TryRecvError::Disconnected) => break,
+                            Err(TryRecvError::Empty) => notice.suspend(),
+                        }
+                    }
+                }
+            }
+            for producer in producers {
+                producer.join().unwrap();
+            }
+            assert_eq!(sum, 3);
+        });
+    }
+
+    /// The last sender's drop wakes a receiver blocked in `recv`.
+    #[test]
+    fn disconnect_vs_blocked_recv() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            let consumer = thread::spawn(move || rx.recv());
+            drop(tx);
+            assert_eq!(consumer.join().unwrap(), Err(RecvError));
+        });
+    }
+
+    /// The last sender's drop wakes a consumer that registered and found nothing.
+    #[test]
+    fn disconnect_vs_registered_consumer() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            let (notice, waker) = Notice::new();
+            let dropper = thread::spawn(move || drop(tx));
+            let disconnected = match rx.try_recv() {
+                Err(TryRecvError::Empty) => {
+                    rx.register_data_waker(&waker);
+                    rx.try_recv() == Err(TryRecvError::Disconnected)
+                }
+                other => other == Err(TryRecvError::Disconnected),
+            };
+            dropper.join().unwrap();
+            if !disconnected {
+                assert!(notice.was_woken(), "lost wakeup: senders gone, no notice");
+            }
+            assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        });
+    }
+
+    /// A sender blocked on a full channel gets the slot a receive frees, in order.
+    #[test]
+    fn blocked_send_vs_recv() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            tx.send(1).unwrap();
+            let producer = thread::spawn(move || tx.send(2).unwrap());
+            assert_eq!(rx.recv(), Ok(1));
+            assert_eq!(rx.recv(), Ok(2));
+            producer.join().unwrap();
+        });
+    }
+
+    /// The receiver's drop wakes a sender blocked on a full channel and hands its value back.
+    #[test]
+    fn receiver_drop_vs_blocked_send() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            tx.send(1).unwrap();
+            let producer = thread::spawn(move || tx.send(2));
+            drop(rx);
+            assert_eq!(producer.join().unwrap().unwrap_err().into_inner(), 2);
+        });
+    }
+}
+
+/// The input gate's blocking read: the thread-unpark waker and park (`channel::InputGate`).
+mod input_gate {
+    use streamtask_core::channel::{GateEvent, InputGate, bounded};
+    use streamtask_core::sync::thread;
+    use streamtask_core::{StreamElement, StreamRecord};
+
+    /// `next_blocking` parks until a producer on either channel sends; the send's notice
+    /// unparks it. (The parking reader runs on a spawned thread that joins nothing: a late
+    /// unpark is harmless with std but trips loom when it hits a thread blocked in `join`.)
+    #[test]
+    fn next_blocking_vs_send() {
+        loom::model(|| {
+            let (tx0, rx0) = bounded::<StreamElement<u8>>(1).unwrap();
+            let (tx1, rx1) = bounded::<StreamElement<u8>>(1).unwrap();
+            let reader = thread::spawn(move || {
+                let mut gate = InputGate::new(vec![rx0, rx1]).unwrap();
+                let event = gate.next_blocking().unwrap();
+                (event, gate)
+            });
+            tx1.send(StreamElement::Record(StreamRecord::new(7)))
+                .unwrap();
+            let (event, gate) = reader.join().unwrap();
+            assert_eq!(event, GateEvent::Record(StreamRecord::new(7)));
+            drop((tx0, tx1, gate));
+        });
+    }
+}
