@@ -308,6 +308,18 @@ impl<T> TaskMailbox<T> {
         self.flags.fetch_or(BATCH, Ordering::Release);
     }
 
+    /// Owner only: drops mails at the head of the batch while `discard` says so.
+    pub(crate) fn discard_batch_head_while(&self, discard: impl Fn(&T) -> bool) {
+        if self.flags.load(Ordering::Acquire) & BATCH == 0 {
+            return;
+        }
+        let mut batch = self.batch.lock();
+        while batch.front().is_some_and(|m| discard(m.body())) {
+            batch.pop_front();
+        }
+        self.update_batch_flag(&batch);
+    }
+
     /// Whether a mail is waiting (in the batch or the queue). One atomic load; owner only.
     ///
     /// # Errors

@@ -684,7 +684,15 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
             };
             self.run_mail(mail)?;
         }
-        Ok(self.core.loop_possible())
+        let possible = self.core.loop_possible();
+        if !possible {
+            // The owner's own signal mails only made the loop look at its flags, which it just
+            // did; do not leave them for `drain` or `close` to count.
+            self.core.mailbox.discard_batch_head_while(|letter| {
+                matches!(letter.kind, LetterKind::Control(Control::Signal))
+            });
+        }
+        Ok(possible)
     }
 
     /// Blocks for the next mail; the wait counts as idle or backpressured time.
