@@ -127,6 +127,60 @@ impl fmt::Debug for LatencyHistogram {
     }
 }
 
+/// A latency histogram that also remembers when each value was recorded (the newest
+/// [`TimedHistogram::MAX_SAMPLES`]), so a run can plot each checkpoint's delay over time.
+/// Meant for rare events (one per checkpoint), not per record.
+#[derive(Debug, Default)]
+pub struct TimedHistogram {
+    histogram: LatencyHistogram,
+    samples: Mutex<std::collections::VecDeque<(std::time::Instant, u64)>>,
+}
+
+impl TimedHistogram {
+    /// Samples kept for plotting; older ones are dropped (the histogram keeps counting them).
+    pub const MAX_SAMPLES: usize = 100_000;
+
+    /// An empty histogram.
+    pub fn new() -> Self {
+        TimedHistogram::default()
+    }
+
+    /// Records one latency, now.
+    pub fn record(&self, latency: Duration) {
+        self.record_micros(u64::try_from(latency.as_micros()).unwrap_or(MAX_MICROS));
+    }
+
+    /// Records one latency in microseconds, now.
+    pub fn record_micros(&self, micros: u64) {
+        self.histogram.record_micros(micros);
+        let mut samples = self.samples.lock();
+        if samples.len() == Self::MAX_SAMPLES {
+            samples.pop_front();
+        }
+        samples.push_back((std::time::Instant::now(), micros));
+    }
+
+    /// Number of values recorded.
+    pub fn count(&self) -> u64 {
+        self.histogram.count()
+    }
+
+    /// Percentiles and extremes.
+    pub fn summary(&self) -> LatencySummary {
+        self.histogram.summary()
+    }
+
+    /// The histogram part.
+    pub fn histogram(&self) -> &LatencyHistogram {
+        &self.histogram
+    }
+
+    /// The kept samples: when, and how many microseconds.
+    pub fn samples(&self) -> Vec<(std::time::Instant, u64)> {
+        self.samples.lock().iter().copied().collect()
+    }
+}
+
 /// Percentiles of a latency histogram, in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
@@ -184,7 +238,7 @@ pub struct TaskMetrics {
     /// Checkpoints this task snapshotted.
     pub checkpoints: Counter,
     /// From the trigger call (or the last barrier's arrival) to the start of the snapshot.
-    pub checkpoint_delay: LatencyHistogram,
+    pub checkpoint_delay: TimedHistogram,
     /// Duration of the synchronous part of a snapshot.
     pub checkpoint_duration: LatencyHistogram,
     /// From the first to the last barrier of a checkpoint on a multi-input task.
