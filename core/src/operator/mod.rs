@@ -758,6 +758,34 @@ impl<O: Operator + ?Sized> Operator for Box<O> {
     forward_operator!();
 }
 
+impl<T, W: Output<T> + ?Sized> Output<T> for Box<W> {
+    #[inline]
+    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
+        (**self).collect(record)
+    }
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        (**self).emit_watermark(watermark)
+    }
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        (**self).emit_status(status)
+    }
+}
+
+impl<T, W: TaskOutput<T> + ?Sized> TaskOutput<T> for Box<W> {
+    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+        (**self).broadcast_barrier(barrier)
+    }
+    fn end_of_input(&mut self) -> Result<(), OperatorError> {
+        (**self).end_of_input()
+    }
+    fn is_available(&self) -> bool {
+        (**self).is_available()
+    }
+    fn register_availability_waker(&self, waker: &std::task::Waker) {
+        (**self).register_availability_waker(waker);
+    }
+}
+
 /// A type-erased operator, for chains whose shape is decided at run time (the job builder).
 pub type BoxOperator<I, O> = Box<dyn Operator<In = I, Out = O>>;
 
