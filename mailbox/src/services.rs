@@ -184,6 +184,16 @@ impl<S, E> MailboxTimerService<S, E> {
         self.shared.quiesced.load(Ordering::Acquire)
     }
 
+    /// Number of timers registered and not yet fired (or dropped).
+    pub fn pending(&self) -> usize {
+        match &*self.slot.lock() {
+            TimerSlot::Running(scheduler) | TimerSlot::Quiesced(Some(scheduler)) => {
+                scheduler.pending()
+            }
+            TimerSlot::Idle | TimerSlot::Quiesced(None) | TimerSlot::ShutDown => 0,
+        }
+    }
+
     /// Whether the timer thread was started.
     pub fn has_thread(&self) -> bool {
         matches!(
