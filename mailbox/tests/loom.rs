@@ -1,0 +1,207 @@
+//! Loom models of the mailbox's cross-thread protocols. Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p streamtask-mailbox --test loom`.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+
+use streamtask_mailbox::{
+    Controller, Immediate, Mail, MailboxProcessor, MailboxState, Priority, TakeError, TaskMailbox,
+};
+
+fn mail(n: u32) -> Mail<u32> {
+    Mail::new(Priority::MIN, n)
+}
+
+#[test]
+fn smoke() {
+    loom::model(|| {
+        let mailbox = TaskMailbox::new();
+        mailbox.put(mail(1)).unwrap();
+        assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), 1);
+    });
+}
+
+/// Two producers put while the owner blocks in `take`: both mails arrive, none twice.
+#[test]
+fn concurrent_puts_against_take() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let producers: Vec<_> = (0..2)
+            .map(|n| {
+                let mailbox = Arc::clone(&mailbox);
+                thread::spawn(move || {
+                    if n == 0 {
+                        mailbox.put(mail(n)).unwrap();
+                    } else {
+                        mailbox.put_first(mail(n)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let mut got = vec![
+            mailbox.take(Priority::MIN).unwrap().into_body(),
+            mailbox.take(Priority::MIN).unwrap().into_body(),
+        ];
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1]);
+        for p in producers {
+            p.join().unwrap();
+        }
+    });
+}
+
+/// A put racing `close`: the mail is either among the mails close returned or handed back to
+/// the producer; never lost, never both.
+#[test]
+fn put_against_close_loses_nothing() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || {
+                mailbox
+                    .put(mail(7))
+                    .err()
+                    .map(|e| e.into_inner().into_body())
+            })
+        };
+        let dropped: Vec<u32> = mailbox
+            .close()
+            .unwrap()
+            .into_iter()
+            .map(Mail::into_body)
+            .collect();
+        let refused = producer.join().unwrap();
+        match refused {
+            Some(n) => {
+                assert_eq!(n, 7);
+                assert!(dropped.is_empty());
+            }
+            None => assert_eq!(dropped, vec![7]),
+        }
+        assert_eq!(mailbox.state(), MailboxState::Closed);
+        assert_eq!(mailbox.take(Priority::MIN).unwrap_err(), TakeError::Closed);
+    });
+}
+
+/// A put racing `quiesce`: accepted mails can still be taken, refused ones come back.
+#[test]
+fn put_against_quiesce_loses_nothing() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put_first(mail(3)).is_ok())
+        };
+        mailbox.quiesce().unwrap();
+        let accepted = producer.join().unwrap();
+        let taken = mailbox
+            .try_take(Priority::MIN)
+            .unwrap()
+            .map(Mail::into_body);
+        assert_eq!(taken, accepted.then_some(3));
+        assert_eq!(
+            mailbox.take(Priority::MIN).unwrap_err(),
+            TakeError::Exhausted
+        );
+    });
+}
+
+/// A mail arriving while the owner decides to park: the owner's fast-path check, then the
+/// blocking take, must see it (no lost wakeup).
+#[test]
+fn a_mail_arriving_as_the_owner_parks_wakes_it() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put(mail(5)).unwrap())
+        };
+        // The processor's path: check the flag (one load), then create a batch or block.
+        let found = if mailbox.has_mail().unwrap() && mailbox.create_batch().unwrap() {
+            mailbox.try_take_from_batch().unwrap()
+        } else {
+            None
+        };
+        let found = match found {
+            Some(m) => m,
+            None => mailbox.take(Priority::MIN).unwrap(),
+        };
+        assert_eq!(found.into_body(), 5);
+        producer.join().unwrap();
+    });
+}
+
+/// The default action suspends; another thread resumes it while the loop is about to block.
+/// The loop must see the resume and run the default action again.
+#[test]
+fn resume_racing_the_suspension() {
+    loom::model(|| {
+        let mut processor: MailboxProcessor<u32, ()> =
+            MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
+        let (tx, rx) = loom::sync::mpsc::channel();
+        let resumer = thread::spawn(move || {
+            let suspension: streamtask_mailbox::Suspension = rx.recv().unwrap();
+            suspension.resume();
+        });
+        let mut action = |steps: &mut u32, c: &mut Controller<'_>| -> Result<(), ()> {
+            *steps += 1;
+            if *steps == 1 {
+                tx.send(c.suspend_default_action()).unwrap();
+            } else {
+                c.all_actions_completed();
+            }
+            Ok(())
+        };
+        processor.run_mailbox_loop(&mut action).unwrap();
+        resumer.join().unwrap();
+        assert_eq!(*processor.action_executor().state(), 2);
+    });
+}
+
+/// A stale resume racing a newer suspension cannot resume it; the newer one's own resume does.
+#[test]
+fn a_stale_resume_racing_a_newer_suspension() {
+    loom::model(|| {
+        let mut processor: MailboxProcessor<u32, ()> =
+            MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
+        let (tx, rx) = loom::sync::mpsc::channel();
+        let resumer = thread::spawn(move || {
+            let first: streamtask_mailbox::Suspension = rx.recv().unwrap();
+            first.resume();
+            let second: streamtask_mailbox::Suspension = rx.recv().unwrap();
+            first.resume(); // stale: must not count
+            second.resume();
+        });
+        let mut action = |steps: &mut u32, c: &mut Controller<'_>| -> Result<(), ()> {
+            *steps += 1;
+            if *steps <= 2 {
+                tx.send(c.suspend_default_action()).unwrap();
+            } else {
+                c.all_actions_completed();
+            }
+            Ok(())
+        };
+        processor.run_mailbox_loop(&mut action).unwrap();
+        resumer.join().unwrap();
+        assert_eq!(*processor.action_executor().state(), 3);
+    });
+}
+
+/// `all_actions_completed` from another thread racing the owner's shutdown: either the poison
+/// ran or was dropped, or it was never put; nothing panics and close sees every mail.
+#[test]
+fn a_poison_racing_close_is_harmless() {
+    loom::model(|| {
+        let mut processor: MailboxProcessor<u32, ()> =
+            MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
+        let handle = processor.handle();
+        let canceller = thread::spawn(move || handle.all_actions_completed());
+        processor.prepare_close().unwrap();
+        let dropped = processor.close().unwrap();
+        canceller.join().unwrap();
+        assert!(dropped <= 1);
+        assert_eq!(processor.mailbox().state(), MailboxState::Closed);
+    });
+}
