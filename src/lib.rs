@@ -1,8 +1,22 @@
-//! streamtask: run stream-processing tasks under Flink's checkpoint-lock and mailbox threading
-//! models side by side. (The job API and executor arrive with issue 7.)
+//! streamtask: run stream-processing tasks under Apache Flink's checkpoint-lock and mailbox
+//! threading models side by side, and the bridge between them.
+//!
+//! This root crate holds the job API ([`StreamEnvironment`], [`DataStream`]), the local
+//! executor ([`JobGraph::run`]), the [`Model`] switch, the built-in demo job and the comparison
+//! report that the `streamtask` binary prints. The models themselves live in
+//! `streamtask-legacy`, `streamtask-mailbox` and `streamtask-bridge`, on top of
+//! `streamtask-core`.
 
 #![forbid(unsafe_code)]
 
 pub mod demo;
+mod job;
+mod model;
 mod plot;
 pub mod report;
+
+pub use crate::job::{
+    DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobResult, KeyedStream,
+    ProgressCallback, RestartStrategy, StreamEnvironment, TaskResult,
+};
+pub use crate::model::{Model, UnknownModel};

@@ -1,0 +1,570 @@
+//! The local executor: runs a [`JobGraph`] as threads, with checkpoints into a directory and
+//! restarts from the latest completed checkpoint.
+//!
+//! # One attempt
+//!
+//! 1. The latest intact completed checkpoint is read from the storage (none on a fresh start).
+//! 2. Fresh channels are made for every edge.
+//! 3. The checkpoint coordinator's driver starts (if checkpoints are on); every task reports to
+//!    it, and its actions are carried out on the tasks: triggers on source tasks, completion
+//!    and abort notices on all.
+//! 4. Every task starts, restored from its part of the checkpoint.
+//! 5. The executor watches the tasks. A finished task is reported to the coordinator (no
+//!    checkpoint can complete once a task has finished). The first failed or cancelled task
+//!    ends the attempt: every other task is cancelled and joined, the driver stopped.
+//!
+//! # The job
+//!
+//! Attempts repeat until one finishes or the [`RestartStrategy`] allows no more. After the last
+//! task finished, the finalizers run (the file sinks commit their final transactions): only
+//! then is the output of a successful run complete. Exactly-once means the committed output
+//! after any number of failed attempts equals that of a run without failures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use streamtask_core::checkpoint::{
+    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
+    CoordinatorDriver,
+};
+use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
+use streamtask_core::sync::Mutex;
+use streamtask_core::task::{CheckpointResponder, TaskConfig};
+use streamtask_core::trace::Tracer;
+use streamtask_core::{Clock, TaskOutcome};
+use streamtask_legacy::Fairness;
+
+use super::graph::{JobGraph, SpawnCtx};
+use super::wiring::Wiring;
+use super::{JobError, RunningTask};
+
+/// How often a failed job is restarted, and after how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartStrategy {
+    /// Restarts allowed after the first attempt.
+    pub attempts: u32,
+    /// Wait before each restart.
+    pub delay: Duration,
+}
+
+impl RestartStrategy {
+    /// No restarts: the first failure fails the job.
+    pub const NONE: RestartStrategy = RestartStrategy {
+        attempts: 0,
+        delay: Duration::ZERO,
+    };
+
+    /// Up to `attempts` restarts, `delay` apart.
+    pub fn fixed_delay(attempts: u32, delay: Duration) -> Self {
+        RestartStrategy { attempts, delay }
+    }
+}
+
+/// Called with the number of records the sources have read so far, a few times a second.
+pub type ProgressCallback = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// How the executor runs a job.
+#[derive(Clone)]
+pub struct JobConfig {
+    /// Checkpointing; `None` runs without checkpoints (a failure then restarts from scratch).
+    pub checkpoint: Option<CheckpointConfig>,
+    /// Where completed checkpoints are written.
+    pub checkpoint_dir: PathBuf,
+    /// Completed checkpoints kept.
+    pub retained_checkpoints: usize,
+    /// Restarts after failures.
+    pub restart: RestartStrategy,
+    /// Capacity of each channel between tasks, in elements.
+    pub channel_capacity: usize,
+    /// Processing time.
+    pub clock: Clock,
+    /// Spans of who ran what.
+    pub tracer: Tracer,
+    /// Fairness of the checkpoint locks (legacy and bridge models).
+    pub fairness: Fairness,
+    /// Progress reports.
+    pub on_progress: Option<ProgressCallback>,
+    /// Set to cancel the job from another thread.
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl JobConfig {
+    /// Checkpoints every 100 ms into `<work_dir>/checkpoints`, 3 retained, up to 3 restarts
+    /// 10 ms apart, channels of 1024 elements, the system clock, no tracing, eventual fairness.
+    pub fn new(work_dir: impl AsRef<Path>) -> Self {
+        JobConfig {
+            checkpoint: Some(CheckpointConfig::new(Duration::from_millis(100))),
+            checkpoint_dir: work_dir.as_ref().join("checkpoints"),
+            retained_checkpoints: 3,
+            restart: RestartStrategy::fixed_delay(3, Duration::from_millis(10)),
+            channel_capacity: 1024,
+            clock: Clock::System,
+            tracer: Tracer::off(),
+            fairness: Fairness::default(),
+            on_progress: None,
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Sets the checkpoint configuration (`None`: no checkpoints).
+    pub fn with_checkpoints(mut self, checkpoint: Option<CheckpointConfig>) -> Self {
+        self.checkpoint = checkpoint;
+        self
+    }
+
+    /// Sets the restart strategy.
+    pub fn with_restart(mut self, restart: RestartStrategy) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// Sets the channel capacity.
+    pub fn with_channel_capacity(mut self, capacity: usize) -> Self {
+        self.channel_capacity = capacity;
+        self
+    }
+
+    /// Sets the tracer.
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    /// Sets the checkpoint lock's fairness.
+    pub fn with_fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
+        self
+    }
+
+    /// Reports progress through `callback`.
+    pub fn with_progress(mut self, callback: ProgressCallback) -> Self {
+        self.on_progress = Some(callback);
+        self
+    }
+}
+
+impl std::fmt::Debug for JobConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobConfig")
+            .field("checkpoint", &self.checkpoint)
+            .field("checkpoint_dir", &self.checkpoint_dir)
+            .field("restart", &self.restart)
+            .field("channel_capacity", &self.channel_capacity)
+            .field("fairness", &self.fairness)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One task of the final attempt.
+#[derive(Debug, Clone)]
+pub struct TaskResult {
+    /// `<vertex>#<subtask>`.
+    pub name: String,
+    /// How it ended.
+    pub outcome: String,
+    /// Its metrics.
+    pub metrics: MetricsSummary,
+}
+
+/// Latency distributions merged over every task of every attempt.
+#[derive(Debug, Default)]
+pub struct JobMetrics {
+    /// Checkpoint start delay of the source tasks.
+    pub checkpoint_delay: LatencyHistogram,
+    /// Timer lateness, all tasks.
+    pub timer_lateness: LatencyHistogram,
+    /// Checkpoint-lock wait, all tasks.
+    pub lock_wait: LatencyHistogram,
+    /// Mailbox latency, all tasks.
+    pub mailbox_latency: LatencyHistogram,
+    /// Threads the tasks of the final attempt started.
+    pub threads: u64,
+    /// Records the sources read, final attempt.
+    pub source_records: u64,
+}
+
+/// What a finished job reports.
+#[derive(Debug)]
+pub struct JobResult {
+    /// Restarts it took.
+    pub restarts: u32,
+    /// The first failure of each failed attempt.
+    pub failures: Vec<String>,
+    /// Wall time of the whole run, restarts included.
+    pub elapsed: Duration,
+    /// Tasks of the final attempt.
+    pub tasks: Vec<TaskResult>,
+    /// Merged latencies.
+    pub metrics: JobMetrics,
+    /// Checkpoints completed, all attempts.
+    pub checkpoints_completed: u64,
+    /// Checkpoints aborted, all attempts.
+    pub checkpoints_aborted: u64,
+    /// Throughput over time: (seconds since start, source records per second).
+    pub throughput_series: Vec<(f64, f64)>,
+    /// Each checkpoint's start delay on a source task: (seconds since start, microseconds).
+    pub checkpoint_series: Vec<(f64, u64)>,
+}
+
+const POLL: Duration = Duration::from_millis(2);
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+struct AttemptEnd {
+    failure: Option<String>,
+    last_checkpoint_id: u64,
+    completed: u64,
+    aborted: u64,
+    tasks: Vec<(String, TaskOutcome, Arc<TaskMetrics>)>,
+}
+
+impl JobGraph {
+    /// Runs the job to the end, restarting after failures.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Failed`] when no restart is left, [`JobError::Cancelled`] when
+    /// `config.cancel` was set, and configuration, storage or sink errors.
+    pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
+        if config.channel_capacity == 0 {
+            return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
+        }
+        if let Some(cp) = &config.checkpoint {
+            cp.validate()?;
+        }
+        let storage =
+            CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
+        let start = Instant::now();
+        let mut sampler = Sampler::new(start);
+        let mut restarts = 0;
+        let mut failures = Vec::new();
+        let mut last_id = 0;
+        let mut completed = 0;
+        let mut aborted = 0;
+        let metrics = JobMetrics::default();
+        loop {
+            let end = self.run_attempt(config, &storage, last_id, &mut sampler)?;
+            last_id = end.last_checkpoint_id;
+            completed += end.completed;
+            aborted += end.aborted;
+            for (name, _, m) in &end.tasks {
+                if self.is_source_task(name) {
+                    metrics
+                        .checkpoint_delay
+                        .merge(m.checkpoint_delay.histogram());
+                    sampler.checkpoints.extend(
+                        m.checkpoint_delay.samples().into_iter().map(|(at, us)| {
+                            (at.saturating_duration_since(start).as_secs_f64(), us)
+                        }),
+                    );
+                }
+                metrics.timer_lateness.merge(&m.timer_lateness);
+                metrics.lock_wait.merge(&m.lock_wait);
+                metrics.mailbox_latency.merge(&m.mailbox_latency);
+            }
+            if config.cancel.load(Ordering::Acquire) {
+                return Err(JobError::Cancelled);
+            }
+            match end.failure {
+                None => {
+                    for finalize in &self.finalizers {
+                        finalize()?;
+                    }
+                    let mut metrics = metrics;
+                    metrics.threads = end.tasks.iter().map(|(_, _, m)| m.threads.get()).sum();
+                    metrics.source_records = end
+                        .tasks
+                        .iter()
+                        .filter(|(n, _, _)| self.is_source_task(n))
+                        .map(|(_, _, m)| m.records_in.get())
+                        .sum();
+                    sampler.checkpoints.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    return Ok(JobResult {
+                        restarts,
+                        failures,
+                        elapsed: start.elapsed(),
+                        tasks: end
+                            .tasks
+                            .into_iter()
+                            .map(|(name, outcome, m)| TaskResult {
+                                name,
+                                outcome: outcome.to_string(),
+                                metrics: m.summary(),
+                            })
+                            .collect(),
+                        metrics,
+                        checkpoints_completed: completed,
+                        checkpoints_aborted: aborted,
+                        throughput_series: sampler.throughput,
+                        checkpoint_series: sampler.checkpoints,
+                    });
+                }
+                Some(failure) => {
+                    log::warn!("attempt {} failed: {failure}", restarts + 1);
+                    failures.push(failure.clone());
+                    if restarts >= config.restart.attempts {
+                        return Err(JobError::Failed {
+                            attempts: restarts + 1,
+                            last: failure,
+                        });
+                    }
+                    restarts += 1;
+                    std::thread::sleep(config.restart.delay);
+                }
+            }
+        }
+    }
+
+    fn is_source_task(&self, task: &str) -> bool {
+        let vertex = task.rsplit_once('#').map_or(task, |(v, _)| v);
+        self.vertices
+            .iter()
+            .any(|v| v.is_source && v.name == vertex)
+    }
+
+    fn task_names(&self) -> Vec<(usize, usize, String)> {
+        self.vertices
+            .iter()
+            .enumerate()
+            .flat_map(|(vi, v)| (0..v.parallelism).map(move |s| (vi, s, format!("{}#{s}", v.name))))
+            .collect()
+    }
+
+    fn run_attempt(
+        &self,
+        config: &JobConfig,
+        storage: &CheckpointStorage,
+        last_id: u64,
+        sampler: &mut Sampler,
+    ) -> Result<AttemptEnd, JobError> {
+        let restored = storage.latest()?;
+        let names = self.task_names();
+        let sources: Vec<String> = names
+            .iter()
+            .filter(|(vi, _, _)| self.vertices[*vi].is_source)
+            .map(|(_, _, n)| n.clone())
+            .collect();
+        let edges = self
+            .edges
+            .iter()
+            .map(|e| (e.create)(e.pattern, e.up, e.down, config.channel_capacity))
+            .collect::<Result<Vec<_>, _>>()?;
+        let wiring = Wiring::new(edges);
+
+        let handles: Arc<Mutex<Vec<Option<RunningTask>>>> = Arc::new(Mutex::new(Vec::new()));
+        let driver = match &config.checkpoint {
+            Some(cp) => {
+                let coordinator = CheckpointCoordinator::new(
+                    *cp,
+                    storage.clone(),
+                    names.iter().map(|(_, _, n)| n.clone()),
+                    sources.iter().cloned(),
+                    config.clock.now_millis(),
+                )?
+                .with_ids_after(last_id);
+                let on_tasks = Arc::clone(&handles);
+                let source_set = sources.clone();
+                Some(CoordinatorDriver::spawn(
+                    coordinator,
+                    config.clock.clone(),
+                    move |action| carry_out(action, &on_tasks, &source_set),
+                ))
+            }
+            None => None,
+        };
+
+        let mut task_metrics = Vec::with_capacity(names.len());
+        for (vi, subtask, name) in &names {
+            let responder = match &driver {
+                Some(d) => d.responder(name.clone()),
+                None => CheckpointResponder::discard(name.clone()),
+            };
+            let metrics = Arc::new(TaskMetrics::new(name.clone()));
+            task_metrics.push(Arc::clone(&metrics));
+            let task_config = TaskConfig::new(name.clone())
+                .with_clock(config.clock.clone())
+                .with_responder(responder)
+                .with_restore(restored.as_ref().and_then(|c| c.task(name).cloned()))
+                .with_metrics(metrics)
+                .with_tracer(config.tracer.clone());
+            let ctx = SpawnCtx {
+                model: self.model,
+                subtask: *subtask,
+                wiring: &wiring,
+                fairness: config.fairness,
+            };
+            match (self.vertices[*vi].spawn)(&ctx, task_config) {
+                Ok(task) => handles.lock().push(Some(task)),
+                Err(e) => {
+                    // Tear down what started, then report the build problem (not restartable).
+                    let started: Vec<RunningTask> = handles.lock().drain(..).flatten().collect();
+                    started.iter().for_each(RunningTask::cancel);
+                    started.into_iter().for_each(|t| drop(t.join()));
+                    if let Some(d) = driver {
+                        let _ = d.stop();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        drop(wiring);
+
+        let source_metrics: Vec<Arc<TaskMetrics>> = names
+            .iter()
+            .zip(&task_metrics)
+            .filter(|((vi, _, _), _)| self.vertices[*vi].is_source)
+            .map(|(_, m)| Arc::clone(m))
+            .collect();
+        let mut outcomes: Vec<Option<TaskOutcome>> = names.iter().map(|_| None).collect();
+        let mut failure: Option<String> = None;
+        loop {
+            std::thread::sleep(POLL);
+            sampler.sample(&source_metrics, config.on_progress.as_ref());
+            if config.cancel.load(Ordering::Acquire) && failure.is_none() {
+                failure = Some("cancelled".to_string());
+            }
+            let done: Vec<(usize, RunningTask)> = {
+                let mut tasks = handles.lock();
+                let finished: Vec<usize> = (0..tasks.len())
+                    .filter(|&i| tasks[i].as_ref().is_some_and(RunningTask::is_done))
+                    .collect();
+                finished
+                    .into_iter()
+                    .filter_map(|i| tasks[i].take().map(|t| (i, t)))
+                    .collect()
+            };
+            for (i, task) in done {
+                let outcome = task.join();
+                match &outcome {
+                    TaskOutcome::Finished => {
+                        if let Some(d) = &driver {
+                            d.task_finished(names[i].2.clone());
+                        }
+                    }
+                    TaskOutcome::Failed(f) => {
+                        failure.get_or_insert_with(|| format!("{}: {f}", names[i].2));
+                    }
+                    TaskOutcome::Cancelled => {
+                        failure.get_or_insert_with(|| format!("{} was cancelled", names[i].2));
+                    }
+                }
+                outcomes[i] = Some(outcome);
+            }
+            if failure.is_some() {
+                let rest: Vec<(usize, RunningTask)> = {
+                    let mut tasks = handles.lock();
+                    (0..tasks.len())
+                        .filter_map(|i| tasks[i].take().map(|t| (i, t)))
+                        .collect()
+                };
+                rest.iter().for_each(|(_, t)| t.cancel());
+                for (i, task) in rest {
+                    outcomes[i] = Some(task.join());
+                }
+                break;
+            }
+            if outcomes.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        sampler.sample_now(&source_metrics, config.on_progress.as_ref());
+
+        let (last_checkpoint_id, completed, aborted) = match driver {
+            Some(d) => {
+                let stats = d.stats().summary();
+                let coordinator = d.stop().map_err(|e| JobError::Config(e.to_string()))?;
+                (coordinator.last_id(), stats.completed, stats.aborted)
+            }
+            None => (last_id, 0, 0),
+        };
+        Ok(AttemptEnd {
+            failure,
+            last_checkpoint_id,
+            completed,
+            aborted,
+            tasks: names
+                .into_iter()
+                .zip(outcomes)
+                .zip(task_metrics)
+                .map(|(((_, _, name), outcome), m)| {
+                    (name, outcome.unwrap_or(TaskOutcome::Cancelled), m)
+                })
+                .collect(),
+        })
+    }
+}
+
+fn carry_out(
+    action: &CoordinatorAction,
+    tasks: &Mutex<Vec<Option<RunningTask>>>,
+    sources: &[String],
+) {
+    let tasks = tasks.lock();
+    let running = tasks.iter().flatten();
+    match action {
+        CoordinatorAction::Trigger(barrier) => {
+            for task in running.filter(|t| sources.iter().any(|s| s == t.name())) {
+                if let Err(e) = task.trigger_checkpoint(*barrier) {
+                    log::warn!("{}: {e}", task.name());
+                }
+            }
+        }
+        CoordinatorAction::Complete { id } => {
+            running.for_each(|t| t.notify_checkpoint_complete(*id));
+        }
+        CoordinatorAction::Abort { id, .. } => {
+            running.for_each(|t| t.notify_checkpoint_aborted(*id));
+        }
+    }
+}
+
+/// Samples source throughput for the progress bar and the plot.
+struct Sampler {
+    start: Instant,
+    last_at: Instant,
+    last_records: u64,
+    base_records: u64,
+    throughput: Vec<(f64, f64)>,
+    checkpoints: Vec<(f64, u64)>,
+}
+
+impl Sampler {
+    fn new(start: Instant) -> Self {
+        Sampler {
+            start,
+            last_at: start,
+            last_records: 0,
+            base_records: 0,
+            throughput: Vec::new(),
+            checkpoints: Vec::new(),
+        }
+    }
+
+    fn sample(&mut self, sources: &[Arc<TaskMetrics>], progress: Option<&ProgressCallback>) {
+        if self.last_at.elapsed() >= SAMPLE_EVERY {
+            self.sample_now(sources, progress);
+        }
+    }
+
+    fn sample_now(&mut self, sources: &[Arc<TaskMetrics>], progress: Option<&ProgressCallback>) {
+        let now = Instant::now();
+        let records: u64 = sources.iter().map(|m| m.records_in.get()).sum::<u64>();
+        // A restarted attempt counts from zero again; keep the series monotonic per attempt.
+        if records < self.last_records {
+            self.base_records += self.last_records;
+            self.last_records = 0;
+        }
+        let secs = now.duration_since(self.last_at).as_secs_f64();
+        if secs > 0.0 {
+            let rate = (records - self.last_records) as f64 / secs;
+            self.throughput
+                .push((now.duration_since(self.start).as_secs_f64(), rate));
+        }
+        self.last_at = now;
+        self.last_records = records;
+        if let Some(progress) = progress {
+            progress(self.base_records + records);
+        }
+    }
+}

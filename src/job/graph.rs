@@ -1,0 +1,766 @@
+//! The job builder: a DataStream-like API that decides, per model, how operators chain into
+//! tasks and how tasks connect.
+//!
+//! A job is built for one [`Model`], because chaining depends on it:
+//!
+//! | rule | legacy | mailbox | bridge |
+//! |---|---|---|---|
+//! | legacy `SourceFunction` | on the task thread | refused: use the bridge or a `HandoffReader` | on its own thread, mails under the lock |
+//! | `SourceReader` | refused: use a `ReaderSource` or another model | on the task thread | on the task thread |
+//! | async operator | always the head of a new chain (FLINK-13063) | chains anywhere | chains anywhere except behind a legacy source (FLINK-16219) |
+//! | `key_by` / parallelism change | a new task behind hash-partitioned channels | same | same |
+//! | [`DataStream::start_new_chain`] | a new task behind forward channels | same | same |
+//!
+//! Internally the stream being built is an open chain segment: a head (a source, or the input of
+//! a shuffle) and the operators chained behind it so far. Ending the segment (at a shuffle or a
+//! sink) turns it into a vertex: a spawner that starts one task per subtask for an attempt, with
+//! the chain erased to `BoxOperator<In, ()>` and typed channels taken from that attempt's wiring.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::fmt;
+use std::hash::Hash;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use streamtask_core::channel::{InputGate, Partitioner, RecordWriter};
+use streamtask_core::function::KeyedProcessFunction;
+use streamtask_core::operator::{
+    BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
+};
+use streamtask_core::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
+use streamtask_core::task::TaskConfig;
+use streamtask_legacy::{Fairness, SourceFunction};
+use streamtask_mailbox::SourceReader;
+
+use super::wiring::{ChannelOutput, ChannelWriter, EdgeChannels, EdgePattern, Wiring};
+use super::{JobError, RunningTask};
+use crate::Model;
+
+/// What a spawner needs besides the task's configuration.
+pub(crate) struct SpawnCtx<'a> {
+    pub(crate) model: Model,
+    pub(crate) subtask: usize,
+    pub(crate) wiring: &'a Wiring,
+    pub(crate) fairness: Fairness,
+}
+
+pub(crate) type Spawner =
+    Box<dyn Fn(&SpawnCtx<'_>, TaskConfig) -> Result<RunningTask, JobError> + Send + Sync>;
+type Tail<T> = Arc<
+    dyn Fn(&SpawnCtx<'_>) -> Result<(BoxOperator<T, ()>, Box<dyn TaskOutput<()>>), JobError>
+        + Send
+        + Sync,
+>;
+type OpFactory<I, O> = Arc<dyn Fn(&SpawnCtx<'_>) -> BoxOperator<I, O> + Send + Sync>;
+type EdgeFactory =
+    Box<dyn Fn(EdgePattern, usize, usize, usize) -> Result<EdgeChannels, JobError> + Send + Sync>;
+type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+
+/// One task vertex: `parallelism` tasks named `<name>#<subtask>`.
+pub(crate) struct VertexSpec {
+    pub(crate) name: String,
+    pub(crate) parallelism: usize,
+    pub(crate) is_source: bool,
+    pub(crate) spawn: Spawner,
+}
+
+/// One edge between two vertices; `create` makes its channels for an attempt.
+pub(crate) struct EdgeSpec {
+    pub(crate) pattern: EdgePattern,
+    pub(crate) up: usize,
+    pub(crate) down: usize,
+    pub(crate) create: EdgeFactory,
+}
+
+pub(crate) type Finalizer = Box<dyn Fn() -> Result<(), JobError> + Send + Sync>;
+
+#[derive(Default)]
+struct GraphBuilder {
+    vertices: Vec<VertexSpec>,
+    edges: Vec<EdgeSpec>,
+    finalizers: Vec<Finalizer>,
+    names: HashSet<String>,
+    errors: Vec<JobError>,
+}
+
+/// Where a job is built: add sources, transform the streams, end them in sinks, then
+/// [`build`](Self::build).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask::{JobConfig, Model, StreamEnvironment};
+/// use streamtask_core::sink::CollectHandle;
+/// # use streamtask_core::OperatorError;
+/// # use streamtask_legacy::{SourceContext, SourceFunction};
+/// # struct Numbers(u64);
+/// # impl SourceFunction for Numbers {
+/// #     type Out = u64;
+/// #     type State = u64;
+/// #     fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
+/// #         while !ctx.is_cancelled() {
+/// #             let mut locked = ctx.lock();
+/// #             let n = *locked.state();
+/// #             if n == self.0 { return Ok(()); }
+/// #             locked.collect(n)?;
+/// #             *locked.state_mut() = n + 1;
+/// #         }
+/// #         Ok(())
+/// #     }
+/// # }
+///
+/// let env = StreamEnvironment::new(Model::Legacy);
+/// let out = CollectHandle::new();
+/// env.add_source("numbers", |_| Numbers(100))
+///     .map("square", |n: u64| n * n)
+///     .key_by(|n: &u64| n % 4)
+///     .map_with_parallelism("plus one", 2, |n: u64| n + 1)
+///     .collect_sink("collect", &out);
+/// let job = env.build().unwrap();
+/// let dir = tempfile::tempdir().unwrap();
+/// let result = job.run(&JobConfig::new(dir.path())).unwrap();
+/// assert_eq!(result.restarts, 0);
+/// let mut got = out.committed();
+/// got.sort();
+/// assert_eq!(got.len(), 100);
+/// assert_eq!(got[1], 2);
+/// ```
+#[derive(Clone)]
+pub struct StreamEnvironment {
+    model: Model,
+    graph: Rc<RefCell<GraphBuilder>>,
+}
+
+impl StreamEnvironment {
+    /// An empty job for `model`.
+    pub fn new(model: Model) -> Self {
+        StreamEnvironment {
+            model,
+            graph: Rc::new(RefCell::new(GraphBuilder::default())),
+        }
+    }
+
+    /// The model the job is built for.
+    pub fn model(&self) -> Model {
+        self.model
+    }
+
+    fn claim_name(&self, name: &str) {
+        let mut g = self.graph.borrow_mut();
+        if !g.names.insert(name.to_string()) {
+            g.errors.push(JobError::DuplicateName(name.to_string()));
+        }
+    }
+
+    fn fail(&self, error: JobError) {
+        self.graph.borrow_mut().errors.push(error);
+    }
+
+    /// Adds a legacy source with parallelism 1; `factory(subtask)` makes the function (again
+    /// for every attempt).
+    pub fn add_source<F, FF>(&self, name: &str, factory: FF) -> DataStream<F::Out>
+    where
+        F: SourceFunction,
+        FF: Fn(usize) -> F + Send + Sync + 'static,
+    {
+        self.add_source_parallel(name, 1, factory)
+    }
+
+    /// Adds a legacy source with `parallelism` subtasks.
+    pub fn add_source_parallel<F, FF>(
+        &self,
+        name: &str,
+        parallelism: usize,
+        factory: FF,
+    ) -> DataStream<F::Out>
+    where
+        F: SourceFunction,
+        FF: Fn(usize) -> F + Send + Sync + 'static,
+    {
+        self.claim_name(name);
+        if self.model == Model::Mailbox {
+            self.fail(JobError::LegacySourceUnderMailbox {
+                source_name: name.to_string(),
+            });
+        }
+        self.stream(
+            name,
+            parallelism,
+            Head::LegacySource,
+            Box::new(LegacySourceSegment {
+                name: name.to_string(),
+                factory: Arc::new(factory),
+            }),
+        )
+    }
+
+    /// Adds a new-style source with parallelism 1; `factory(subtask)` makes the reader.
+    pub fn add_reader<T, R, RF>(&self, name: &str, factory: RF) -> DataStream<T>
+    where
+        T: Send + 'static,
+        R: SourceReader<T> + 'static,
+        RF: Fn(usize) -> R + Send + Sync + 'static,
+    {
+        self.add_reader_parallel(name, 1, factory)
+    }
+
+    /// Adds a new-style source with `parallelism` subtasks.
+    pub fn add_reader_parallel<T, R, RF>(
+        &self,
+        name: &str,
+        parallelism: usize,
+        factory: RF,
+    ) -> DataStream<T>
+    where
+        T: Send + 'static,
+        R: SourceReader<T> + 'static,
+        RF: Fn(usize) -> R + Send + Sync + 'static,
+    {
+        self.claim_name(name);
+        if self.model == Model::Legacy {
+            self.fail(JobError::ReaderUnderLegacy {
+                source_name: name.to_string(),
+            });
+        }
+        self.stream(
+            name,
+            parallelism,
+            Head::Reader,
+            Box::new(ReaderSegment {
+                factory: Arc::new(factory),
+                _types: std::marker::PhantomData,
+            }),
+        )
+    }
+
+    fn stream<T: Send + 'static>(
+        &self,
+        name: &str,
+        parallelism: usize,
+        head: Head,
+        segment: Box<dyn Segment<T>>,
+    ) -> DataStream<T> {
+        if parallelism == 0 {
+            self.fail(JobError::ZeroParallelism {
+                vertex: name.to_string(),
+            });
+        }
+        DataStream {
+            env: self.clone(),
+            segment: Some(segment),
+            vertex: name.to_string(),
+            parallelism: parallelism.max(1),
+            head,
+            is_source: matches!(head, Head::LegacySource | Head::Reader),
+        }
+    }
+
+    /// Finishes the job. Every stream must have ended in a sink.
+    ///
+    /// # Errors
+    ///
+    /// The first problem met while building: a source the model cannot run (naming the
+    /// adapter), a parallelism of 0, a duplicate name, no sink.
+    pub fn build(self) -> Result<JobGraph, JobError> {
+        let graph = Rc::try_unwrap(self.graph)
+            .map_err(|_| {
+                JobError::Config(
+                    "a stream is still open; end every stream in a sink before build()".into(),
+                )
+            })?
+            .into_inner();
+        if let Some(error) = graph.errors.into_iter().next() {
+            return Err(error);
+        }
+        if graph.vertices.is_empty() {
+            return Err(JobError::NoSink);
+        }
+        Ok(JobGraph {
+            model: self.model,
+            vertices: graph.vertices,
+            edges: graph.edges,
+            finalizers: graph.finalizers,
+        })
+    }
+}
+
+impl fmt::Debug for StreamEnvironment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = self.graph.borrow();
+        f.debug_struct("StreamEnvironment")
+            .field("model", &self.model)
+            .field("vertices", &g.vertices.len())
+            .finish()
+    }
+}
+
+/// A built job: vertices and edges for one model, runnable any number of times with
+/// [`JobGraph::run`](crate::JobGraph::run).
+pub struct JobGraph {
+    pub(crate) model: Model,
+    pub(crate) vertices: Vec<VertexSpec>,
+    pub(crate) edges: Vec<EdgeSpec>,
+    pub(crate) finalizers: Vec<Finalizer>,
+}
+
+impl JobGraph {
+    /// The model the job runs under.
+    pub fn model(&self) -> Model {
+        self.model
+    }
+
+    /// The tasks of one attempt, as `(vertex, parallelism, is_source)`.
+    pub fn vertices(&self) -> Vec<(String, usize, bool)> {
+        self.vertices
+            .iter()
+            .map(|v| (v.name.clone(), v.parallelism, v.is_source))
+            .collect()
+    }
+
+    /// Number of task-to-task edges.
+    pub fn edge_count(&self) -> usize {
+        self.edges.len()
+    }
+}
+
+impl fmt::Debug for JobGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobGraph")
+            .field("model", &self.model)
+            .field("vertices", &self.vertices())
+            .field("edges", &self.edges.len())
+            .finish()
+    }
+}
+
+/// What heads the open segment; decides the chaining rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    LegacySource,
+    Reader,
+    Input,
+}
+
+/// A stream of `T` being built.
+#[must_use = "a stream does nothing until it ends in a sink"]
+pub struct DataStream<T> {
+    env: StreamEnvironment,
+    segment: Option<Box<dyn Segment<T>>>,
+    vertex: String,
+    parallelism: usize,
+    head: Head,
+    is_source: bool,
+}
+
+impl<T: Send + 'static> DataStream<T> {
+    /// The parallelism of the stream's current tasks.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    fn then<U: Send + 'static>(mut self, op: OpFactory<T, U>) -> DataStream<U> {
+        let inner = self.segment.take().expect("an open stream has a segment");
+        DataStream {
+            env: self.env.clone(),
+            segment: Some(Box::new(ThenSegment { inner, op })),
+            vertex: std::mem::take(&mut self.vertex),
+            parallelism: self.parallelism,
+            head: self.head,
+            is_source: self.is_source,
+        }
+    }
+
+    /// Applies `f` to every value.
+    pub fn map<U, F>(self, name: &str, f: F) -> DataStream<U>
+    where
+        U: Send + 'static,
+        F: Fn(T) -> U + Clone + Send + Sync + 'static,
+    {
+        let name = name.to_string();
+        self.then(Arc::new(move |_| {
+            Box::new(Map::new(name.clone(), f.clone()))
+        }))
+    }
+
+    /// Keeps the values `predicate` accepts.
+    pub fn filter<F>(self, name: &str, predicate: F) -> DataStream<T>
+    where
+        F: Fn(&T) -> bool + Clone + Send + Sync + 'static,
+    {
+        let name = name.to_string();
+        self.then(Arc::new(move |_| {
+            Box::new(Filter::new(name.clone(), predicate.clone()))
+        }))
+    }
+
+    /// Turns every value into zero or more.
+    pub fn flat_map<U, F>(self, name: &str, f: F) -> DataStream<U>
+    where
+        U: Send + 'static,
+        F: Fn(T, &mut Vec<U>) + Clone + Send + Sync + 'static,
+    {
+        let name = name.to_string();
+        self.then(Arc::new(move |_| {
+            Box::new(FlatMap::new(name.clone(), f.clone()))
+        }))
+    }
+
+    /// Chains any operator; `factory(subtask)` makes it for every task and attempt.
+    pub fn operator<O, OF>(self, factory: OF) -> DataStream<O::Out>
+    where
+        O: Operator<In = T> + 'static,
+        O::Out: Send + 'static,
+        OF: Fn(usize) -> O + Send + Sync + 'static,
+    {
+        self.then(Arc::new(move |ctx| Box::new(factory(ctx.subtask))))
+    }
+
+    /// Ends the current task here: what follows runs in a new task with the same parallelism,
+    /// behind forward channels.
+    pub fn start_new_chain(self, name: &str) -> DataStream<T> {
+        let parallelism = self.parallelism;
+        self.shuffle(
+            name,
+            EdgePattern::Forward,
+            parallelism,
+            Arc::new(|| Partitioner::Forward),
+        )
+    }
+
+    /// Partitions the stream by `key`: equal keys go to the same task of what follows.
+    pub fn key_by<K, KF>(self, key: KF) -> KeyedStream<T, K>
+    where
+        K: Hash + 'static,
+        KF: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    {
+        KeyedStream {
+            stream: self,
+            key: Arc::new(key),
+            _key: std::marker::PhantomData,
+        }
+    }
+
+    fn shuffle(
+        mut self,
+        next_vertex: &str,
+        pattern: EdgePattern,
+        parallelism: usize,
+        partitioner: Arc<dyn Fn() -> Partitioner<T> + Send + Sync>,
+    ) -> DataStream<T> {
+        let edge = self.env.graph.borrow().edges.len();
+        let writer_name = format!("{} -> {next_vertex}", self.vertex);
+        let tail: Tail<T> = Arc::new(move |ctx| {
+            let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
+            let output = ChannelOutput::new(senders.clone())?;
+            let writer = RecordWriter::new(senders, partitioner())?;
+            let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
+            Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
+        });
+        let up = self.parallelism;
+        self.finish_vertex(tail);
+        if parallelism == 0 {
+            self.env.fail(JobError::ZeroParallelism {
+                vertex: next_vertex.to_string(),
+            });
+        }
+        let down = parallelism.max(1);
+        self.env.graph.borrow_mut().edges.push(EdgeSpec {
+            pattern,
+            up,
+            down,
+            create: Box::new(|pattern, up, down, capacity| {
+                EdgeChannels::create::<T>(pattern, up, down, capacity)
+            }),
+        });
+        self.env.claim_name(next_vertex);
+        DataStream {
+            env: self.env.clone(),
+            segment: Some(Box::new(InputSegment::<T> {
+                edge,
+                _types: std::marker::PhantomData,
+            })),
+            vertex: next_vertex.to_string(),
+            parallelism: down,
+            head: Head::Input,
+            is_source: false,
+        }
+    }
+
+    fn finish_vertex(&mut self, tail: Tail<T>) {
+        let segment = self.segment.take().expect("an open stream has a segment");
+        let spawn = segment.finish(tail);
+        self.env.graph.borrow_mut().vertices.push(VertexSpec {
+            name: self.vertex.clone(),
+            parallelism: self.parallelism,
+            is_source: self.is_source,
+            spawn,
+        });
+    }
+
+    /// Ends the stream in a sink operator; `factory(subtask)` makes it for every task and
+    /// attempt.
+    pub fn sink<O, OF>(mut self, name: &str, factory: OF)
+    where
+        O: Operator<In = T, Out = ()> + 'static,
+        OF: Fn(usize) -> O + Send + Sync + 'static,
+    {
+        let _ = name;
+        let tail: Tail<T> = Arc::new(move |ctx| {
+            let op: BoxOperator<T, ()> = Box::new(factory(ctx.subtask));
+            Ok((op, Box::new(Discard) as Box<dyn TaskOutput<()>>))
+        });
+        self.finish_vertex(tail);
+    }
+
+    /// Ends the stream in the exactly-once file sink: every subtask writes transactions into
+    /// `dir`, committed when a checkpoint completes; when the whole job has finished, the last
+    /// transactions are committed too.
+    pub fn two_phase_file_sink<F>(self, name: &str, dir: impl Into<PathBuf>, formatter: F)
+    where
+        F: Fn(&T) -> String + Clone + Send + Sync + 'static,
+    {
+        let dir = dir.into();
+        let finalize_dir = dir.clone();
+        self.env
+            .graph
+            .borrow_mut()
+            .finalizers
+            .push(Box::new(move || {
+                streamtask_core::sink::commit_finished(&finalize_dir)?;
+                Ok(())
+            }));
+        let sink_name = name.to_string();
+        self.sink(name, move |subtask| {
+            TwoPhaseCommitFileSink::new(sink_name.clone(), dir.clone(), subtask, formatter.clone())
+        });
+    }
+}
+
+impl<T> DataStream<T>
+where
+    T: Clone + Send + Sync + Serialize + DeserializeOwned + 'static,
+{
+    /// Ends the stream in the in-memory collecting sink behind `handle`: records become
+    /// [committed](CollectHandle::committed) when a checkpoint completes, and the rest when
+    /// the whole job has finished.
+    pub fn collect_sink(self, name: &str, handle: &CollectHandle<T>) {
+        let finalize = handle.clone();
+        self.env
+            .graph
+            .borrow_mut()
+            .finalizers
+            .push(Box::new(move || {
+                finalize.commit_finished();
+                Ok(())
+            }));
+        let handle = handle.clone();
+        let sink_name = name.to_string();
+        self.sink(name, move |subtask| {
+            CollectSink::new(sink_name.clone(), &handle).with_subtask(subtask)
+        });
+    }
+}
+
+impl<T> fmt::Debug for DataStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataStream")
+            .field("vertex", &self.vertex)
+            .field("parallelism", &self.parallelism)
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Drop for DataStream<T> {
+    fn drop(&mut self) {
+        if self.segment.is_some() {
+            // Dropped without a sink: the job would silently lose this branch.
+            if let Ok(mut g) = self.env.graph.try_borrow_mut() {
+                g.errors.push(JobError::NoSink);
+            }
+        }
+    }
+}
+
+/// A stream partitioned by key; what follows it runs in new tasks behind hash-partitioned
+/// channels.
+#[must_use = "a keyed stream does nothing until processed"]
+pub struct KeyedStream<T, K> {
+    stream: DataStream<T>,
+    key: KeyFn<T, K>,
+    _key: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
+    fn partitioned(self, next_vertex: &str, parallelism: usize) -> (DataStream<T>, KeyFn<T, K>) {
+        let key = Arc::clone(&self.key);
+        let part_key = Arc::clone(&self.key);
+        let stream = self.stream.shuffle(
+            next_vertex,
+            EdgePattern::AllToAll,
+            parallelism,
+            Arc::new(move || {
+                let k = Arc::clone(&part_key);
+                Partitioner::by_key(move |v: &T| k(v))
+            }),
+        );
+        (stream, key)
+    }
+
+    /// Runs `function` per key with keyed state and timers, in `parallelism` tasks;
+    /// `factory(subtask)` makes the function.
+    pub fn process<F, FF>(self, name: &str, parallelism: usize, factory: FF) -> DataStream<F::Out>
+    where
+        F: KeyedProcessFunction<In = T, Key = K> + 'static,
+        F::Out: Send + 'static,
+        K: Ord + Clone + Serialize + DeserializeOwned + Send,
+        FF: Fn(usize) -> F + Send + Sync + 'static,
+    {
+        let (stream, key) = self.partitioned(name, parallelism);
+        let name = name.to_string();
+        stream.then(Arc::new(move |ctx| {
+            let key = Arc::clone(&key);
+            Box::new(KeyedProcessOperator::new(
+                name.clone(),
+                move |v: &T| key(v),
+                factory(ctx.subtask),
+            ))
+        }))
+    }
+
+    /// Applies `f` in `parallelism` tasks behind the hash partitioning (no keyed state).
+    pub fn map_with_parallelism<U, F>(self, name: &str, parallelism: usize, f: F) -> DataStream<U>
+    where
+        U: Send + 'static,
+        F: Fn(T) -> U + Clone + Send + Sync + 'static,
+    {
+        let (stream, _key) = self.partitioned(name, parallelism);
+        stream.map(name, f)
+    }
+}
+
+impl<T, K> fmt::Debug for KeyedStream<T, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedStream")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open chain segment ending in `T`.
+trait Segment<T>: Send + Sync {
+    /// Closes the segment with `tail` (the rest of the chain and the task's output) and
+    /// returns the vertex's spawner.
+    fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner;
+}
+
+struct ThenSegment<X, Y> {
+    inner: Box<dyn Segment<X>>,
+    op: OpFactory<X, Y>,
+}
+
+impl<X: Send + 'static, Y: Send + 'static> Segment<Y> for ThenSegment<X, Y> {
+    fn finish(self: Box<Self>, tail: Tail<Y>) -> Spawner {
+        let op = self.op;
+        let composed: Tail<X> = Arc::new(move |ctx| {
+            let head = op(ctx);
+            let (rest, output) = tail(ctx)?;
+            let chain: BoxOperator<X, ()> = Box::new(Chain::new(head, rest));
+            Ok((chain, output))
+        });
+        self.inner.finish(composed)
+    }
+}
+
+struct LegacySourceSegment<FF> {
+    name: String,
+    factory: Arc<FF>,
+}
+
+impl<F, FF> Segment<F::Out> for LegacySourceSegment<FF>
+where
+    F: SourceFunction,
+    FF: Fn(usize) -> F + Send + Sync + 'static,
+{
+    fn finish(self: Box<Self>, tail: Tail<F::Out>) -> Spawner {
+        let factory = self.factory;
+        let name = self.name;
+        Box::new(move |ctx, config| {
+            let (chain, output) = tail(ctx)?;
+            let source = factory(ctx.subtask);
+            match ctx.model {
+                Model::Legacy => Ok(RunningTask::Legacy(
+                    streamtask_legacy::SourceStreamTask::new(config, source, chain, output)
+                        .with_fairness(ctx.fairness)
+                        .spawn(),
+                )),
+                Model::Mailbox => Err(JobError::LegacySourceUnderMailbox {
+                    source_name: name.clone(),
+                }),
+                Model::Bridge => Err(JobError::Unsupported {
+                    what: format!("legacy source {name:?}"),
+                    model: Model::Bridge,
+                    fix: "the bridge task is not available in this build",
+                }),
+            }
+        })
+    }
+}
+
+struct ReaderSegment<T, RF> {
+    factory: Arc<RF>,
+    _types: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T, R, RF> Segment<T> for ReaderSegment<T, RF>
+where
+    T: Send + 'static,
+    R: SourceReader<T> + 'static,
+    RF: Fn(usize) -> R + Send + Sync + 'static,
+{
+    fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner {
+        let factory = self.factory;
+        Box::new(move |ctx, config| {
+            let (chain, output) = tail(ctx)?;
+            let reader = factory(ctx.subtask);
+            match ctx.model {
+                Model::Mailbox | Model::Bridge => Ok(RunningTask::Mailbox(
+                    streamtask_mailbox::SourceTask::spawn(config, reader, chain, output),
+                )),
+                Model::Legacy => Err(JobError::ReaderUnderLegacy {
+                    source_name: config.name.clone(),
+                }),
+            }
+        })
+    }
+}
+
+struct InputSegment<T> {
+    edge: usize,
+    _types: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Send + 'static> Segment<T> for InputSegment<T> {
+    fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner {
+        let edge = self.edge;
+        Box::new(move |ctx, config| {
+            let (chain, output) = tail(ctx)?;
+            let receivers = ctx.wiring.take_receivers::<T>(edge, ctx.subtask);
+            let gate = InputGate::new(receivers)
+                .map_err(|e| JobError::Config(e.to_string()))?
+                .with_metrics(Arc::clone(&config.metrics));
+            Ok(match ctx.model {
+                Model::Legacy => RunningTask::Legacy(
+                    streamtask_legacy::OneInputStreamTask::new(config, gate, chain, output).spawn(),
+                ),
+                Model::Mailbox | Model::Bridge => RunningTask::Mailbox(
+                    streamtask_mailbox::OneInputTask::spawn(config, gate, chain, output),
+                ),
+            })
+        })
+    }
+}

@@ -1,0 +1,14 @@
+//! Jobs: the DataStream-like builder, the local executor, and how a model's tasks are started.
+
+mod error;
+mod executor;
+mod graph;
+mod runtime;
+mod wiring;
+
+pub use self::error::JobError;
+pub use self::executor::{
+    JobConfig, JobMetrics, JobResult, ProgressCallback, RestartStrategy, TaskResult,
+};
+pub use self::graph::{DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub(crate) use self::runtime::RunningTask;
