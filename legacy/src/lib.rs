@@ -1,4 +1,91 @@
-//! streamtask-legacy (in progress).
+//! The checkpoint-lock threading model: Flink's `StreamTask` as it was up to 1.9, in Rust.
+//!
+//! Every thread of a task that touches operator state takes one lock, the **checkpoint lock**:
+//! the source thread around each emit, the input task thread around each record, the timer
+//! thread around each timer, the "async calls" thread around each checkpoint. Here the lock
+//! *owns* what it guards (the source's checkpointed state and the operator chain), so a snapshot
+//! taken under it is consistent by construction.
+//!
+//! # Contents
+//!
+//! | item | what |
+//! |---|---|
+//! | [`CheckpointLock`], [`CheckpointGuard`], [`Fairness`] | the lock: a fairness setting, a condition to wait on, lock-wait metrics |
+//! | [`SourceFunction`], [`SourceContext`], [`SourceGuard`] | legacy sources and what they emit through |
+//! | [`SourceContextConfig`], [`TimeCharacteristic`], [`Emission`] | the three context flavours and idleness detection |
+//! | [`SourceOutput`], [`SourceCell`], [`run_source`] | the backend a context emits into, what the lock owns for a source, the source driver |
+//! | [`CancellationToken`], [`CancelHook`] | cancellation that reaches a source blocked in a wait or I/O |
+//! | [`SystemProcessingTimeService`] | the timer thread; every timer fires under the lock |
+//! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] | the tasks (builders ending in `spawn`) |
+//! | [`TaskHandle`], [`TaskState`] | the control surface every model's task offers, and the lifecycle |
+//!
+//! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]); the task
+//! lifecycle table and the thread layout are on [`TaskHandle`]'s module, repeated in short here:
+//!
+//! | state | moves to |
+//! |---|---|
+//! | `Initializing` (restore + open under the lock) | `Running`, `Cancelling`, `Failing` |
+//! | `Running` (triggers snapshot) | `Finishing`, `Cancelling`, `Failing` |
+//! | `Finishing` (finish, quiesce timers, end output) | `Finished`, `Cancelling`, `Failing` |
+//! | `Cancelling` / `Failing` (threads stopping) | `Cancelled` / `Failed` |
+//!
+//! # Name families
+//!
+//! `lock` / `try_lock`; `wait_until` / `wait_until_for` (a bounded wait); builders are
+//! `Task::new(required..)` then `with_x(..)` then `spawn()`.
+//!
+//! # Examples
+//!
+//! A counting source whose state and emits share one locked section, checkpointed while it
+//! runs; the snapshot's count always matches the records emitted before its barrier:
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use streamtask_core::operator::{Discard, Map};
+//! use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
+//! use streamtask_core::{CheckpointBarrier, OperatorError, TaskSnapshot};
+//! use streamtask_legacy::{Fairness, SourceContext, SourceFunction, SourceStreamTask};
+//!
+//! struct Counter {
+//!     limit: u64,
+//! }
+//!
+//! impl SourceFunction for Counter {
+//!     type Out = u64;
+//!     type State = u64;
+//!
+//!     fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
+//!         while !ctx.is_cancelled() {
+//!             let mut locked = ctx.lock(); // synchronized (ctx.getCheckpointLock())
+//!             let n = *locked.state();
+//!             if n == self.limit {
+//!                 return Ok(());
+//!             }
+//!             locked.collect(n)?;
+//!             *locked.state_mut() = n + 1;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let (reports, acks) = crossbeam::channel::unbounded();
+//! let config = TaskConfig::new("counter")
+//!     .with_responder(CheckpointResponder::new("counter", reports));
+//! let task = SourceStreamTask::new(config, Counter { limit: 100_000 }, Map::new("id", |n: u64| n), Discard)
+//!     .with_fairness(Fairness::Fair)
+//!     .spawn();
+//! task.trigger_checkpoint(CheckpointBarrier::new(1, 0)).unwrap();
+//! assert!(task.join().is_finished());
+//! match acks.recv().unwrap() {
+//!     TaskReport::Acknowledged { snapshot, .. } => {
+//!         let count: u64 = snapshot.get_value(TaskSnapshot::SOURCE).unwrap().unwrap();
+//!         assert!(count <= 100_000);
+//!     }
+//!     // The source may have finished before the trigger ran.
+//!     TaskReport::Declined { .. } => {}
+//! }
+//! ```
+
 #![forbid(unsafe_code)]
 
 mod cancel;

@@ -292,6 +292,15 @@ impl<T, S> SourceGuard<'_, T, S> {
     }
 }
 
+impl<T, S> Drop for SourceGuard<'_, T, S> {
+    /// A thread draining the backend (a handoff reader) may wait on the lock's condition for
+    /// what this section emitted: notify it. One atomic load when nobody waits.
+    #[inline]
+    fn drop(&mut self) {
+        self.guard.notify_all();
+    }
+}
+
 impl<T, S> fmt::Debug for SourceGuard<'_, T, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SourceGuard").finish_non_exhaustive()

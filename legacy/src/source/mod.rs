@@ -132,6 +132,9 @@ pub trait SourceOutput<T>: Output<T> + Send {
     /// Whether a record can be taken now. While this is `false` the context waits on the
     /// checkpoint lock's condition, releasing the lock; whoever frees room must call
     /// `CheckpointLock::notify_all`. Outputs that never fill up keep the default `true`.
+    ///
+    /// In the other direction, the context notifies the condition at the end of every locked
+    /// section, so a thread draining the output can wait on the lock's condition for data.
     fn has_capacity(&self) -> bool {
         true
     }
