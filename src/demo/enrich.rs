@@ -9,6 +9,7 @@ use streamtask_core::async_io::{BlockingAsyncFunction, BlockingPool};
 use streamtask_core::function::AsyncError;
 
 use super::data::{Customer, TotalEvent};
+use super::fault::{FaultKind, FaultPlan};
 
 /// Creates (or replaces) the customer database at `path` with customers `1..=customers`.
 ///
@@ -72,6 +73,7 @@ pub fn lookup(conn: &mut Connection, id: u32) -> Result<Customer, AsyncError> {
 pub fn enrichment(
     pool: Arc<BlockingPool>,
     db: &Path,
+    faults: Arc<FaultPlan>,
 ) -> BlockingAsyncFunction<Connection, TotalEvent, String> {
     let db = db.to_path_buf();
     BlockingAsyncFunction::new(
@@ -83,7 +85,9 @@ pub fn enrichment(
             )
             .map_err(|e| AsyncError::failed(format!("cannot open {}: {e}", db.display())))
         },
-        |conn: &mut Connection, event: &TotalEvent| {
+        move |conn: &mut Connection, event: &TotalEvent| {
+            // A panic here is caught by the pool and completes the call exceptionally.
+            faults.check(FaultKind::AsyncCompletion);
             let customer = lookup(conn, event.customer())?;
             Ok(vec![event.to_line(&customer)])
         },

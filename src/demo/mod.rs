@@ -3,6 +3,10 @@
 
 pub mod data;
 pub mod enrich;
+pub mod fault;
+pub mod job;
+pub mod probe;
+pub mod source;
 pub mod totals;
 
 use sha2::{Digest, Sha256};

@@ -7,7 +7,10 @@ use streamtask_core::OperatorError;
 use streamtask_core::function::{KeyedProcessFunction, TimeDomain};
 use streamtask_core::operator::KeyedContext;
 
+use std::sync::Arc;
+
 use super::data::{Order, TotalEvent};
+use super::fault::{FaultKind, FaultPlan};
 
 /// Processing-time delay of the housekeeping timer after a customer's order.
 pub const HOUSEKEEPING_DELAY_MS: i64 = 20;
@@ -26,8 +29,17 @@ pub struct CustomerTotals {
 }
 
 /// The keyed function.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RunningTotals;
+#[derive(Debug, Clone, Default)]
+pub struct RunningTotals {
+    faults: Arc<FaultPlan>,
+}
+
+impl RunningTotals {
+    /// The function, failing where `faults` says.
+    pub fn new(faults: Arc<FaultPlan>) -> Self {
+        RunningTotals { faults }
+    }
+}
 
 type Ctx<'a, 'b> = KeyedContext<'a, 'b, u32, CustomerTotals, TotalEvent>;
 
@@ -42,6 +54,7 @@ impl KeyedProcessFunction for RunningTotals {
         order: Order,
         ctx: &mut Ctx<'_, '_>,
     ) -> Result<(), OperatorError> {
+        self.faults.check(FaultKind::Operator);
         let window_end = order.window_end();
         let housekeeping_at = ctx.processing_time() + HOUSEKEEPING_DELAY_MS;
         let state = ctx.state();
@@ -85,6 +98,7 @@ impl KeyedProcessFunction for RunningTotals {
                 })
             }
             TimeDomain::ProcessingTime => {
+                self.faults.check(FaultKind::Timer);
                 let state = ctx.state();
                 state.housekeeping_pending = false;
                 state.housekeeping_runs += 1;
@@ -109,7 +123,8 @@ mod tests {
             customers: 13,
             seed: 5,
         };
-        let op = KeyedProcessOperator::new("totals", |o: &Order| o.customer, RunningTotals);
+        let op =
+            KeyedProcessOperator::new("totals", |o: &Order| o.customer, RunningTotals::default());
         let mut h = OperatorHarness::new(op);
         h.open().unwrap();
         let mut lines = Vec::new();

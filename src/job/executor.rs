@@ -33,7 +33,7 @@ use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::Mutex;
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
 use streamtask_core::trace::Tracer;
-use streamtask_core::{Clock, TaskOutcome};
+use streamtask_core::{Clock, OperatorError, TaskError, TaskFailure, TaskOutcome};
 use streamtask_legacy::Fairness;
 
 use super::graph::{JobGraph, SpawnCtx};
@@ -434,6 +434,9 @@ impl JobGraph {
                     .filter_map(|i| tasks[i].take().map(|t| (i, t)))
                     .collect()
             };
+            // Several tasks can end in one scan: a failed task and its neighbours whose
+            // channels it closed. Report the cause, not the consequences.
+            let mut secondary: Option<String> = None;
             for (i, task) in done {
                 let outcome = task.join();
                 match &outcome {
@@ -442,14 +445,20 @@ impl JobGraph {
                             d.task_finished(names[i].2.clone());
                         }
                     }
+                    TaskOutcome::Failed(f) if is_consequence(f) => {
+                        secondary.get_or_insert_with(|| format!("{}: {f}", names[i].2));
+                    }
                     TaskOutcome::Failed(f) => {
                         failure.get_or_insert_with(|| format!("{}: {f}", names[i].2));
                     }
                     TaskOutcome::Cancelled => {
-                        failure.get_or_insert_with(|| format!("{} was cancelled", names[i].2));
+                        secondary.get_or_insert_with(|| format!("{} was cancelled", names[i].2));
                     }
                 }
                 outcomes[i] = Some(outcome);
+            }
+            if failure.is_none() {
+                failure = secondary;
             }
             if failure.is_some() {
                 let rest: Vec<(usize, RunningTask)> = {
@@ -493,6 +502,14 @@ impl JobGraph {
                 .collect(),
         })
     }
+}
+
+/// Whether a task failed only because another one did (its channels closed under it).
+fn is_consequence(failure: &TaskFailure) -> bool {
+    matches!(
+        failure.error,
+        TaskError::InputClosed { .. } | TaskError::Operator(OperatorError::OutputClosed)
+    )
 }
 
 fn carry_out(

@@ -33,7 +33,7 @@ use streamtask_core::operator::{
 };
 use streamtask_core::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use streamtask_core::task::TaskConfig;
-use streamtask_legacy::{Fairness, SourceFunction};
+use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 
 use super::wiring::{ChannelOutput, ChannelWriter, EdgeChannels, EdgePattern, Wiring};
@@ -78,8 +78,8 @@ pub(crate) struct EdgeSpec {
 
 pub(crate) type Finalizer = Box<dyn Fn() -> Result<(), JobError> + Send + Sync>;
 
-#[derive(Default)]
 struct GraphBuilder {
+    source_context: SourceContextConfig,
     vertices: Vec<VertexSpec>,
     edges: Vec<EdgeSpec>,
     finalizers: Vec<Finalizer>,
@@ -136,12 +136,26 @@ pub struct StreamEnvironment {
 }
 
 impl StreamEnvironment {
-    /// An empty job for `model`.
+    /// An empty job for `model`. Legacy sources get event-time contexts (their own timestamps
+    /// and watermarks) unless [`set_source_context`](Self::set_source_context) says otherwise.
     pub fn new(model: Model) -> Self {
         StreamEnvironment {
             model,
-            graph: Rc::new(RefCell::new(GraphBuilder::default())),
+            graph: Rc::new(RefCell::new(GraphBuilder {
+                source_context: SourceContextConfig::event_time(),
+                vertices: Vec::new(),
+                edges: Vec::new(),
+                finalizers: Vec::new(),
+                names: HashSet::new(),
+                errors: Vec::new(),
+            })),
         }
+    }
+
+    /// The context flavour (processing, ingestion or event time) of legacy sources added
+    /// after this call.
+    pub fn set_source_context(&self, context: SourceContextConfig) {
+        self.graph.borrow_mut().source_context = context;
     }
 
     /// The model the job is built for.
@@ -193,6 +207,7 @@ impl StreamEnvironment {
             Head::LegacySource,
             Box::new(LegacySourceSegment {
                 name: name.to_string(),
+                context: self.graph.borrow().source_context,
                 factory: Arc::new(factory),
             }),
         )
@@ -678,6 +693,7 @@ impl<X: Send + 'static, Y: Send + 'static> Segment<Y> for ThenSegment<X, Y> {
 
 struct LegacySourceSegment<FF> {
     name: String,
+    context: SourceContextConfig,
     factory: Arc<FF>,
 }
 
@@ -689,12 +705,14 @@ where
     fn finish(self: Box<Self>, tail: Tail<F::Out>) -> Spawner {
         let factory = self.factory;
         let name = self.name;
+        let context = self.context;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
             let source = factory(ctx.subtask);
             match ctx.model {
                 Model::Legacy => Ok(RunningTask::Legacy(
                     streamtask_legacy::SourceStreamTask::new(config, source, chain, output)
+                        .with_context(context)
                         .with_fairness(ctx.fairness)
                         .spawn(),
                 )),
