@@ -85,3 +85,12 @@ pub fn values<T: Clone>(emitted: &[Emitted<T>]) -> Vec<T> {
         })
         .collect()
 }
+
+/// Waits (hang guard only) until the task left `Initializing`.
+pub fn wait_running(task: &streamtask_legacy::TaskHandle) {
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while task.state() == streamtask_legacy::TaskState::Initializing {
+        assert!(std::time::Instant::now() < deadline, "task never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
