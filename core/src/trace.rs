@@ -153,6 +153,39 @@ impl TraceLog {
         format!("[\n{}\n]\n", parts.join(",\n"))
     }
 
+    /// Several logs in one Chrome trace, each as its own process named by its label (one per
+    /// model of a comparison, say).
+    pub fn to_chrome_json_multi(logs: &[(&str, &TraceLog)]) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for (pid, (label, log)) in logs.iter().enumerate() {
+            let pid = pid as u64 + 1;
+            parts.push(
+                serde_json::json!({
+                    "name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                    "args": {"name": label}
+                })
+                .to_string(),
+            );
+            let inner = log.inner.lock();
+            for (tid, name) in inner.threads.values() {
+                let meta = ThreadName {
+                    name: "thread_name",
+                    ph: "M",
+                    pid,
+                    tid: *tid,
+                    args: ThreadNameArgs { name },
+                };
+                parts.push(serde_json::to_string(&meta).expect("trace metadata serializes"));
+            }
+            for event in &inner.events {
+                let mut event = event.clone();
+                event.pid = pid;
+                parts.push(serde_json::to_string(&event).expect("trace events serialize"));
+            }
+        }
+        format!("[\n{}\n]\n", parts.join(",\n"))
+    }
+
     /// Writes [`to_chrome_json`](Self::to_chrome_json) to `path`.
     ///
     /// # Errors
@@ -311,6 +344,26 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].name, "10 records");
         assert_eq!(events[1].name, format!("{} records", RecordRun::RUN_LIMIT));
+    }
+
+    #[test]
+    fn several_logs_become_several_processes() {
+        let a = TraceLog::new();
+        let b = TraceLog::new();
+        drop(Tracer::to(&a).span("mail", || "m".into()));
+        drop(Tracer::to(&b).span("timer", || "t".into()));
+        let json: serde_json::Value = serde_json::from_str(&TraceLog::to_chrome_json_multi(&[
+            ("legacy", &a),
+            ("mailbox", &b),
+        ]))
+        .unwrap();
+        let arr = json.as_array().unwrap();
+        assert!(
+            arr.iter()
+                .any(|e| e["args"]["name"] == "mailbox" && e["pid"] == 2)
+        );
+        assert!(arr.iter().any(|e| e["cat"] == "timer" && e["pid"] == 2));
+        assert!(arr.iter().any(|e| e["cat"] == "mail" && e["pid"] == 1));
     }
 
     #[test]
