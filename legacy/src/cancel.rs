@@ -95,9 +95,9 @@ impl CancellationToken {
     /// Whether [`cancel`](Self::cancel) was called.
     #[inline]
     pub fn is_cancelled(&self) -> bool {
-        // SeqCst: the checkpoint lock's condition protocol requires it for flags its waiters
-        // read outside the lock (see `CheckpointGuard::wait_until`).
-        self.inner.cancelled.load(Ordering::SeqCst)
+        // Acquire: pairs with the Release store in `cancel`, so what the canceller did before
+        // (closing things) is visible to whoever sees the flag.
+        self.inner.cancelled.load(Ordering::Acquire)
     }
 
     /// Cancels: sets the flag, runs every registered hook once (on this thread), and wakes
@@ -109,9 +109,10 @@ impl CancellationToken {
                 return;
             }
             hooks.cancelled = true;
-            // SeqCst: see `is_cancelled`. Stored under the hooks mutex so a sleeper that checked
-            // the flag under it cannot miss the notification below.
-            self.inner.cancelled.store(true, Ordering::SeqCst);
+            // Release: see `is_cancelled`. Stored under the hooks mutex so a sleeper that checked
+            // the flag under it cannot miss the notification below. Hooks that wake a checkpoint
+            // lock's waiters run after this store (`CheckpointLock::wake_all`).
+            self.inner.cancelled.store(true, Ordering::Release);
             self.inner.woken.notify_all();
             std::mem::take(&mut hooks.pending)
         };
@@ -162,10 +163,7 @@ impl CancellationToken {
         if hooks.cancelled {
             drop(hooks);
             hook();
-            return CancelHook {
-                token: None,
-                id: 0,
-            };
+            return CancelHook { token: None, id: 0 };
         }
         let id = hooks.next_id;
         hooks.next_id += 1;

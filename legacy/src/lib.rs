@@ -94,7 +94,7 @@ mod source;
 mod task;
 mod timer;
 
-pub use crate::cancel::{CancelHook, Cancelled, CancellationToken};
+pub use crate::cancel::{CancelHook, CancellationToken, Cancelled};
 pub use crate::lock::{CheckpointGuard, CheckpointLock, Fairness};
 pub use crate::source::{
     CONTEXT_TIMER_OPERATOR, ContextConfigError, Emission, SourceCell, SourceContext,

@@ -151,7 +151,9 @@ impl SystemProcessingTimeService {
             if TimerStatus::from_u8(status.load(Ordering::Acquire)) != TimerStatus::Alive {
                 return Ok(());
             }
-            metrics.timer_lateness.record_micros(lateness_micros(&clock, timer.timestamp));
+            metrics
+                .timer_lateness
+                .record_micros(lateness_micros(&clock, timer.timestamp));
             metrics.timers_fired.inc();
             let _span = tracer.span("timer", || {
                 format!("timer op {} @{}", timer.operator, timer.timestamp)

@@ -66,7 +66,10 @@ fn cancel_wakes_sleepers_and_waiters_on_other_threads() {
     token.cancel();
     assert!(sleeper.join().unwrap().is_err());
     waiter.join().unwrap();
-    assert_eq!(CancellationToken::new().sleep(Duration::from_millis(1)), Ok(()));
+    assert_eq!(
+        CancellationToken::new().sleep(Duration::from_millis(1)),
+        Ok(())
+    );
 }
 
 /// Takes the lock, then blocks until cancelled while holding it (Flink's
@@ -102,7 +105,8 @@ fn cancel_stops_a_source_blocked_while_holding_the_lock_with_calls_pending() {
     .spawn();
     held.recv_timeout(HANG_GUARD).unwrap();
     // A trigger and a notice now wait for the lock on the async-calls thread.
-    task.trigger_checkpoint(CheckpointBarrier::new(1, 0)).unwrap();
+    task.trigger_checkpoint(CheckpointBarrier::new(1, 0))
+        .unwrap();
     task.notify_checkpoint_complete(0);
     task.cancel();
     assert!(task.is_done());
@@ -147,7 +151,10 @@ fn a_source_ignoring_cancel_is_reported_after_the_grace_period_instead_of_hangin
     let outcome = task.join();
     let failure = outcome.failure().expect("reported as a failure");
     assert_eq!(failure.thread, "stubborn");
-    assert!(matches!(failure.error, TaskError::CancellationIgnored { grace_ms: 50 }));
+    assert!(matches!(
+        failure.error,
+        TaskError::CancellationIgnored { grace_ms: 50 }
+    ));
     // Let the stuck source go; its thread then tears down on its own.
     release_tx.send(()).unwrap();
 }
@@ -193,8 +200,13 @@ impl SourceFunction for Waits {
 
 #[test]
 fn a_source_returning_the_cancelled_error_ends_as_cancelled_not_failed() {
-    let task = SourceStreamTask::new(TaskConfig::new("sleepy"), Waits, Map::new("id", |n: u64| n), Discard)
-        .spawn();
+    let task = SourceStreamTask::new(
+        TaskConfig::new("sleepy"),
+        Waits,
+        Map::new("id", |n: u64| n),
+        Discard,
+    )
+    .spawn();
     wait_running(&task);
     task.cancel();
     assert!(matches!(task.join(), TaskOutcome::Cancelled));
@@ -204,8 +216,13 @@ fn a_source_returning_the_cancelled_error_ends_as_cancelled_not_failed() {
 fn cancel_reaches_an_input_task_waiting_for_input() {
     let (tx, rx) = bounded::<StreamElement<u64>>(4).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
-    let task = OneInputStreamTask::new(TaskConfig::new("idle"), gate, Map::new("id", |n: u64| n), Discard)
-        .spawn();
+    let task = OneInputStreamTask::new(
+        TaskConfig::new("idle"),
+        gate,
+        Map::new("id", |n: u64| n),
+        Discard,
+    )
+    .spawn();
     wait_running(&task);
     task.cancel();
     assert!(matches!(task.join(), TaskOutcome::Cancelled));
@@ -214,8 +231,13 @@ fn cancel_reaches_an_input_task_waiting_for_input() {
 
 #[test]
 fn dropping_a_handle_cancels_and_joins_the_task() {
-    let task = SourceStreamTask::new(TaskConfig::new("dropped"), Waits, Map::new("id", |n: u64| n), Discard)
-        .spawn();
+    let task = SourceStreamTask::new(
+        TaskConfig::new("dropped"),
+        Waits,
+        Map::new("id", |n: u64| n),
+        Discard,
+    )
+    .spawn();
     wait_running(&task);
     drop(task); // must not hang or leave threads behind
 }

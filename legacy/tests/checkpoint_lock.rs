@@ -106,7 +106,7 @@ fn a_flag_changed_outside_the_lock_wakes_a_waiter_that_notifies_after_it() {
         let (lock, flag) = (Arc::clone(&lock), Arc::clone(&flag));
         thread::spawn(move || {
             flag.store(true, Ordering::SeqCst);
-            lock.notify_all();
+            lock.wake_all();
         })
     };
     let mut guard = lock.lock();

@@ -55,7 +55,9 @@ impl Operator for Counting {
         ctx.collect(record)
     }
     fn snapshot_state(&mut self, _id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
-        Ok(Some(encode(&self.count).map_err(|e| OperatorError::state("counting", e))?))
+        Ok(Some(
+            encode(&self.count).map_err(|e| OperatorError::state("counting", e))?,
+        ))
     }
 }
 
@@ -72,8 +74,13 @@ fn smoke() {
     let (tx, rx) = bounded(16).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = SharedOutput::new();
-    let task = OneInputStreamTask::new(TaskConfig::new("map"), gate, Map::new("inc", |x: u64| x + 1), output.clone())
-        .spawn();
+    let task = OneInputStreamTask::new(
+        TaskConfig::new("map"),
+        gate,
+        Map::new("inc", |x: u64| x + 1),
+        output.clone(),
+    )
+    .spawn();
     tx.send(record(1)).unwrap();
     tx.send(StreamElement::Watermark(Watermark(5))).unwrap();
     tx.send(record(2)).unwrap();
@@ -91,14 +98,22 @@ fn smoke() {
             Emitted::EndOfInput,
         ]
     );
-    assert_eq!((metrics.records_in.get(), metrics.records_out.get()), (2, 2));
+    assert_eq!(
+        (metrics.records_in.get(), metrics.records_out.get()),
+        (2, 2)
+    );
 }
 
 #[test]
 fn input_tasks_are_not_triggered_from_outside() {
     let (_tx, rx) = bounded::<StreamElement<u64>>(4).unwrap();
-    let task = OneInputStreamTask::new(TaskConfig::new("in"), InputGate::new(vec![rx]).unwrap(), Counting::default(), SharedOutput::new())
-        .spawn();
+    let task = OneInputStreamTask::new(
+        TaskConfig::new("in"),
+        InputGate::new(vec![rx]).unwrap(),
+        Counting::default(),
+        SharedOutput::new(),
+    )
+    .spawn();
     assert_eq!(
         task.trigger_checkpoint(CheckpointBarrier::new(1, 0)),
         Err(TriggerError::NotASource)
@@ -139,13 +154,19 @@ fn an_aligned_barrier_snapshots_exactly_the_records_before_it_on_every_channel()
     assert!(task.join().is_finished());
     match reports.recv_timeout(HANG_GUARD).unwrap() {
         TaskReport::Acknowledged { snapshot, .. } => {
-            let count: u64 = snapshot.get_value(&TaskSnapshot::operator_key(0)).unwrap().unwrap();
+            let count: u64 = snapshot
+                .get_value(&TaskSnapshot::operator_key(0))
+                .unwrap()
+                .unwrap();
             assert_eq!(count, 7);
         }
         other => panic!("unexpected report {other:?}"),
     }
     let emitted = output.take();
-    let at = emitted.iter().position(|e| matches!(e, Emitted::Barrier(_))).unwrap();
+    let at = emitted
+        .iter()
+        .position(|e| matches!(e, Emitted::Barrier(_)))
+        .unwrap();
     let mut before = values(&emitted[..at]);
     before.sort_unstable();
     assert_eq!(before, vec![0, 1, 2, 10, 11, 12, 13]);
@@ -172,10 +193,17 @@ fn a_superseded_checkpoint_is_declined_and_the_newer_one_acknowledged() {
     let first = reports.recv_timeout(HANG_GUARD).unwrap();
     assert!(matches!(
         first,
-        TaskReport::Declined { checkpoint: 1, reason: DeclineReason::Superseded, .. }
+        TaskReport::Declined {
+            checkpoint: 1,
+            reason: DeclineReason::Superseded,
+            ..
+        }
     ));
     let second = reports.recv_timeout(HANG_GUARD).unwrap();
-    assert!(matches!(second, TaskReport::Acknowledged { checkpoint: 2, .. }));
+    assert!(matches!(
+        second,
+        TaskReport::Acknowledged { checkpoint: 2, .. }
+    ));
     tx0.send(StreamElement::EndOfInput).unwrap();
     tx1.send(StreamElement::EndOfInput).unwrap();
     assert!(task.join().is_finished());
@@ -196,18 +224,30 @@ impl TwoInputOperator for PerInput {
     fn name(&self) -> &str {
         "per-input"
     }
-    fn process_element1(&mut self, r: StreamRecord<u64>, ctx: &mut Context<'_, String>) -> Result<(), OperatorError> {
+    fn process_element1(
+        &mut self,
+        r: StreamRecord<u64>,
+        ctx: &mut Context<'_, String>,
+    ) -> Result<(), OperatorError> {
         self.counts.0 += 1;
         ctx.collect(r.map(|v| v.to_string()))
     }
-    fn process_element2(&mut self, r: StreamRecord<String>, ctx: &mut Context<'_, String>) -> Result<(), OperatorError> {
+    fn process_element2(
+        &mut self,
+        r: StreamRecord<String>,
+        ctx: &mut Context<'_, String>,
+    ) -> Result<(), OperatorError> {
         self.counts.1 += 1;
         ctx.collect(r)
     }
     fn snapshot_state(&mut self, _id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
         Ok(Some(encode(&self.counts).unwrap()))
     }
-    fn end_input(&mut self, input: u8, _ctx: &mut Context<'_, String>) -> Result<(), OperatorError> {
+    fn end_input(
+        &mut self,
+        input: u8,
+        _ctx: &mut Context<'_, String>,
+    ) -> Result<(), OperatorError> {
         self.ended.push(input);
         Ok(())
     }
@@ -249,7 +289,10 @@ fn two_input_alignment_snapshots_state_consistent_with_both_inputs() {
     assert!(task.join().is_finished());
     match reports.recv_timeout(HANG_GUARD).unwrap() {
         TaskReport::Acknowledged { snapshot, .. } => {
-            let counts: (u64, u64) = snapshot.get_value(&TaskSnapshot::operator_key(0)).unwrap().unwrap();
+            let counts: (u64, u64) = snapshot
+                .get_value(&TaskSnapshot::operator_key(0))
+                .unwrap()
+                .unwrap();
             assert_eq!(counts, (5, 2));
         }
         other => panic!("unexpected report {other:?}"),
@@ -273,7 +316,11 @@ impl Operator for OneInFlight {
     fn name(&self) -> &str {
         "one-in-flight"
     }
-    fn process_element(&mut self, record: StreamRecord<u64>, ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
+    fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
         if self.in_flight {
             self.overlapped.store(true, Ordering::SeqCst);
         }
@@ -288,7 +335,11 @@ impl Operator for OneInFlight {
     fn accepts_input(&self) -> bool {
         !self.in_flight
     }
-    fn on_event(&mut self, event: OperatorEvent, ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
+    fn on_event(
+        &mut self,
+        event: OperatorEvent,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
         let value = *event.downcast::<u64>().expect("a u64 result");
         self.in_flight = false;
         ctx.collect(StreamRecord::new(value))
@@ -316,7 +367,10 @@ fn an_async_head_makes_the_task_wait_on_the_lock_until_a_completion_frees_room()
     wait_for(&output, 5);
     tx.send(StreamElement::EndOfInput).unwrap();
     assert!(task.join().is_finished());
-    assert!(!overlapped.load(Ordering::SeqCst), "a record entered a full head");
+    assert!(
+        !overlapped.load(Ordering::SeqCst),
+        "a record entered a full head"
+    );
     assert_eq!(values(&output.take()), vec![10, 20, 30, 40, 50]);
 }
 
@@ -329,11 +383,21 @@ impl Operator for SelfMessaging {
     fn name(&self) -> &str {
         "self-messaging"
     }
-    fn process_element(&mut self, record: StreamRecord<u64>, ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
-        ctx.event_sender().send(record.value + 1000).expect("accepted while running");
+    fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        ctx.event_sender()
+            .send(record.value + 1000)
+            .expect("accepted while running");
         ctx.collect(record)
     }
-    fn on_event(&mut self, event: OperatorEvent, ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
+    fn on_event(
+        &mut self,
+        event: OperatorEvent,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
         ctx.collect(StreamRecord::new(*event.downcast::<u64>().unwrap()))
     }
 }
@@ -342,8 +406,13 @@ impl Operator for SelfMessaging {
 fn an_event_sent_under_the_lock_is_delivered_after_the_section_without_deadlock() {
     let (tx, rx) = bounded(4).unwrap();
     let output = SharedOutput::new();
-    let task = OneInputStreamTask::new(TaskConfig::new("self"), InputGate::new(vec![rx]).unwrap(), SelfMessaging, output.clone())
-        .spawn();
+    let task = OneInputStreamTask::new(
+        TaskConfig::new("self"),
+        InputGate::new(vec![rx]).unwrap(),
+        SelfMessaging,
+        output.clone(),
+    )
+    .spawn();
     wait_running(&task);
     tx.send(record(1)).unwrap();
     wait_for(&output, 2);
@@ -355,9 +424,20 @@ fn an_event_sent_under_the_lock_is_delivered_after_the_section_without_deadlock(
 #[test]
 fn an_upstream_that_disappears_fails_the_task() {
     let (tx, rx) = bounded::<StreamElement<u64>>(4).unwrap();
-    let task = OneInputStreamTask::new(TaskConfig::new("orphan"), InputGate::new(vec![rx]).unwrap(), Counting::default(), SharedOutput::new())
-        .spawn();
+    let task = OneInputStreamTask::new(
+        TaskConfig::new("orphan"),
+        InputGate::new(vec![rx]).unwrap(),
+        Counting::default(),
+        SharedOutput::new(),
+    )
+    .spawn();
     drop::<Sender<_>>(tx);
     let outcome = task.join();
-    assert!(outcome.failure().expect("failed").to_string().contains("channel 0"));
+    assert!(
+        outcome
+            .failure()
+            .expect("failed")
+            .to_string()
+            .contains("channel 0")
+    );
 }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread;
 
+use std::time::Duration;
 use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::testing::ManualTimerService;
 use streamtask_core::{ManualClock, OperatorError, StreamRecord, StreamStatus, Watermark};
@@ -14,11 +15,13 @@ use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
     SourceContextConfig, SourceEnd, SourceFunction, SourceOutput, run_source,
 };
-use std::time::Duration;
 
 type Cell<T> = SourceCell<(), Vec<Emitted<T>>>;
 
-fn cell(config: SourceContextConfig, clock: &ManualClock) -> (Cell<&'static str>, Arc<ManualTimerService>) {
+fn cell(
+    config: SourceContextConfig,
+    clock: &ManualClock,
+) -> (Cell<&'static str>, Arc<ManualTimerService>) {
     let timers = Arc::new(ManualTimerService::new(clock.clone()));
     let emission = Emission::new(config, timers.clone());
     (SourceCell::new((), emission, Vec::new()), timers)
@@ -117,7 +120,10 @@ fn ingestion_time_emits_watermarks_aligned_to_the_interval() {
         clock.advance(1);
         fire_due(&mut cell, &timers);
     }
-    assert_eq!(watermarks(&take(&mut cell)), vec![10, 20, 30, 40, 50, 60, 70, 80, 90]);
+    assert_eq!(
+        watermarks(&take(&mut cell)),
+        vec![10, 20, 30, 40, 50, 60, 70, 80, 90]
+    );
 }
 
 #[test]
@@ -288,7 +294,10 @@ struct Handoff {
 
 impl Output<u32> for Handoff {
     fn collect(&mut self, record: StreamRecord<u32>) -> Result<(), OperatorError> {
-        assert!(self.items.len() < self.capacity, "the context waits for room");
+        assert!(
+            self.items.len() < self.capacity,
+            "the context waits for room"
+        );
         self.items.push_back(record.value);
         Ok(())
     }
@@ -383,6 +392,9 @@ fn cancellation_reaches_a_source_waiting_for_room() {
     token.cancel();
     assert_eq!(source.join().unwrap().unwrap(), SourceEnd::Cancelled);
     let cell = lock.lock();
-    assert!(!cell.output().ended, "a cancelled source does not end its output");
+    assert!(
+        !cell.output().ended,
+        "a cancelled source does not end its output"
+    );
     assert_eq!(*cell.state(), 1);
 }

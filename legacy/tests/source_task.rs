@@ -82,15 +82,21 @@ fn snapshots_never_see_half_an_update_while_checkpoints_fire_continuously() {
         let output = SharedOutput::new();
         let (responder, reports) = responder("count");
         let config = TaskConfig::new("count").with_responder(responder);
-        let task = SourceStreamTask::new(config, Counter { limit: None }, identity(), output.clone())
-            .with_fairness(fairness)
-            .spawn();
+        let task =
+            SourceStreamTask::new(config, Counter { limit: None }, identity(), output.clone())
+                .with_fairness(fairness)
+                .spawn();
         wait_running(&task);
         let mut acked = Vec::new();
         for id in 1..=20u64 {
-            task.trigger_checkpoint(CheckpointBarrier::new(id, 0)).unwrap();
+            task.trigger_checkpoint(CheckpointBarrier::new(id, 0))
+                .unwrap();
             match reports.recv_timeout(HANG_GUARD).expect("a report") {
-                TaskReport::Acknowledged { snapshot, checkpoint, .. } => {
+                TaskReport::Acknowledged {
+                    snapshot,
+                    checkpoint,
+                    ..
+                } => {
                     let count: u64 = snapshot.get_value(TaskSnapshot::SOURCE).unwrap().unwrap();
                     acked.push((checkpoint, count));
                 }
@@ -137,8 +143,13 @@ fn a_restored_source_continues_from_its_snapshot() {
     snapshot.put_value(TaskSnapshot::SOURCE, &7u64).unwrap();
     let output = SharedOutput::new();
     let config = TaskConfig::new("restored").with_restore(Some(snapshot));
-    let task = SourceStreamTask::new(config, Counter { limit: Some(10) }, identity(), output.clone())
-        .spawn();
+    let task = SourceStreamTask::new(
+        config,
+        Counter { limit: Some(10) },
+        identity(),
+        output.clone(),
+    )
+    .spawn();
     assert!(task.join().is_finished());
     assert_eq!(values(&output.take()), vec![7, 8, 9]);
 }
@@ -147,14 +158,22 @@ fn a_restored_source_continues_from_its_snapshot() {
 fn a_trigger_after_the_task_ended_is_declined_as_not_running() {
     let (responder, reports) = responder("done");
     let config = TaskConfig::new("done").with_responder(responder);
-    let task = SourceStreamTask::new(config, Counter { limit: Some(1) }, identity(), SharedOutput::new())
-        .spawn();
+    let task = SourceStreamTask::new(
+        config,
+        Counter { limit: Some(1) },
+        identity(),
+        SharedOutput::new(),
+    )
+    .spawn();
     while !task.is_done() {
         thread::yield_now();
     }
-    task.trigger_checkpoint(CheckpointBarrier::new(5, 0)).unwrap();
+    task.trigger_checkpoint(CheckpointBarrier::new(5, 0))
+        .unwrap();
     match reports.recv_timeout(HANG_GUARD).unwrap() {
-        TaskReport::Declined { checkpoint, reason, .. } => {
+        TaskReport::Declined {
+            checkpoint, reason, ..
+        } => {
             assert_eq!((checkpoint, reason), (5, DeclineReason::NotRunning));
         }
         other => panic!("unexpected report {other:?}"),
@@ -173,8 +192,13 @@ fn a_failing_source_fails_the_task_with_its_error_and_thread() {
             Err(OperatorError::user("failing", "disk on fire"))
         }
     }
-    let task = SourceStreamTask::new(TaskConfig::new("failing"), Failing, identity(), SharedOutput::new())
-        .spawn();
+    let task = SourceStreamTask::new(
+        TaskConfig::new("failing"),
+        Failing,
+        identity(),
+        SharedOutput::new(),
+    )
+    .spawn();
     let outcome = task.join();
     let failure = outcome.failure().expect("failed");
     assert_eq!(failure.thread, "failing");
@@ -192,8 +216,13 @@ fn a_panicking_source_fails_the_task_with_the_panic_message() {
             panic!("source exploded");
         }
     }
-    let task = SourceStreamTask::new(TaskConfig::new("panicking"), Panicking, identity(), SharedOutput::new())
-        .spawn();
+    let task = SourceStreamTask::new(
+        TaskConfig::new("panicking"),
+        Panicking,
+        identity(),
+        SharedOutput::new(),
+    )
+    .spawn();
     let outcome = task.join();
     let failure = outcome.failure().expect("failed");
     assert!(matches!(&failure.error, TaskError::Panic(m) if m == "source exploded"));
@@ -227,7 +256,11 @@ impl Operator for Probe {
     ) -> Result<(), OperatorError> {
         ctx.collect(record)
     }
-    fn on_processing_time(&mut self, _timer: Timer, _ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
+    fn on_processing_time(
+        &mut self,
+        _timer: Timer,
+        _ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
         if !self.opened.load(Ordering::SeqCst) {
             self.early.store(true, Ordering::SeqCst);
         }
@@ -260,9 +293,18 @@ fn the_chain_is_open_before_any_timer_fires_and_completion_notices_arrive() {
         completed: Arc::default(),
         fired: Arc::default(),
     };
-    let (early, completed, fired) = (probe.early.clone(), probe.completed.clone(), probe.fired.clone());
-    let task = SourceStreamTask::new(TaskConfig::new("probe"), UntilCancelled, probe, SharedOutput::new())
-        .spawn();
+    let (early, completed, fired) = (
+        probe.early.clone(),
+        probe.completed.clone(),
+        probe.fired.clone(),
+    );
+    let task = SourceStreamTask::new(
+        TaskConfig::new("probe"),
+        UntilCancelled,
+        probe,
+        SharedOutput::new(),
+    )
+    .spawn();
     wait_running(&task);
     task.notify_checkpoint_complete(4);
     let deadline = std::time::Instant::now() + HANG_GUARD;
@@ -271,10 +313,16 @@ fn the_chain_is_open_before_any_timer_fires_and_completion_notices_arrive() {
         thread::sleep(Duration::from_millis(1));
     }
     task.cancel();
-    assert!(matches!(task.join(), streamtask_core::task::TaskOutcome::Cancelled));
+    assert!(matches!(
+        task.join(),
+        streamtask_core::task::TaskOutcome::Cancelled
+    ));
     assert_eq!(completed.load(Ordering::SeqCst), 4);
     assert_eq!(fired.load(Ordering::SeqCst), 1);
-    assert!(!early.load(Ordering::SeqCst), "a timer fired before open returned");
+    assert!(
+        !early.load(Ordering::SeqCst),
+        "a timer fired before open returned"
+    );
 }
 
 #[test]
@@ -291,7 +339,8 @@ fn ingestion_time_sources_get_processing_time_stamps_and_automatic_watermarks() 
     }
     let output = SharedOutput::new();
     let config = TaskConfig::new("ingest").with_clock(streamtask_core::Clock::Manual(clock));
-    let context = streamtask_legacy::SourceContextConfig::ingestion_time(Duration::from_millis(100)).unwrap();
+    let context =
+        streamtask_legacy::SourceContextConfig::ingestion_time(Duration::from_millis(100)).unwrap();
     let task = SourceStreamTask::new(config, Two, identity(), output.clone())
         .with_context(context)
         .spawn();
@@ -312,11 +361,16 @@ fn ingestion_time_sources_get_processing_time_stamps_and_automatic_watermarks() 
 fn trigger_latency_and_checkpoint_metrics_are_recorded() {
     let (responder, reports) = responder("m");
     let config = TaskConfig::new("m").with_responder(responder);
-    let task = SourceStreamTask::new(config, UntilCancelled, identity(), SharedOutput::new()).spawn();
+    let task =
+        SourceStreamTask::new(config, UntilCancelled, identity(), SharedOutput::new()).spawn();
     wait_running(&task);
     for id in 1..=3 {
-        task.trigger_checkpoint(CheckpointBarrier::new(id, 0)).unwrap();
-        assert!(matches!(reports.recv_timeout(HANG_GUARD).unwrap(), TaskReport::Acknowledged { .. }));
+        task.trigger_checkpoint(CheckpointBarrier::new(id, 0))
+            .unwrap();
+        assert!(matches!(
+            reports.recv_timeout(HANG_GUARD).unwrap(),
+            TaskReport::Acknowledged { .. }
+        ));
     }
     let metrics = Arc::clone(task.metrics());
     task.cancel();

@@ -121,7 +121,10 @@ fn registration_after_shutdown_is_an_error() {
     timers.shutdown();
     timers.shutdown();
     assert_eq!(timers.status(), TimerStatus::ShutDown);
-    assert_eq!(timers.register_timer(timer(1, 1)), Err(TimerError::ShutDown));
+    assert_eq!(
+        timers.register_timer(timer(1, 1)),
+        Err(TimerError::ShutDown)
+    );
 }
 
 #[test]
@@ -145,7 +148,10 @@ fn an_error_or_panic_in_a_timer_is_reported() {
             assert!(error.to_string().contains("timer failed"), "{error}");
         }
         timers.shutdown();
-        assert!(lock.try_lock().is_some(), "the lock is released after a panic");
+        assert!(
+            lock.try_lock().is_some(),
+            "the lock is released after a panic"
+        );
     }
 }
 
@@ -189,7 +195,11 @@ impl Operator for FailingTimer {
     ) -> Result<(), OperatorError> {
         ctx.collect(record)
     }
-    fn on_processing_time(&mut self, _t: Timer, _ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
+    fn on_processing_time(
+        &mut self,
+        _t: Timer,
+        _ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
         Err(OperatorError::user("failing-timer", "boom in a timer"))
     }
 }

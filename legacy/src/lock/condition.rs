@@ -24,12 +24,15 @@
 //! Why nothing is lost: a waiter reads `seen` *before* it checks the condition. If the notifier's
 //! change came before that check, the waiter sees it and does not block. If it came after, the
 //! notifier's epoch bump also comes after the waiter's read (both happen under the epoch
-//! mutex), so the waiter's `epoch == seen` test fails and it does not sleep. The fast path of
-//! the notifier (step 1) is safe because the waiter's registration and the notifier's load are
-//! both `SeqCst`, as must be the store and load of any flag the condition reads that is not
-//! changed under the checkpoint lock (the cancellation flag): in the single total order of
-//! `SeqCst` operations, either the notifier's load sees the registration, or the waiter's flag
-//! load sees the flag.
+//! mutex), so the waiter's `epoch == seen` test fails and it does not sleep.
+//!
+//! The notifier's fast path (step 1) relies on the checkpoint lock for ordering: a waiter
+//! registers while holding the lock, and a notifier that changed the condition under the lock
+//! took the lock after the waiter released it, so it sees the registration. A flag changed
+//! *outside* the lock (the cancellation flag) has no such ordering; its setter calls
+//! [`Condition::wake_all`], which always bumps the epoch under the epoch mutex: either the
+//! waiter read `seen` before the bump (and does not sleep), or after it, and then the mutex
+//! orders the flag's store before the waiter's check of it.
 
 use std::time::{Duration, Instant};
 
@@ -53,7 +56,8 @@ pub(crate) struct Ticket {
 impl Condition {
     /// Step 1 of the waiter's protocol: count this thread as a waiter and note the epoch.
     pub(crate) fn register(&self) -> Ticket {
-        // SeqCst: pairs with the notifier's SeqCst load (see the module doc).
+        // Relaxed would do (the checkpoint lock orders it before a notifier's load); SeqCst
+        // costs nothing extra on this slow path.
         self.waiters.fetch_add(1, Ordering::SeqCst);
         Ticket {
             seen: *self.epoch.lock(),
@@ -89,12 +93,20 @@ impl Condition {
         notified
     }
 
-    /// Wakes every waiter; one atomic load when nobody waits.
+    /// Wakes every waiter after a change made under the checkpoint lock; one atomic load when
+    /// nobody waits.
+    #[inline]
     pub(crate) fn notify_all(&self) {
-        // SeqCst: see the module doc's argument for the fast path.
-        if self.waiters.load(Ordering::SeqCst) == 0 {
+        // Acquire: the registration it must see is ordered before it by the checkpoint lock
+        // (module doc); Acquire documents that it reads another thread's write.
+        if self.waiters.load(Ordering::Acquire) == 0 {
             return;
         }
+        self.wake_all();
+    }
+
+    /// Wakes every waiter unconditionally: after a change made outside the checkpoint lock.
+    pub(crate) fn wake_all(&self) {
         let mut epoch = self.epoch.lock();
         *epoch = epoch.wrapping_add(1);
         self.changed.notify_all();

@@ -53,8 +53,8 @@ use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::{BargingMutex, BargingMutexGuard, Mutex, MutexGuard, unlock_fair};
 use streamtask_core::trace::Tracer;
 
-pub(crate) use self::condition::deadline_after;
 use self::condition::Condition;
+pub(crate) use self::condition::deadline_after;
 
 /// How the checkpoint lock treats threads that wait for it.
 ///
@@ -194,6 +194,13 @@ impl<T> CheckpointLock<T> {
         self.shared.condition.notify_all();
     }
 
+    /// Wakes every thread waiting in [`CheckpointGuard::wait_until`], unconditionally. Call it
+    /// after changing a flag that a waiter checks but that is not changed under the lock (a
+    /// cancellation flag), from any thread, never while relying on the lock for ordering.
+    pub fn wake_all(&self) {
+        self.shared.condition.wake_all();
+    }
+
     /// Consumes the lock and returns what it guarded.
     pub fn into_inner(self) -> T {
         match self.mutex {
@@ -300,9 +307,10 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// waits. `done` runs under the lock; the waiting thread is woken by
     /// [`CheckpointLock::notify_all`]. Returns at once if `done` already holds.
     ///
-    /// A flag `done` reads that is *not* changed under the lock must be stored and loaded with
-    /// `Ordering::SeqCst`, and its writer must call `notify_all` afterwards (see the
-    /// `condition` module's protocol).
+    /// Whoever changes what `done` reads under the lock calls
+    /// [`notify_all`](CheckpointLock::notify_all) afterwards; whoever changes a flag `done`
+    /// reads outside the lock calls [`wake_all`](CheckpointLock::wake_all) afterwards (the
+    /// lost-wakeup protocol is in the `condition` module).
     pub fn wait_until(&mut self, done: impl FnMut(&mut T) -> bool) {
         self.wait_until_deadline(None, done);
     }

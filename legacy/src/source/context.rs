@@ -14,7 +14,7 @@ use std::time::Duration;
 use streamtask_core::{OperatorError, Watermark};
 
 use super::{SourceCell, SourceOutput};
-use crate::cancel::{CancelHook, Cancelled, CancellationToken};
+use crate::cancel::{CancelHook, CancellationToken, Cancelled};
 use crate::lock::{CheckpointGuard, CheckpointLock};
 
 /// The checkpoint lock as a context sees it: the source's cell with the output erased.
@@ -121,7 +121,11 @@ impl<'a, T, S> SourceContext<'a, T, S> {
     ///
     /// As [`collect`](Self::collect).
     #[inline]
-    pub fn collect_with_timestamp(&mut self, value: T, timestamp: i64) -> Result<(), OperatorError> {
+    pub fn collect_with_timestamp(
+        &mut self,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
         self.lock().collect_with_timestamp(value, timestamp)
     }
 
@@ -217,7 +221,11 @@ impl<T, S> SourceGuard<'_, T, S> {
     ///
     /// As [`collect`](Self::collect).
     #[inline]
-    pub fn collect_with_timestamp(&mut self, value: T, timestamp: i64) -> Result<(), OperatorError> {
+    pub fn collect_with_timestamp(
+        &mut self,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
         self.ensure_capacity()?;
         self.guard.collect_with_timestamp(value, timestamp)
     }

@@ -243,10 +243,7 @@ impl Emission {
             TimeCharacteristic::ProcessingTime => out.collect(StreamRecord::new(value)),
             TimeCharacteristic::EventTime => {
                 self.on_activity(out)?;
-                out.collect(StreamRecord {
-                    value,
-                    timestamp,
-                })
+                out.collect(StreamRecord { value, timestamp })
             }
             TimeCharacteristic::IngestionTime => {
                 self.on_activity(out)?;

@@ -35,9 +35,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::state::StateError;
-use streamtask_core::{
-    OperatorError, TaskSnapshot, Timer, Watermark,
-};
+use streamtask_core::{OperatorError, TaskSnapshot, Timer, Watermark};
 
 use streamtask_core::sync::Arc;
 
@@ -234,11 +232,16 @@ impl<S, O: ?Sized> SourceCell<S, O> {
     ///
     /// Whatever the output fails with.
     #[inline]
-    pub fn collect_with_timestamp<T>(&mut self, value: T, timestamp: i64) -> Result<(), OperatorError>
+    pub fn collect_with_timestamp<T>(
+        &mut self,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError>
     where
         O: SourceOutput<T>,
     {
-        self.emission.collect(&mut self.output, value, Some(timestamp))
+        self.emission
+            .collect(&mut self.output, value, Some(timestamp))
     }
 
     /// Emits `watermark` if the flavour lets it through.
@@ -377,7 +380,7 @@ where
     // A context waiting for output capacity must notice cancellation (the condition protocol:
     // change the flag, then notify).
     let waker = Arc::clone(lock);
-    let _wake_on_cancel = cancel.on_cancel(move || waker.notify_all());
+    let _wake_on_cancel = cancel.on_cancel(move || waker.wake_all());
     lock.lock().start_context()?;
     let result = {
         let mut ctx = SourceContext::new(&**lock, cancel);

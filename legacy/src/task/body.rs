@@ -45,8 +45,11 @@ pub(crate) trait TaskBody: Send + 'static {
     fn notify_checkpoint_complete(&mut self, id: u64) -> Result<(), OperatorError>;
     fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<(), OperatorError>;
     fn dispatch_timer(&mut self, timer: Timer) -> Result<(), OperatorError>;
-    fn dispatch_event(&mut self, operator: usize, event: OperatorEvent)
-    -> Result<(), OperatorError>;
+    fn dispatch_event(
+        &mut self,
+        operator: usize,
+        event: OperatorEvent,
+    ) -> Result<(), OperatorError>;
     /// Tells downstream that nothing follows.
     fn end_output(&mut self) -> Result<(), OperatorError>;
     /// Releases the chain's resources (every exit path).
@@ -319,8 +322,8 @@ where
     O: TaskOutput<C::Out> + 'static,
 {
     fn restore(&mut self, snapshot: Option<&TaskSnapshot>) -> Result<(), TaskError> {
-        *self.state_mut() = restore_source_state(snapshot)
-            .map_err(|e| OperatorError::state("source", e))?;
+        *self.state_mut() =
+            restore_source_state(snapshot).map_err(|e| OperatorError::state("source", e))?;
         self.output_mut().restore(snapshot)
     }
 

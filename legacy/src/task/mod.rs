@@ -58,10 +58,10 @@ use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Sender;
+use streamtask_core::CheckpointBarrier;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::{Arc, Mutex, thread};
 use streamtask_core::task::{DeclineReason, TaskError, TaskFailure, TaskOutcome, TriggerError};
-use streamtask_core::CheckpointBarrier;
 
 use self::runtime::AsyncCall;
 use self::shared::TaskShared;

@@ -105,7 +105,9 @@ where
                 fairness,
                 cancel_grace,
             },
-            move |services| ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer)),
+            move |services| {
+                ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer))
+            },
             move |parts| process_input(parts, gate),
         )
     }
@@ -138,7 +140,10 @@ where
             GateEvent::Status(status) => parts.lock.lock().process_status(status)?,
             GateEvent::Checkpoint(barrier) => parts.checkpoint(barrier, Instant::now()),
             GateEvent::CheckpointAborted { id } => {
-                parts.shared.responder.decline(id, DeclineReason::Superseded);
+                parts
+                    .shared
+                    .responder
+                    .decline(id, DeclineReason::Superseded);
             }
             GateEvent::EndOfInput => {
                 return parts.finish_with(|body| body.end_input_and_finish());

@@ -106,7 +106,9 @@ where
             .with_metrics(StdArc::clone(&metrics))
             .with_tracer(tracer),
     );
-    timers.bind(Arc::clone(&lock), |body: &mut B, timer| body.dispatch_timer(timer));
+    timers.bind(Arc::clone(&lock), |body: &mut B, timer| {
+        body.dispatch_timer(timer)
+    });
     metrics.threads.add(3);
 
     let async_thread = {
@@ -143,7 +145,7 @@ where
     // A thread waiting on the lock's condition (an async head, a full output) must notice
     // cancellation: the token's flag changes outside the lock, so notify after it.
     let waker = Arc::clone(&parts.lock);
-    let wake_on_cancel = parts.shared.cancel.on_cancel(move || waker.notify_all());
+    let wake_on_cancel = parts.shared.cancel.on_cancel(move || waker.wake_all());
     let result = catch_panic(|| -> Result<(), TaskError> {
         {
             // Open under the lock: nothing (timer, trigger, event) runs on the chain before
@@ -215,7 +217,13 @@ impl<B: TaskBody> Parts<B> {
 
     /// A barrier-triggered checkpoint on the task thread.
     pub(crate) fn checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        perform_checkpoint(&self.shared, &self.lock, barrier, requested, &self.shared.name);
+        perform_checkpoint(
+            &self.shared,
+            &self.lock,
+            barrier,
+            requested,
+            &self.shared.name,
+        );
     }
 }
 

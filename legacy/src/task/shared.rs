@@ -201,7 +201,8 @@ impl TaskShared {
             if *done {
                 return true;
             }
-            if deadline.is_none() && matches!(self.state(), TaskState::Cancelling | TaskState::Failing)
+            if deadline.is_none()
+                && matches!(self.state(), TaskState::Cancelling | TaskState::Failing)
             {
                 deadline = Some(deadline_after(grace));
             }
@@ -223,11 +224,11 @@ impl TaskShared {
     }
 
     pub(crate) fn register_current_thread(&self) {
-        self.threads.lock().push(thread::current().id());
+        self.threads.lock().push(current_thread_id());
     }
 
     pub(crate) fn is_own_thread(&self) -> bool {
-        self.threads.lock().contains(&thread::current().id())
+        self.threads.lock().contains(&current_thread_id())
     }
 
     /// The outcome once terminal.
@@ -243,6 +244,20 @@ impl TaskShared {
                 )),
             },
         }
+    }
+}
+
+/// The calling thread's id, as the facade's `ThreadId` type.
+fn current_thread_id() -> thread::ThreadId {
+    #[cfg(not(loom))]
+    {
+        thread::current().id()
+    }
+    // Under loom the facade's `ThreadId` is std's (loom's threads are not modelled as OS
+    // threads here, and tasks never run under loom; only their code must build).
+    #[cfg(loom)]
+    {
+        std::thread::current().id()
     }
 }
 

@@ -13,7 +13,9 @@ use super::body::{BodyParts, ChainBody};
 use super::runtime::{self, DEFAULT_CANCEL_GRACE, RuntimeOptions};
 use super::{TaskHandle, TaskKind};
 use crate::lock::Fairness;
-use crate::source::{Emission, SourceCell, SourceContextConfig, SourceEnd, SourceFunction, run_source};
+use crate::source::{
+    Emission, SourceCell, SourceContextConfig, SourceEnd, SourceFunction, run_source,
+};
 
 /// A task whose input is a legacy [`SourceFunction`]: the source runs on the task thread and
 /// each of its emits pushes the record through the chain behind it, under the checkpoint lock

@@ -109,7 +109,9 @@ where
                 fairness,
                 cancel_grace,
             },
-            move |services| TwoInputBody::new(chain, BodyParts::new(output, services, metrics, tracer)),
+            move |services| {
+                TwoInputBody::new(chain, BodyParts::new(output, services, metrics, tracer))
+            },
             move |parts| process_input(parts, gate),
         )
     }
@@ -154,7 +156,10 @@ where
             TwoInputEvent::Status(status) => parts.lock.lock().process_status(status)?,
             TwoInputEvent::Checkpoint(barrier) => parts.checkpoint(barrier, Instant::now()),
             TwoInputEvent::CheckpointAborted { id } => {
-                parts.shared.responder.decline(id, DeclineReason::Superseded);
+                parts
+                    .shared
+                    .responder
+                    .decline(id, DeclineReason::Superseded);
             }
             TwoInputEvent::EndOfInput1 => parts.lock.lock().end_input(1)?,
             TwoInputEvent::EndOfInput2 => parts.lock.lock().end_input(2)?,
