@@ -80,6 +80,12 @@ impl DemoJob {
         self.work_dir.join("customers.db")
     }
 
+    /// Threads the job starts besides its tasks' own: the checkpoint coordinator, and the
+    /// enrichment pool of every keyed subtask.
+    pub fn helper_threads(&self) -> u64 {
+        1
+    }
+
     /// The model's own directory (checkpoints and output).
     pub fn model_dir(&self, model: Model) -> PathBuf {
         self.work_dir.join(model.name())
