@@ -139,7 +139,9 @@ mod imp {
         pub fn try_lock(&self) -> Option<BargingMutexGuard<'_, T>> {
             match self.inner.try_lock() {
                 Ok(guard) => Some(BargingMutexGuard(guard)),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(BargingMutexGuard(p.into_inner())),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    Some(BargingMutexGuard(p.into_inner()))
+                }
                 Err(std::sync::TryLockError::WouldBlock) => None,
             }
         }
