@@ -179,6 +179,7 @@ impl<B: TaskBody> Parts<B> {
         {
             let mut body = self.lock.lock();
             self.timers.quiesce(&body);
+            self.shared.mark_chain_closed();
             match catch_panic(|| body.close()) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => log::warn!("{thread_name}: closing the chain failed: {e}"),
@@ -334,7 +335,9 @@ fn run_locked<B: TaskBody>(
     f: impl FnOnce(&mut B) -> Result<(), streamtask_core::OperatorError>,
 ) {
     let mut body = lock.lock();
-    if !matches!(shared.state(), TaskState::Running | TaskState::Finishing) {
+    if !matches!(shared.state(), TaskState::Running | TaskState::Finishing)
+        || shared.is_chain_closed()
+    {
         return;
     }
     let result = catch_panic(|| f(&mut body));

@@ -6,7 +6,7 @@ use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
 use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::sync::atomic::{AtomicU8, Ordering};
+use streamtask_core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use streamtask_core::sync::{Condvar, Mutex, thread};
 use streamtask_core::task::{CheckpointResponder, TaskError, TaskFailure, TaskOutcome};
 use streamtask_core::trace::Tracer;
@@ -83,9 +83,23 @@ pub(crate) struct TaskShared {
     done_changed: Condvar,
     /// Threads of this task, so a handle called from one of them does not wait for itself.
     threads: Mutex<Vec<thread::ThreadId>>,
+    /// Set under the checkpoint lock just before the chain closes: from then on notices and
+    /// events are not delivered (a closed operator must not be called; FLINK-16383).
+    chain_closed: AtomicBool,
 }
 
 impl TaskShared {
+    /// Marks the chain closed; call with the checkpoint lock held.
+    pub(crate) fn mark_chain_closed(&self) {
+        // Relaxed: written and read only under the checkpoint lock, which orders them.
+        self.chain_closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the chain is closed; call with the checkpoint lock held.
+    pub(crate) fn is_chain_closed(&self) -> bool {
+        self.chain_closed.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn new(
         name: String,
         metrics: StdArc<TaskMetrics>,
@@ -95,6 +109,7 @@ impl TaskShared {
         TaskShared {
             name,
             state: AtomicU8::new(TaskState::Initializing as u8),
+            chain_closed: AtomicBool::new(false),
             failure: Mutex::new(None),
             cancel: CancellationToken::new(),
             metrics,
