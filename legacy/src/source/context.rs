@@ -96,11 +96,21 @@ impl<'a, T, S> SourceContext<'a, T, S> {
 
     /// Takes the checkpoint lock for a section of state updates and emits (the Rust form of
     /// `synchronized (ctx.getCheckpointLock())`). A checkpoint never sees half a section.
+    ///
+    /// If the output has no capacity ([`SourceOutput::has_capacity`]), this waits on the lock's
+    /// condition, with the lock released, *before* the section starts: a section that has
+    /// started never releases the lock to wait for room, so nothing (a snapshot, a thread
+    /// draining the output) can see its state updated but its records not yet emitted, or the
+    /// reverse. If the source is cancelled while waiting, the section's emits fail with
+    /// [`OperatorError::Cancelled`].
     #[inline]
     pub fn lock(&mut self) -> SourceGuard<'_, T, S> {
+        let mut guard = self.lock.lock_source();
+        let refused = !guard.output().has_capacity() && !wait_for_capacity(&mut guard, self.cancel);
         SourceGuard {
-            guard: self.lock.lock_source(),
+            guard,
             cancel: self.cancel,
+            refused,
         }
     }
 
@@ -188,6 +198,9 @@ impl<T, S> fmt::Debug for SourceContext<'_, T, S> {
 pub struct SourceGuard<'a, T, S> {
     guard: CheckpointGuard<'a, ErasedCell<T, S>>,
     cancel: &'a CancellationToken,
+    // The section started without capacity because the source was cancelled while waiting for
+    // it: its records are refused rather than pushed past the output's capacity.
+    refused: bool,
 }
 
 impl<T, S> SourceGuard<'_, T, S> {
@@ -207,11 +220,11 @@ impl<T, S> SourceGuard<'_, T, S> {
     ///
     /// # Errors
     ///
-    /// Whatever downstream fails with; [`OperatorError::Cancelled`] if cancelled while waiting
-    /// for output capacity.
+    /// Whatever downstream fails with; [`OperatorError::Cancelled`] if the source was cancelled
+    /// while the section waited for output capacity.
     #[inline]
     pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
-        self.ensure_capacity()?;
+        self.check_refused()?;
         self.guard.collect(value)
     }
 
@@ -226,7 +239,7 @@ impl<T, S> SourceGuard<'_, T, S> {
         value: T,
         timestamp: i64,
     ) -> Result<(), OperatorError> {
-        self.ensure_capacity()?;
+        self.check_refused()?;
         self.guard.collect_with_timestamp(value, timestamp)
     }
 
@@ -280,24 +293,25 @@ impl<T, S> SourceGuard<'_, T, S> {
     }
 
     #[inline]
-    fn ensure_capacity(&mut self) -> Result<(), OperatorError> {
-        if self.guard.output().has_capacity() {
-            return Ok(());
-        }
-        self.wait_for_capacity()
-    }
-
-    #[cold]
-    fn wait_for_capacity(&mut self) -> Result<(), OperatorError> {
-        let cancel = self.cancel;
-        self.guard
-            .wait_until(|cell| cell.output().has_capacity() || cancel.is_cancelled());
-        if self.guard.output().has_capacity() {
-            Ok(())
-        } else {
+    fn check_refused(&self) -> Result<(), OperatorError> {
+        if self.refused {
             Err(OperatorError::Cancelled)
+        } else {
+            Ok(())
         }
     }
+}
+
+/// Waits, with the lock released, until the output has capacity or the source is cancelled;
+/// returns whether it has capacity. Only [`SourceContext::lock`] calls it, before a section
+/// starts.
+#[cold]
+fn wait_for_capacity<T, S>(
+    guard: &mut CheckpointGuard<'_, ErasedCell<T, S>>,
+    cancel: &CancellationToken,
+) -> bool {
+    guard.wait_until(|cell| cell.output().has_capacity() || cancel.is_cancelled());
+    guard.output().has_capacity()
 }
 
 impl<T, S> Drop for SourceGuard<'_, T, S> {

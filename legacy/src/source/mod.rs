@@ -127,9 +127,13 @@ pub trait SourceOutput<T>: Output<T> + Send {
     /// Whatever ending the downstream input fails with; it fails the task.
     fn end_input(&mut self) -> Result<(), OperatorError>;
 
-    /// Whether a record can be taken now. While this is `false` the context waits on the
-    /// checkpoint lock's condition, releasing the lock; whoever frees room must call
-    /// `CheckpointLock::notify_all`. Outputs that never fill up keep the default `true`.
+    /// Whether a record can be taken now. It is checked when a locked section starts
+    /// ([`SourceContext::lock`], and so every per-emit method of the context): while it is
+    /// `false` the context waits on the checkpoint lock's condition, releasing the lock, before
+    /// the section touches state or emits; whoever frees room must call
+    /// `CheckpointLock::notify_all`. A section that has started never waits, so a snapshot never
+    /// sees half of one; the output may therefore overrun its capacity by what one section
+    /// emits. Outputs that never fill up keep the default `true`.
     ///
     /// In the other direction, the context notifies the condition at the end of every locked
     /// section, so a thread draining the output can wait on the lock's condition for data.
