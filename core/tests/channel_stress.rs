@@ -252,3 +252,44 @@ fn a_polling_gate_over_writers_cuts_every_checkpoint_exactly_once() {
     assert_eq!(checkpoints, (1..=CHECKPOINTS).collect::<Vec<_>>());
     assert_eq!(released, [CHECKPOINTS as u32 * PER_CHECKPOINT; CHANNELS]);
 }
+
+/// Regression: a blocking `send` or `recv` that backed off with the lock released and then went
+/// to wait without checking the queue again slept through the other side's change, and both
+/// sides slept for good. Tiny channels make the two sides meet at every element.
+#[test]
+fn blocking_send_and_recv_on_a_tiny_channel_never_sleep_through_each_other() {
+    const ITEMS: u64 = 100_000;
+    for capacity in [1, 2, 16] {
+        let (tx, rx) = bounded::<u64>(capacity).unwrap();
+        let producer = thread::spawn(move || {
+            for i in 0..ITEMS {
+                tx.send(i).unwrap();
+            }
+        });
+        let received = std::sync::Arc::new(streamtask_core::sync::atomic::AtomicU64::new(0));
+        let consumer = {
+            let received = std::sync::Arc::clone(&received);
+            thread::spawn(move || {
+                for i in 0..ITEMS {
+                    assert_eq!(rx.recv(), Ok(i), "lost, duplicated or reordered");
+                    received.store(i + 1, Ordering::Relaxed);
+                }
+            })
+        };
+        // Hang guard: both sides blocked means no progress for a long time.
+        let (mut seen, mut since) = (0, Instant::now());
+        while received.load(Ordering::Relaxed) < ITEMS {
+            thread::sleep(Duration::from_millis(20));
+            let now = received.load(Ordering::Relaxed);
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            }
+            assert!(
+                since.elapsed() < HANG_GUARD,
+                "capacity {capacity}: stuck after {now} elements, both sides asleep"
+            );
+        }
+        producer.join().unwrap();
+        consumer.join().unwrap();
+    }
+}

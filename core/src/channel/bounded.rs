@@ -13,7 +13,7 @@ use std::fmt;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard, thread, unlocked};
 
 /// Creates a bounded channel holding at most `capacity` elements.
 ///
@@ -219,6 +219,7 @@ impl<T> Sender<T> {
     /// [`SendError`] with `value` when the receiver is gone (also when it drops while this call
     /// waits).
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
         loop {
             if !state.receiver_alive {
@@ -227,6 +228,12 @@ impl<T> Sender<T> {
             if !state.is_full(self.shared.capacity) {
                 self.shared.push(state, value);
                 return Ok(());
+            }
+            if !backoff.is_exhausted() {
+                // Back off without the lock, then check again: the state may have changed
+                // meanwhile, and nobody notifies a thread that does not yet wait.
+                unlocked(&mut state, false, || backoff.snooze());
+                continue;
             }
             state.senders_waiting += 1;
             self.shared.space_ready.wait(&mut state);
@@ -244,6 +251,7 @@ impl<T> Sender<T> {
     /// [`SendTimeoutError::Disconnected`] when the receiver is gone; both hand `value` back.
     pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
         let deadline = Instant::now().checked_add(timeout);
+        let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
         loop {
             if !state.receiver_alive {
@@ -256,6 +264,10 @@ impl<T> Sender<T> {
             let Some(remaining) = remaining(deadline) else {
                 return Err(SendTimeoutError::Timeout(value));
             };
+            if !backoff.is_exhausted() {
+                unlocked(&mut state, false, || backoff.snooze());
+                continue;
+            }
             state.senders_waiting += 1;
             self.shared.space_ready.wait_for(&mut state, remaining);
             state.senders_waiting -= 1;
@@ -378,6 +390,7 @@ impl<T> Receiver<T> {
     ///
     /// [`RecvError`] when the channel is empty and every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
+        let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
         loop {
             if !state.queue.is_empty() {
@@ -385,6 +398,12 @@ impl<T> Receiver<T> {
             }
             if state.senders == 0 {
                 return Err(RecvError);
+            }
+            if !backoff.is_exhausted() {
+                // Back off without the lock, then check again: the state may have changed
+                // meanwhile, and nobody notifies a thread that does not yet wait.
+                unlocked(&mut state, false, || backoff.snooze());
+                continue;
             }
             state.receiver_waiting = true;
             self.shared.data_ready.wait(&mut state);
@@ -402,6 +421,7 @@ impl<T> Receiver<T> {
     /// [`RecvTimeoutError::Disconnected`] when the channel is empty and every sender is gone.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         let deadline = Instant::now().checked_add(timeout);
+        let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
         loop {
             if !state.queue.is_empty() {
@@ -413,6 +433,10 @@ impl<T> Receiver<T> {
             let Some(remaining) = remaining(deadline) else {
                 return Err(RecvTimeoutError::Timeout);
             };
+            if !backoff.is_exhausted() {
+                unlocked(&mut state, false, || backoff.snooze());
+                continue;
+            }
             state.receiver_waiting = true;
             self.shared.data_ready.wait_for(&mut state, remaining);
             state.receiver_waiting = false;
@@ -486,6 +510,48 @@ impl<T> fmt::Debug for Receiver<T> {
         f.debug_struct("Receiver")
             .field("capacity", &self.shared.capacity)
             .finish_non_exhaustive()
+    }
+}
+
+/// Spins, then yields, before a blocking call waits on its condition variable: a wait and its
+/// wake cost microseconds (two context switches), while the other side usually sends or frees
+/// space within nanoseconds. Bounded, so a genuinely idle channel still sleeps.
+struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// Up to this step, spin `2^step` times.
+    const SPIN_LIMIT: u32 = 6;
+    /// Up to this step, yield the thread; then give up and wait.
+    const YIELD_LIMIT: u32 = 10;
+
+    fn new() -> Self {
+        Backoff { step: 0 }
+    }
+
+    /// Whether backing off is over and the caller should wait. Under loom after one round
+    /// (a yield): enough for the model to explore the unlocked window, no more interleavings.
+    fn is_exhausted(&self) -> bool {
+        if cfg!(loom) {
+            self.step > 0
+        } else {
+            self.step > Self::YIELD_LIMIT
+        }
+    }
+
+    /// Backs off once; call it with the lock released, then check the state again.
+    fn snooze(&mut self) {
+        if cfg!(loom) {
+            thread::yield_now();
+        } else if self.step <= Self::SPIN_LIMIT {
+            for _ in 0..1u32 << self.step {
+                std::hint::spin_loop();
+            }
+        } else {
+            thread::yield_now();
+        }
+        self.step += 1;
     }
 }
 
