@@ -13,7 +13,8 @@ use std::fmt;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Arc, Condvar, Mutex, MutexGuard, thread, unlocked};
+use super::backoff::Backoff;
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard, unlocked};
 
 /// Creates a bounded channel holding at most `capacity` elements.
 ///
@@ -510,48 +511,6 @@ impl<T> fmt::Debug for Receiver<T> {
         f.debug_struct("Receiver")
             .field("capacity", &self.shared.capacity)
             .finish_non_exhaustive()
-    }
-}
-
-/// Spins, then yields, before a blocking call waits on its condition variable: a wait and its
-/// wake cost microseconds (two context switches), while the other side usually sends or frees
-/// space within nanoseconds. Bounded, so a genuinely idle channel still sleeps.
-struct Backoff {
-    step: u32,
-}
-
-impl Backoff {
-    /// Up to this step, spin `2^step` times.
-    const SPIN_LIMIT: u32 = 6;
-    /// Up to this step, yield the thread; then give up and wait.
-    const YIELD_LIMIT: u32 = 10;
-
-    fn new() -> Self {
-        Backoff { step: 0 }
-    }
-
-    /// Whether backing off is over and the caller should wait. Under loom after one round
-    /// (a yield): enough for the model to explore the unlocked window, no more interleavings.
-    fn is_exhausted(&self) -> bool {
-        if cfg!(loom) {
-            self.step > 0
-        } else {
-            self.step > Self::YIELD_LIMIT
-        }
-    }
-
-    /// Backs off once; call it with the lock released, then check the state again.
-    fn snooze(&mut self) {
-        if cfg!(loom) {
-            thread::yield_now();
-        } else if self.step <= Self::SPIN_LIMIT {
-            for _ in 0..1u32 << self.step {
-                std::hint::spin_loop();
-            }
-        } else {
-            thread::yield_now();
-        }
-        self.step += 1;
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use super::aligner::{Aligned, AlignerAction, BarrierAligner};
+use super::backoff::Backoff;
 use super::bounded::{Receiver, TryRecvError};
 use super::valve::{ValveOutput, ValveUpdate, WatermarkValve};
 use crate::element::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
@@ -748,8 +749,8 @@ impl Wake for ThreadWaker {
     }
 }
 
-/// The blocking form of the polling protocol: poll; register a waker that unparks this thread;
-/// poll again; park; repeat. An unpark that comes before the park makes the park return at once
+/// The blocking form of the polling protocol: poll (a few times, backing off); register a waker
+/// that unparks this thread; poll again; park; repeat. An unpark that comes before the park makes the park return at once
 /// (the thread's token), so the notice is not lost; a spurious return just polls again. Returns
 /// the "nothing" event once `deadline` passed.
 fn wait_for_event<G, E>(
@@ -762,6 +763,15 @@ fn wait_for_event<G, E>(
     let event = poll(gate)?;
     if !is_nothing(&event) {
         return Ok(event);
+    }
+    // Parking and unparking cost microseconds; data usually follows within nanoseconds.
+    let mut backoff = Backoff::new();
+    while !backoff.is_exhausted() {
+        backoff.snooze();
+        let event = poll(gate)?;
+        if !is_nothing(&event) {
+            return Ok(event);
+        }
     }
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     loop {

@@ -71,6 +71,7 @@
 //! ```
 
 mod aligner;
+mod backoff;
 mod bounded;
 mod gate;
 mod valve;
