@@ -44,8 +44,11 @@
 //! released, so a waker may call back into the channel. Notices may be spurious (step 3 found
 //! data and the stored waker fires later anyway): a woken task simply polls again.
 //!
-//! The blocking calls ([`Receiver::recv`], [`Sender::send`] and their timed forms) wait on
-//! condition variables under the same lock. The protocol is model-checked with loom
+//! The blocking calls ([`Receiver::recv`], [`Sender::send`], their timed forms, and
+//! [`InputGate::next_blocking`]) first back off briefly (spin, then yield), checking again after
+//! every round, because a sleep and its wake cost microseconds; then they wait: the channel's on
+//! condition variables under the same lock, the gate by registering a waker that unparks its
+//! thread and polling once more before parking. The protocol is model-checked with loom
 //! (`core/tests/loom.rs`) and stress-tested (`core/tests/channel_stress.rs`).
 //!
 //! # Examples
