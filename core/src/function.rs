@@ -223,7 +223,9 @@ impl<O> ResultFuture<O> {
 
     /// Whether some call already completed it.
     pub fn is_done(&self) -> bool {
-        self.shared.done.load(crate::sync::atomic::Ordering::Acquire)
+        self.shared
+            .done
+            .load(crate::sync::atomic::Ordering::Acquire)
     }
 
     /// The queue entry it completes.

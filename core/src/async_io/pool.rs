@@ -298,8 +298,14 @@ mod tests {
 
     #[test]
     fn zero_threads_or_capacity_are_typed_errors() {
-        assert_eq!(BlockingPool::new("p", 0, 1).unwrap_err(), PoolError::ZeroThreads);
-        assert_eq!(BlockingPool::new("p", 1, 0).unwrap_err(), PoolError::ZeroCapacity);
+        assert_eq!(
+            BlockingPool::new("p", 0, 1).unwrap_err(),
+            PoolError::ZeroThreads
+        );
+        assert_eq!(
+            BlockingPool::new("p", 1, 0).unwrap_err(),
+            PoolError::ZeroCapacity
+        );
     }
 
     #[test]
@@ -328,7 +334,10 @@ mod tests {
         }
         let mut got: Vec<Completion<u32>> = (0..3).map(|_| rx.recv().unwrap()).collect();
         got.sort_by_key(|c| c.entry);
-        assert_eq!(got[0].outcome, AsyncOutcome::Failed(AsyncError::failed("zero")));
+        assert_eq!(
+            got[0].outcome,
+            AsyncOutcome::Failed(AsyncError::failed("zero"))
+        );
         assert!(
             matches!(&got[1].outcome, AsyncOutcome::Failed(AsyncError::Failed(m)) if m.contains("one"))
         );

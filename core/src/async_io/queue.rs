@@ -306,7 +306,10 @@ impl<I, O> ElementQueue<I, O> {
     /// If `capacity` is 0; operators validate their configuration first
     /// ([`AsyncConfig::validate`](crate::async_io::AsyncConfig::validate)).
     pub fn new(mode: OutputMode, capacity: usize) -> Self {
-        assert!(capacity > 0, "an async queue needs a capacity of at least 1");
+        assert!(
+            capacity > 0,
+            "an async queue needs a capacity of at least 1"
+        );
         let flavor = match mode {
             OutputMode::Ordered => Flavor::Ordered(OrderedQueue::new(capacity)),
             OutputMode::Unordered => Flavor::Unordered(UnorderedQueue::new(capacity)),
@@ -485,7 +488,10 @@ mod tests {
         q.complete(r4, vec![4]);
         q.complete(r3, vec![3]);
         q.complete(r5, vec![5]);
-        assert!(drain(&mut q).is_empty(), "r1 holds back W2 and everything after it");
+        assert!(
+            drain(&mut q).is_empty(),
+            "r1 holds back W2 and everything after it"
+        );
         q.complete(r1, vec![1]);
         // Later segments leave in their completion order (r4 before r3).
         assert_eq!(drain(&mut q), vec!["[1]", "W2", "[4]", "[3]", "W4", "[5]"]);
@@ -522,7 +528,10 @@ mod tests {
             assert!(!q.complete(99, vec![3]));
             assert!(!q.is_pending(a));
             assert_eq!(drain(&mut q), vec!["[1]"]);
-            assert!(!q.complete(a, vec![4]), "emitted entries cannot complete again");
+            assert!(
+                !q.complete(a, vec![4]),
+                "emitted entries cannot complete again"
+            );
         }
     }
 

@@ -145,7 +145,10 @@ impl<O> RetryPolicy<O> {
     }
 
     /// Retries attempts whose results satisfy `predicate` (e.g. "empty").
-    pub fn retry_if_result(mut self, predicate: impl Fn(&[O]) -> bool + Send + Sync + 'static) -> Self {
+    pub fn retry_if_result(
+        mut self,
+        predicate: impl Fn(&[O]) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.on_result = Some(Arc::new(predicate));
         self
     }
