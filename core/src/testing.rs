@@ -5,6 +5,10 @@
 //! fires timers when told to move processing time, and queues events that operators send
 //! themselves until [`OperatorHarness::process_events`] delivers them.
 
+mod manual_async;
+
+pub use self::manual_async::{MANUAL_CALL_GUARD, ManualAsyncFunction, ManualCall, ManualCalls};
+
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 

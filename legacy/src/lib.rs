@@ -18,6 +18,7 @@
 //! | [`SystemProcessingTimeService`] | the timer thread; every timer fires under the lock |
 //! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] | the tasks (builders ending in `spawn`) |
 //! | [`TaskHandle`], [`TaskState`] | the control surface every model's task offers, and the lifecycle |
+//! | [`AsyncWaitStreamTask`], [`AsyncHead`], [`NoChain`], [`AsyncChainError`] | async I/O: an input task headed by an async operator, with its emitter thread (always the head: FLINK-13063) |
 //!
 //! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]); the task
 //! lifecycle table and the thread layout are on [`TaskHandle`]'s module, repeated in short here:
@@ -102,7 +103,7 @@ pub use crate::source::{
     restore_source_state, run_source,
 };
 pub use crate::task::{
-    DEFAULT_CANCEL_GRACE, OneInputStreamTask, SourceStreamTask, TaskHandle, TaskState,
-    TwoInputStreamTask,
+    AsyncChainError, AsyncHead, AsyncWaitStreamTask, DEFAULT_CANCEL_GRACE, NoChain,
+    OneInputStreamTask, SourceStreamTask, TaskHandle, TaskState, TwoInputStreamTask,
 };
 pub use crate::timer::{SystemProcessingTimeService, TimerStatus};

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod action;
+mod async_wait;
 mod executor;
 mod letter;
 mod mail;
@@ -12,6 +13,7 @@ mod source;
 mod task;
 
 pub use crate::action::{ActionExecutor, Immediate};
+pub use crate::async_wait::AsyncWaitOperator;
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
 pub use crate::letter::Letter;
 pub use crate::mail::{Mail, Priority};

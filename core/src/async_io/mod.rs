@@ -7,13 +7,13 @@
 //! [`ResultFuture`](crate::function::ResultFuture) live in [`function`](crate::function).
 
 mod config;
+mod engine;
 mod pool;
 mod queue;
 mod retry;
 
 pub use self::config::{AsyncConfig, AsyncConfigError};
+pub use self::engine::AsyncWaitEngine;
 pub use self::pool::{BlockingAsyncFunction, BlockingPool, PoolError};
-pub use self::queue::{
-    ElementQueue, OutputMode, QueueFull, QueueOutput, QueuedInput,
-};
+pub use self::queue::{ElementQueue, OutputMode, QueueFull, QueueOutput, QueuedInput};
 pub use self::retry::{Backoff, RetryConfigError, RetryPolicy};

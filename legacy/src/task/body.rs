@@ -193,7 +193,8 @@ where
         chain.finish(&mut ctx)
     }
 
-    fn end_input_only(&mut self) -> Result<(), OperatorError> {
+    /// `end_input` without `finish` (a source's end, an async head's drain).
+    pub(crate) fn end_input_only(&mut self) -> Result<(), OperatorError> {
         self.parts.interrupt();
         let (chain, mut ctx) = ctx!(self);
         chain.end_input(&mut ctx)

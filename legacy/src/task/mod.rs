@@ -46,6 +46,7 @@
 //! [`TaskError::CancellationIgnored`](streamtask_core::TaskError::CancellationIgnored), leaving
 //! the stuck thread behind (it joins its helpers itself if it ever returns).
 
+mod async_wait;
 mod body;
 mod one_input;
 mod runtime;
@@ -66,6 +67,7 @@ use streamtask_core::task::{DeclineReason, TaskError, TaskFailure, TaskOutcome, 
 use self::runtime::AsyncCall;
 use self::shared::TaskShared;
 
+pub use self::async_wait::{AsyncChainError, AsyncHead, AsyncWaitStreamTask, NoChain};
 pub use self::one_input::OneInputStreamTask;
 pub use self::runtime::DEFAULT_CANCEL_GRACE;
 pub use self::shared::TaskState;

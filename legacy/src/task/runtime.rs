@@ -328,7 +328,7 @@ fn run_async_calls<B: TaskBody>(
 
 /// Runs `f` under the lock while the task runs or finishes; a failure fails the task. Wakes
 /// the lock's waiters afterwards (an event may have freed room an async head waits for).
-fn run_locked<B: TaskBody>(
+pub(crate) fn run_locked<B: TaskBody>(
     shared: &TaskShared,
     lock: &CheckpointLock<B>,
     thread_name: &str,

@@ -1,0 +1,601 @@
+//! The async wait operator's logic, once for every model: admission, timeouts, retries,
+//! completion, emission, snapshot and restore.
+//!
+//! [`AsyncWaitEngine`] is not an operator. Each model wraps it in its own (the mailbox model's
+//! `AsyncWaitOperator`, the legacy model's async head) and decides only what differs between the
+//! models: where completions travel (a mail, or the emitter thread), and how the task waits for
+//! room (soft backpressure, or waiting on the checkpoint lock's condition). Everything else
+//! happens here, on whichever thread the model runs the operator on, one call at a time.
+//!
+//! # Elements
+//!
+//! An element (record or watermark) is either **admitted** to the [`ElementQueue`] (a record's
+//! call is then started), or **held**: it arrived while the queue was full or while other
+//! elements were held, and waits, in order, for room. Held elements are admitted as emission
+//! frees slots. Restored elements start out held, so a restore with more elements than the
+//! capacity replays them all (FLINK-7949). The snapshot is the inputs of every element not yet
+//! emitted: the queue's, then the held ones, in order.
+//!
+//! # A record's call
+//!
+//! | state | meaning | moves to |
+//! |---|---|---|
+//! | `InFlight` | attempt `n` was invoked and has not completed (as far as this engine knows) | `RetryDue` (a retryable outcome), `Final` (any other outcome), `LastAttempt` (the timeout fired) |
+//! | `RetryDue` | attempt `n` asked for a retry; a retry timer is set | `InFlight` (the timer fired, or `end_input`: attempt `n + 1`), `LastAttempt` (the timeout fired: the retry is dropped, FLINK-30477) |
+//! | `LastAttempt` | the timeout fired: the function's `timeout` hook got the future; whatever completes it is final | `Final` |
+//! | `Final` | the outcome was applied to the queue (results) or failed the task (an error); the timeout timer is cancelled | - |
+//!
+//! The timeout is one timer per record, set at admission, spanning all attempts. It does
+//! nothing for a call whose current attempt already completed (FLINK-22573): the completion is
+//! on its way, and it becomes final when it arrives. After `end_input`, pending retries run at
+//! once and every outcome is final (Flink 1.16's behaviour on finish).
+//!
+//! # Engine phases
+//!
+//! | phase | accepts input when | moves to |
+//! |---|---|---|
+//! | `Created` | - (restore only) | `Open` |
+//! | `Open` | nothing is held and the queue has room | `Ending`, `Closed` |
+//! | `Ending` | everything was emitted (the model's drain step waits for this) | `Closed` |
+//! | `Closed` | never: the function was closed | - |
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::config::{AsyncConfig, AsyncConfigError};
+use super::queue::{ElementQueue, QueueOutput, QueuedInput};
+use super::retry::RetryPolicy;
+use crate::element::{StreamRecord, Watermark};
+use crate::error::OperatorError;
+use crate::function::{AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture};
+use crate::operator::Context;
+use crate::state::{decode, encode};
+use crate::time::{Timer, TimerHandle};
+
+/// Timer tags: the entry id shifted left by one, the low bit says which timer.
+const TIMEOUT_TIMER: u64 = 0;
+const RETRY_TIMER: u64 = 1;
+
+fn timer_tag(entry: u64, kind: u64) -> u64 {
+    (entry << 1) | kind
+}
+
+/// See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Built; state may be restored.
+    Created,
+    /// Processing.
+    Open,
+    /// `end_input` ran: no new retries; draining.
+    Ending,
+    /// The function was closed.
+    Closed,
+}
+
+/// A timer the engine set, by the processing time it was set for (to tell stale firings apart).
+#[derive(Debug, Clone, Copy)]
+struct SetTimer {
+    at: i64,
+    handle: TimerHandle,
+}
+
+/// The call of one admitted record whose outcome is not final yet.
+struct Call<I, O> {
+    input: I,
+    timestamp: Option<i64>,
+    /// The current attempt (1 for the first call).
+    attempt: u32,
+    /// The current attempt's future.
+    future: ResultFuture<O>,
+    timeout: Option<SetTimer>,
+    /// Set while a retry is due (`RetryDue`).
+    retry: Option<SetTimer>,
+    /// The timeout fired (`LastAttempt`): the next outcome is final.
+    last_attempt: bool,
+}
+
+/// The logic of an async wait operator, shared by every model's operator; see the
+/// [module docs](self).
+///
+/// Every method that may emit, set timers or start calls takes the operator's [`Context`]; the
+/// engine emits each record's results with the record's timestamp and forwards watermarks in the
+/// order the queue allows.
+///
+/// # Examples
+///
+/// A model-free walk-through: calls complete through a sink that only keeps the completions,
+/// and the test hands them back, as a model's completion path would.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use streamtask_core::async_io::{AsyncConfig, AsyncWaitEngine, OutputMode};
+/// use streamtask_core::function::{AsyncFunction, Completion, CompletionSink, ResultFuture};
+/// use streamtask_core::operator::{Context, Emitted};
+/// use streamtask_core::testing::HarnessServices;
+/// use streamtask_core::StreamRecord;
+///
+/// struct Double;
+/// impl AsyncFunction for Double {
+///     type In = u32;
+///     type Out = u32;
+///     fn invoke(&mut self, input: &u32, result: ResultFuture<u32>) {
+///         result.complete(vec![input * 2]);
+///     }
+/// }
+///
+/// #[derive(Default)]
+/// struct Keep(Mutex<Vec<Completion<u32>>>);
+/// impl CompletionSink<u32> for Keep {
+///     fn deliver(&self, c: Completion<u32>) {
+///         self.0.lock().unwrap().push(c);
+///     }
+/// }
+///
+/// let services = HarnessServices::new("doc");
+/// let mut out: Vec<Emitted<u32>> = Vec::new();
+/// let mut ctx = Context::new(&mut out, &services.services, 0);
+/// let config = AsyncConfig::new(OutputMode::Ordered, 2);
+/// let mut engine = AsyncWaitEngine::new("double", Double, config).unwrap();
+/// let sink = Arc::new(Keep::default());
+/// engine.open(sink.clone(), &mut ctx).unwrap();
+/// engine.process_element(StreamRecord::with_timestamp(1, 10), &mut ctx).unwrap();
+/// engine.process_element(StreamRecord::with_timestamp(2, 20), &mut ctx).unwrap();
+/// assert!(!engine.accepts_input(), "two in flight fill the queue");
+/// for completion in sink.0.lock().unwrap().drain(..) {
+///     engine.on_completion(completion, &mut ctx).unwrap();
+/// }
+/// engine.emit_ready(&mut ctx).unwrap();
+/// assert!(engine.accepts_input());
+/// assert_eq!(
+///     out,
+///     vec![
+///         Emitted::Record(StreamRecord::with_timestamp(2, 10)),
+///         Emitted::Record(StreamRecord::with_timestamp(4, 20)),
+///     ]
+/// );
+/// ```
+pub struct AsyncWaitEngine<F: AsyncFunction> {
+    name: String,
+    function: F,
+    timeout_ms: Option<i64>,
+    retry: RetryPolicy<F::Out>,
+    queue: ElementQueue<F::In, F::Out>,
+    /// Admitted records whose outcome is not final, by entry id.
+    calls: BTreeMap<u64, Call<F::In, F::Out>>,
+    /// Elements waiting for room, oldest first.
+    held: VecDeque<QueuedInput<F::In>>,
+    sink: Option<Arc<dyn CompletionSink<F::Out>>>,
+    phase: Phase,
+}
+
+impl<F> AsyncWaitEngine<F>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+{
+    /// An engine named `name` (the operator's name, used in errors) running `function` as
+    /// `config` says.
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] when `config` does not [validate](AsyncConfig::validate).
+    pub fn new(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+    ) -> Result<Self, AsyncConfigError> {
+        config.validate()?;
+        Ok(AsyncWaitEngine {
+            name: name.into(),
+            function,
+            timeout_ms: config.timeout_millis(),
+            queue: ElementQueue::new(config.mode, config.capacity),
+            retry: config.retry,
+            calls: BTreeMap::new(),
+            held: VecDeque::new(),
+            sink: None,
+            phase: Phase::Created,
+        })
+    }
+
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The queue (for inspection: its length, mode, capacity).
+    pub fn queue(&self) -> &ElementQueue<F::In, F::Out> {
+        &self.queue
+    }
+
+    /// Elements waiting for room.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Restores the elements a [`snapshot`](Self::snapshot) saved; they are held until
+    /// [`open`](Self::open) admits them (as many as fit) and emission frees room for the rest.
+    ///
+    /// # Errors
+    ///
+    /// [`OperatorError::State`] when the bytes do not decode.
+    pub fn restore(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
+        if let Some(bytes) = restored {
+            let elements: Vec<QueuedInput<F::In>> =
+                decode(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?;
+            self.held.extend(elements);
+        }
+        Ok(())
+    }
+
+    /// Opens the function, keeps `sink` for the calls' futures, and admits held (restored)
+    /// elements as far as the capacity allows, emitting what is ready (a restored watermark at
+    /// the head leaves at once).
+    ///
+    /// # Errors
+    ///
+    /// What the function's `open` fails with, or what emitting or setting a timer fails with.
+    pub fn open(
+        &mut self,
+        sink: Arc<dyn CompletionSink<F::Out>>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        self.function.open()?;
+        self.sink = Some(sink);
+        self.phase = Phase::Open;
+        self.emit_ready(ctx)
+    }
+
+    /// Admits a record (starting its call), or holds it when the queue is full or others are
+    /// held. The caller decides whether records may arrive ([`accepts_input`](Self::accepts_input)).
+    ///
+    /// # Errors
+    ///
+    /// What setting the timeout timer fails with.
+    pub fn process_element(
+        &mut self,
+        record: StreamRecord<F::In>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        self.admit_or_hold(QueuedInput::Record(record), ctx)
+    }
+
+    /// Admits (or holds) a watermark, then emits what is ready: a watermark with nothing
+    /// before it leaves at once.
+    ///
+    /// # Errors
+    ///
+    /// What emitting fails with.
+    pub fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        self.admit_or_hold(QueuedInput::Watermark(watermark), ctx)?;
+        self.emit_ready(ctx)
+    }
+
+    /// Applies a completion: schedules a retry if the policy asks for one (and retries are
+    /// still allowed), otherwise makes the outcome final. Completions of entries or attempts
+    /// that are no longer current are ignored. Emits nothing: call
+    /// [`emit_ready`](Self::emit_ready) after a batch of completions.
+    ///
+    /// # Errors
+    ///
+    /// [`OperatorError::Async`] naming the input when the final outcome is an error (the entry
+    /// is completed empty, so the queue moves on while the task fails); what setting a retry
+    /// timer fails with.
+    pub fn on_completion(
+        &mut self,
+        completion: Completion<F::Out>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        let Completion {
+            entry,
+            attempt,
+            outcome,
+        } = completion;
+        let Some(call) = self.calls.get_mut(&entry) else {
+            return Ok(()); // already final
+        };
+        if call.attempt != attempt || call.retry.is_some() {
+            return Ok(()); // an attempt that is no longer current
+        }
+        if !call.last_attempt && self.phase == Phase::Open {
+            if let Some(delay) = self.retry.next_delay(attempt, &outcome) {
+                let at = ctx.processing_time().saturating_add(millis_ceil(delay));
+                let handle = ctx.register_timer(at, timer_tag(entry, RETRY_TIMER))?;
+                call.retry = Some(SetTimer { at, handle });
+                return Ok(());
+            }
+        }
+        let Some(call) = self.calls.remove(&entry) else {
+            unreachable!("the call was found above");
+        };
+        if let Some(timeout) = call.timeout {
+            ctx.cancel_timer(timeout.handle);
+        }
+        match outcome {
+            AsyncOutcome::Results(values) => {
+                self.queue.complete(entry, values);
+                Ok(())
+            }
+            AsyncOutcome::Failed(error) => {
+                self.queue.complete(entry, Vec::new());
+                Err(OperatorError::Async {
+                    operator: self.name.clone(),
+                    message: format!(
+                        "the async call for input {} failed: {error}",
+                        describe(&call.input, call.timestamp)
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Emits every element that may leave (each record's results with its timestamp, then
+    /// watermarks where the mode allows), admitting held elements as slots free up. Emitting all
+    /// that is ready in one call (Flink emits one per mail) saves a mail per element.
+    ///
+    /// # Errors
+    ///
+    /// What downstream fails with, or setting a timeout timer for an admitted element.
+    pub fn emit_ready(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        loop {
+            while let Some(output) = self.queue.pop_completed() {
+                match output {
+                    QueueOutput::Results { values, timestamp } => {
+                        for value in values {
+                            ctx.collect(StreamRecord { value, timestamp })?;
+                        }
+                    }
+                    QueueOutput::Watermark(watermark) => ctx.emit_watermark(watermark)?,
+                }
+            }
+            // Room freed: admit held elements; an admitted watermark may be ready at once.
+            if !self.admit_held(ctx)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A timer this engine set fired: a timeout (the function's `timeout` hook decides, unless
+    /// the call already completed) or a due retry. Stale timers do nothing.
+    ///
+    /// # Errors
+    ///
+    /// None today; the signature leaves room for timer errors.
+    pub fn on_timer(
+        &mut self,
+        timer: Timer,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        let entry = timer.tag >> 1;
+        let Some(call) = self.calls.get_mut(&entry) else {
+            return Ok(()); // final already (its timeout was cancelled late)
+        };
+        let Some(sink) = self.sink.as_ref() else {
+            return Ok(());
+        };
+        match timer.tag & 1 {
+            TIMEOUT_TIMER => {
+                if call.timeout.is_none_or(|t| t.at != timer.timestamp) {
+                    return Ok(());
+                }
+                call.timeout = None;
+                call.last_attempt = true;
+                if call.retry.is_none() && call.future.is_done() {
+                    // FLINK-22573: the attempt completed; its completion is on its way and,
+                    // since the timeout passed, will be final.
+                    return Ok(());
+                }
+                if let Some(retry) = call.retry.take() {
+                    // FLINK-30477: the timeout drops a pending retry; the hook gets a fresh
+                    // attempt's future.
+                    ctx.cancel_timer(retry.handle);
+                    call.attempt += 1;
+                    call.future = ResultFuture::new(entry, call.attempt, Arc::clone(sink));
+                }
+                self.function.timeout(&call.input, call.future.clone());
+            }
+            _ => {
+                if call.retry.is_none_or(|t| t.at != timer.timestamp) {
+                    return Ok(());
+                }
+                call.retry = None;
+                start_attempt(&mut self.function, entry, call, sink);
+            }
+        }
+        Ok(())
+    }
+
+    /// End of input: pending retries run once, now, and from here on every outcome is final.
+    /// The model then waits until [`is_drained`](Self::is_drained) before finishing.
+    ///
+    /// # Errors
+    ///
+    /// None today; the signature leaves room for timer errors.
+    pub fn end_input(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        if self.phase != Phase::Open {
+            return Ok(());
+        }
+        self.phase = Phase::Ending;
+        let Some(sink) = self.sink.as_ref() else {
+            return Ok(());
+        };
+        for (&entry, call) in &mut self.calls {
+            if let Some(retry) = call.retry.take() {
+                ctx.cancel_timer(retry.handle);
+                start_attempt(&mut self.function, entry, call, sink);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether another element can be admitted at once: open, nothing held, room in the
+    /// queue; after `end_input`, whether everything was emitted (so a model's drain step can
+    /// wait for this one condition).
+    #[inline]
+    pub fn accepts_input(&self) -> bool {
+        match self.phase {
+            Phase::Open => self.held.is_empty() && !self.queue.is_full(),
+            Phase::Ending => self.is_drained(),
+            Phase::Created | Phase::Closed => false,
+        }
+    }
+
+    /// Whether no element is queued or held.
+    pub fn is_drained(&self) -> bool {
+        self.queue.is_empty() && self.held.is_empty()
+    }
+
+    /// Whether elements wait for room.
+    pub fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The inputs of every element not yet emitted, in order (queued, then held), encoded.
+    ///
+    /// # Errors
+    ///
+    /// [`OperatorError::State`] when an input cannot be encoded.
+    pub fn snapshot(&self) -> Result<Vec<u8>, OperatorError> {
+        let elements: Vec<&QueuedInput<F::In>> =
+            self.queue.values().into_iter().chain(&self.held).collect();
+        encode(&elements).map_err(|e| OperatorError::state(self.name.clone(), e))
+    }
+
+    /// Closes the function (once; later calls do nothing).
+    ///
+    /// # Errors
+    ///
+    /// What the function's `close` fails with.
+    pub fn close(&mut self) -> Result<(), OperatorError> {
+        if self.phase == Phase::Closed {
+            return Ok(());
+        }
+        let opened = self.phase != Phase::Created;
+        self.phase = Phase::Closed;
+        self.sink = None;
+        if opened {
+            self.function.close()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn admit_or_hold(
+        &mut self,
+        input: QueuedInput<F::In>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        if self.held.is_empty() && !self.queue.is_full() && self.sink.is_some() {
+            self.admit(input, ctx)
+        } else {
+            self.held.push_back(input);
+            Ok(())
+        }
+    }
+
+    /// Admits held elements while there is room; returns whether it admitted any.
+    fn admit_held(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<bool, OperatorError> {
+        let mut admitted = false;
+        while !self.queue.is_full() && self.sink.is_some() {
+            let Some(input) = self.held.pop_front() else {
+                break;
+            };
+            self.admit(input, ctx)?;
+            admitted = true;
+        }
+        Ok(admitted)
+    }
+
+    /// Puts `input` into the queue (which has room) and, for a record, starts its call.
+    fn admit(
+        &mut self,
+        input: QueuedInput<F::In>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        let Some(sink) = self.sink.as_ref() else {
+            unreachable!("elements are admitted only once the engine is open");
+        };
+        let (value, timestamp) = match &input {
+            QueuedInput::Record(r) => (r.value.clone(), r.timestamp),
+            QueuedInput::Watermark(_) => {
+                if self.queue.try_put(input).is_err() {
+                    unreachable!("admit is called only with room in the queue");
+                }
+                return Ok(());
+            }
+        };
+        let Ok(entry) = self.queue.try_put(input) else {
+            unreachable!("admit is called only with room in the queue");
+        };
+        let timeout = match self.timeout_ms {
+            Some(ms) => {
+                let at = ctx.processing_time().saturating_add(ms);
+                let handle = ctx.register_timer(at, timer_tag(entry, TIMEOUT_TIMER))?;
+                Some(SetTimer { at, handle })
+            }
+            None => None,
+        };
+        let future = ResultFuture::new(entry, 1, Arc::clone(sink));
+        let call = self.calls.entry(entry).or_insert(Call {
+            input: value,
+            timestamp,
+            attempt: 1,
+            future: future.clone(),
+            timeout,
+            retry: None,
+            last_attempt: false,
+        });
+        self.function.invoke(&call.input, future);
+        Ok(())
+    }
+}
+
+/// Starts the next attempt of `call`.
+fn start_attempt<F: AsyncFunction>(
+    function: &mut F,
+    entry: u64,
+    call: &mut Call<F::In, F::Out>,
+    sink: &Arc<dyn CompletionSink<F::Out>>,
+) {
+    call.attempt += 1;
+    call.future = ResultFuture::new(entry, call.attempt, Arc::clone(sink));
+    function.invoke(&call.input, call.future.clone());
+}
+
+/// `input` as JSON (with its timestamp), for error messages.
+fn describe<I: Serialize>(input: &I, timestamp: Option<i64>) -> String {
+    let value = encode(input)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| "<not encodable>".to_string());
+    match timestamp {
+        Some(ts) => format!("{value} (timestamp {ts})"),
+        None => value,
+    }
+}
+
+/// Whole milliseconds, rounded up.
+fn millis_ceil(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
+impl<F: AsyncFunction> fmt::Debug for AsyncWaitEngine<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncWaitEngine")
+            .field("name", &self.name)
+            .field("phase", &self.phase)
+            .field("queue", &self.queue)
+            .field("in_flight", &self.calls.len())
+            .field("held", &self.held.len())
+            .finish()
+    }
+}

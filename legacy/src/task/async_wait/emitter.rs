@@ -1,0 +1,116 @@
+//! The emitter thread (Flink 1.9's `Emitter`): applies completions and emits results while
+//! holding the checkpoint lock, then wakes the task thread waiting for room.
+//!
+//! ```text
+//! any thread:  ResultFuture::complete -> EmitterSink::deliver -> channel (no lock)
+//! emitter:     loop { recv a completion; take every other one queued; lock;
+//!                     apply them, emit what is ready, admit held elements; notify; unlock }
+//! ```
+//!
+//! Emit and dequeue happen in one critical section, so a snapshot (under the same lock) sees an
+//! element either still queued, or emitted before the barrier. One lock acquisition handles
+//! every completion that arrived meanwhile (Flink's emitter took the lock once per element).
+//!
+//! The thread starts once the chain is open, before the task reads input, so restored elements
+//! beyond the capacity are admitted as it frees room (FLINK-7949). It stops on a stop message,
+//! sent by the [`Emitter`] guard when the task's run ends, and the guard joins it before the
+//! task tears the chain down. A completion that arrives later is dropped with the channel (the
+//! element is replayed from the last checkpoint on restore).
+
+use std::fmt;
+
+use crossbeam::channel::{Receiver, Sender};
+use streamtask_core::function::{Completion, CompletionSink};
+use streamtask_core::sync::thread;
+
+use super::head::CompletionBatch;
+use crate::task::body::TaskBody;
+use crate::task::runtime::{Parts, run_locked, spawn_named};
+
+/// What the emitter thread receives.
+pub(super) enum EmitterMsg<O> {
+    Completion(Completion<O>),
+    Stop,
+}
+
+/// Where the async head's futures deliver: the emitter's channel.
+pub(super) struct EmitterSink<O>(pub(super) Sender<EmitterMsg<O>>);
+
+impl<O: Send + 'static> CompletionSink<O> for EmitterSink<O> {
+    fn deliver(&self, completion: Completion<O>) {
+        // Refused only once the emitter is gone (the task ended): dropped.
+        let _ = self.0.send(EmitterMsg::Completion(completion));
+    }
+}
+
+/// The running emitter thread; dropping it stops and joins the thread.
+pub(super) struct Emitter<O> {
+    stop: Sender<EmitterMsg<O>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl<O: Send + 'static> Emitter<O> {
+    /// Starts the emitter of the task `parts` runs: completions from `inbox` go to the chain's
+    /// head (index 0) as one batch per lock acquisition; `stop` is the inbox's sender.
+    pub(super) fn start<B: TaskBody>(
+        parts: &Parts<B>,
+        stop: Sender<EmitterMsg<O>>,
+        inbox: Receiver<EmitterMsg<O>>,
+    ) -> Self {
+        let shared = streamtask_core::sync::Arc::clone(&parts.shared);
+        let lock = streamtask_core::sync::Arc::clone(&parts.lock);
+        let name = format!("{}-async-emitter", shared.name);
+        shared.metrics.threads.inc();
+        let thread = spawn_named(name.clone(), move || {
+            shared.register_current_thread();
+            loop {
+                let mut batch: CompletionBatch<O> = match inbox.recv() {
+                    Ok(EmitterMsg::Completion(c)) => vec![c],
+                    Ok(EmitterMsg::Stop) | Err(_) => return,
+                };
+                let mut stopping = false;
+                while let Ok(msg) = inbox.try_recv() {
+                    match msg {
+                        EmitterMsg::Completion(c) => batch.push(c),
+                        EmitterMsg::Stop => {
+                            stopping = true;
+                            break;
+                        }
+                    }
+                }
+                // Under the lock, while the task runs or finishes; a failure (an exceptional
+                // completion) fails the task; the lock's waiters are notified afterwards.
+                run_locked(&shared, &lock, &name, |body: &mut B| {
+                    body.dispatch_event(0, Box::new(batch))
+                });
+                if stopping {
+                    return;
+                }
+            }
+        });
+        Emitter {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl<O> Drop for Emitter<O> {
+    fn drop(&mut self) {
+        // Never called holding the lock (the task's run returned), so the thread can finish a
+        // batch that waits for it.
+        let _ = self.stop.send(EmitterMsg::Stop);
+        if let Some(thread) = self.thread.take() {
+            // Failures went through `TaskShared::fail`; joining only reaps the thread.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<O> fmt::Debug for Emitter<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Emitter")
+            .field("running", &self.thread.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,427 @@
+//! Async I/O in the checkpoint-lock model, as Flink 1.9 ran it: [`AsyncWaitStreamTask`], an
+//! input task whose chain starts with an [`AsyncHead`], with an emitter thread.
+//!
+//! The logic (queue, timeouts, retries, snapshot) is core's
+//! [`AsyncWaitEngine`](streamtask_core::async_io::AsyncWaitEngine), shared with the mailbox
+//! model; this module adds the lock model's threads and waits.
+//!
+//! # Threads
+//!
+//! | thread | does | under the lock |
+//! |---|---|---|
+//! | task | reads the gate; per element: the head admits it (starting the call) or, without room, holds it, and the task waits on the lock's condition until it was admitted | per element, except while waiting |
+//! | emitter (`<task>-async-emitter`) | applies completions, emits what is ready through the rest of the chain, admits held elements into freed slots, notifies the lock's condition | per batch of completions |
+//! | timer (`<task>-timer`) | timeouts (the function's `timeout` hook) and due retries | per timer |
+//! | async calls (`<task>-async-calls`) | checkpoint completion and abort notices | per notice |
+//! | the function's own (a [`BlockingPool`](streamtask_core::async_io::BlockingPool)'s workers, a client's I/O thread) | complete futures; a completion is sent to the emitter's channel, no lock taken | - |
+//!
+//! # Waiting for room (FLINK-7949)
+//!
+//! ```text
+//! task thread, holding the lock:
+//!     head.process(element)            admitted, or held in the head's state (part of snapshots)
+//!     while the element is held and the task is not cancelled:
+//!         wait on the lock's condition  the lock is released while waiting
+//! emitter, holding the lock:
+//!     apply completions; emit; admit held elements while slots are free; notify the condition
+//! ```
+//!
+//! The waiting element lives in the lock-guarded head, not in a local of the task thread, so a
+//! snapshot taken while the task waits (the lock is free then) still contains it, as Flink's
+//! `pendingStreamElementQueueEntry` did. On restore, the chain opens under the lock and admits
+//! what fits; the emitter starts before the task reads any input and admits the rest as it
+//! frees room, so a snapshot with more elements than the capacity restores (FLINK-7949 started
+//! the emitter before replaying for the same reason). The lost-wakeup argument of the wait is
+//! the lock condition's (the `lock` module): the emitter changes the head under the lock and
+//! notifies afterwards; cancellation wakes every waiter.
+//!
+//! # Why the async operator always heads its task (FLINK-13063)
+//!
+//! Waiting for room releases the checkpoint lock in the middle of an input element. Were the
+//! async operator behind other operators of the same chain, they would be on the stack
+//! mid-record at that moment: a `flat_map` that emitted two of its three outputs, a source that
+//! advanced its offset but emitted only part of a batch. A checkpoint trigger or a timer could
+//! then take the lock and snapshot them half-way, and a restore from that checkpoint would lose
+//! or duplicate the outputs not yet produced; a timer could even re-enter the chain and push an
+//! element into the head while it waits. Flink 1.9.0 fixed this by never chaining the operator
+//! behind another one (`ChainingStrategy.HEAD`).
+//!
+//! In Rust the same rule is also what the borrow checker demands: an operator in the middle of
+//! a chain holds `&mut` borrows of the chain's state, derived from the lock's guard, for as long
+//! as the record is in flight, and the guard cannot release the lock while they live. So the
+//! wait happens in the task, around the element, and that is only the same as Flink's wait when
+//! nothing runs before the async operator. Hence the structure: [`AsyncHead`] is not an
+//! [`Operator`](streamtask_core::Operator), so it cannot be chained behind anything; an
+//! [`AsyncWaitStreamTask`] takes it plus the operators that follow it, and refuses followers
+//! that wait for their own events (another async operator), which must start a new task.
+//!
+//! ```compile_fail
+//! use streamtask_core::async_io::{AsyncConfig, OutputMode};
+//! use streamtask_core::operator::{Map, OperatorExt};
+//! use streamtask_core::testing::ManualAsyncFunction;
+//! use streamtask_legacy::AsyncHead;
+//!
+//! let function = ManualAsyncFunction::<u32, u32>::new();
+//! let head = AsyncHead::new("lookup", function, AsyncConfig::new(OutputMode::Ordered, 10)).unwrap();
+//! // error: an `AsyncHead` is not an operator, so nothing can feed it within a chain
+//! let chain = Map::new("parse", |x: u32| x + 1).then(head);
+//! ```
+//!
+//! # End of input
+//!
+//! The head's `end_input` runs due retries at once; the task then waits on the lock's condition
+//! until everything was emitted (Flink 1.9's `waitInFlightInputsFinished`), and only then ends
+//! and finishes the operators behind the head, so they see every result before their own
+//! `end_input` (FLINK-13491). Then the task finishes as every legacy task does.
+//!
+//! # Failures
+//!
+//! An exceptional final outcome (an error, or a timeout the function's `timeout` hook did not
+//! turn into a fallback) fails the task from the emitter thread with
+//! [`OperatorError::Async`](streamtask_core::OperatorError::Async), naming the input; the task
+//! thread, waiting on the gate or on the lock's condition, is woken by the cancellation that
+//! failure triggers.
+
+mod emitter;
+mod head;
+
+use std::fmt;
+use std::sync::Arc as StdArc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
+use streamtask_core::channel::{GateEvent, InputGate};
+use streamtask_core::function::{AsyncFunction, CompletionSink};
+use streamtask_core::operator::{Map, Operator, TaskOutput};
+use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
+
+use self::emitter::{Emitter, EmitterMsg, EmitterSink};
+use self::head::AsyncHeadOperator;
+use super::body::{BodyParts, ChainBody};
+use super::runtime::{self, DEFAULT_CANCEL_GRACE, GateReader, Parts, RuntimeOptions};
+use super::{TaskHandle, TaskKind};
+use crate::cancel::CancellationToken;
+use crate::lock::{CheckpointGuard, Fairness};
+
+/// The async operator of a legacy [`AsyncWaitStreamTask`]: an async function, its
+/// configuration and its name. It is deliberately not an
+/// [`Operator`](streamtask_core::Operator): in this model it can only head a task (see the
+/// [module docs](self), FLINK-13063).
+///
+/// # Examples
+///
+/// See [`AsyncWaitStreamTask`].
+pub struct AsyncHead<F: AsyncFunction> {
+    engine: AsyncWaitEngine<F>,
+}
+
+impl<F> AsyncHead<F>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+{
+    /// An async operator named `name` running `function` as `config` says.
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, or retries without a timeout.
+    pub fn new(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+    ) -> Result<Self, AsyncConfigError> {
+        Ok(AsyncHead {
+            engine: AsyncWaitEngine::new(name, function, config)?,
+        })
+    }
+
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        self.engine.name()
+    }
+}
+
+impl<F: AsyncFunction> fmt::Debug for AsyncHead<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncHead")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+/// The chain behind an async head that has none: results go straight to the task's output.
+pub type NoChain<T> = Map<T, T, fn(T) -> T>;
+
+/// The operators meant to follow an async head cannot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AsyncChainError {
+    /// An operator behind the head waits for its own events (another async operator).
+    #[error(
+        "the chain behind the async head ({chain}) has an operator that waits for its own \
+         events; in the legacy model an async operator always heads its own task \
+         (FLINK-13063): start a new task for it"
+    )]
+    WaitsForOwnEvents {
+        /// The names of the chain's operators.
+        chain: String,
+    },
+}
+
+/// A legacy input task whose chain starts with an [`AsyncHead`]; see the
+/// [module docs](self) for its threads, waits and end of input.
+///
+/// The output timestamp is the input's; results leave in input order
+/// ([`OutputMode::Ordered`](streamtask_core::async_io::OutputMode::Ordered)) or as they
+/// complete, never across a watermark (`Unordered`).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::async_io::{AsyncConfig, OutputMode};
+/// use streamtask_core::channel::{InputGate, bounded};
+/// use streamtask_core::function::{AsyncFunction, ResultFuture};
+/// use streamtask_core::operator::{Emitted, Map};
+/// use streamtask_core::task::TaskConfig;
+/// use streamtask_core::{StreamElement, StreamRecord};
+/// use streamtask_legacy::{AsyncHead, AsyncWaitStreamTask};
+///
+/// /// Completes with the input squared (a real client would complete from its I/O thread).
+/// struct Square;
+/// impl AsyncFunction for Square {
+///     type In = u64;
+///     type Out = u64;
+///     fn invoke(&mut self, input: &u64, result: ResultFuture<u64>) {
+///         result.complete(vec![input * input]);
+///     }
+/// }
+///
+/// let head = AsyncHead::new("square", Square, AsyncConfig::new(OutputMode::Ordered, 2)).unwrap();
+/// let (tx, rx) = bounded(8).unwrap();
+/// let task = AsyncWaitStreamTask::chained(
+///     TaskConfig::new("square"),
+///     InputGate::new(vec![rx]).unwrap(),
+///     head,
+///     Map::new("plus-one", |x: u64| x + 1),
+///     Vec::<Emitted<u64>>::new(),
+/// )
+/// .unwrap()
+/// .spawn();
+/// for x in 1..=4 {
+///     tx.send(StreamElement::Record(StreamRecord::new(x))).unwrap();
+/// }
+/// tx.send(StreamElement::EndOfInput).unwrap();
+/// let metrics = task.metrics().clone();
+/// assert!(task.join().is_finished());
+/// assert_eq!(metrics.records_out.get(), 4);
+/// ```
+pub struct AsyncWaitStreamTask<F: AsyncFunction, C, O> {
+    config: TaskConfig,
+    gate: InputGate<F::In>,
+    head: AsyncHead<F>,
+    chain: C,
+    output: O,
+    fairness: Fairness,
+    cancel_grace: Duration,
+}
+
+impl<F, O> AsyncWaitStreamTask<F, NoChain<F::Out>, O>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+    O: TaskOutput<F::Out> + 'static,
+{
+    /// A task reading `gate` into `head`, whose results go straight to `output`;
+    /// [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`].
+    pub fn new(config: TaskConfig, gate: InputGate<F::In>, head: AsyncHead<F>, output: O) -> Self {
+        AsyncWaitStreamTask {
+            config,
+            gate,
+            head,
+            chain: Map::new(
+                "async-results",
+                std::convert::identity as fn(F::Out) -> F::Out,
+            ),
+            output,
+            fairness: Fairness::default(),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+        }
+    }
+}
+
+impl<F, C, O> AsyncWaitStreamTask<F, C, O>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+    C: Operator<In = F::Out> + 'static,
+    O: TaskOutput<C::Out> + 'static,
+{
+    /// A task reading `gate` into `head`, whose results go through `chain` into `output`;
+    /// [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`].
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncChainError::WaitsForOwnEvents`] when an operator of `chain` waits for its own
+    /// events (it must head a task of its own).
+    pub fn chained(
+        config: TaskConfig,
+        gate: InputGate<F::In>,
+        head: AsyncHead<F>,
+        chain: C,
+        output: O,
+    ) -> Result<Self, AsyncChainError> {
+        if chain.waits_for_own_events() {
+            return Err(AsyncChainError::WaitsForOwnEvents {
+                chain: chain.chain_names().join(" -> "),
+            });
+        }
+        Ok(AsyncWaitStreamTask {
+            config,
+            gate,
+            head,
+            chain,
+            output,
+            fairness: Fairness::default(),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+        })
+    }
+
+    /// The checkpoint lock's fairness.
+    pub fn with_fairness(mut self, fairness: Fairness) -> Self {
+        self.fairness = fairness;
+        self
+    }
+
+    /// How long `cancel`/`join` wait for a stopping task.
+    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Starts the task's threads (task, timer, async calls, and, once the chain is open, the
+    /// emitter).
+    ///
+    /// # Panics
+    ///
+    /// If the OS refuses to start a thread.
+    pub fn spawn(self) -> TaskHandle {
+        let AsyncWaitStreamTask {
+            config,
+            gate,
+            head,
+            chain,
+            output,
+            fairness,
+            cancel_grace,
+        } = self;
+        let metrics = StdArc::clone(&config.metrics);
+        let tracer = config.tracer.clone();
+        let gate = gate.with_metrics(StdArc::clone(&metrics));
+        let (to_emitter, inbox) = crossbeam::channel::unbounded();
+        let sink: StdArc<dyn CompletionSink<F::Out>> = StdArc::new(EmitterSink(to_emitter.clone()));
+        let chain = AsyncHeadOperator::new(head.engine, chain, sink);
+        runtime::spawn(
+            config,
+            TaskKind::OneInput,
+            RuntimeOptions {
+                fairness,
+                cancel_grace,
+            },
+            move |services| {
+                ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer))
+            },
+            move |parts| process_input(parts, gate, to_emitter, inbox),
+        )
+    }
+}
+
+impl<F: AsyncFunction, C, O> fmt::Debug for AsyncWaitStreamTask<F, C, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncWaitStreamTask")
+            .field("name", &self.config.name)
+            .field("head", &self.head)
+            .field("fairness", &self.fairness)
+            .finish_non_exhaustive()
+    }
+}
+
+type Body<F, C, O> = ChainBody<AsyncHeadOperator<F, C>, O>;
+
+/// The task thread's run: start the emitter, then `while running && process_input()`, then
+/// drain and finish. The emitter is stopped and joined when this returns, on every path.
+fn process_input<F, C, O>(
+    parts: &Parts<Body<F, C, O>>,
+    mut gate: InputGate<F::In>,
+    to_emitter: crossbeam::channel::Sender<EmitterMsg<F::Out>>,
+    inbox: crossbeam::channel::Receiver<EmitterMsg<F::Out>>,
+) -> Result<(), TaskError>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+    C: Operator<In = F::Out> + 'static,
+    O: TaskOutput<C::Out> + 'static,
+{
+    let _emitter = Emitter::start(parts, to_emitter, inbox);
+    let cancel = &parts.shared.cancel;
+    let reader = GateReader::new(cancel);
+    while let Some(event) = reader.next(&mut gate)? {
+        match event {
+            GateEvent::Record(record) => {
+                let mut body = parts.lock.lock();
+                body.process(record)?;
+                if !wait_until_admitted(&mut body, cancel) {
+                    return Ok(()); // cancelled while waiting
+                }
+            }
+            GateEvent::Watermark(watermark) => {
+                let mut body = parts.lock.lock();
+                body.process_watermark(watermark)?;
+                if !wait_until_admitted(&mut body, cancel) {
+                    return Ok(());
+                }
+            }
+            GateEvent::Status(status) => parts.lock.lock().process_status(status)?,
+            GateEvent::Checkpoint(barrier) => parts.checkpoint(barrier, Instant::now()),
+            GateEvent::CheckpointAborted { id } => {
+                parts
+                    .shared
+                    .responder
+                    .decline(id, DeclineReason::Superseded);
+            }
+            GateEvent::EndOfInput => {
+                {
+                    let mut body = parts.lock.lock();
+                    // The head runs due retries and starts draining ...
+                    body.end_input_only()?;
+                    // ... and the task waits until everything was emitted.
+                    if !wait_until_admitted(&mut body, cancel) {
+                        return Ok(());
+                    }
+                }
+                // Then the operators behind the head end and finish.
+                return parts.finish_with(|body| body.finish());
+            }
+            GateEvent::Nothing => {}
+        }
+    }
+    Ok(()) // cancelled
+}
+
+/// After an element entered the chain (or input ended): while the head does not accept input
+/// (it holds the element for room, or it is still draining), waits on the lock's condition,
+/// releasing the lock, until it does or the task is cancelled. Returns whether the head
+/// accepts input (`false`: cancelled).
+fn wait_until_admitted<C, O>(
+    body: &mut CheckpointGuard<'_, ChainBody<C, O>>,
+    cancel: &CancellationToken,
+) -> bool
+where
+    C: Operator,
+    O: TaskOutput<C::Out>,
+{
+    if !body.accepts_input() {
+        body.wait_until(|b| b.accepts_input() || cancel.is_cancelled());
+    }
+    body.accepts_input()
+}

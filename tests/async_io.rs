@@ -1,0 +1,775 @@
+//! Async I/O: one behaviour suite, run against both models through a thin adapter per model
+//! (legacy: an `AsyncWaitStreamTask` headed by an `AsyncHead`, with its emitter thread; mailbox:
+//! an `AsyncWaitOperator` in a `OneInputTask`).
+//!
+//! The behaviours are Flink's `AsyncWaitOperatorTest` and element-queue tests: ordered and
+//! unordered, event and processing time, timeouts failing and ignored, user exceptions, restore
+//! with more elements than the capacity, end of input, retries on results and on errors, first
+//! completion wins. Calls are completed by the test through a `ManualAsyncFunction`, processing
+//! time is a `ManualClock`; nothing depends on timing (waits have hang guards only).
+//!
+//! Completions of one operator are applied in the order they were delivered in both models (one
+//! mailbox FIFO at the operator's priority; one emitter channel). Where a test must know that a
+//! completion was applied before it moves the clock, it completes a second record of an
+//! unordered queue afterwards (a *probe*) and waits for the probe's result.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::Receiver;
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, OutputMode, RetryPolicy};
+use streamtask_core::channel::{InputGate, Sender, bounded};
+use streamtask_core::function::AsyncError;
+use streamtask_core::operator::Emitted;
+use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
+use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
+use streamtask_core::{
+    CheckpointBarrier, Clock, ManualClock, OperatorError, Output, StreamElement, StreamRecord,
+    StreamStatus, TaskError, TaskOutcome, TaskOutput, TaskSnapshot, Watermark,
+};
+
+/// A guard against hangs only.
+const GUARD: Duration = Duration::from_secs(60);
+
+// ---- the adapter ------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Model {
+    Legacy,
+    Mailbox,
+}
+
+const MODELS: [Model; 2] = [Model::Legacy, Model::Mailbox];
+
+enum Handle {
+    Legacy(streamtask_legacy::TaskHandle),
+    Mailbox(streamtask_mailbox::TaskHandle),
+}
+
+/// A task output the test reads while the task runs.
+#[derive(Clone, Default)]
+struct Collected(Arc<(Mutex<Vec<Emitted<u64>>>, Condvar)>);
+
+impl Collected {
+    fn push(&self, e: Emitted<u64>) {
+        self.0.0.lock().unwrap().push(e);
+        self.0.1.notify_all();
+    }
+
+    fn all(&self) -> Vec<Emitted<u64>> {
+        self.0.0.lock().unwrap().clone()
+    }
+
+    fn wait_len(&self, n: usize) -> Vec<Emitted<u64>> {
+        let deadline = Instant::now() + GUARD;
+        let mut emitted = self.0.0.lock().unwrap();
+        while emitted.len() < n {
+            let now = Instant::now();
+            assert!(now < deadline, "waited for {n} outputs, have {emitted:?}");
+            emitted = self.0.1.wait_timeout(emitted, deadline - now).unwrap().0;
+        }
+        emitted.clone()
+    }
+}
+
+impl Output<u64> for Collected {
+    fn collect(&mut self, record: StreamRecord<u64>) -> Result<(), OperatorError> {
+        self.push(Emitted::Record(record));
+        Ok(())
+    }
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.push(Emitted::Watermark(watermark));
+        Ok(())
+    }
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        self.push(Emitted::Status(status));
+        Ok(())
+    }
+}
+
+impl TaskOutput<u64> for Collected {
+    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+        self.push(Emitted::Barrier(barrier));
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<(), OperatorError> {
+        self.push(Emitted::EndOfInput);
+        Ok(())
+    }
+}
+
+/// An async operator running in a task of one model, fed and read by the test.
+struct AsyncTask {
+    input: Sender<StreamElement<u64>>,
+    output: Collected,
+    calls: ManualCalls<u64, u64>,
+    clock: ManualClock,
+    reports: Receiver<TaskReport>,
+    handle: Handle,
+}
+
+fn start(model: Model, config: AsyncConfig<u64>) -> AsyncTask {
+    start_with(model, config, ManualAsyncFunction::new(), None)
+}
+
+fn start_with(
+    model: Model,
+    config: AsyncConfig<u64>,
+    function: ManualAsyncFunction<u64, u64>,
+    restore: Option<TaskSnapshot>,
+) -> AsyncTask {
+    let calls = function.calls();
+    let clock = ManualClock::new(0);
+    let (reports_tx, reports) = crossbeam::channel::unbounded();
+    let task_config = TaskConfig::new("async")
+        .with_clock(Clock::Manual(clock.clone()))
+        .with_responder(CheckpointResponder::new("async", reports_tx))
+        .with_restore(restore);
+    let (input, rx) = bounded(64).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let output = Collected::default();
+    let handle = match model {
+        Model::Legacy => {
+            let head = streamtask_legacy::AsyncHead::new("async", function, config).unwrap();
+            Handle::Legacy(
+                streamtask_legacy::AsyncWaitStreamTask::new(
+                    task_config,
+                    gate,
+                    head,
+                    output.clone(),
+                )
+                .spawn(),
+            )
+        }
+        Model::Mailbox => {
+            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, config).unwrap();
+            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
+                task_config,
+                gate,
+                op,
+                output.clone(),
+            ))
+        }
+    };
+    AsyncTask {
+        input,
+        output,
+        calls,
+        clock,
+        reports,
+        handle,
+    }
+}
+
+impl AsyncTask {
+    fn send(&self, element: StreamElement<u64>) {
+        self.input.send(element).unwrap();
+    }
+
+    fn record(&self, value: u64, timestamp: i64) {
+        self.send(StreamElement::Record(StreamRecord::with_timestamp(
+            value, timestamp,
+        )));
+    }
+
+    fn plain(&self, value: u64) {
+        self.send(StreamElement::Record(StreamRecord::new(value)));
+    }
+
+    fn watermark(&self, timestamp: i64) {
+        self.send(StreamElement::Watermark(Watermark(timestamp)));
+    }
+
+    fn end(&self) {
+        self.send(StreamElement::EndOfInput);
+    }
+
+    /// Completes the latest call for `input`; it must win.
+    fn complete(&self, input: u64, values: Vec<u64>) {
+        assert!(
+            self.calls.complete(&input, values),
+            "the call for {input} was completed before"
+        );
+    }
+
+    /// Waits until `n` calls were made; returns their inputs, in call order.
+    fn invoked(&self, n: usize) -> Vec<u64> {
+        self.calls
+            .wait_for_invocations(n)
+            .into_iter()
+            .map(|c| c.input)
+            .collect()
+    }
+
+    /// Advances processing time by `millis`.
+    fn advance(&self, millis: i64) {
+        self.clock.advance(millis);
+    }
+
+    fn snapshot(&self, id: u64) -> TaskSnapshot {
+        self.send(StreamElement::Barrier(CheckpointBarrier::new(id, 0)));
+        match self
+            .reports
+            .recv_timeout(GUARD)
+            .expect("a checkpoint report")
+        {
+            TaskReport::Acknowledged { snapshot, .. } => snapshot,
+            declined => panic!("checkpoint {id} declined: {declined:?}"),
+        }
+    }
+
+    /// Waits for the task to end. The input stays open until then, so a task that fails does
+    /// so for its own reason, not because its input closed.
+    fn join(self) -> (TaskOutcome, Vec<Emitted<u64>>) {
+        let outcome = match self.handle {
+            Handle::Legacy(h) => h.join(),
+            Handle::Mailbox(h) => h.join(),
+        };
+        drop(self.input);
+        (outcome, self.output.all())
+    }
+
+    fn cancel(self) {
+        match self.handle {
+            Handle::Legacy(h) => {
+                h.cancel();
+                h.join();
+            }
+            Handle::Mailbox(h) => {
+                h.cancel();
+                h.join();
+            }
+        }
+    }
+}
+
+fn rec(value: u64, timestamp: i64) -> Emitted<u64> {
+    Emitted::Record(StreamRecord::with_timestamp(value, timestamp))
+}
+
+fn plain(value: u64) -> Emitted<u64> {
+    Emitted::Record(StreamRecord::new(value))
+}
+
+fn wm(timestamp: i64) -> Emitted<u64> {
+    Emitted::Watermark(Watermark(timestamp))
+}
+
+/// A finished task's output without the end-of-input tail every finished task has (the
+/// gate's final `Watermark::MAX`, then end of input).
+fn finished(
+    model: Model,
+    (outcome, emitted): (TaskOutcome, Vec<Emitted<u64>>),
+) -> Vec<Emitted<u64>> {
+    assert!(outcome.is_finished(), "{model:?}: {outcome}");
+    let n = emitted.len();
+    assert!(n >= 2, "{model:?}: {emitted:?}");
+    assert_eq!(
+        emitted[n - 2..],
+        [Emitted::Watermark(Watermark::MAX), Emitted::EndOfInput],
+        "{model:?}"
+    );
+    emitted[..n - 2].to_vec()
+}
+
+/// The message of a task's async failure.
+fn async_failure(model: Model, outcome: &TaskOutcome) -> String {
+    match outcome.failure().map(|f| &f.error) {
+        Some(TaskError::Operator(OperatorError::Async { operator, message })) => {
+            assert_eq!(operator, "async", "{model:?}");
+            message.clone()
+        }
+        _ => panic!("{model:?}: expected an async failure, got {outcome}"),
+    }
+}
+
+fn ordered(capacity: usize) -> AsyncConfig<u64> {
+    AsyncConfig::new(OutputMode::Ordered, capacity)
+}
+
+fn unordered(capacity: usize) -> AsyncConfig<u64> {
+    AsyncConfig::new(OutputMode::Unordered, capacity)
+}
+
+// ---- the suite --------------------------------------------------------------------------------
+
+#[test]
+fn smoke() {
+    for model in MODELS {
+        let t = start(model, ordered(4));
+        t.record(1, 10);
+        t.record(2, 20);
+        assert_eq!(t.invoked(2), vec![1, 2]);
+        t.complete(1, vec![100]);
+        t.complete(2, vec![200]);
+        t.end();
+        assert_eq!(finished(model, t.join()), vec![rec(100, 10), rec(200, 20)]);
+    }
+}
+
+#[test]
+fn ordered_event_time_keeps_records_and_watermarks_in_input_order() {
+    // Flink's testEventTimeOrdered: completion order does not matter.
+    for model in MODELS {
+        let t = start(model, ordered(10));
+        t.record(1, 1);
+        t.record(2, 2);
+        t.watermark(2);
+        t.record(3, 3);
+        t.watermark(3);
+        assert_eq!(t.invoked(3), vec![1, 2, 3]);
+        t.complete(3, vec![3]);
+        t.complete(2, vec![2]);
+        t.complete(1, vec![1]);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![rec(1, 1), rec(2, 2), wm(2), rec(3, 3), wm(3)]
+        );
+    }
+}
+
+#[test]
+fn unordered_event_time_reorders_only_between_watermarks() {
+    // Flink's testEventTimeUnordered and UnorderedStreamElementQueueTest#testCompletionOrder.
+    for model in MODELS {
+        let t = start(model, unordered(10));
+        t.record(1, 1);
+        t.record(2, 2);
+        t.watermark(2);
+        t.record(3, 3);
+        t.record(4, 4);
+        t.watermark(4);
+        t.record(5, 5);
+        assert_eq!(t.invoked(5), vec![1, 2, 3, 4, 5]);
+        t.complete(2, vec![2]);
+        // The first segment leaves in completion order.
+        assert_eq!(t.output.wait_len(1), vec![rec(2, 2)]);
+        // Later segments wait for the first one (and its watermark) ...
+        t.complete(4, vec![4]);
+        t.complete(3, vec![3]);
+        t.complete(5, vec![5]);
+        t.complete(1, vec![1]);
+        t.end();
+        // ... and then leave in their own completion order.
+        assert_eq!(
+            finished(model, t.join()),
+            vec![
+                rec(2, 2),
+                rec(1, 1),
+                wm(2),
+                rec(4, 4),
+                rec(3, 3),
+                wm(4),
+                rec(5, 5)
+            ]
+        );
+    }
+}
+
+#[test]
+fn ordered_processing_time_emits_in_input_order_without_timestamps() {
+    for model in MODELS {
+        let t = start(model, ordered(10));
+        for x in 1..=5 {
+            t.plain(x);
+        }
+        assert_eq!(t.invoked(5), vec![1, 2, 3, 4, 5]);
+        for x in (1..=5).rev() {
+            t.complete(x, vec![x * 10]);
+        }
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            (1..=5).map(|x| plain(x * 10)).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn unordered_processing_time_emits_in_completion_order() {
+    for model in MODELS {
+        let t = start(model, unordered(10));
+        for x in 1..=3 {
+            t.plain(x);
+        }
+        t.invoked(3);
+        t.complete(3, vec![30]);
+        t.output.wait_len(1);
+        t.complete(1, vec![10]);
+        t.output.wait_len(2);
+        t.complete(2, vec![20]);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![plain(30), plain(10), plain(20)]
+        );
+    }
+}
+
+#[test]
+fn every_result_of_a_record_carries_its_timestamp_and_empty_results_emit_nothing() {
+    for model in MODELS {
+        let t = start(model, ordered(10));
+        t.record(1, 7);
+        t.record(2, 8);
+        t.record(3, 9);
+        t.invoked(3);
+        t.complete(1, vec![10, 11, 12]);
+        t.complete(2, vec![]);
+        t.complete(3, vec![30]);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![rec(10, 7), rec(11, 7), rec(12, 7), rec(30, 9)]
+        );
+    }
+}
+
+#[test]
+fn first_completion_wins() {
+    for model in MODELS {
+        let t = start(model, ordered(10));
+        t.record(1, 1);
+        let call = t.calls.wait_for_invocations(1).remove(0);
+        assert!(call.result.complete(vec![1]));
+        assert!(
+            !call.result.complete(vec![2]),
+            "a second completion is ignored"
+        );
+        assert!(
+            !call
+                .result
+                .complete_exceptionally(AsyncError::failed("late")),
+            "so is a late failure"
+        );
+        t.end();
+        assert_eq!(finished(model, t.join()), vec![rec(1, 1)]);
+    }
+}
+
+#[test]
+fn a_user_exception_fails_the_task_naming_the_input() {
+    // Flink's test(Un)OrderedWaitUserExceptionHandling.
+    for model in MODELS {
+        for config in [ordered(10), unordered(10)] {
+            let t = start(model, config);
+            t.record(42, 5);
+            t.invoked(1);
+            assert!(t.calls.fail(&42, AsyncError::failed("the service is down")));
+            let (outcome, _) = t.join();
+            let message = async_failure(model, &outcome);
+            assert!(message.contains("42"), "{model:?}: {message}");
+            assert!(message.contains("timestamp 5"), "{model:?}: {message}");
+            assert!(
+                message.contains("the service is down"),
+                "{model:?}: {message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_timeout_fails_the_task_by_default() {
+    // Flink's testAsyncTimeoutFailure.
+    for model in MODELS {
+        let t = start(model, ordered(10).with_timeout(Duration::from_millis(10)));
+        t.record(7, 1);
+        t.invoked(1);
+        t.advance(11);
+        let (outcome, emitted) = t.join();
+        let message = async_failure(model, &outcome);
+        assert!(message.contains("timed out"), "{model:?}: {message}");
+        assert!(message.contains('7'), "{model:?}: {message}");
+        assert!(
+            !emitted.iter().any(|e| matches!(e, Emitted::Record(_))),
+            "{model:?}: {emitted:?}"
+        );
+    }
+}
+
+#[test]
+fn a_timeout_hook_may_complete_with_a_fallback() {
+    // Flink's testAsyncTimeoutIgnore (FLINK-7789).
+    for model in MODELS {
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u64| vec![x + 1000]);
+        let t = start_with(
+            model,
+            ordered(10).with_timeout(Duration::from_millis(10)),
+            function,
+            None,
+        );
+        t.record(1, 1);
+        t.record(2, 2);
+        t.invoked(2);
+        t.complete(2, vec![2]);
+        t.advance(11);
+        // Record 1 times out and falls back; its late real result loses.
+        assert_eq!(t.output.wait_len(2), vec![rec(1001, 1), rec(2, 2)]);
+        assert!(!t.calls.complete(&1, vec![1]));
+        assert_eq!(t.calls.timeouts().len(), 1, "{model:?}");
+        t.end();
+        assert_eq!(finished(model, t.join()), vec![rec(1001, 1), rec(2, 2)]);
+    }
+}
+
+#[test]
+fn a_timeout_for_an_emitted_element_does_nothing() {
+    // FLINK-22573 (the timer is cancelled when the result arrives).
+    for model in MODELS {
+        let t = start(model, ordered(10).with_timeout(Duration::from_millis(10)));
+        t.record(1, 1);
+        t.invoked(1);
+        t.complete(1, vec![1]);
+        t.output.wait_len(1);
+        t.advance(100);
+        t.end();
+        let calls = t.calls.clone();
+        assert_eq!(finished(model, t.join()), vec![rec(1, 1)]);
+        assert!(calls.timeouts().is_empty(), "{model:?}");
+    }
+}
+
+#[test]
+fn end_of_input_waits_for_in_flight_elements() {
+    // Flink's testEndInput (FLINK-13491).
+    for model in MODELS {
+        for config in [ordered(10), unordered(10)] {
+            let t = start(model, config);
+            t.record(1, 1);
+            t.record(2, 2);
+            t.end();
+            t.invoked(2);
+            t.complete(2, vec![2]);
+            t.complete(1, vec![1]);
+            let out = finished(model, t.join());
+            assert_eq!(out.len(), 2, "{model:?}: {out:?}");
+            assert!(out.contains(&rec(1, 1)) && out.contains(&rec(2, 2)));
+        }
+    }
+}
+
+#[test]
+fn restore_re_invokes_more_elements_than_the_capacity_in_queue_order() {
+    // FLINK-7949: the snapshot holds 7 records and a watermark; the restored operator has room
+    // for 3 and must still replay them all.
+    for model in MODELS {
+        let first = start(model, ordered(10));
+        for x in 1..=4 {
+            first.record(x, x as i64);
+        }
+        first.watermark(4);
+        for x in 5..=7 {
+            first.record(x, x as i64);
+        }
+        first.invoked(7);
+        first.complete(2, vec![20]); // completed but not emitted: still in the snapshot
+        let snapshot = first.snapshot(1);
+        first.cancel();
+
+        let second = start_with(
+            model,
+            ordered(3),
+            ManualAsyncFunction::new(),
+            Some(snapshot),
+        );
+        let mut completed = 0;
+        while completed < 7 {
+            let inputs = second.invoked(completed + 1);
+            for &x in &inputs[completed..] {
+                second.complete(x, vec![x * 10]);
+                completed += 1;
+            }
+        }
+        assert_eq!(second.invoked(7), vec![1, 2, 3, 4, 5, 6, 7]);
+        second.end();
+        assert_eq!(
+            finished(model, second.join()),
+            vec![
+                rec(10, 1),
+                rec(20, 2),
+                rec(30, 3),
+                rec(40, 4),
+                wm(4),
+                rec(50, 5),
+                rec(60, 6),
+                rec(70, 7)
+            ]
+        );
+    }
+}
+
+fn retry_on_empty(max_retries: u32, delay_ms: u64) -> RetryPolicy<u64> {
+    RetryPolicy::fixed_delay(max_retries, Duration::from_millis(delay_ms))
+        .unwrap()
+        .retry_if_result(|r| r.is_empty())
+}
+
+#[test]
+fn retries_on_a_matching_result_until_one_does_not_match() {
+    for model in MODELS {
+        let config = unordered(10)
+            .with_timeout(Duration::from_secs(3600))
+            .with_retry(retry_on_empty(3, 5));
+        let t = start(model, config);
+        t.record(1, 1);
+        t.record(100, 1);
+        t.invoked(2);
+        t.complete(1, vec![]); // empty: retry in 5 ms
+        t.complete(100, vec![100]); // the probe: once it is out, the retry is scheduled
+        t.output.wait_len(1);
+        t.advance(6);
+        let calls = t.calls.wait_for_invocations(3);
+        assert_eq!((calls[2].input, calls[2].attempt), (1, 2), "{model:?}");
+        t.complete(1, vec![11]);
+        t.end();
+        assert_eq!(finished(model, t.join()), vec![rec(100, 1), rec(11, 1)]);
+    }
+}
+
+#[test]
+fn the_last_attempt_is_final_when_retries_run_out() {
+    for model in MODELS {
+        let config = ordered(10)
+            .with_timeout(Duration::from_secs(3600))
+            .with_retry(retry_on_empty(2, 5));
+        let t = start(model, config);
+        t.record(1, 1);
+        for attempt in 1..=3 {
+            let calls = t.calls.wait_for_invocations(attempt);
+            assert_eq!(calls[attempt - 1].attempt as usize, attempt, "{model:?}");
+            t.complete(1, vec![]);
+            if attempt < 3 {
+                // Move time until the retry (scheduled once the completion is applied) fires.
+                advance_until(&t, || t.calls.invocation_count() > attempt);
+            }
+        }
+        t.record(2, 2); // behind the exhausted record, in order
+        t.invoked(4);
+        t.complete(2, vec![2]);
+        t.end();
+        let calls = t.calls.clone();
+        assert_eq!(finished(model, t.join()), vec![rec(2, 2)]);
+        assert_eq!(
+            calls.invocation_count(),
+            4,
+            "{model:?}: three attempts, then record 2"
+        );
+    }
+}
+
+/// Advances processing time a millisecond at a time until `done` (a hang guard only).
+fn advance_until(t: &AsyncTask, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + GUARD;
+    while !done() {
+        assert!(Instant::now() < deadline, "not reached within the guard");
+        t.advance(1);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn retries_on_a_matching_error_and_fails_on_another() {
+    for model in MODELS {
+        let policy = RetryPolicy::fixed_delay(3, Duration::from_millis(5))
+            .unwrap()
+            .retry_if_error(|e| matches!(e, AsyncError::Failed(m) if m == "transient"));
+        let config = ordered(10)
+            .with_timeout(Duration::from_secs(3600))
+            .with_retry(policy);
+        let t = start(model, config);
+        t.record(1, 1);
+        t.invoked(1);
+        assert!(t.calls.fail(&1, AsyncError::failed("transient")));
+        advance_until(&t, || t.calls.invocation_count() > 1);
+        assert!(t.calls.fail(&1, AsyncError::failed("fatal")));
+        let (outcome, _) = t.join();
+        let message = async_failure(model, &outcome);
+        assert!(message.contains("fatal"), "{model:?}: {message}");
+    }
+}
+
+#[test]
+fn the_timeout_spans_the_retries_and_drops_a_pending_one() {
+    // FLINK-30477: a timeout while a retry is due cancels the retry; the timeout hook gets a
+    // fresh attempt's future and decides.
+    for model in MODELS {
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u64| vec![x + 1000]);
+        let config = unordered(10)
+            .with_timeout(Duration::from_millis(100))
+            .with_retry(retry_on_empty(5, 1_000_000));
+        let t = start_with(model, config, function, None);
+        t.record(1, 1);
+        t.record(2, 2);
+        t.invoked(2);
+        t.complete(1, vec![]); // a retry is due in 1000 s
+        t.complete(2, vec![2]); // the probe
+        t.output.wait_len(1);
+        t.advance(101); // the timeout, long before the retry
+        assert_eq!(t.output.wait_len(2), vec![rec(2, 2), rec(1001, 1)]);
+        let timeouts = t.calls.timeouts();
+        assert_eq!(timeouts.len(), 1, "{model:?}");
+        assert_eq!(
+            (timeouts[0].input, timeouts[0].attempt),
+            (1, 2),
+            "{model:?}"
+        );
+        assert_eq!(
+            t.calls.invocation_count(),
+            2,
+            "{model:?}: the retry never ran"
+        );
+        t.end();
+        assert_eq!(finished(model, t.join()), vec![rec(2, 2), rec(1001, 1)]);
+    }
+}
+
+#[test]
+fn end_of_input_runs_a_due_retry_at_once() {
+    for model in MODELS {
+        let config = unordered(10)
+            .with_timeout(Duration::from_secs(3600))
+            .with_retry(retry_on_empty(5, 1_000_000));
+        let t = start(model, config);
+        t.record(1, 1);
+        t.record(2, 2);
+        t.invoked(2);
+        t.complete(1, vec![]); // a retry is due in 1000 s
+        t.complete(2, vec![2]); // the probe
+        t.output.wait_len(1);
+        t.end(); // no clock move: end of input runs the retry now
+        let calls = t.calls.wait_for_invocations(3);
+        assert_eq!((calls[2].input, calls[2].attempt), (1, 2), "{model:?}");
+        t.complete(1, vec![]); // final now, however it looks
+        assert_eq!(finished(model, t.join()), vec![rec(2, 2)]);
+    }
+}
+
+#[test]
+fn invalid_configurations_are_typed_errors_in_both_models() {
+    let cases = [
+        (ordered(0), AsyncConfigError::ZeroCapacity),
+        (
+            ordered(1).with_timeout(Duration::ZERO),
+            AsyncConfigError::ZeroTimeout,
+        ),
+        (
+            ordered(1).with_retry(retry_on_empty(1, 1)),
+            AsyncConfigError::RetryWithoutTimeout,
+        ),
+    ];
+    for (config, expected) in cases {
+        let legacy = streamtask_legacy::AsyncHead::new(
+            "async",
+            ManualAsyncFunction::<u64, u64>::new(),
+            config.clone(),
+        );
+        assert_eq!(legacy.err(), Some(expected));
+        let mailbox = streamtask_mailbox::AsyncWaitOperator::new(
+            "async",
+            ManualAsyncFunction::<u64, u64>::new(),
+            config,
+        );
+        assert_eq!(mailbox.err(), Some(expected));
+    }
+}
