@@ -599,3 +599,326 @@ impl<F: AsyncFunction> fmt::Debug for AsyncWaitEngine<F> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! The engine's own sequencing, driven by hand: which completion arrives before which timer
+    //! is exactly what the tests say (the cross-model suite cannot force these interleavings).
+
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::async_io::OutputMode;
+    use crate::function::AsyncError;
+    use crate::operator::Emitted;
+    use crate::testing::{HarnessServices, ManualAsyncFunction, ManualCalls};
+
+    /// A sink that keeps completions until the test applies them.
+    #[derive(Default)]
+    struct Keep(Mutex<Vec<Completion<u32>>>);
+
+    impl CompletionSink<u32> for Keep {
+        fn deliver(&self, completion: Completion<u32>) {
+            self.0.lock().unwrap().push(completion);
+        }
+    }
+
+    struct Rig {
+        engine: AsyncWaitEngine<ManualAsyncFunction<u32, u32>>,
+        calls: ManualCalls<u32, u32>,
+        sink: Arc<Keep>,
+        services: HarnessServices,
+        out: Vec<Emitted<u32>>,
+    }
+
+    impl Rig {
+        fn new(config: AsyncConfig<u32>) -> Rig {
+            Rig::with(ManualAsyncFunction::new(), config, None)
+        }
+
+        fn with(
+            function: ManualAsyncFunction<u32, u32>,
+            config: AsyncConfig<u32>,
+            restored: Option<&[u8]>,
+        ) -> Rig {
+            let calls = function.calls();
+            let mut engine = AsyncWaitEngine::new("rig", function, config).unwrap();
+            engine.restore(restored).unwrap();
+            let mut rig = Rig {
+                engine,
+                calls,
+                sink: Arc::new(Keep::default()),
+                services: HarnessServices::new("rig"),
+                out: Vec::new(),
+            };
+            let sink: Arc<dyn CompletionSink<u32>> = rig.sink.clone();
+            let mut ctx = Context::new(&mut rig.out, &rig.services.services, 0);
+            rig.engine.open(sink, &mut ctx).unwrap();
+            rig
+        }
+
+        fn record(&mut self, value: u32) {
+            let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
+            let record = StreamRecord::with_timestamp(value, i64::from(value));
+            self.engine.process_element(record, &mut ctx).unwrap();
+        }
+
+        fn watermark(&mut self, timestamp: i64) {
+            let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
+            let watermark = Watermark(timestamp);
+            self.engine.process_watermark(watermark, &mut ctx).unwrap();
+        }
+
+        /// Applies every delivered completion, then emits; the first error, if any.
+        fn apply(&mut self) -> Result<(), OperatorError> {
+            let delivered: Vec<_> = self.sink.0.lock().unwrap().drain(..).collect();
+            let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
+            for completion in delivered {
+                self.engine.on_completion(completion, &mut ctx)?;
+            }
+            self.engine.emit_ready(&mut ctx)
+        }
+
+        /// Moves processing time and fires the due timers.
+        fn advance(&mut self, millis: i64) {
+            self.services.clock.advance(millis);
+            while let Some(timer) = self.services.timers.pop_due() {
+                let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
+                self.engine.on_timer(timer, &mut ctx).unwrap();
+            }
+        }
+
+        fn end_input(&mut self) {
+            let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
+            self.engine.end_input(&mut ctx).unwrap();
+        }
+
+        /// What was emitted, as short strings: `v@ts` for records, `Wts` for watermarks.
+        fn emitted(&self) -> Vec<String> {
+            self.out
+                .iter()
+                .map(|e| match e {
+                    Emitted::Record(r) => format!("{}@{}", r.value, r.timestamp.unwrap_or(-1)),
+                    Emitted::Watermark(w) => format!("W{}", w.0),
+                    other => format!("{other:?}"),
+                })
+                .collect()
+        }
+
+        fn snapshot(&self) -> Vec<QueuedInput<u32>> {
+            decode(&self.engine.snapshot().unwrap()).unwrap()
+        }
+    }
+
+    fn r(value: u32) -> QueuedInput<u32> {
+        QueuedInput::Record(StreamRecord::with_timestamp(value, i64::from(value)))
+    }
+
+    fn w(timestamp: i64) -> QueuedInput<u32> {
+        QueuedInput::Watermark(Watermark(timestamp))
+    }
+
+    fn retry_on_empty(retries: u32, delay_ms: u64) -> RetryPolicy<u32> {
+        RetryPolicy::fixed_delay(retries, Duration::from_millis(delay_ms))
+            .unwrap()
+            .retry_if_result(|values| values.is_empty())
+    }
+
+    #[test]
+    fn elements_beyond_the_capacity_are_held_in_order_and_snapshotted() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 2));
+        rig.record(1);
+        rig.record(2);
+        assert!(!rig.engine.accepts_input());
+        rig.watermark(2);
+        rig.record(3);
+        assert_eq!(rig.engine.held(), 2);
+        assert_eq!(
+            rig.calls.invocation_count(),
+            2,
+            "held records are not invoked"
+        );
+        assert_eq!(rig.snapshot(), vec![r(1), r(2), w(2), r(3)]);
+
+        rig.calls.complete(&1, vec![10]);
+        rig.apply().unwrap();
+        // Record 1 left; the watermark took its slot (it waits for record 2).
+        assert_eq!(rig.emitted(), vec!["10@1"]);
+        assert_eq!(rig.snapshot(), vec![r(2), w(2), r(3)]);
+        rig.calls.complete(&2, vec![20]);
+        rig.apply().unwrap();
+        // Record 2 and the watermark left, and record 3 was admitted into the freed slots.
+        assert_eq!(rig.emitted(), vec!["10@1", "20@2", "W2"]);
+        assert_eq!(rig.calls.invocation_count(), 3);
+        assert!(rig.engine.accepts_input());
+    }
+
+    #[test]
+    fn a_restore_beyond_the_capacity_admits_what_fits_and_holds_the_rest() {
+        let mut first = Rig::new(AsyncConfig::new(OutputMode::Unordered, 10));
+        for x in 1..=3 {
+            first.record(x);
+        }
+        first.watermark(3);
+        first.record(4);
+        let snapshot = first.engine.snapshot().unwrap();
+
+        let mut rig = Rig::with(
+            ManualAsyncFunction::new(),
+            AsyncConfig::new(OutputMode::Unordered, 2),
+            Some(&snapshot),
+        );
+        assert_eq!(rig.calls.invocation_count(), 2);
+        assert_eq!(rig.snapshot(), vec![r(1), r(2), r(3), w(3), r(4)]);
+        for x in 1..=4 {
+            rig.calls.wait_for_invocations(x as usize);
+            rig.calls.complete(&x, vec![x]);
+            rig.apply().unwrap();
+        }
+        assert_eq!(rig.emitted(), vec!["1@1", "2@2", "3@3", "W3", "4@4"]);
+        assert!(rig.engine.is_drained());
+    }
+
+    #[test]
+    fn a_timeout_finding_the_completion_on_its_way_does_nothing() {
+        // FLINK-22573: completed, not yet applied, when the timer fires.
+        let config =
+            AsyncConfig::new(OutputMode::Ordered, 2).with_timeout(Duration::from_millis(10));
+        let mut rig = Rig::new(config);
+        rig.record(1);
+        assert!(rig.calls.complete(&1, vec![10]));
+        rig.advance(11);
+        assert!(
+            rig.calls.timeouts().is_empty(),
+            "the timeout hook did not run"
+        );
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["10@1"]);
+    }
+
+    #[test]
+    fn a_retryable_completion_on_its_way_at_the_timeout_is_final() {
+        // The timeout spans all attempts: an attempt that completed before it is the last.
+        let config = AsyncConfig::new(OutputMode::Ordered, 2)
+            .with_timeout(Duration::from_millis(10))
+            .with_retry(retry_on_empty(3, 1));
+        let mut rig = Rig::new(config);
+        rig.record(1);
+        rig.calls.complete(&1, vec![]);
+        rig.advance(11);
+        rig.apply().unwrap();
+        assert_eq!(rig.services.timers.pending(), 0, "no retry was scheduled");
+        assert!(rig.engine.is_drained(), "the empty result was final");
+        assert_eq!(rig.calls.invocation_count(), 1);
+    }
+
+    #[test]
+    fn a_timeout_while_a_retry_is_due_cancels_it_and_hands_the_hook_a_new_attempt() {
+        // FLINK-30477.
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u32| vec![x + 100]);
+        let config = AsyncConfig::new(OutputMode::Ordered, 2)
+            .with_timeout(Duration::from_millis(10))
+            .with_retry(retry_on_empty(3, 50));
+        let mut rig = Rig::with(function, config, None);
+        rig.record(1);
+        rig.calls.complete(&1, vec![]);
+        rig.apply().unwrap();
+        assert_eq!(
+            rig.services.timers.pending(),
+            2,
+            "the timeout and the retry"
+        );
+        rig.advance(11);
+        assert_eq!(
+            rig.services.timers.pending(),
+            0,
+            "the retry timer was cancelled"
+        );
+        let timeouts = rig.calls.timeouts();
+        assert_eq!((timeouts.len(), timeouts[0].attempt), (1, 2));
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["101@1"]);
+        rig.advance(100);
+        assert_eq!(rig.calls.invocation_count(), 1, "the retry never ran");
+    }
+
+    #[test]
+    fn completions_of_stale_attempts_and_emitted_entries_are_ignored() {
+        let config = AsyncConfig::new(OutputMode::Ordered, 2)
+            .with_timeout(Duration::from_secs(60))
+            .with_retry(retry_on_empty(3, 5));
+        let mut rig = Rig::new(config);
+        rig.record(1);
+        rig.calls.complete(&1, vec![]);
+        rig.apply().unwrap();
+        rig.advance(6);
+        assert_eq!(rig.calls.wait_for_invocations(2)[1].attempt, 2);
+        let mut ctx = Context::new(&mut rig.out, &rig.services.services, 0);
+        let stale = Completion {
+            entry: 0,
+            attempt: 1,
+            outcome: AsyncOutcome::Results(vec![666]),
+        };
+        rig.engine.on_completion(stale, &mut ctx).unwrap();
+        rig.calls.complete(&1, vec![11]);
+        rig.apply().unwrap();
+        let late = Completion {
+            entry: 0,
+            attempt: 2,
+            outcome: AsyncOutcome::Results(vec![777]),
+        };
+        let mut ctx = Context::new(&mut rig.out, &rig.services.services, 0);
+        rig.engine.on_completion(late, &mut ctx).unwrap();
+        rig.engine.emit_ready(&mut ctx).unwrap();
+        assert_eq!(rig.emitted(), vec!["11@1"]);
+    }
+
+    #[test]
+    fn end_input_runs_due_retries_once_and_makes_every_outcome_final() {
+        let config = AsyncConfig::new(OutputMode::Unordered, 4)
+            .with_timeout(Duration::from_secs(60))
+            .with_retry(retry_on_empty(5, 1000));
+        let mut rig = Rig::new(config);
+        rig.record(1);
+        rig.record(2);
+        rig.calls.complete(&1, vec![]);
+        rig.apply().unwrap();
+        assert!(rig.engine.accepts_input());
+        rig.end_input();
+        assert!(!rig.engine.accepts_input(), "draining");
+        let calls = rig.calls.wait_for_invocations(3);
+        assert_eq!((calls[2].input, calls[2].attempt), (1, 2));
+        rig.calls.complete(&1, vec![]);
+        rig.calls.complete(&2, vec![]);
+        rig.apply().unwrap();
+        assert!(rig.engine.accepts_input(), "drained");
+        assert_eq!(rig.calls.invocation_count(), 3, "no retry after end_input");
+        assert!(rig.emitted().is_empty());
+    }
+
+    #[test]
+    fn an_error_fails_naming_the_input_and_frees_its_slot() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 1));
+        rig.record(7);
+        rig.calls.fail(&7, AsyncError::failed("no such customer"));
+        let error = rig.apply().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "rig: the async call for input 7 (timestamp 7) failed: async call failed: no such \
+             customer"
+        );
+        let mut ctx = Context::new(&mut rig.out, &rig.services.services, 0);
+        rig.engine.emit_ready(&mut ctx).unwrap();
+        assert!(rig.engine.accepts_input());
+    }
+
+    #[test]
+    fn the_function_is_opened_once_and_closed_once() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 1));
+        rig.engine.close().unwrap();
+        rig.engine.close().unwrap();
+        assert_eq!(rig.calls.opened_and_closed(), (1, 1));
+        assert!(!rig.engine.accepts_input());
+    }
+}

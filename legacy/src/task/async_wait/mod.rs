@@ -91,6 +91,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use streamtask_core::OperatorError;
 use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
 use streamtask_core::channel::{GateEvent, InputGate};
 use streamtask_core::function::{AsyncFunction, CompletionSink};
@@ -368,16 +369,14 @@ where
     while let Some(event) = reader.next(&mut gate)? {
         match event {
             GateEvent::Record(record) => {
-                let mut body = parts.lock.lock();
-                body.process(record)?;
-                if !wait_until_admitted(&mut body, cancel) {
+                if !enter(&mut parts.lock.lock(), cancel, |b| b.process(record))? {
                     return Ok(()); // cancelled while waiting
                 }
             }
             GateEvent::Watermark(watermark) => {
-                let mut body = parts.lock.lock();
-                body.process_watermark(watermark)?;
-                if !wait_until_admitted(&mut body, cancel) {
+                if !enter(&mut parts.lock.lock(), cancel, |b| {
+                    b.process_watermark(watermark)
+                })? {
                     return Ok(());
                 }
             }
@@ -408,6 +407,21 @@ where
     Ok(()) // cancelled
 }
 
+/// Puts an element into the chain with `process` (the head admits or holds it), then waits
+/// until the head admitted it; see [`wait_until_admitted`]. Returns `false` if cancelled.
+fn enter<C, O>(
+    body: &mut CheckpointGuard<'_, ChainBody<C, O>>,
+    cancel: &CancellationToken,
+    process: impl FnOnce(&mut ChainBody<C, O>) -> Result<(), OperatorError>,
+) -> Result<bool, OperatorError>
+where
+    C: Operator,
+    O: TaskOutput<C::Out>,
+{
+    process(body)?;
+    Ok(wait_until_admitted(body, cancel))
+}
+
 /// After an element entered the chain (or input ended): while the head does not accept input
 /// (it holds the element for room, or it is still draining), waits on the lock's condition,
 /// releasing the lock, until it does or the task is cancelled. Returns whether the head
@@ -424,4 +438,180 @@ where
         body.wait_until(|b| b.accepts_input() || cancel.is_cancelled());
     }
     body.accepts_input()
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! What differs in the lock model: the element waiting for room is in a snapshot taken
+    //! while the task thread waits (FLINK-7949), and that snapshot, with more elements than the
+    //! capacity, restores. The rest is the cross-model suite's (`tests/async_io.rs`).
+
+    use std::sync::mpsc;
+
+    use streamtask_core::async_io::{OutputMode, QueuedInput};
+    use streamtask_core::channel::bounded;
+    use streamtask_core::metrics::TaskMetrics;
+    use streamtask_core::operator::{Emitted, OperatorExt};
+    use streamtask_core::state::decode;
+    use streamtask_core::testing::{HarnessServices, ManualAsyncFunction};
+    use streamtask_core::trace::Tracer;
+    use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, TaskSnapshot};
+
+    use super::*;
+    use crate::lock::CheckpointLock;
+    use crate::task::body::TaskBody;
+
+    type TestBody = Body<ManualAsyncFunction<u32, u32>, NoChain<u32>, Vec<Emitted<u32>>>;
+
+    fn record(value: u32) -> StreamRecord<u32> {
+        StreamRecord::with_timestamp(value, i64::from(value))
+    }
+
+    #[test]
+    fn the_element_waiting_for_room_is_in_a_snapshot_taken_while_the_task_waits() {
+        let function = ManualAsyncFunction::<u32, u32>::new();
+        let calls = function.calls();
+        let head =
+            AsyncHead::new("async", function, AsyncConfig::new(OutputMode::Ordered, 2)).unwrap();
+        let (to_emitter, inbox) = crossbeam::channel::unbounded();
+        let sink: StdArc<dyn CompletionSink<u32>> = StdArc::new(EmitterSink(to_emitter));
+        let chain = AsyncHeadOperator::new(
+            head.engine,
+            Map::new("out", std::convert::identity as fn(u32) -> u32),
+            sink,
+        );
+        let services = HarnessServices::new("async");
+        let parts = BodyParts::new(
+            Vec::new(),
+            services.services.clone(),
+            StdArc::new(TaskMetrics::new("async")),
+            Tracer::off(),
+        );
+        let lock: StdArc<CheckpointLock<TestBody>> = StdArc::new(CheckpointLock::new(
+            ChainBody::new(chain, parts),
+            Fairness::Fair,
+        ));
+        {
+            let mut body = lock.lock();
+            body.restore(None).unwrap();
+            body.open().unwrap();
+            body.process(record(1)).unwrap();
+            body.process(record(2)).unwrap();
+        }
+
+        // The task thread: record 3 finds the queue full and waits on the lock's condition.
+        let cancel = CancellationToken::new();
+        let (entered, waiting) = mpsc::channel();
+        let task = {
+            let lock = StdArc::clone(&lock);
+            let cancel = cancel.clone();
+            std::thread::spawn(move || {
+                let mut body = lock.lock();
+                entered.send(()).unwrap();
+                enter(&mut body, &cancel, |b| b.process(record(3))).unwrap()
+            })
+        };
+        waiting.recv().unwrap();
+        // The task thread held the lock from before its signal until its wait released it, so
+        // this snapshot is taken while it waits (as a trigger from another thread would be).
+        let mut snapshot = TaskSnapshot::new();
+        lock.lock()
+            .checkpoint(CheckpointBarrier::new(1, 0), &mut snapshot)
+            .unwrap();
+        let state: Vec<QueuedInput<u32>> = decode(
+            snapshot
+                .get(&TaskSnapshot::operator_key(0))
+                .expect("the head's state"),
+        )
+        .unwrap();
+        let inputs = |xs: &[u32]| -> Vec<QueuedInput<u32>> {
+            xs.iter().map(|&x| QueuedInput::Record(record(x))).collect()
+        };
+        assert_eq!(
+            state,
+            inputs(&[1, 2, 3]),
+            "the waiting element is in the snapshot"
+        );
+        assert_eq!(calls.invocation_count(), 2, "it was not invoked yet");
+
+        // The emitter's step frees a slot and wakes the task thread, which admits record 3.
+        assert!(calls.complete(&1, vec![10]));
+        let Ok(EmitterMsg::Completion(completion)) = inbox.recv() else {
+            panic!("a completion for the emitter");
+        };
+        {
+            let mut body = lock.lock();
+            body.dispatch_event(0, Box::new(vec![completion])).unwrap();
+            body.notify_all();
+        }
+        assert!(task.join().unwrap(), "admitted, not cancelled");
+        assert_eq!(calls.wait_for_invocations(3)[2].input, 3);
+
+        // The snapshot holds one element more than the capacity, and restores.
+        let function = ManualAsyncFunction::<u32, u32>::new();
+        let calls = function.calls();
+        let head =
+            AsyncHead::new("async", function, AsyncConfig::new(OutputMode::Ordered, 2)).unwrap();
+        let (input, rx) = bounded(8).unwrap();
+        let restored = AsyncWaitStreamTask::new(
+            TaskConfig::new("restored").with_restore(Some(snapshot)),
+            InputGate::new(vec![rx]).unwrap(),
+            head,
+            Vec::<Emitted<u32>>::new(),
+        )
+        .spawn();
+        for x in 1..=3 {
+            calls.wait_for_invocations(x as usize);
+            assert!(calls.complete(&x, vec![x * 10]));
+        }
+        input.send(StreamElement::EndOfInput).unwrap();
+        let metrics = StdArc::clone(restored.metrics());
+        assert!(restored.join().is_finished());
+        assert_eq!(metrics.records_out.get(), 3);
+    }
+
+    #[test]
+    fn an_operator_waiting_for_its_own_events_cannot_follow_the_head() {
+        // A chain's `waits_for_own_events` is what the async operator of another model reports.
+        struct Yielding;
+        impl Operator for Yielding {
+            type In = u32;
+            type Out = u32;
+            fn name(&self) -> &str {
+                "other-async"
+            }
+            fn process_element(
+                &mut self,
+                record: StreamRecord<u32>,
+                ctx: &mut streamtask_core::Context<'_, u32>,
+            ) -> Result<(), streamtask_core::OperatorError> {
+                ctx.collect(record)
+            }
+            fn waits_for_own_events(&self) -> bool {
+                true
+            }
+        }
+        let head = AsyncHead::new(
+            "async",
+            ManualAsyncFunction::<u32, u32>::new(),
+            AsyncConfig::new(OutputMode::Ordered, 2),
+        )
+        .unwrap();
+        let (_input, rx) = bounded::<StreamElement<u32>>(8).unwrap();
+        let refused = AsyncWaitStreamTask::chained(
+            TaskConfig::new("async"),
+            InputGate::new(vec![rx]).unwrap(),
+            head,
+            Map::new("parse", |x: u32| x).then(Yielding),
+            Vec::<Emitted<u32>>::new(),
+        );
+        let error = refused.err().expect("refused");
+        assert_eq!(
+            error,
+            AsyncChainError::WaitsForOwnEvents {
+                chain: "parse -> other-async".to_string()
+            }
+        );
+        assert!(error.to_string().contains("start a new task"));
+    }
 }

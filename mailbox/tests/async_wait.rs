@@ -1,0 +1,148 @@
+//! The mailbox model's async operator, where it differs from the legacy one: checkpoints keep
+//! flowing while its queue is full (soft backpressure), and it can sit in the middle of a chain,
+//! holding what an upstream operator emits beyond its capacity. The behaviours both models
+//! share are the root package's suite (`tests/async_io.rs`).
+
+mod common;
+
+use std::time::Duration;
+
+use streamtask_core::async_io::{AsyncConfig, OutputMode, QueuedInput};
+use streamtask_core::operator::{FlatMap, Map, OperatorExt};
+use streamtask_core::state::decode;
+use streamtask_core::task::{TaskConfig, TaskReport};
+use streamtask_core::testing::ManualAsyncFunction;
+use streamtask_core::{CheckpointBarrier, Clock, ManualClock, StreamRecord, TaskSnapshot};
+use streamtask_mailbox::{AsyncWaitOperator, SourceTask};
+
+use common::{CountingReader, SharedOutput, log, next_report, responder};
+
+fn async_op(
+    capacity: usize,
+    function: ManualAsyncFunction<u64, u64>,
+) -> AsyncWaitOperator<ManualAsyncFunction<u64, u64>> {
+    AsyncWaitOperator::new(
+        "async",
+        function,
+        AsyncConfig::new(OutputMode::Ordered, capacity),
+    )
+    .unwrap()
+}
+
+#[test]
+fn smoke() {
+    let function = ManualAsyncFunction::new();
+    let calls = function.calls();
+    let output = SharedOutput::new();
+    let task = SourceTask::spawn(
+        TaskConfig::new("async"),
+        CountingReader::new(3, &log()),
+        async_op(2, function),
+        output.clone(),
+    );
+    for x in 0..3 {
+        calls.wait_for_invocations(x + 1);
+        assert!(calls.complete(&(x as u64), vec![x as u64 * 10]));
+    }
+    assert!(task.join().is_finished());
+    assert_eq!(output.values(), vec![0, 10, 20]);
+}
+
+#[test]
+fn checkpoints_complete_while_the_queue_is_full() {
+    // Flink yields on a full queue and runs no checkpoint meanwhile (FLINK-39835); here the task
+    // stops reading and the trigger mail runs.
+    let function = ManualAsyncFunction::new();
+    let calls = function.calls();
+    let (responder, reports) = responder("async");
+    let output = SharedOutput::new();
+    let task = SourceTask::spawn(
+        TaskConfig::new("async").with_responder(responder),
+        CountingReader::new(10, &log()),
+        async_op(2, function),
+        output.clone(),
+    );
+    // Two records fill the queue; the reader is not polled again until a slot frees.
+    calls.wait_for_invocations(2);
+    task.trigger_checkpoint(CheckpointBarrier::new(1, 0))
+        .unwrap();
+    let TaskReport::Acknowledged { snapshot, .. } = next_report(&reports) else {
+        panic!("the checkpoint was declined");
+    };
+    let position: u64 = snapshot.get_value(TaskSnapshot::SOURCE).unwrap().unwrap();
+    let in_flight: Vec<QueuedInput<u64>> =
+        decode(snapshot.get(&TaskSnapshot::operator_key(0)).unwrap()).unwrap();
+    assert_eq!(position, 2, "the reader stopped at the full queue");
+    assert_eq!(
+        in_flight,
+        vec![
+            QueuedInput::Record(StreamRecord::new(0)),
+            QueuedInput::Record(StreamRecord::new(1))
+        ],
+        "exactly what the reader emitted and the operator did not yet"
+    );
+    assert_eq!(calls.invocation_count(), 2);
+    for x in 0..10u64 {
+        calls.wait_for_invocations(x as usize + 1);
+        assert!(calls.complete(&x, vec![x]));
+    }
+    assert!(task.join().is_finished());
+    assert_eq!(output.values(), (0..10).collect::<Vec<u64>>());
+}
+
+#[test]
+fn an_async_operator_in_the_middle_of_a_chain_holds_what_a_flat_map_emits_beyond_its_capacity() {
+    // Three results per record into a queue of two: the third is held (part of snapshots),
+    // admitted when a completion mail frees a slot. Timers and completions reach the operator at
+    // its chain index (1) and its results go on through the map behind it.
+    let clock = ManualClock::new(0);
+    let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u64| vec![x + 5000]);
+    let calls = function.calls();
+    let operator = AsyncWaitOperator::new(
+        "async",
+        function,
+        AsyncConfig::new(OutputMode::Ordered, 2).with_timeout(Duration::from_millis(10)),
+    )
+    .unwrap();
+    let chain = FlatMap::new("fan-out", |x: u64, out: &mut Vec<u64>| {
+        out.extend([x, x + 100, x + 200]);
+    })
+    .then(operator)
+    .then(Map::new("scale", |x: u64| x * 10));
+    let output = SharedOutput::new();
+    let task = SourceTask::spawn(
+        TaskConfig::new("chain").with_clock(Clock::Manual(clock.clone())),
+        CountingReader::new(2, &log()),
+        chain,
+        output.clone(),
+    );
+    let inputs = |n: usize| -> Vec<u64> {
+        calls
+            .wait_for_invocations(n)
+            .into_iter()
+            .map(|c| c.input)
+            .collect()
+    };
+    assert_eq!(inputs(2), vec![0, 100]);
+    assert!(calls.complete(&0, vec![0]));
+    assert_eq!(
+        inputs(3),
+        vec![0, 100, 200],
+        "the held third result was admitted"
+    );
+    assert!(calls.complete(&100, vec![100]));
+    assert!(calls.complete(&200, vec![200]));
+    assert_eq!(inputs(5), vec![0, 100, 200, 1, 101]);
+    assert!(calls.complete(&1, vec![1]));
+    assert_eq!(inputs(6), vec![0, 100, 200, 1, 101, 201]);
+    assert!(calls.complete(&101, vec![101]));
+    // Record 201 times out: the timer mail reaches the operator at index 1.
+    clock.advance(11);
+    assert!(task.join().is_finished());
+    assert_eq!(
+        output.values(),
+        vec![0, 1000, 2000, 10, 1010, 52010],
+        "in input order, through the map"
+    );
+    assert_eq!(calls.timeouts().len(), 1);
+}
