@@ -1,0 +1,568 @@
+//! [`HandoffReader`]: a legacy [`SourceFunction`] as a new-style [`SourceReader`], through a
+//! bounded handoff that is part of the checkpoint. No Flink version offers this.
+//!
+//! # Where things live
+//!
+//! | part | owner | lock |
+//! |---|---|---|
+//! | the function | the source thread (`<source>-handoff`) | - |
+//! | the source's state, the context's bookkeeping, the **handoff** (bounded), the source's end | the checkpoint lock ([`SourceCell`]) | this reader's own, not the task's |
+//! | the batch taken from the handoff, not yet emitted | the reader (mailbox thread) | - |
+//!
+//! The chain behind the reader belongs to the mailbox thread alone, as in any mailbox source
+//! task, so operators that wait for their own events (async I/O) may chain behind it. The price
+//! is one queue hop per record, and a checkpoint that holds the records in flight.
+//!
+//! # The protocol
+//!
+//! ```text
+//! source thread (run_source)                    mailbox thread (poll_next / snapshot_state)
+//! --------------------------                    -------------------------------------------
+//! ctx.lock():                                   batch empty? lock { swap the handoff's queue
+//!   handoff full? wait on the lock's condition           with the empty batch; notify_all }
+//!   (lock released) BEFORE the section starts    emit one element of the batch per poll
+//! section: update state, emit -> handoff         nothing? NothingAvailable, then
+//!   first element after a registration wakes       register_waker: lock { ready ? wake now
+//!   the reader's waker                                               : keep the waker }
+//! unlock (notify_all)                           snapshot_state: lock { state + batch + handoff
+//! finite: lock { end_input: Finished; wake }                          + finished }
+//! failed: lock { Failed(error); wake }
+//! ```
+//!
+//! - **Consistency.** A section of the source is atomic with respect to the mailbox thread: the
+//!   context waits for room only *before* a section starts (never mid-section), and the mailbox
+//!   thread touches the handoff only under the lock. So every snapshot holds a source state and
+//!   exactly the records emitted before it and not yet passed downstream. Restoring replays
+//!   those records first, then restarts the function from the state: exactly once. The handoff
+//!   may overrun its capacity by what one section emits.
+//! - **No lost wakeup.** The reader registers its waker under the lock after checking the
+//!   handoff under that same lock; the source adds elements under the lock and takes (and wakes)
+//!   the waker when it does. The wake happens inside the source's section; the woken mailbox
+//!   thread needs the lock to read, so it sees the section only once it has ended. (Waking at the
+//!   very end of the section would need a per-section hook in `streamtask-legacy`'s guard, a
+//!   virtual call on the legacy model's per-record path.) No busy loop: a reader with nothing to
+//!   emit sleeps until woken.
+//! - **Room.** Taking a batch frees room; the reader notifies the lock's condition, waking a
+//!   source that waits for it.
+//! - **Close.** [`close`](SourceReader::close) cancels the source's token (which wakes a source
+//!   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
+//!   the grace period; a source that ignores cancellation is left behind and reported as
+//!   ignoring it, rather than hanging the task.
+//!
+//! # Context timers
+//!
+//! Under ingestion time or with an idle timeout the source's context needs timers; this reader
+//! then runs a timer thread of its own (`<source>-handoff-timers`) that fires them under the
+//! lock, as the legacy model's timer thread does. Processing time comes from the reader's
+//! [`Clock`] (set it to the task's with [`HandoffReader::with_clock`]).
+
+mod buffer;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc as StdArc;
+use std::task::Waker;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use streamtask_core::state::{decode, encode};
+use streamtask_core::sync::{Arc, Mutex, thread};
+use streamtask_core::task::TaskError;
+use streamtask_core::{
+    Clock, OperatorError, Timer, TimerError, TimerHandle, TimerScheduler, TimerService, catch_panic,
+};
+use streamtask_legacy::{
+    CancellationToken, CheckpointLock, DEFAULT_CANCEL_GRACE, Emission, Fairness, SourceCell,
+    SourceContextConfig, SourceEnd, SourceFunction, TimeCharacteristic, run_source,
+};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+
+use self::buffer::{Handoff, HandoffEnd, HandoffItem, Pending, Restored, SnapshotRef};
+use crate::task::SourceExit;
+
+/// Elements the handoff holds before the source waits for room, unless set.
+pub const DEFAULT_HANDOFF_CAPACITY: usize = 1024;
+
+type HandoffCell<F> = SourceCell<<F as SourceFunction>::State, Handoff<<F as SourceFunction>::Out>>;
+type HandoffLock<F> = CheckpointLock<HandoffCell<F>>;
+
+/// Where the reader's source is.
+///
+/// | phase | moves to | by |
+/// |---|---|---|
+/// | `Idle` (the function waits for the first poll) | `Running`, `Closed` | first `poll_next`; `close` |
+/// | `Running` (the function runs on its thread) | `Closed` | `close` |
+/// | `FinishedOnRestore` (the snapshot says the function had finished: it is not run again) | `Closed` | `close` |
+/// | `Closed` | - | - |
+enum Phase<F> {
+    Idle(F),
+    Running(SourceThread),
+    FinishedOnRestore,
+    Closed,
+}
+
+struct SourceThread {
+    thread: thread::JoinHandle<()>,
+    cancel: CancellationToken,
+    exit: Arc<SourceExit>,
+}
+
+/// What the mailbox thread last learned about the source's end.
+enum Seen {
+    Open,
+    Finished,
+    Failed(OperatorError),
+    /// The failure was returned from `poll_next` already.
+    Reported,
+}
+
+/// A legacy [`SourceFunction`] run as a new-style [`SourceReader`]: the function runs on a
+/// thread of its own and emits, under a lock it shares with nobody but this reader, into a
+/// bounded handoff; the reader polls the handoff on the mailbox thread. A checkpoint holds the
+/// source's state and the handoff's contents together; a restore replays the handoff first.
+/// See the [module docs](self) for the protocol and the trade-off.
+///
+/// Its records must be serializable: records in flight are part of the checkpoint.
+///
+/// # Examples
+///
+/// A legacy counting source in a mailbox [`SourceTask`](streamtask_mailbox::SourceTask):
+///
+/// ```
+/// use streamtask_bridge::HandoffReader;
+/// use streamtask_core::operator::{Emitted, Map};
+/// use streamtask_core::task::TaskConfig;
+/// use streamtask_core::OperatorError;
+/// use streamtask_legacy::{SourceContext, SourceFunction};
+/// use streamtask_mailbox::SourceTask;
+///
+/// struct Count(u64);
+///
+/// impl SourceFunction for Count {
+///     type Out = u64;
+///     type State = u64;
+///     fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
+///         while !ctx.is_cancelled() {
+///             let mut locked = ctx.lock();
+///             let n = *locked.state();
+///             if n == self.0 {
+///                 return Ok(());
+///             }
+///             locked.collect(n)?;
+///             *locked.state_mut() = n + 1;
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let reader = HandoffReader::new(Count(100)).with_capacity(16);
+/// let task = SourceTask::spawn(
+///     TaskConfig::new("count"),
+///     reader,
+///     Map::new("square", |n: u64| n * n),
+///     Vec::<Emitted<u64>>::new(),
+/// );
+/// assert!(task.join().is_finished());
+/// ```
+pub struct HandoffReader<F: SourceFunction> {
+    name: String,
+    capacity: usize,
+    context: SourceContextConfig,
+    clock: Clock,
+    grace: Duration,
+    phase: Phase<F>,
+    lock: Option<Arc<HandoffLock<F>>>,
+    timers: Option<StdArc<TimerScheduler>>,
+    /// Elements taken from the handoff, not yet emitted (restored ones first).
+    batch: VecDeque<HandoffItem<F::Out>>,
+    seen: Seen,
+}
+
+impl<F> HandoffReader<F>
+where
+    F: SourceFunction,
+    F::Out: Serialize + DeserializeOwned,
+{
+    /// A reader running `function`: a handoff of [`DEFAULT_HANDOFF_CAPACITY`] elements, a
+    /// processing-time context, the system clock, and `DEFAULT_CANCEL_GRACE` to stop.
+    pub fn new(function: F) -> Self {
+        HandoffReader {
+            name: function.name().to_string(),
+            capacity: DEFAULT_HANDOFF_CAPACITY,
+            context: SourceContextConfig::default(),
+            clock: Clock::System,
+            grace: DEFAULT_CANCEL_GRACE,
+            phase: Phase::Idle(function),
+            lock: None,
+            timers: None,
+            batch: VecDeque::new(),
+            seen: Seen::Open,
+        }
+    }
+
+    /// Elements (records, watermarks, status changes) the handoff holds before the source waits
+    /// for room; at least 1. The checkpoint holds up to this many records in flight (plus what
+    /// one locked section emits past it).
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// The source context's flavour, watermark interval and idle timeout.
+    pub fn with_context(mut self, context: SourceContextConfig) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// Where the source's processing time comes from (the task's clock, typically).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long [`close`](SourceReader::close) waits for a cancelled source to return before
+    /// reporting that it ignored cancellation.
+    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Elements handed off by the source and not yet emitted downstream (what a checkpoint
+    /// taken now would hold besides the source's state).
+    pub fn pending(&self) -> usize {
+        let in_handoff = self
+            .lock
+            .as_ref()
+            .map_or(0, |lock| lock.lock().output().items.len());
+        self.batch.len() + in_handoff
+    }
+
+    /// The lock, created at first use (the builder settings are final by then).
+    fn lock(&mut self) -> &Arc<HandoffLock<F>> {
+        if self.lock.is_none() {
+            let (lock, timers) = self.create_lock();
+            self.lock = Some(lock);
+            self.timers = timers;
+        }
+        self.lock.as_ref().expect("created above")
+    }
+
+    fn create_lock(&self) -> (Arc<HandoffLock<F>>, Option<StdArc<TimerScheduler>>) {
+        let needs_timers = self.context.time() == TimeCharacteristic::IngestionTime
+            || self.context.idle_timeout_ms().is_some();
+        if !needs_timers {
+            let timers: StdArc<dyn TimerService> = StdArc::new(ClockOnly(self.clock.clone()));
+            let lock = Arc::new(self.new_lock(timers));
+            return (lock, None);
+        }
+        // The timer thread fires under the lock, which holds the emission, which holds the
+        // timers: the slot breaks the knot, and shutting the scheduler down ends its thread
+        // (and with it the closure holding the lock).
+        let slot: Arc<Mutex<Option<Arc<HandoffLock<F>>>>> = Arc::new(Mutex::new(None));
+        let fire_slot = Arc::clone(&slot);
+        let error_slot = Arc::clone(&slot);
+        let scheduler = StdArc::new(TimerScheduler::spawn(
+            &format!("{}-handoff-timers", self.name),
+            self.clock.clone(),
+            move |timer: Timer| -> Result<(), OperatorError> {
+                let lock = fire_slot.lock().clone();
+                match lock {
+                    Some(lock) => lock.lock().on_context_timer::<F::Out>(timer),
+                    None => Ok(()),
+                }
+            },
+            move |error: OperatorError| {
+                let lock = error_slot.lock().clone();
+                if let Some(lock) = lock {
+                    let mut cell = lock.lock();
+                    let handoff = cell.output_mut();
+                    if matches!(handoff.end, HandoffEnd::Open) {
+                        handoff.end = HandoffEnd::Failed(Some(error));
+                    }
+                    handoff.wake();
+                }
+            },
+        ));
+        let timers: StdArc<dyn TimerService> = scheduler.clone();
+        let lock = Arc::new(self.new_lock(timers));
+        *slot.lock() = Some(Arc::clone(&lock));
+        (lock, Some(scheduler))
+    }
+
+    fn new_lock(&self, timers: StdArc<dyn TimerService>) -> HandoffLock<F> {
+        let cell = SourceCell::new(
+            F::State::default(),
+            Emission::new(self.context, timers),
+            Handoff::new(self.capacity),
+        );
+        CheckpointLock::new(cell, Fairness::Eventual)
+    }
+
+    /// Starts the function on its thread, if it waits for the first poll.
+    fn start(&mut self) {
+        if !matches!(self.phase, Phase::Idle(_)) {
+            return;
+        }
+        let lock = Arc::clone(self.lock());
+        let Phase::Idle(function) = std::mem::replace(&mut self.phase, Phase::Closed) else {
+            unreachable!("checked above");
+        };
+        let cancel = CancellationToken::new();
+        let exit = Arc::new(SourceExit::new());
+        let timers = self.timers.clone();
+        let thread = {
+            let (cancel, exit) = (cancel.clone(), Arc::clone(&exit));
+            streamtask_core::sync::spawn_named(format!("{}-handoff", self.name), move || {
+                run_handoff_source(function, &lock, &cancel);
+                if !exit.source_ended() {
+                    // `close` gave up on this thread: shut the context's timers down here.
+                    if let Some(timers) = timers {
+                        timers.shutdown();
+                    }
+                }
+            })
+        };
+        self.phase = Phase::Running(SourceThread {
+            thread,
+            cancel,
+            exit,
+        });
+    }
+
+    /// Takes everything the handoff holds into the (empty) batch, and notes the source's end.
+    fn refill(&mut self) {
+        if matches!(self.phase, Phase::FinishedOnRestore) {
+            self.seen = Seen::Finished;
+            return;
+        }
+        self.start();
+        let lock = Arc::clone(self.lock());
+        let mut cell = lock.lock();
+        let handoff = cell.output_mut();
+        if !handoff.items.is_empty() {
+            // Swap rather than copy: the handoff keeps the batch's (empty, allocated) queue.
+            std::mem::swap(&mut handoff.items, &mut self.batch);
+            // Room was freed under the lock: wake a source waiting for it.
+            cell.notify_all();
+        }
+        if matches!(self.seen, Seen::Reported) {
+            return;
+        }
+        match &mut cell.output_mut().end {
+            HandoffEnd::Open | HandoffEnd::Stopped => {}
+            HandoffEnd::Finished => self.seen = Seen::Finished,
+            HandoffEnd::Failed(error) => {
+                if let Some(error) = error.take() {
+                    self.seen = Seen::Failed(error);
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self) -> Result<(), OperatorError> {
+        let stopped = match std::mem::replace(&mut self.phase, Phase::Closed) {
+            Phase::Running(source) => {
+                source.cancel.cancel();
+                if source.exit.wait_ended(self.grace) {
+                    // Its failures went through the handoff; joining only reaps it.
+                    let _ = source.thread.join();
+                    true
+                } else {
+                    false // dropping the handle detaches the thread; it cleans up itself
+                }
+            }
+            Phase::Idle(_) | Phase::FinishedOnRestore | Phase::Closed => true,
+        };
+        if !stopped {
+            log::warn!(
+                "{}: the source ignored cancellation for {:?}; its thread is left behind",
+                self.name,
+                self.grace
+            );
+            return Err(OperatorError::user(
+                self.name.clone(),
+                TaskError::CancellationIgnored {
+                    grace_ms: u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX),
+                },
+            ));
+        }
+        if let Some(timers) = self.timers.take() {
+            timers.shutdown();
+        }
+        Ok(())
+    }
+}
+
+/// The source thread's body: the function through `run_source`, then its end into the handoff.
+fn run_handoff_source<F: SourceFunction>(
+    mut function: F,
+    lock: &Arc<HandoffLock<F>>,
+    cancel: &CancellationToken,
+) {
+    let result = catch_panic(|| run_source(&mut function, lock, cancel));
+    let name = function.name().to_string();
+    drop(function);
+    let mut cell = lock.lock();
+    let handoff = cell.output_mut();
+    match result {
+        // `end_input` already marked it finished.
+        Ok(Ok(SourceEnd::Finished)) => {}
+        Ok(Ok(SourceEnd::Cancelled)) => handoff.end = HandoffEnd::Stopped,
+        Ok(Err(error)) => handoff.end = HandoffEnd::Failed(Some(error)),
+        Err(panic) => {
+            handoff.end = HandoffEnd::Failed(Some(OperatorError::user(
+                name,
+                format!("panicked: {panic}"),
+            )));
+        }
+    }
+    handoff.wake();
+}
+
+impl<F> SourceReader<F::Out> for HandoffReader<F>
+where
+    F: SourceFunction,
+    F::Out: Serialize + DeserializeOwned,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+        let lock = Arc::clone(self.lock());
+        let Some(bytes) = state else {
+            return Ok(());
+        };
+        let restored: Restored<F::State, F::Out> =
+            decode(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?;
+        *lock.lock().state_mut() = restored.state;
+        // Replayed before anything the restarted function emits.
+        self.batch = restored.pending;
+        if restored.finished {
+            self.phase = Phase::FinishedOnRestore;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn poll_next(
+        &mut self,
+        output: &mut ReaderOutput<'_, F::Out>,
+    ) -> Result<InputStatus, OperatorError> {
+        if self.batch.is_empty() {
+            self.refill();
+        }
+        match self.batch.pop_front() {
+            Some(HandoffItem::Record(record)) => output.collect_record(record)?,
+            Some(HandoffItem::Watermark(watermark)) => output.emit_watermark(watermark)?,
+            // Activity is implied by the next record or watermark.
+            Some(HandoffItem::Status(status)) => {
+                if status == streamtask_core::StreamStatus::Idle {
+                    output.mark_idle()?;
+                }
+            }
+            None => {
+                return match std::mem::replace(&mut self.seen, Seen::Reported) {
+                    Seen::Open => {
+                        self.seen = Seen::Open;
+                        Ok(InputStatus::NothingAvailable)
+                    }
+                    Seen::Finished => {
+                        self.seen = Seen::Finished;
+                        Ok(InputStatus::EndOfInput)
+                    }
+                    Seen::Failed(error) => Err(error),
+                    Seen::Reported => Err(OperatorError::user(
+                        self.name.clone(),
+                        "the source failed earlier; the task must not poll it again",
+                    )),
+                };
+            }
+        }
+        Ok(InputStatus::MoreAvailable)
+    }
+
+    fn register_waker(&mut self, waker: &Waker) {
+        if !self.batch.is_empty() || !matches!(self.seen, Seen::Open) {
+            waker.wake_by_ref();
+            return;
+        }
+        match self.phase {
+            Phase::Running(_) => {
+                let lock = Arc::clone(self.lock());
+                lock.lock().output_mut().register(waker);
+            }
+            // Nothing will ever arrive: let the task poll and see that.
+            Phase::Idle(_) | Phase::FinishedOnRestore | Phase::Closed => waker.wake_by_ref(),
+        }
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        let finished_on_restore = matches!(self.phase, Phase::FinishedOnRestore);
+        let lock = Arc::clone(self.lock());
+        let cell = lock.lock();
+        let handoff = cell.output();
+        let snapshot = SnapshotRef {
+            state: cell.state(),
+            pending: Pending(&self.batch, &handoff.items),
+            finished: finished_on_restore || matches!(handoff.end, HandoffEnd::Finished),
+        };
+        encode(&snapshot).map_err(|e| OperatorError::state(self.name.clone(), e))
+    }
+
+    fn close(&mut self) -> Result<(), OperatorError> {
+        self.stop()
+    }
+}
+
+impl<F: SourceFunction> Drop for HandoffReader<F> {
+    fn drop(&mut self) {
+        // Stop and join the source thread (bounded by the grace period) if `close` did not.
+        if let Phase::Running(source) = std::mem::replace(&mut self.phase, Phase::Closed) {
+            source.cancel.cancel();
+            if source.exit.wait_ended(self.grace) {
+                let _ = source.thread.join();
+            } else {
+                return; // the source thread shuts the timers down if it ever returns
+            }
+        }
+        if let Some(timers) = self.timers.take() {
+            timers.shutdown();
+        }
+    }
+}
+
+impl<F: SourceFunction> fmt::Debug for HandoffReader<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match self.phase {
+            Phase::Idle(_) => "idle",
+            Phase::Running(_) => "running",
+            Phase::FinishedOnRestore => "finished on restore",
+            Phase::Closed => "closed",
+        };
+        f.debug_struct("HandoffReader")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .field("phase", &phase)
+            .field("batch", &self.batch.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Processing time for a context that registers no timers (processing time, or event time
+/// without an idle timeout).
+struct ClockOnly(Clock);
+
+impl TimerService for ClockOnly {
+    fn current_processing_time(&self) -> i64 {
+        self.0.now_millis()
+    }
+
+    fn register_timer(&self, _timer: Timer) -> Result<TimerHandle, TimerError> {
+        // Unreachable with the flavours this service is used for; refuse rather than drop.
+        Err(TimerError::ShutDown)
+    }
+
+    fn cancel_timer(&self, _handle: TimerHandle) {}
+}

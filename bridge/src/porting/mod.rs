@@ -1,0 +1,296 @@
+//! The porting kit: proves that a new-style [`SourceReader`] is a faithful port of a legacy
+//! [`SourceFunction`], in the user's own test suite.
+//!
+//! [`PortingKit::run`] runs both on the same input with the same checkpoint schedule, counted in
+//! records and driven by a [`ManualClock`](streamtask_core::ManualClock) (no wall-clock time
+//! anywhere, so a run is deterministic), fails and restores each side from its *own* snapshots
+//! at the same points, and compares what each committed: the records up to every checkpoint,
+//! and the final output. On the first difference it returns a [`Divergence`] naming the record
+//! (its index and both values) and the checkpoint involved.
+//!
+//! # How each side runs
+//!
+//! | | legacy source | reader |
+//! |---|---|---|
+//! | thread | its own, through `run_source`, as in every legacy task | the calling thread, polled as a mailbox task polls |
+//! | quiet point (where checkpoints and failures happen) | between two locked sections: the kit's backend reports no capacity once the next stop is reached, so the source waits before its next section | between two `poll_next` calls |
+//! | snapshot | the source state, under the lock (`TaskSnapshot::SOURCE`) | `snapshot_state`, then `notify_checkpoint_complete` |
+//! | restore | a new instance from the factory, state from its latest snapshot | a new instance, `restore_state` with its latest snapshot |
+//! | processing time | a manual clock: `start` ms, `step` ms more after every checkpoint; context timers fire then | - |
+//!
+//! A checkpoint or failure scheduled "after N records" happens at each side's first quiet point
+//! at or after N records. If one locked section of the legacy source emits several records and
+//! one poll of the reader emits one, the two stop at different places: the kit reports that as a
+//! [`Divergence::Checkpoint`] (the committed output at that checkpoint differs), and the fix is
+//! either a port that emits per poll what the source emits per section, or a schedule both can
+//! stop at.
+//!
+//! Only records (value and timestamp) are compared; watermarks and stream status are not.
+//!
+//! # Examples
+//!
+//! A counting source, and a port that checkpoints its position:
+//!
+//! ```
+//! use std::task::Waker;
+//! use streamtask_bridge::porting::PortingKit;
+//! use streamtask_core::OperatorError;
+//! use streamtask_core::state::{decode, encode};
+//! use streamtask_legacy::{SourceContext, SourceFunction};
+//! use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+//!
+//! struct Count;
+//!
+//! impl SourceFunction for Count {
+//!     type Out = u64;
+//!     type State = u64;
+//!     fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
+//!         while !ctx.is_cancelled() {
+//!             let mut locked = ctx.lock();
+//!             let n = *locked.state();
+//!             if n == 50 {
+//!                 return Ok(());
+//!             }
+//!             locked.collect(n)?;
+//!             *locked.state_mut() = n + 1;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! struct CountReader { next: u64 }
+//!
+//! impl SourceReader<u64> for CountReader {
+//!     fn name(&self) -> &str { "count" }
+//!     fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+//!         if let Some(bytes) = state {
+//!             self.next = decode(bytes).map_err(|e| OperatorError::state("count", e))?;
+//!         }
+//!         Ok(())
+//!     }
+//!     fn poll_next(&mut self, out: &mut ReaderOutput<'_, u64>) -> Result<InputStatus, OperatorError> {
+//!         if self.next == 50 {
+//!             return Ok(InputStatus::EndOfInput);
+//!         }
+//!         out.collect(self.next)?;
+//!         self.next += 1;
+//!         Ok(InputStatus::MoreAvailable)
+//!     }
+//!     fn register_waker(&mut self, waker: &Waker) { waker.wake_by_ref() }
+//!     fn snapshot_state(&mut self, _id: u64) -> Result<Vec<u8>, OperatorError> {
+//!         encode(&self.next).map_err(|e| OperatorError::state("count", e))
+//!     }
+//! }
+//!
+//! let report = PortingKit::new(|| Count, || CountReader { next: 0 })
+//!     .checkpoint_every(10)
+//!     .fail_after([15, 32])
+//!     .run()
+//!     .unwrap();
+//! assert_eq!(report.records.len(), 50);
+//! assert_eq!(report.restores[0].from_checkpoint, Some(1));
+//! ```
+
+mod ledger;
+mod legacy;
+mod reader;
+mod report;
+
+use std::fmt;
+use std::time::Duration;
+
+use streamtask_legacy::{SourceContextConfig, SourceFunction};
+use streamtask_mailbox::SourceReader;
+
+use self::ledger::{Ledger, Schedule};
+
+pub use self::report::{
+    CheckpointSummary, Divergence, PortingError, PortingReport, RestoreSummary, Side,
+};
+
+/// How long a side may make no progress before the kit gives up on it, unless set.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Processing time on the legacy side.
+#[derive(Debug, Clone, Copy)]
+struct ClockPlan {
+    start_millis: i64,
+    step_millis: i64,
+}
+
+/// Everything both sides follow.
+#[derive(Debug, Clone)]
+struct Plan {
+    schedule: Schedule,
+    context: SourceContextConfig,
+    clock: ClockPlan,
+    timeout: Duration,
+}
+
+/// Runs a legacy source and its port side by side and compares them. See the
+/// [module docs](self).
+///
+/// A builder: [`new`](Self::new) takes the two factories (each call makes a fresh instance over
+/// the same input), `checkpoint_*`, `fail_after`, `stop_after` and `with_*` set the plan, and
+/// [`run`](Self::run) runs it.
+pub struct PortingKit<L, R> {
+    legacy: L,
+    reader: R,
+    plan: Plan,
+    zero_interval: bool,
+}
+
+impl<L, R> PortingKit<L, R> {
+    /// A kit comparing the sources `legacy()` makes with the readers `reader()` makes; no
+    /// checkpoints or failures yet, an event-time context (the legacy source's timestamps and
+    /// watermarks pass through, as a reader's do), a manual clock at 0 moving 1000 ms per
+    /// checkpoint, and [`DEFAULT_TIMEOUT`].
+    pub fn new(legacy: L, reader: R) -> Self {
+        PortingKit {
+            legacy,
+            reader,
+            plan: Plan {
+                schedule: Schedule::default(),
+                context: SourceContextConfig::event_time(),
+                clock: ClockPlan {
+                    start_millis: 0,
+                    step_millis: 1000,
+                },
+                timeout: DEFAULT_TIMEOUT,
+            },
+            zero_interval: false,
+        }
+    }
+
+    /// Checkpoints after every `records` records (at the first quiet point at or after each
+    /// multiple).
+    pub fn checkpoint_every(mut self, records: u64) -> Self {
+        if records == 0 {
+            self.zero_interval = true;
+        } else {
+            self.plan.schedule.every = Some(records);
+        }
+        self
+    }
+
+    /// Checkpoints after each of these record counts (besides any `checkpoint_every`).
+    pub fn checkpoint_at(mut self, records: impl IntoIterator<Item = u64>) -> Self {
+        self.plan.schedule.at.extend(records);
+        self.plan.schedule.at.sort_unstable();
+        self.plan.schedule.at.dedup();
+        self
+    }
+
+    /// Fails each side once after each of these record counts: what it emitted since its latest
+    /// checkpoint is dropped, and a new instance restores from that checkpoint's snapshot (or
+    /// starts afresh before the first checkpoint).
+    pub fn fail_after(mut self, records: impl IntoIterator<Item = u64>) -> Self {
+        self.plan.schedule.failures.extend(records);
+        self
+    }
+
+    /// Ends the run after `records` records (for sources that never end on their own); the
+    /// committed output is cut there.
+    pub fn stop_after(mut self, records: u64) -> Self {
+        self.plan.schedule.limit = Some(records);
+        self
+    }
+
+    /// The legacy source's context flavour (event time unless set).
+    pub fn with_context(mut self, context: SourceContextConfig) -> Self {
+        self.plan.context = context;
+        self
+    }
+
+    /// The legacy side's manual clock: starts at `start_millis`, moves `step_millis` after every
+    /// checkpoint.
+    pub fn with_clock(mut self, start_millis: i64, step_millis: i64) -> Self {
+        self.plan.clock = ClockPlan {
+            start_millis,
+            step_millis,
+        };
+        self
+    }
+
+    /// How long a side may make no progress (emit, end, or return once cancelled) before the
+    /// kit reports it as stalled: a hang guard, not a timing check.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.plan.timeout = timeout;
+        self
+    }
+}
+
+impl<F, Rd, L, R> PortingKit<L, R>
+where
+    L: FnMut() -> F,
+    R: FnMut() -> Rd,
+    F: SourceFunction,
+    F::Out: Clone + PartialEq + fmt::Debug,
+    Rd: SourceReader<F::Out>,
+{
+    /// Runs the legacy side, then the reader side, and compares them.
+    ///
+    /// # Errors
+    ///
+    /// [`PortingError::Diverged`] with the first difference; [`PortingError::Failed`] if a
+    /// side failed; [`PortingError::Stalled`] if one made no progress within the timeout;
+    /// [`PortingError::ZeroInterval`] for `checkpoint_every(0)`.
+    pub fn run(mut self) -> Result<PortingReport<F::Out>, PortingError<F::Out>> {
+        if self.zero_interval {
+            return Err(PortingError::ZeroInterval);
+        }
+        let legacy = legacy::run(&mut self.legacy, &self.plan)?;
+        let reader = reader::run(&mut self.reader, &self.plan)?;
+        compare(&legacy, &reader)?;
+        Ok(PortingReport {
+            records: legacy.committed,
+            checkpoints: legacy.checkpoints,
+            restores: legacy.restores,
+        })
+    }
+}
+
+/// The first difference between the two sides' committed outputs, then between their
+/// checkpoints.
+fn compare<T: Clone + PartialEq, A, B>(
+    legacy: &Ledger<T, A>,
+    reader: &Ledger<T, B>,
+) -> Result<(), PortingError<T>> {
+    let longest = legacy.committed.len().max(reader.committed.len());
+    for index in 0..longest {
+        let (l, r) = (legacy.committed.get(index), reader.committed.get(index));
+        if l != r {
+            let index = index as u64;
+            return Err(PortingError::Diverged(Divergence::Record {
+                index,
+                legacy: l.cloned(),
+                reader: r.cloned(),
+                checkpoint: legacy.committed_by(index),
+                legacy_restored_from: legacy.restored_from(index),
+                reader_restored_from: reader.restored_from(index),
+            }));
+        }
+    }
+    let checkpoints = legacy.checkpoints.len().max(reader.checkpoints.len());
+    for k in 0..checkpoints {
+        let (l, r) = (legacy.checkpoints.get(k), reader.checkpoints.get(k));
+        if l != r {
+            return Err(PortingError::Diverged(Divergence::Checkpoint {
+                checkpoint: k as u64 + 1,
+                legacy_records: l.map(|c| c.records),
+                reader_records: r.map(|c| c.records),
+            }));
+        }
+    }
+    Ok(())
+}
+
+impl<L, R> fmt::Debug for PortingKit<L, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PortingKit")
+            .field("schedule", &self.plan.schedule)
+            .field("context", &self.plan.context)
+            .field("timeout", &self.plan.timeout)
+            .finish_non_exhaustive()
+    }
+}
