@@ -1,22 +1,13 @@
 //! [`ActionExecutor`]: how the processor reaches the task state, the seam the bridge implements.
 //!
-//! Every action mail and every default-action step is a function of `&mut S`, the task state.
-//! The processor does not hold `S` itself; it asks its action executor to run the function:
-//!
-//! - [`Immediate`] owns the state and calls the function inline. This crate's tasks use it: the
-//!   task thread owns its operator chain outright, so no lock exists on this side at all.
-//! - The bridge (legacy sources in the mailbox model) keeps the state inside the checkpoint lock,
-//!   shared with the legacy source thread; its executor takes the lock around each call, so every
-//!   mail runs under the lock exactly as Flink's `SynchronizedStreamTaskActionExecutor` does.
-//!
-//! Control mails (poison, resume, failure reports) never go through the executor: they change
-//! only the processor's own flags, so a control mail can always run even while another thread
-//! holds the lock.
+#![doc = include_str!("action.md")]
 
 use std::fmt;
 
 /// Runs actions on the task state `S` on behalf of the
-/// [`MailboxProcessor`](crate::MailboxProcessor). See the [module docs](self).
+/// [`MailboxProcessor`](crate::MailboxProcessor).
+///
+#[doc = include_str!("action.md")]
 ///
 /// # Examples
 ///

@@ -1,5 +1,94 @@
-//! streamtask-mailbox (in progress).
+//! The mailbox threading model (Flink 1.10+): one task thread owns all task state; it runs a
+//! priority mailbox of actions ("mails": checkpoints, timers, events, control) and, whenever no
+//! mail is waiting, one step of its default action (process one input). Other threads only
+//! enqueue mails or wake wakers.
+//!
+//! # Contents
+//!
+//! | part | what | Flink |
+//! |---|---|---|
+//! | [`TaskMailbox`], [`Mail`], [`Priority`] | the priority mailbox of one owner thread: states OPEN -> QUIESCED -> CLOSED, private batch, one-load "no mail" check | `TaskMailboxImpl` |
+//! | [`MailboxProcessor`], [`Controller`], [`Suspension`], [`ProcessorHandle`] | the loop; default-action suspension and resume; poison and suspend; failure reports | `MailboxProcessor` |
+//! | [`ActionExecutor`], [`Immediate`] | how mails reach the task state: the seam the bridge plugs its checkpoint lock into | `StreamTaskActionExecutor` |
+//! | [`MailboxExecutor`], [`SubmitHandle`] | execute and submit from any thread; yield on the owner | `MailboxExecutorImpl` |
+//! | [`MailboxTimerService`], [`MailboxEvents`], [`OperatorMails`] | timers and operator events as mails at the operator's priority | `ProcessingTimeServiceImpl` |
+//! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
+//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks behind the control surface every model shares | `StreamTask` |
+//!
+//! Protocols are written out where they live: the mailbox states and the lost-wakeup argument in
+//! [`TaskMailbox`]'s module, the loop, suspension and poison protocols in
+//! [`MailboxProcessor`]'s, the reader's availability protocol in [`SourceReader`]'s, and the
+//! task lifecycle (soft backpressure, end of input, outcome) in [`SourceTask`]'s.
+//!
+//! # Rust ownership and the mailbox
+//!
+//! Every action is a function of `&mut S`, the task state, run on the task thread. This crate's
+//! tasks own `S` outright ([`Immediate`]), so no lock exists on their side. An operator that
+//! holds `&mut self` cannot run mails from inside itself (every mail needs the state it is part
+//! of), so Flink's re-entrant `yield` has no Rust counterpart inside operators: an operator that
+//! waits for its own completions reports [`accepts_input`](streamtask_core::Operator::accepts_input)
+//! `== false`, the task suspends its default action, and the completion mail resumes it (soft
+//! backpressure). Checkpoints keep flowing meanwhile.
+//!
+//! # For the bridge: the two seams
+//!
+//! - **[`ActionExecutor`]**: build a processor with
+//!   [`ProcessorBuilder::build`]`(executor)` where `executor.run(f)` takes the checkpoint lock
+//!   around `f(&mut state)`. Every action mail and default-action step then runs under the lock;
+//!   control mails (poison, resume, failure reports) never do. Use [`ProcessorHandle`] from the
+//!   legacy source thread: `all_actions_completed` when the source finishes, `report_failure`
+//!   when it fails. Give operators [`MailboxTimerService`] and [`MailboxEvents`] by implementing
+//!   [`OperatorMails`] on the state.
+//! - **[`SourceReader`]**: the handoff reader implements it (object safe); the task calls
+//!   `register_waker` after every [`InputStatus::NothingAvailable`] and the reader must wake it
+//!   once data may be available, at once if it already is.
+//!
+//! # Name families
+//!
+//! `put` / `put_first`; `take` / `try_take` (`try_` never blocks); `yield_now` / `try_yield`;
+//! `execute` (fire and forget) / `submit` (with a handle). Errors are small enums per operation;
+//! a refused mail or action is handed back ([`PutError::into_inner`], [`Rejected::into_inner`]).
+//!
+//! # Examples
+//!
+//! A mail and a poison mail from another thread: the poison goes first and ends the loop; the
+//! mail left behind runs when the processor drains.
+//!
+//! ```
+//! use streamtask_mailbox::{Controller, Immediate, MailboxProcessor, Priority, TaskMailbox};
+//!
+//! let mut processor: MailboxProcessor<Vec<&str>, String> =
+//!     MailboxProcessor::new(TaskMailbox::new(), Immediate::new(Vec::new()));
+//! let executor = processor.mailbox_executor(Priority::MIN);
+//! let handle = processor.handle();
+//! std::thread::spawn(move || {
+//!     executor
+//!         .execute("greet", |log: &mut Vec<&str>| {
+//!             log.push("mail");
+//!             Ok(())
+//!         })
+//!         .unwrap();
+//!     handle.all_actions_completed(); // put first: ahead of the mail
+//! })
+//! .join()
+//! .unwrap();
+//!
+//! let mut step = |log: &mut Vec<&str>, _: &mut Controller<'_>| -> Result<(), String> {
+//!     log.push("step");
+//!     Ok(())
+//! };
+//! processor.run_mailbox_loop(&mut step).unwrap();
+//! assert!(processor.action_executor().state().is_empty());
+//!
+//! processor.prepare_close().unwrap(); // quiesce: no new mails
+//! processor.drain().unwrap(); // run what is left
+//! assert_eq!(processor.action_executor().state(), &vec!["mail"]);
+//! ```
+//!
+//! A whole source task is shown at [`SourceTask`].
+
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod action;
 mod async_wait;

@@ -1,22 +1,13 @@
 //! Mails and their priorities.
 //!
-//! A [`Mail`] is whatever the mailbox carries (`T`) plus a [`Priority`]. The priority does not
-//! order mails: it hides them. A take at priority `p` sees only mails whose priority is `>= p`,
-//! in FIFO order, and skips the others without moving them. So `take(Priority::MIN)` is plain
-//! FIFO, and an operator at chain index `i` that yields at `Priority::operator(i)` sees its own
-//! mails, those of the operators behind it, and `MAX` mails, but never a mail of an operator
-//! upstream of it nor a task-level mail (a checkpoint trigger).
-//!
-//! | priority | who uses it |
-//! |---|---|
-//! | [`Priority::MIN`] (-1) | task-level mails: checkpoint triggers |
-//! | [`Priority::operator`]`(i)` (0, 1, ...) | the timers and events of the operator at chain index `i` |
-//! | [`Priority::MAX`] (`i32::MAX`) | control mails (poison, resume, failure report), checkpoint complete / abort notices |
+#![doc = include_str!("mail.md")]
 
 use std::fmt;
 
 /// How far down the chain a mail is visible: a take at priority `p` sees only mails whose
-/// priority is `>= p`. See the [module docs](self).
+/// priority is `>= p`.
+///
+#[doc = include_str!("mail.md")]
 ///
 /// # Examples
 ///

@@ -1,48 +1,6 @@
 //! [`TaskMailbox`]: the priority mailbox of one task thread (Flink's `TaskMailboxImpl`).
 //!
-//! # States
-//!
-//! | state | `put` / `put_first` | `take` / `try_take` | moves to |
-//! |---|---|---|---|
-//! | [`Open`](MailboxState::Open) | accepted | allowed | `Quiesced` ([`quiesce`](TaskMailbox::quiesce)), `Closed` ([`close`](TaskMailbox::close)) |
-//! | [`Quiesced`](MailboxState::Quiesced) | refused, the mail is handed back | allowed (what is left) | `Closed` |
-//! | [`Closed`](MailboxState::Closed) | refused, the mail is handed back | [`TakeError::Closed`] | - |
-//!
-//! Transitions only go forward; `quiesce` in `Quiesced` or `Closed` does nothing and `close` in
-//! `Closed` returns no mails. Both are owner-only.
-//!
-//! # Who may call what
-//!
-//! The mailbox is bound to one owner thread (the task thread). `put`, `put_first`, `state`,
-//! `len`, `drain` and `run_exclusively` work from any thread; everything that takes mails or
-//! changes the state is owner-only and returns [`WrongThread`] (or [`TakeError::WrongThread`])
-//! elsewhere. Nothing here panics on misuse.
-//!
-//! # The batch and the fast path
-//!
-//! The owner keeps a private *batch*: [`create_batch`](TaskMailbox::create_batch) moves every
-//! queued mail to the batch's tail, and the processor then runs the batch with
-//! [`try_take_from_batch`](TaskMailbox::try_take_from_batch). Mails put meanwhile stay in the
-//! queue until the next batch, so a mail that enqueues a mail cannot starve the default action.
-//! [`take`](TaskMailbox::take) and [`try_take`](TaskMailbox::try_take) look in the batch first
-//! (honouring the priority), then in the queue. [`put_first`](TaskMailbox::put_first) on the
-//! owner goes to the head of the batch; from another thread, to the head of the queue.
-//!
-//! One atomic byte, `flags`, holds two hints: `NEW_MAIL` (the queue is not empty) and `BATCH`
-//! (the batch is not empty). [`has_mail`](TaskMailbox::has_mail) is one load of it, so the
-//! processor's "no mail" check costs one atomic load and no lock; the queue lock is taken only
-//! when `NEW_MAIL` is set. The flags are hints: the contents are guarded by the locks, and every
-//! flag change is made while holding the lock of the container it describes.
-//!
-//! The batch has its own mutex, taken only by the owner (and by `drain`, `close`, `len`), so it
-//! is never contended: Rust has no safe owner-thread-only cell in a type other threads share.
-//! Lock order: the queue before the batch.
-//!
-//! # Blocking without lost wakeups
-//!
-//! The owner blocks in [`take`](TaskMailbox::take) only after finding nothing in the batch and
-//! re-checking the queue *under the queue lock*; every `put` pushes and notifies under that same
-//! lock, so a mail cannot slip in between the check and the wait. Only the owner ever waits.
+#![doc = include_str!("mailbox.md")]
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -52,7 +10,7 @@ use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
 
 use crate::mail::{Mail, Priority};
 
-/// The lifecycle state of a [`TaskMailbox`]; see the [module docs](self) for the transitions.
+/// The lifecycle state of a [`TaskMailbox`]; see its docs for the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum MailboxState {
@@ -164,7 +122,9 @@ const NEW_MAIL: u8 = 1;
 /// The owner's batch holds at least one mail. Changed only under the batch lock.
 const BATCH: u8 = 2;
 
-/// A priority mailbox bound to one owner thread. See the [module docs](self).
+/// A priority mailbox bound to one owner thread.
+///
+#[doc = include_str!("mailbox.md")]
 ///
 /// # Examples
 ///

@@ -1,55 +1,6 @@
 //! [`MailboxProcessor`]: the task thread's loop (Flink's `MailboxProcessor`).
 //!
-//! # The loop
-//!
-//! ```text
-//! process_mail()                       // run what is queued; block while suspended
-//! loop {
-//!     default_action.run(state, controller)
-//!     if mailbox.has_mail()            // the hot path: ONE atomic load, no lock
-//!         && !process_mail() { return }
-//! }
-//!
-//! process_mail():
-//!     create_batch()                   // move queued mails behind the batch
-//!     while loop possible: run the next batch mail (stop early after a poison mail)
-//!     while loop possible and the default action is suspended:
-//!         run try_take(MIN), or else block in take(MIN)   // idle / backpressure time
-//!     return loop possible
-//! ```
-//!
-//! The control flags (loop running, loop suspended, default action suspended) are looked at only
-//! in `process_mail`, so **every change of a flag comes with a mail**: a change from another
-//! thread *is* a control mail ([`Control`](crate::letter) poison, suspend, resume, failure); a
-//! change made on the owner thread by the [`Controller`] sets the flag directly and, if no mail
-//! is waiting, puts an empty signal mail at the head of the batch so the next check sees it.
-//!
-//! # Suspension protocol
-//!
-//! | step | thread | effect |
-//! |---|---|---|
-//! | [`Controller::suspend_default_action`] | owner, inside the default action | a new token `t` becomes the current suspension; a signal mail makes the loop notice |
-//! | loop | owner | runs mails, blocking in `take(MIN)` while a suspension is current |
-//! | [`Suspension::resume`] (or its [`waker`](Suspension::waker)) | any | puts `Resume(t)` first (batch head on the owner, queue head elsewhere); refused after close, which is harmless |
-//! | `Resume(t)` runs | owner | clears the suspension only if `t` is still current: a stale suspension cannot resume a newer one; resuming twice is harmless |
-//!
-//! # Poison protocol
-//!
-//! | call | thread | effect |
-//! |---|---|---|
-//! | [`ProcessorHandle::all_actions_completed`] | any | under the mailbox lock, if the mailbox is open, put a poison mail first; otherwise nothing (the loop is already over, FLINK-14544) |
-//! | [`ProcessorHandle::suspend`] | any | the same with a suspend mail |
-//! | [`Controller::all_actions_completed`] | owner, default action | sets the flags directly plus a signal mail |
-//! | poison runs | owner | loop running := false, loop suspended := true; the batch stops; what is left stays queued for `drain` or `close` |
-//! | suspend runs | owner | loop suspended := true; `run_mailbox_loop` returns and may be called again |
-//! | [`ProcessorHandle::report_failure`] | any | puts a failure mail first (no state check: a refused report is handed back); when it runs the loop ends with that error |
-//!
-//! # Shutdown
-//!
-//! [`prepare_close`](MailboxProcessor::prepare_close) quiesces the mailbox (puts are refused),
-//! [`drain`](MailboxProcessor::drain) runs every mail left in order, and
-//! [`close`](MailboxProcessor::close) closes the mailbox and drops what is left, which cancels
-//! pending [`submit`](crate::MailboxExecutor::submit) handles.
+#![doc = include_str!("processor.md")]
 
 use std::fmt;
 use std::task::Waker;
@@ -474,8 +425,9 @@ impl<S, E> fmt::Debug for ProcessorBuilder<S, E> {
     }
 }
 
-/// The mailbox loop of one task thread. See the [module docs](self) for the loop and its
-/// protocols.
+/// The mailbox loop of one task thread.
+///
+#[doc = include_str!("processor.md")]
 ///
 /// # Examples
 ///

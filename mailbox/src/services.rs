@@ -1,28 +1,7 @@
 //! The operator services of the mailbox model: processing-time timers and events, both turned
 //! into mails at the target operator's [`Priority`].
 //!
-//! | service | what another thread does | what runs on the mailbox thread |
-//! |---|---|---|
-//! | [`MailboxTimerService`] | the timer thread ([`TimerScheduler`]) only enqueues a mail at `Priority::operator(timer.operator)` | [`OperatorMails::on_timer`] (the chain's `dispatch_timer`) |
-//! | [`MailboxEvents`] | [`EventSender::send`](streamtask_core::operator::EventSender::send) enqueues a mail at `Priority::operator(index)` | [`OperatorMails::on_event`] (the chain's `dispatch_event`) |
-//!
-//! An operator's timers and events carry its chain index as priority, so they are visible to
-//! its own (and downstream) yields and never to upstream ones (FLINK-14156).
-//!
-//! # Timer states
-//!
-//! | state | registering | due timers | queued timer mails | moves to |
-//! |---|---|---|---|---|
-//! | `Idle` (no thread yet) | starts the timer thread, then as `Running` | - | - | `Running`, `Quiesced`, `ShutDown` |
-//! | `Running` | scheduled | enqueued as mails | run | `Quiesced`, `ShutDown` |
-//! | `Quiesced` | a handle that never fires | dropped | do nothing when they run | `ShutDown` |
-//! | `ShutDown` | [`TimerError::ShutDown`] | - | do nothing | - |
-//!
-//! The thread starts on the first registration, so a task without timers has no timer thread.
-//! Quiesce the timers before the mailbox: a timer that fires in between finds the mailbox still
-//! open and its mail becomes a no-op; one that fires after the mailbox quiesced is refused and
-//! ignored (FLINK-23558). Either way nothing fires into a closed mailbox, and
-//! [`shutdown`](MailboxTimerService::shutdown) joins the thread.
+#![doc = include_str!("services.md")]
 
 use std::convert::Infallible;
 use std::fmt;
@@ -74,7 +53,9 @@ enum TimerSlot {
 }
 
 /// A task's processing-time service: one timer thread, started lazily, whose only job is to
-/// enqueue a mail at the timer's operator priority. See the [module docs](self).
+/// enqueue a mail at the timer's operator priority.
+///
+#[doc = include_str!("services.md")]
 ///
 /// # Examples
 ///
@@ -83,7 +64,7 @@ enum TimerSlot {
 /// use streamtask_core::operator::OperatorEvent;
 /// use streamtask_core::{Clock, ManualClock, Timer, TimerService};
 /// use streamtask_mailbox::{
-///     Controller, Immediate, MailboxTimerService, OperatorMails, ProcessorBuilder, TaskMailbox,
+///     Immediate, MailboxTimerService, OperatorMails, Priority, ProcessorBuilder, TaskMailbox,
 /// };
 ///
 /// #[derive(Default)]
@@ -99,16 +80,14 @@ enum TimerSlot {
 /// let clock = ManualClock::new(0);
 /// let builder = ProcessorBuilder::<Fired, String>::new(TaskMailbox::new());
 /// let timers = MailboxTimerService::new("doc-timers", Clock::Manual(clock.clone()), &builder.handle());
-/// let mut processor = builder.build(Immediate::new(Fired::default()));
+/// let processor = builder.build(Immediate::new(Fired::default()));
 ///
 /// timers.register_timer(Timer { operator: 0, timestamp: 5, tag: 0 }).unwrap();
 /// clock.advance(6);
-/// let mut wait_for_it = |s: &mut Fired, c: &mut Controller<'_>| {
-///     if s.0.is_empty() { c.suspend_default_action(); } else { c.all_actions_completed(); }
-///     Ok(())
-/// };
-/// processor.run_mailbox_loop(&mut wait_for_it).unwrap();
-/// assert_eq!(processor.action_executor().state().0, vec![5]);
+/// // The timer thread enqueued a mail at operator 0's priority; run it on this (the owner) thread.
+/// let mut fired = Fired::default();
+/// processor.mailbox_executor(Priority::operator(0)).yield_now(&mut fired).unwrap();
+/// assert_eq!(fired.0, vec![5]);
 /// timers.shutdown();
 /// ```
 pub struct MailboxTimerService<S, E> {
@@ -305,8 +284,9 @@ fn lateness_micros(clock: &Clock, timestamp: i64) -> u64 {
     u64::try_from((now_micros - due_micros).max(0)).unwrap_or(u64::MAX)
 }
 
-/// A task's [`EventSink`]: each event becomes a mail at the target operator's priority. See the
-/// [module docs](self).
+/// A task's [`EventSink`]: each event becomes a mail at the target operator's priority, run by
+/// [`OperatorMails::on_event`] on the mailbox thread; see [`MailboxTimerService`] for both
+/// services.
 pub struct MailboxEvents<S, E> {
     core: Arc<Core<S, E>>,
 }

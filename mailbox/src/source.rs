@@ -1,30 +1,7 @@
 //! New-style sources (Flink's FLIP-27 `SourceReader`): pulled one step at a time by the mailbox
 //! thread, never blocking it.
 //!
-//! # The availability protocol
-//!
-//! ```text
-//! loop (default action):
-//!     match reader.poll_next(output)
-//!         MoreAvailable    -> call again at the next step (mails run in between)
-//!         NothingAvailable -> suspend the default action; reader.register_waker(waker)
-//!                             ... the reader (or its I/O thread) calls waker.wake()
-//!                             -> the default action resumes and polls again
-//!         EndOfInput       -> end_input / finish the chain; the task ends
-//! ```
-//!
-//! A reader that returns `NothingAvailable` **must** eventually wake the waker it is then given
-//! once data may be available, *including at once* if data arrived between `poll_next`
-//! returning and `register_waker` being called (that is the lost-wakeup window). Waking without
-//! data is fine (the task polls, gets `NothingAvailable` again and re-registers); never waking
-//! leaves the task asleep forever. A reader that never has to wait (it generates its data)
-//! simply never returns `NothingAvailable`.
-//!
-//! Checkpoints: the task calls [`SourceReader::snapshot_state`] between two `poll_next` calls
-//! (a checkpoint is a mail), stores the bytes under [`TaskSnapshot::SOURCE`] and gives them back
-//! to [`SourceReader::restore_state`] on restore.
-//!
-//! [`TaskSnapshot::SOURCE`]: streamtask_core::TaskSnapshot::SOURCE
+#![doc = include_str!("source.md")]
 
 use std::fmt;
 use std::task::Waker;
@@ -47,6 +24,8 @@ pub enum InputStatus {
 ///
 /// Lifecycle: `restore_state` (once, `None` on a fresh start) -> `poll_next`* interleaved with
 /// `snapshot_state` and checkpoint notices -> `close` (always, also after a failure).
+///
+#[doc = include_str!("source.md")]
 ///
 /// # Examples
 ///
@@ -121,7 +100,7 @@ pub trait SourceReader<T>: Send {
 
     /// Asks to be woken through `waker` once `poll_next` may return something other than
     /// [`InputStatus::NothingAvailable`]; wakes at once if that is already the case. Called after
-    /// every `NothingAvailable`; see the [module docs](self) for the protocol.
+    /// every `NothingAvailable`; see the availability protocol above.
     fn register_waker(&mut self, waker: &Waker);
 
     /// The reader's position for checkpoint `checkpoint_id`, called between two `poll_next`s.

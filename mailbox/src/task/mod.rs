@@ -1,80 +1,7 @@
 //! Mailbox tasks: a source, one-input or two-input task on one thread, driven by a
 //! [`MailboxProcessor`], behind one [`TaskHandle`].
 //!
-//! # Threads
-//!
-//! | thread | runs | joined by |
-//! |---|---|---|
-//! | task thread (named after the task) | the mailbox loop: the reader or input, the whole chain, every mail | [`TaskHandle::join`] |
-//! | timer thread (`<name>-timers`, started at the first timer registration) | only enqueues timer mails | the task thread, before it ends |
-//!
-//! Every other thread (the coordinator, I/O threads completing async calls, channel producers)
-//! only enqueues mails or wakes wakers. User code (reader, operators, timer and event callbacks)
-//! runs only on the task thread, so no lock exists around it; a panic there fails the task with
-//! the panic's message.
-//!
-//! # Mails
-//!
-//! | mail | priority | enqueued by |
-//! |---|---|---|
-//! | checkpoint trigger (source tasks) | [`Priority::MIN`] | [`TaskHandle::trigger_checkpoint`] |
-//! | timer of operator `i` | `Priority::operator(i)` | the timer thread |
-//! | event for operator `i` | `Priority::operator(i)` | an [`EventSender`](streamtask_core::operator::EventSender) |
-//! | checkpoint complete / aborted | [`Priority::MAX`] | [`TaskHandle::notify_checkpoint_complete`] / `_aborted` |
-//! | poison (cancel), resume, failure report | [`Priority::MAX`], first | [`TaskHandle::cancel`], wakers, other threads |
-//!
-//! Checkpoints of tasks with inputs are not mails: the barrier arrives through the input gate,
-//! aligned, and the snapshot is taken right there, inside the default action.
-//!
-//! # The default action: one input step, with soft backpressure
-//!
-//! ```text
-//! step:
-//!     if !chain.accepts_input() || !output.is_available():
-//!         suspend (backpressure); resumed by the output's availability waker, or by the next
-//!         mail after which the chain accepts input again (each mail re-checks, cheaply)
-//!     else match poll the reader / gate:
-//!         a record, watermark, status -> through the chain
-//!         an aligned barrier         -> snapshot, broadcast, acknowledge
-//!         nothing                    -> suspend (idle); resumed by the input's waker
-//!         end of input               -> end_input, then finish (see below)
-//! ```
-//!
-//! An operator that waits for its own events (an async operator with a full queue) cannot yield
-//! from inside itself: it holds `&mut self`, which every mail needs. It returns `false` from
-//! [`accepts_input`](streamtask_core::Operator::accepts_input) instead, the task stops pulling
-//! input, and its completion mails (at its priority) run as usual until it accepts input again;
-//! checkpoint triggers keep running meanwhile (Flink needed FLINK-39835 for that).
-//!
-//! # End of input
-//!
-//! 1. (source tasks) the chain gets [`Watermark::MAX`](streamtask_core::Watermark::MAX), as
-//!    Flink's sources advance to the end of event time;
-//! 2. `end_input` head to tail;
-//! 3. **drain**: the loop keeps running mails until the chain accepts input again, so an
-//!    operator that still waits for in-flight work after `end_input` reports
-//!    `accepts_input() == false` until its completions (events, timers) have run;
-//! 4. `finish` head to tail, then end of input to the output, and the loop ends;
-//! 5. timers are quiesced, then the mailbox, and the mails left are drained (timer mails do
-//!    nothing, checkpoint triggers are declined as not running, notices are delivered);
-//! 6. the timer thread is joined, the mailbox closed, the chain (and reader) closed.
-//!
-//! Two-input chains finish in one go at step 2 (core's `TwoInputChain::end_of_both` ends and
-//! finishes its tail together), so they have no drain step.
-//!
-//! # Outcome
-//!
-//! `Finished` after step 4; `Cancelled` when [`TaskHandle::cancel`] ended the loop first;
-//! `Failed` with the first failure otherwise: an operator or reader error, a panic in user code
-//! (with its message), an input closed without end of input, or a failed snapshot. Later
-//! failures (a `close` error, say) are logged, not reported.
-//!
-//! # Metrics
-//!
-//! Records in and out are counted in plain integers on the task thread and published to
-//! [`TaskMetrics`] when a mail runs, when the task suspends, every 4096 records at most, and at
-//! the end: no atomic per record. Give a [`RecordWriter`](streamtask_core::channel::RecordWriter)
-//! output no metrics of its own, or it counts `records_out` a second time.
+#![doc = include_str!("task.md")]
 
 mod body;
 mod one_input;
@@ -106,15 +33,17 @@ pub use self::two_input::TwoInputTask;
 use self::body::{TaskBody, TaskEnv};
 
 /// The control surface of a running mailbox task: the same calls as every model's task, so the
-/// executor can treat them alike. Cheap to share by reference; dropping it detaches nothing
-/// (the thread keeps running until it ends), so always [`join`](Self::join).
+/// executor can treat them alike. [`join`](Self::join) it for the outcome; dropping it without
+/// joining cancels the task and waits for its thread, so no thread is ever left behind.
 ///
-/// See [`SourceTask::spawn`] for an example.
+/// See [`SourceTask`] for an example.
+///
+#[doc = include_str!("task.md")]
 pub struct TaskHandle {
     name: String,
     metrics: std::sync::Arc<TaskMetrics>,
     control: std::sync::Arc<dyn TaskControl>,
-    thread: thread::JoinHandle<TaskOutcome>,
+    thread: Option<thread::JoinHandle<TaskOutcome>>,
 }
 
 impl TaskHandle {
@@ -164,14 +93,24 @@ impl TaskHandle {
     }
 
     /// Waits for the task to end and returns how it ended.
-    pub fn join(self) -> TaskOutcome {
-        match self.thread.join() {
+    pub fn join(mut self) -> TaskOutcome {
+        let thread = self.thread.take().expect("a handle is joined at most once");
+        match thread.join() {
             Ok(outcome) => outcome,
             // The task thread catches every panic of user code; this is a bug in the runtime.
             Err(payload) => TaskOutcome::Failed(TaskFailure::new(
-                self.name,
+                self.name.clone(),
                 TaskError::Panic(panic_message(payload.as_ref())),
             )),
+        }
+    }
+}
+
+impl Drop for TaskHandle {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.control.cancel();
+            let _ = thread.join();
         }
     }
 }
@@ -341,7 +280,7 @@ fn spawn_task<B: TaskBody>(
         name,
         metrics,
         control: std::sync::Arc::new(remote),
-        thread,
+        thread: Some(thread),
     }
 }
 

@@ -597,15 +597,18 @@ impl Operator for AsyncLike {
 
 // ---------------------------------------------------------------------------------------------
 
+/// What an [`Exposing`] operator hands the test: its own sender and the task's event sink.
+pub type Exposed = (EventSender, Arc<dyn EventSink>);
+
 /// Hands its [`EventSender`] and the task's event sink to the test on open; emits each `u64`
 /// event it gets, logging the thread it ran on; panics on `u64::MAX`.
 pub struct Exposing {
-    pub senders: Sender<(EventSender, Arc<dyn EventSink>)>,
+    pub senders: Sender<Exposed>,
     pub log: Log,
 }
 
 impl Exposing {
-    pub fn new(log: &Log) -> (Self, Receiver<(EventSender, Arc<dyn EventSink>)>) {
+    pub fn new(log: &Log) -> (Self, Receiver<Exposed>) {
         let (tx, rx) = crossbeam::channel::unbounded();
         (
             Exposing {
