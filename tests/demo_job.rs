@@ -55,13 +55,18 @@ fn injected_faults_restart_the_job_without_losing_or_duplicating_output() {
                 "{model} seed {seed}: output differs after {} restarts ({:?})",
                 run.result.restarts, run.result.failures
             );
-            // Every restart is one injected fault: nothing else fails.
-            assert_eq!(
-                run.result.restarts as usize,
-                job.faults.fired(),
+            // Every failure is an injected fault (two may hit the same attempt): nothing else
+            // fails, and a fault that fired caused a restart.
+            assert!(
+                run.result
+                    .failures
+                    .iter()
+                    .all(|f| f.contains("injected fault")),
                 "{model} seed {seed}: failures {:?}",
                 run.result.failures
             );
+            assert!(run.result.restarts as usize <= job.faults.fired());
+            assert_eq!(run.result.restarts == 0, job.faults.fired() == 0);
         }
     }
 }

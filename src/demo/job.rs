@@ -15,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
 use streamtask_core::checkpoint::CheckpointConfig;
+use streamtask_core::function::AsyncError;
 
 use super::data::{DemoData, Order, TotalEvent, expected_output};
-use super::enrich::create_customer_db;
+use super::enrich::{create_customer_db, enrichment};
 use super::fault::FaultPlan;
 use super::probe::SnapshotFaults;
 use super::source::{OrdersFileReader, OrdersFileSource};
@@ -27,6 +29,20 @@ use crate::{JobConfig, JobError, JobGraph, JobResult, Model, StreamEnvironment};
 
 /// Parallelism of the keyed totals and everything after them.
 pub const KEYED_PARALLELISM: usize = 2;
+
+/// Worker threads of the enrichment's blocking pool (shared by the keyed subtasks).
+pub const ENRICH_THREADS: usize = 4;
+
+/// The enrichment's async configuration: ordered, 100 in flight, a generous timeout, and
+/// retries only for a busy database (an injected fault must fail the task, not be retried).
+pub fn enrich_config() -> AsyncConfig<String> {
+    let busy = RetryPolicy::fixed_delay(3, Duration::from_millis(5))
+        .expect("a valid retry policy")
+        .retry_if_error(|e| matches!(e, AsyncError::Failed(m) if m.contains("database is locked")));
+    AsyncConfig::new(OutputMode::Ordered, 100)
+        .with_timeout(Duration::from_secs(30))
+        .with_retry(busy)
+}
 
 /// What the demo job runs on and how.
 #[derive(Debug, Clone)]
@@ -83,7 +99,7 @@ impl DemoJob {
     /// Threads the job starts besides its tasks' own: the checkpoint coordinator, and the
     /// enrichment pool of every keyed subtask.
     pub fn helper_threads(&self) -> u64 {
-        1
+        1 + ENRICH_THREADS as u64
     }
 
     /// The model's own directory (checkpoints and output).
@@ -135,7 +151,13 @@ impl DemoJob {
                 RunningTotals::new(Arc::clone(&faults))
             })
             .operator(move |_| SnapshotFaults::<TotalEvent>::new(Arc::clone(&probe_faults)));
-        let lines = totals.map("enrich", |e: TotalEvent| e.to_string());
+        let pool = BlockingPool::new("enrich", ENRICH_THREADS, 1024)
+            .map_err(|e| JobError::Config(e.to_string()))?;
+        let db = self.database();
+        let faults = Arc::clone(&self.faults);
+        let lines = totals.async_wait("enrich", enrich_config(), move |_| {
+            enrichment(Arc::clone(&pool), &db, Arc::clone(&faults))
+        });
         lines.two_phase_file_sink(
             "sink",
             self.model_dir(model).join("output"),

@@ -26,8 +26,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use streamtask_core::async_io::AsyncConfig;
 use streamtask_core::channel::{InputGate, Partitioner, RecordWriter};
-use streamtask_core::function::KeyedProcessFunction;
+use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
     BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
 };
@@ -271,6 +272,7 @@ impl StreamEnvironment {
             parallelism: parallelism.max(1),
             head,
             is_source: matches!(head, Head::LegacySource | Head::Reader),
+            bare_input: None,
         }
     }
 
@@ -369,6 +371,8 @@ pub struct DataStream<T> {
     parallelism: usize,
     head: Head,
     is_source: bool,
+    /// The edge feeding the segment, while nothing is chained behind its input yet.
+    bare_input: Option<usize>,
 }
 
 impl<T: Send + 'static> DataStream<T> {
@@ -386,6 +390,7 @@ impl<T: Send + 'static> DataStream<T> {
             parallelism: self.parallelism,
             head: self.head,
             is_source: self.is_source,
+            bare_input: None,
         }
     }
 
@@ -432,6 +437,79 @@ impl<T: Send + 'static> DataStream<T> {
         OF: Fn(usize) -> O + Send + Sync + 'static,
     {
         self.then(Arc::new(move |ctx| Box::new(factory(ctx.subtask))))
+    }
+
+    /// Calls `function` asynchronously for every value, with at most `config.capacity` calls
+    /// (and watermarks) in flight, ordered or unordered, with the timeout and retries of
+    /// `config`; `factory(subtask)` makes the function for every task and attempt.
+    ///
+    /// Chaining follows the model: under the legacy model the async operator always heads a
+    /// task of its own, with an emitter thread (FLINK-13063); under the bridge model it is not
+    /// chained behind a legacy source (FLINK-16219); under the mailbox model it chains
+    /// anywhere.
+    pub fn async_wait<F, FF>(
+        mut self,
+        name: &str,
+        config: AsyncConfig<F::Out>,
+        factory: FF,
+    ) -> DataStream<F::Out>
+    where
+        F: AsyncFunction<In = T>,
+        T: Clone + Serialize + DeserializeOwned,
+        FF: Fn(usize) -> F + Send + Sync + 'static,
+    {
+        if let Err(e) = config.validate() {
+            self.env.fail(e.into());
+        }
+        let name_owned = name.to_string();
+        match self.env.model {
+            Model::Legacy => {
+                let edge = match self.bare_input {
+                    Some(edge) => edge,
+                    None => {
+                        let parallelism = self.parallelism;
+                        self = self.shuffle(
+                            name,
+                            EdgePattern::Forward,
+                            parallelism,
+                            Arc::new(|| Partitioner::Forward),
+                        );
+                        self.bare_input.expect("a shuffle starts a bare input")
+                    }
+                };
+                // The bare input segment is replaced by the async head's.
+                let _ = self.segment.take();
+                DataStream {
+                    env: self.env.clone(),
+                    segment: Some(Box::new(LegacyAsyncSegment {
+                        edge,
+                        name: name_owned,
+                        config,
+                        factory: Arc::new(factory),
+                    })),
+                    vertex: std::mem::take(&mut self.vertex),
+                    parallelism: self.parallelism,
+                    head: Head::Input,
+                    is_source: false,
+                    bare_input: None,
+                }
+            }
+            Model::Mailbox | Model::Bridge => {
+                if self.env.model == Model::Bridge && self.head == Head::LegacySource {
+                    self = self.start_new_chain(name);
+                }
+                self.then(Arc::new(move |ctx| {
+                    Box::new(
+                        streamtask_mailbox::AsyncWaitOperator::new(
+                            name_owned.clone(),
+                            factory(ctx.subtask),
+                            config.clone(),
+                        )
+                        .expect("the async configuration was validated when the job was built"),
+                    )
+                }))
+            }
+        }
     }
 
     /// Ends the current task here: what follows runs in a new task with the same parallelism,
@@ -502,6 +580,7 @@ impl<T: Send + 'static> DataStream<T> {
             parallelism: down,
             head: Head::Input,
             is_source: false,
+            bare_input: Some(edge),
         }
     }
 
@@ -753,6 +832,56 @@ where
                     source_name: config.name.clone(),
                 }),
             }
+        })
+    }
+}
+
+struct LegacyAsyncSegment<F: AsyncFunction, FF> {
+    edge: usize,
+    name: String,
+    config: AsyncConfig<F::Out>,
+    factory: Arc<FF>,
+}
+
+impl<F, FF> Segment<F::Out> for LegacyAsyncSegment<F, FF>
+where
+    F: AsyncFunction,
+    F::In: Clone + Serialize + DeserializeOwned,
+    FF: Fn(usize) -> F + Send + Sync + 'static,
+{
+    fn finish(self: Box<Self>, tail: Tail<F::Out>) -> Spawner {
+        let LegacyAsyncSegment {
+            edge,
+            name,
+            config,
+            factory,
+        } = *self;
+        Box::new(move |ctx, task_config| {
+            let (chain, output) = tail(ctx)?;
+            let receivers = ctx.wiring.take_receivers::<F::In>(edge, ctx.subtask);
+            let gate = InputGate::new(receivers)
+                .map_err(|e| JobError::Config(e.to_string()))?
+                .with_metrics(Arc::clone(&task_config.metrics));
+            let head = streamtask_legacy::AsyncHead::new(
+                name.clone(),
+                factory(ctx.subtask),
+                config.clone(),
+            )?;
+            let task = streamtask_legacy::AsyncWaitStreamTask::chained(
+                task_config,
+                gate,
+                head,
+                chain,
+                output,
+            )
+            .map_err(|e| JobError::Unsupported {
+                what: e.to_string(),
+                model: Model::Legacy,
+                fix: "start a new chain before the second async operator",
+            })?;
+            Ok(RunningTask::Legacy(
+                task.with_fairness(ctx.fairness).spawn(),
+            ))
         })
     }
 }
