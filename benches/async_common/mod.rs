@@ -1,0 +1,259 @@
+//! What the async I/O benches share: a task of either model fed by a producer thread, and the
+//! async functions they run (immediate completion, and a timer-driven completer).
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use streamtask::Model;
+use streamtask_core::async_io::{AsyncConfig, OutputMode};
+use streamtask_core::channel::{InputGate, bounded};
+use streamtask_core::function::{AsyncFunction, ResultFuture};
+use streamtask_core::operator::{Discard, Map};
+use streamtask_core::task::TaskConfig;
+use streamtask_core::{StreamElement, StreamRecord};
+
+/// Whether `cargo bench` runs us (it passes `--bench`); under `cargo test` the benches only
+/// check that they run, on tiny inputs.
+pub(crate) fn benching() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// What a task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chain {
+    /// The async operator (capacity, mode).
+    Async(usize, OutputMode),
+    /// A map instead: the task's per-record cost without async I/O, the baseline.
+    Map,
+}
+
+/// Runs `records` records through a task of `model` running `chain` (with `function` when it is
+/// async); returns the wall time from spawning the task to its end.
+///
+/// # Panics
+///
+/// If the task does not finish, or does not emit one record per input.
+pub(crate) fn run<F>(model: Model, chain: Chain, function: F, records: u64) -> Duration
+where
+    F: AsyncFunction<In = u64, Out = u64>,
+{
+    let config = TaskConfig::new(format!("bench-{model}"));
+    let metrics = Arc::clone(&config.metrics);
+    let (tx, rx) = bounded(4096).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let started = Instant::now();
+    let producer = std::thread::spawn(move || {
+        for x in 0..records {
+            tx.send(StreamElement::Record(StreamRecord::new(x)))
+                .unwrap();
+        }
+        tx.send(StreamElement::EndOfInput).unwrap();
+    });
+    let outcome = match (model, chain) {
+        (Model::Legacy, Chain::Async(capacity, mode)) => {
+            let head = streamtask_legacy::AsyncHead::new(
+                "async",
+                function,
+                AsyncConfig::new(mode, capacity),
+            )
+            .unwrap();
+            streamtask_legacy::AsyncWaitStreamTask::new(config, gate, head, Discard)
+                .spawn()
+                .join()
+        }
+        (Model::Legacy, Chain::Map) => streamtask_legacy::OneInputStreamTask::new(
+            config,
+            gate,
+            Map::new("double", |x: u64| x * 2),
+            Discard,
+        )
+        .spawn()
+        .join(),
+        (_, Chain::Async(capacity, mode)) => {
+            let op = streamtask_mailbox::AsyncWaitOperator::new(
+                "async",
+                function,
+                AsyncConfig::new(mode, capacity),
+            )
+            .unwrap();
+            streamtask_mailbox::OneInputTask::spawn(config, gate, op, Discard).join()
+        }
+        (_, Chain::Map) => streamtask_mailbox::OneInputTask::spawn(
+            config,
+            gate,
+            Map::new("double", |x: u64| x * 2),
+            Discard,
+        )
+        .join(),
+    };
+    let elapsed = started.elapsed();
+    producer.join().unwrap();
+    assert!(outcome.is_finished(), "{model} {chain:?}: {outcome}");
+    assert_eq!(metrics.records_out.get(), records, "{model} {chain:?}");
+    elapsed
+}
+
+/// Completes every call at once, on the task thread (zero latency): what remains is the
+/// operator's own cost per record (a completion mail, or a hand-off to the emitter thread).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Immediate;
+
+impl AsyncFunction for Immediate {
+    type In = u64;
+    type Out = u64;
+    fn invoke(&mut self, input: &u64, result: ResultFuture<u64>) {
+        result.complete(vec![input * 2]);
+    }
+}
+
+struct Pending {
+    called: Instant,
+    due: Instant,
+    value: u64,
+    result: ResultFuture<u64>,
+}
+
+struct CompleterState {
+    // Due times only grow (constant latency, one caller), so a FIFO is a deadline queue.
+    queue: VecDeque<Pending>,
+    stopped: bool,
+    /// Completed calls, and the sum of their actual latencies (call to completion).
+    completed: u64,
+    total_latency: Duration,
+}
+
+/// One thread completing every call `latency` after it was made: a simulated remote service
+/// with a timer wheel, not a sleeping thread per request.
+pub(crate) struct Completer {
+    latency: Duration,
+    shared: Arc<(Mutex<CompleterState>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Completer {
+    /// Starts the completer thread.
+    pub(crate) fn start(latency: Duration) -> Completer {
+        let shared = Arc::new((
+            Mutex::new(CompleterState {
+                queue: VecDeque::new(),
+                stopped: false,
+                completed: 0,
+                total_latency: Duration::ZERO,
+            }),
+            Condvar::new(),
+        ));
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("completer".into())
+            .spawn(move || complete_due(&thread_shared))
+            .unwrap();
+        Completer {
+            latency,
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// The mean time from a call to its completion so far: the latency the operator saw
+    /// (the configured one plus the timer's lateness).
+    pub(crate) fn mean_latency(&self) -> Duration {
+        let state = self.shared.0.lock().unwrap();
+        state
+            .total_latency
+            .checked_div(u32::try_from(state.completed.max(1)).unwrap_or(u32::MAX))
+            .unwrap_or_default()
+    }
+
+    /// An async function whose calls this completer completes.
+    pub(crate) fn function(&self) -> Delayed {
+        Delayed {
+            latency: self.latency,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+fn complete_due(shared: &(Mutex<CompleterState>, Condvar)) {
+    let (lock, changed) = shared;
+    let mut state = lock.lock().unwrap();
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while state.queue.front().is_some_and(|p| p.due <= now) {
+            due.extend(state.queue.pop_front());
+        }
+        if !due.is_empty() {
+            drop(state);
+            let mut latency = Duration::ZERO;
+            let n = due.len() as u64;
+            for p in due {
+                p.result.complete(vec![p.value * 2]);
+                latency += p.called.elapsed();
+            }
+            state = lock.lock().unwrap();
+            state.completed += n;
+            state.total_latency += latency;
+            continue;
+        }
+        if state.stopped {
+            return;
+        }
+        state = match state.queue.front().map(|p| p.due) {
+            Some(next) => changed.wait_timeout(state, next - now).unwrap().0,
+            None => changed.wait(state).unwrap(),
+        };
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        self.shared.0.lock().unwrap().stopped = true;
+        self.shared.1.notify_all();
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+    }
+}
+
+/// Hands every call to a [`Completer`].
+pub(crate) struct Delayed {
+    latency: Duration,
+    shared: Arc<(Mutex<CompleterState>, Condvar)>,
+}
+
+impl AsyncFunction for Delayed {
+    type In = u64;
+    type Out = u64;
+    fn invoke(&mut self, input: &u64, result: ResultFuture<u64>) {
+        let called = Instant::now();
+        let pending = Pending {
+            called,
+            due: called + self.latency,
+            value: *input,
+            result,
+        };
+        let (lock, changed) = &*self.shared;
+        let mut state = lock.lock().unwrap();
+        let was_empty = state.queue.is_empty();
+        state.queue.push_back(pending);
+        drop(state);
+        if was_empty {
+            // Only an empty queue leaves the completer waiting without a deadline.
+            changed.notify_one();
+        }
+    }
+}
+
+/// The median of `runs`.
+pub(crate) fn median(mut runs: Vec<Duration>) -> Duration {
+    runs.sort();
+    runs[runs.len() / 2]
+}
+
+/// Records per second.
+pub(crate) fn rate(records: u64, elapsed: Duration) -> f64 {
+    records as f64 / elapsed.as_secs_f64()
+}
