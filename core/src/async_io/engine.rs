@@ -14,7 +14,8 @@
 //! elements were held, and waits, in order, for room. Held elements are admitted as emission
 //! frees slots. Restored elements start out held, so a restore with more elements than the
 //! capacity replays them all (FLINK-7949). The snapshot is the inputs of every element not yet
-//! emitted: the queue's, then the held ones, in order.
+//! emitted: the queue's, then the held ones, in order. Stream status changes are not elements:
+//! the models' operators forward them at once (as Flink 1.9 did; later versions queue them).
 //!
 //! # A record's call
 //!
