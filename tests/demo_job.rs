@@ -46,7 +46,7 @@ fn injected_faults_restart_the_job_without_losing_or_duplicating_output() {
     let mut job = DemoJob::new(small(), dir.path());
     job.checkpoint_interval = std::time::Duration::from_millis(10);
     job.prepare().unwrap();
-    for model in [Model::Legacy, Model::Mailbox] {
+    for model in Model::ALL {
         for seed in 0..5 {
             job.faults = Arc::new(FaultPlan::seeded(seed, 2, job.data.orders));
             let run = run(model, &job);

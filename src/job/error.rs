@@ -66,6 +66,9 @@ pub enum JobError {
     /// Committing the sink output after the job finished failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// An operator that waits for its own events was chained behind a legacy source (bridge).
+    #[error(transparent)]
+    Chaining(#[from] streamtask_bridge::ChainingError),
     /// A zero restart delay or other bad executor setting.
     #[error("{0}")]
     Config(String),

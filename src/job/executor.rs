@@ -417,13 +417,11 @@ impl JobGraph {
             .map(|(_, m)| Arc::clone(m))
             .collect();
         let mut outcomes: Vec<Option<TaskOutcome>> = names.iter().map(|_| None).collect();
-        let mut failure: Option<String> = None;
+        let mut cancelled_by_us = vec![false; names.len()];
+        let mut stopping = false;
         loop {
             std::thread::sleep(POLL);
             sampler.sample(&source_metrics, config.on_progress.as_ref());
-            if config.cancel.load(Ordering::Acquire) && failure.is_none() {
-                failure = Some("cancelled".to_string());
-            }
             let done: Vec<(usize, RunningTask)> = {
                 let mut tasks = handles.lock();
                 let finished: Vec<usize> = (0..tasks.len())
@@ -434,9 +432,6 @@ impl JobGraph {
                     .filter_map(|i| tasks[i].take().map(|t| (i, t)))
                     .collect()
             };
-            // Several tasks can end in one scan: a failed task and its neighbours whose
-            // channels it closed. Report the cause, not the consequences.
-            let mut secondary: Option<String> = None;
             for (i, task) in done {
                 let outcome = task.join();
                 match &outcome {
@@ -445,22 +440,16 @@ impl JobGraph {
                             d.task_finished(names[i].2.clone());
                         }
                     }
-                    TaskOutcome::Failed(f) if is_consequence(f) => {
-                        secondary.get_or_insert_with(|| format!("{}: {f}", names[i].2));
-                    }
-                    TaskOutcome::Failed(f) => {
-                        failure.get_or_insert_with(|| format!("{}: {f}", names[i].2));
-                    }
-                    TaskOutcome::Cancelled => {
-                        secondary.get_or_insert_with(|| format!("{} was cancelled", names[i].2));
-                    }
+                    TaskOutcome::Failed(_) | TaskOutcome::Cancelled => stopping = true,
                 }
                 outcomes[i] = Some(outcome);
             }
-            if failure.is_none() {
-                failure = secondary;
+            if config.cancel.load(Ordering::Acquire) {
+                stopping = true;
             }
-            if failure.is_some() {
+            if stopping {
+                // Stop the rest: cancel everything first, then join (a task blocked on a full
+                // channel needs its neighbours gone to notice).
                 let rest: Vec<(usize, RunningTask)> = {
                     let mut tasks = handles.lock();
                     (0..tasks.len())
@@ -469,6 +458,7 @@ impl JobGraph {
                 };
                 rest.iter().for_each(|(_, t)| t.cancel());
                 for (i, task) in rest {
+                    cancelled_by_us[i] = true;
                     outcomes[i] = Some(task.join());
                 }
                 break;
@@ -477,6 +467,11 @@ impl JobGraph {
                 break;
             }
         }
+        let failure = if config.cancel.load(Ordering::Acquire) {
+            Some("cancelled".to_string())
+        } else {
+            first_cause(&names, &outcomes, &cancelled_by_us)
+        };
         sampler.sample_now(&source_metrics, config.on_progress.as_ref());
 
         let (last_checkpoint_id, completed, aborted) = match driver {
@@ -504,12 +499,45 @@ impl JobGraph {
     }
 }
 
+/// The failure that ended an attempt. Once one task fails, its neighbours fail too (their
+/// channels close under them) and the rest are cancelled; which of them the executor saw
+/// first is a race. So the cause is chosen after every task was joined: the first failure that
+/// is not a consequence of another, else the first consequence, else an unexpected cancel.
+fn first_cause(
+    names: &[(usize, usize, String)],
+    outcomes: &[Option<TaskOutcome>],
+    cancelled_by_us: &[bool],
+) -> Option<String> {
+    let describe = |i: usize, f: &TaskFailure| format!("{}: {f}", names[i].2);
+    let failed = || {
+        outcomes.iter().enumerate().filter_map(|(i, o)| match o {
+            Some(TaskOutcome::Failed(f)) => Some((i, f)),
+            _ => None,
+        })
+    };
+    if let Some((i, f)) = failed().find(|(_, f)| !is_consequence(f)) {
+        return Some(describe(i, f));
+    }
+    if let Some((i, f)) = failed().next() {
+        return Some(describe(i, f));
+    }
+    outcomes
+        .iter()
+        .enumerate()
+        .find(|(i, o)| matches!(o, Some(TaskOutcome::Cancelled)) && !cancelled_by_us[*i])
+        .map(|(i, _)| format!("{} was cancelled", names[i].2))
+}
+
 /// Whether a task failed only because another one did (its channels closed under it).
 fn is_consequence(failure: &TaskFailure) -> bool {
-    matches!(
-        failure.error,
-        TaskError::InputClosed { .. } | TaskError::Operator(OperatorError::OutputClosed)
-    )
+    match &failure.error {
+        TaskError::InputClosed { .. } | TaskError::Operator(OperatorError::OutputClosed) => true,
+        // A snapshot that could not broadcast its barrier: the downstream task is gone.
+        TaskError::Checkpoint { message, .. } => {
+            message.contains(&OperatorError::OutputClosed.to_string())
+        }
+        _ => false,
+    }
 }
 
 fn carry_out(

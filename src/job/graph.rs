@@ -798,11 +798,12 @@ where
                 Model::Mailbox => Err(JobError::LegacySourceUnderMailbox {
                     source_name: name.clone(),
                 }),
-                Model::Bridge => Err(JobError::Unsupported {
-                    what: format!("legacy source {name:?}"),
-                    model: Model::Bridge,
-                    fix: "the bridge task is not available in this build",
-                }),
+                Model::Bridge => Ok(RunningTask::Bridge(
+                    streamtask_bridge::LegacySourceStreamTask::new(config, source, chain, output)
+                        .with_context(context)
+                        .with_fairness(ctx.fairness)
+                        .spawn()?,
+                )),
             }
         })
     }

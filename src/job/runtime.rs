@@ -10,6 +10,8 @@ pub(crate) enum RunningTask {
     Legacy(streamtask_legacy::TaskHandle),
     /// A mailbox task (also what the bridge model runs for readers and inputs).
     Mailbox(streamtask_mailbox::TaskHandle),
+    /// A legacy source on its own thread, mails under the checkpoint lock.
+    Bridge(streamtask_bridge::TaskHandle),
 }
 
 macro_rules! each {
@@ -17,6 +19,7 @@ macro_rules! each {
         match $self {
             RunningTask::Legacy($h) => $e,
             RunningTask::Mailbox($h) => $e,
+            RunningTask::Bridge($h) => $e,
         }
     };
 }
