@@ -17,8 +17,13 @@ use streamtask_core::sync::Arc;
 use streamtask_legacy::CheckpointLock;
 use streamtask_mailbox::ActionExecutor;
 
-/// Runs each action on the state inside a [`CheckpointLock`], holding the lock. See the
-/// [module docs](self).
+/// Runs each action on the state inside a [`CheckpointLock`], holding the lock (Flink's
+/// `SynchronizedStreamTaskActionExecutor`).
+///
+/// The mailbox processor hands it every action mail and default-action step; control mails
+/// (poison, resume, failure reports) never reach it, so they run even while another thread
+/// holds the lock. After each action it notifies the lock's condition (one atomic load when
+/// nobody waits): an action may have changed what a source waiting on the condition checks.
 ///
 /// # Examples
 ///

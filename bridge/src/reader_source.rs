@@ -1,38 +1,7 @@
 //! [`ReaderSource`]: a new-style [`SourceReader`] run as a legacy [`SourceFunction`], the
 //! opposite of the [`HandoffReader`](crate::HandoffReader).
 //!
-//! # The protocol
-//!
-//! The reader lives inside the checkpoint lock, in the source's state
-//! ([`ReaderSourceState`]), so a snapshot taken under the lock can ask it for its position.
-//!
-//! ```text
-//! source thread                                         any thread
-//! -------------                                         ----------
-//! lock { restore the reader from the restored bytes }
-//! loop until cancelled or EndOfInput:
-//!   ctx.lock() (waits for room BEFORE the section):
-//!     poll the reader once into a local batch
-//!     emit the batch through the guard
-//!     NothingAvailable: register the waker (still locked)
-//!   unlock
-//!   NothingAvailable: sleep until the waker or        reader's I/O: waker.wake()
-//!                     cancellation wakes us           task: cancel() (a token hook wakes us)
-//! lock { take the reader out }; close it
-//! ```
-//!
-//! Polling, emitting and registering happen in one locked section, so a snapshot never sees the
-//! reader advanced past records not yet emitted, and a wake between the poll and the
-//! registration is not lost (the reader wakes at once if data arrived meanwhile, as its
-//! protocol requires). The sleep is on a flag and condition variable: the waker sets the flag
-//! before notifying, the sleeper checks it (and the token) under the same mutex.
-//!
-//! # Limits
-//!
-//! The legacy snapshot does not say which checkpoint it is for, so the reader's
-//! [`snapshot_state`](SourceReader::snapshot_state) gets a sequence number of this source's
-//! snapshots rather than the checkpoint id, and checkpoint notices do not reach the reader
-//! (the legacy model delivers them to the chain only).
+//! The protocol and its limits are written out on [`ReaderSource`].
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -50,7 +19,40 @@ use streamtask_legacy::{CancellationToken, SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 /// A [`SourceReader`] run as a legacy [`SourceFunction`], so a ported source can run under the
-/// legacy model (or the bridge). See the [module docs](self).
+/// legacy model (or the bridge).
+///
+/// # The protocol
+///
+/// The reader lives inside the checkpoint lock, in the source's state
+/// ([`ReaderSourceState`]), so a snapshot taken under the lock can ask it for its position.
+///
+/// ```text
+/// source thread                                         any thread
+/// -------------                                         ----------
+/// lock { restore the reader from the restored bytes }
+/// loop until cancelled or EndOfInput:
+///   ctx.lock() (waits for room BEFORE the section):
+///     poll the reader once into a local batch
+///     emit the batch through the guard
+///     NothingAvailable: register the waker (still locked)
+///   unlock
+///   NothingAvailable: sleep until the waker or        reader's I/O: waker.wake()
+///                     cancellation wakes us           task: cancel() (a token hook wakes us)
+/// lock { take the reader out }; close it
+/// ```
+///
+/// Polling, emitting and registering happen in one locked section, so a snapshot never sees the
+/// reader advanced past records not yet emitted, and a wake between the poll and the
+/// registration is not lost (the reader wakes at once if data arrived meanwhile, as its
+/// protocol requires). The sleep is on a flag and condition variable: the waker sets the flag
+/// before notifying, the sleeper checks it (and the token) under the same mutex.
+///
+/// # Limits
+///
+/// The legacy snapshot does not say which checkpoint it is for, so the reader's
+/// [`snapshot_state`](SourceReader::snapshot_state) gets a sequence number of this source's
+/// snapshots rather than the checkpoint id, and checkpoint notices do not reach the reader
+/// (the legacy model delivers them to the chain only).
 ///
 /// Run it with an event-time context (`SourceContextConfig::event_time()`, the default of the
 /// job API for readers) so the reader's timestamps and watermarks pass through unchanged.

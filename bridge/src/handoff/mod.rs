@@ -1,60 +1,8 @@
 //! [`HandoffReader`]: a legacy [`SourceFunction`] as a new-style [`SourceReader`], through a
 //! bounded handoff that is part of the checkpoint. No Flink version offers this.
 //!
-//! # Where things live
-//!
-//! | part | owner | lock |
-//! |---|---|---|
-//! | the function | the source thread (`<source>-handoff`) | - |
-//! | the source's state, the context's bookkeeping, the **handoff** (bounded), the source's end | the checkpoint lock ([`SourceCell`]) | this reader's own, not the task's |
-//! | the batch taken from the handoff, not yet emitted | the reader (mailbox thread) | - |
-//!
-//! The chain behind the reader belongs to the mailbox thread alone, as in any mailbox source
-//! task, so operators that wait for their own events (async I/O) may chain behind it. The price
-//! is one queue hop per record, and a checkpoint that holds the records in flight.
-//!
-//! # The protocol
-//!
-//! ```text
-//! source thread (run_source)                    mailbox thread (poll_next / snapshot_state)
-//! --------------------------                    -------------------------------------------
-//! ctx.lock():                                   batch empty? lock { swap the handoff's queue
-//!   handoff full? wait on the lock's condition           with the empty batch; notify_all }
-//!   (lock released) BEFORE the section starts    emit one element of the batch per poll
-//! section: update state, emit -> handoff         nothing? NothingAvailable, then
-//!   first element after a registration wakes       register_waker: lock { ready ? wake now
-//!   the reader's waker                                               : keep the waker }
-//! unlock (notify_all)                           snapshot_state: lock { state + batch + handoff
-//! finite: lock { end_input: Finished; wake }                          + finished }
-//! failed: lock { Failed(error); wake }
-//! ```
-//!
-//! - **Consistency.** A section of the source is atomic with respect to the mailbox thread: the
-//!   context waits for room only *before* a section starts (never mid-section), and the mailbox
-//!   thread touches the handoff only under the lock. So every snapshot holds a source state and
-//!   exactly the records emitted before it and not yet passed downstream. Restoring replays
-//!   those records first, then restarts the function from the state: exactly once. The handoff
-//!   may overrun its capacity by what one section emits.
-//! - **No lost wakeup.** The reader registers its waker under the lock after checking the
-//!   handoff under that same lock; the source adds elements under the lock and takes (and wakes)
-//!   the waker when it does. The wake happens inside the source's section; the woken mailbox
-//!   thread needs the lock to read, so it sees the section only once it has ended. (Waking at the
-//!   very end of the section would need a per-section hook in `streamtask-legacy`'s guard, a
-//!   virtual call on the legacy model's per-record path.) No busy loop: a reader with nothing to
-//!   emit sleeps until woken.
-//! - **Room.** Taking a batch frees room; the reader notifies the lock's condition, waking a
-//!   source that waits for it.
-//! - **Close.** [`close`](SourceReader::close) cancels the source's token (which wakes a source
-//!   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
-//!   the grace period; a source that ignores cancellation is left behind and reported as
-//!   ignoring it, rather than hanging the task.
-//!
-//! # Context timers
-//!
-//! Under ingestion time or with an idle timeout the source's context needs timers; this reader
-//! then runs a timer thread of its own (`<source>-handoff-timers`) that fires them under the
-//! lock, as the legacy model's timer thread does. Processing time comes from the reader's
-//! [`Clock`] (set it to the task's with [`HandoffReader::with_clock`]).
+//! The protocol and its trade-off are written out on [`HandoffReader`]; `buffer` holds the
+//! handoff itself (the backend the source emits into) and the snapshot format.
 
 mod buffer;
 
@@ -121,9 +69,63 @@ enum Seen {
 /// thread of its own and emits, under a lock it shares with nobody but this reader, into a
 /// bounded handoff; the reader polls the handoff on the mailbox thread. A checkpoint holds the
 /// source's state and the handoff's contents together; a restore replays the handoff first.
-/// See the [module docs](self) for the protocol and the trade-off.
 ///
 /// Its records must be serializable: records in flight are part of the checkpoint.
+///
+/// # Where things live
+///
+/// | part | owner | lock |
+/// |---|---|---|
+/// | the function | the source thread (`<source>-handoff`) | - |
+/// | the source's state, the context's bookkeeping, the **handoff** (bounded), the source's end | the checkpoint lock ([`SourceCell`]) | this reader's own, not the task's |
+/// | the batch taken from the handoff, not yet emitted | the reader (mailbox thread) | - |
+///
+/// The chain behind the reader belongs to the mailbox thread alone, as in any mailbox source
+/// task, so operators that wait for their own events (async I/O) may chain behind it. The price
+/// is one queue hop per record, and a checkpoint that holds the records in flight.
+///
+/// # The protocol
+///
+/// ```text
+/// source thread (run_source)                    mailbox thread (poll_next / snapshot_state)
+/// --------------------------                    -------------------------------------------
+/// ctx.lock():                                   batch empty? lock { swap the handoff's queue
+///   handoff full? wait on the lock's condition           with the empty batch; notify_all }
+///   (lock released) BEFORE the section starts    emit one element of the batch per poll
+/// section: update state, emit -> handoff         nothing? NothingAvailable, then
+///   first element after a registration wakes       register_waker: lock { ready ? wake now
+///   the reader's waker                                               : keep the waker }
+/// unlock (notify_all)                           snapshot_state: lock { state + batch + handoff
+/// finite: lock { end_input: Finished; wake }                          + finished }
+/// failed: lock { Failed(error); wake }
+/// ```
+///
+/// - **Consistency.** A section of the source is atomic with respect to the mailbox thread: the
+///   context waits for room only *before* a section starts (never mid-section), and the mailbox
+///   thread touches the handoff only under the lock. So every snapshot holds a source state and
+///   exactly the records emitted before it and not yet passed downstream. Restoring replays
+///   those records first, then restarts the function from the state: exactly once. The handoff
+///   may overrun its capacity by what one section emits.
+/// - **No lost wakeup.** The reader registers its waker under the lock after checking the
+///   handoff under that same lock; the source adds elements under the lock and takes (and wakes)
+///   the waker when it does. The wake happens inside the source's section; the woken mailbox
+///   thread needs the lock to read, so it sees the section only once it has ended. (Waking at the
+///   very end of the section would need a per-section hook in `streamtask-legacy`'s guard, a
+///   virtual call on the legacy model's per-record path.) No busy loop: a reader with nothing to
+///   emit sleeps until woken.
+/// - **Room.** Taking a batch frees room; the reader notifies the lock's condition, waking a
+///   source that waits for it.
+/// - **Close.** [`close`](SourceReader::close) cancels the source's token (which wakes a source
+///   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
+///   the grace period; a source that ignores cancellation is left behind and reported as
+///   ignoring it, rather than hanging the task.
+///
+/// # Context timers
+///
+/// Under ingestion time or with an idle timeout the source's context needs timers; this reader
+/// then runs a timer thread of its own (`<source>-handoff-timers`) that fires them under the
+/// lock, as the legacy model's timer thread does. Processing time comes from the reader's
+/// [`Clock`] (set it to the task's with [`with_clock`](Self::with_clock)).
 ///
 /// # Examples
 ///

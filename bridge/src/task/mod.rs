@@ -1,81 +1,8 @@
 //! [`LegacySourceStreamTask`]: a legacy [`SourceFunction`](streamtask_legacy::SourceFunction)
 //! in the mailbox model, Flink 1.10's `SourceStreamTask` with its `LegacySourceFunctionThread`,
-//! and the [`TaskHandle`] it returns.
-//!
-//! # Threads
-//!
-//! | thread | name | runs | under the checkpoint lock |
-//! |---|---|---|---|
-//! | task (mailbox) | `<task>` | restore + open; the mailbox loop, which only takes mails; finish; teardown | open, every action mail, finish, close |
-//! | source | `<task>-legacy-source` | `run_source`: the function's `run`, and for a finite source `Watermark::MAX` + `end_input` | every locked section of the source, and so every record through the chain |
-//! | timers | `<task>-timers` (started by the first registration) | only enqueues timer mails | never |
-//!
-//! The lock owns the source's state and context together with the operator chain and the
-//! task's output, so everything behind the source runs either on the source thread inside one
-//! of its locked sections, or on the mailbox thread inside a mail: never both at once.
-//!
-//! # Mails
-//!
-//! | mail | priority | under the lock | does |
-//! |---|---|---|---|
-//! | checkpoint trigger | `MIN` | yes | prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
-//! | timer of operator `i` | `operator(i)` | yes | the chain's `dispatch_timer`; context timers go to the source's context |
-//! | event for operator `i` | `operator(i)` | yes | the chain's `dispatch_event` |
-//! | checkpoint complete / aborted | `MAX` | yes | the chain's notices (never to a closed chain, FLINK-16383) |
-//! | poison (source ended, cancel), resume, failure report | `MAX`, first | **no** | end the loop |
-//!
-//! Control mails never take the lock ([`CheckpointLockExecutor`](crate::CheckpointLockExecutor)
-//! only runs action mails), so the loop can always be told to end. No mail is enqueued
-//! periodically: every mail takes the lock the source wants, so internal periodic mails would
-//! slow the source down (FLINK-23560).
-//!
-//! # Protocol
-//!
-//! ```text
-//! task thread                                  source thread
-//! -----------                                  -------------
-//! lock { restore, open }; Initializing->Running
-//! spawn source thread ----------------------->  run_source(function, lock, token)
-//! loop: take mail (blocks while none)            loop { lock { state, emit -> chain } }
-//!       action mail: lock { run it }             (a mail waits for the lock until the
-//!       control mail: no lock                     current section ends, and vice versa)
-//!                                              finite: lock { MAX watermark, end_input }
-//!                                              ended: put poison first   | failed: put failure report first
-//!                                              exit latch: ended
-//! loop ends (poison, failure, or cancel's poison)
-//! wait for the exit latch (<= grace once stopping), join
-//! source finished: Running->Finishing, lock { finish chain, quiesce timers, end output }
-//! quiesce timers, quiesce mailbox, drain (if finishing), lock { close chain },
-//! shut timers down, close mailbox; report the outcome
-//! ```
-//!
-//! # Lifecycle
-//!
-//! | state | meaning | moves to | by |
-//! |---|---|---|---|
-//! | `Initializing` | restoring and opening under the lock | `Running`; `Cancelling`, `Failing` | task thread; `cancel`; a failure |
-//! | `Running` | the source runs, mails run | `Finishing`; `Cancelling`, `Failing` | task thread after the source ended; `cancel`; a failure |
-//! | `Finishing` | finishing the chain, draining mails | `Finished`; `Failing` | task thread |
-//! | `Cancelling` | source cancelled, threads stopping | `Cancelled`, or `Failed` with `CancellationIgnored` | task thread |
-//! | `Failing` | first failure kept, source cancelled | `Failed` | task thread |
-//!
-//! A failure while `Cancelling` is ignored, as are a cancelled source's errors (FLINK-15811);
-//! a `cancel` once `Finishing` does nothing (the task finishes).
-//!
-//! # Cancellation
-//!
-//! [`TaskHandle::cancel`] marks the task `Cancelling`, cancels the source's
-//! [`CancellationToken`](streamtask_legacy::CancellationToken) and puts a poison mail first. The
-//! token is what interruption was in Flink (FLINK-15076): its flag, its sleeps, its hooks
-//! (closing a socket the source blocks on) and the lock's condition all notice it, so a source
-//! that blocks while *holding* the lock is reached too; the mailbox thread, which may itself be
-//! waiting for that lock to run a mail, gets it once the source returns and then sees the poison.
-//! A source that ignores cancellation is waited for `grace` (see
-//! [`with_cancel_grace`](LegacySourceStreamTask::with_cancel_grace)); then the task reports
-//! [`TaskError::CancellationIgnored`](streamtask_core::TaskError::CancellationIgnored) instead of
-//! hanging, leaving that one thread behind, which closes the chain itself if it ever returns.
-//! [`TaskHandle::join`] gives the task thread another `grace` for its own teardown (it may be
-//! waiting for a lock the stuck source holds) before it reports the same.
+//! and the [`TaskHandle`] it returns. The threads, mails, protocol and lifecycle are written out
+//! on [`LegacySourceStreamTask`]; `body` has what each mail does under the lock, `runtime` the
+//! threads, `shared` the state machine and the source-exit latch.
 
 mod body;
 mod builder;

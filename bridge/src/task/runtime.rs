@@ -25,6 +25,8 @@ use super::{Control, TaskHandle};
 use crate::executor::CheckpointLockExecutor;
 
 type Cell<F, C, W> = BridgeCell<<F as SourceFunction>::State, C, W>;
+type Processor<F, C, W> =
+    MailboxProcessor<Cell<F, C, W>, MailFailure, CheckpointLockExecutor<Cell<F, C, W>>>;
 
 /// What `LegacySourceStreamTask::spawn` hands over.
 pub(crate) struct Options {
@@ -77,7 +79,7 @@ where
 
 /// What the task thread receives once everything is wired.
 struct Setup<F: SourceFunction, C, W> {
-    processor: MailboxProcessor<Cell<F, C, W>, MailFailure, CheckpointLockExecutor<Cell<F, C, W>>>,
+    processor: Processor<F, C, W>,
     handle: ProcessorHandle<Cell<F, C, W>, MailFailure>,
     lock: Arc<CheckpointLock<Cell<F, C, W>>>,
     timers: StdArc<MailboxTimerService<Cell<F, C, W>, MailFailure>>,
