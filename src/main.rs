@@ -129,7 +129,12 @@ impl Options {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // The executor's warnings (one line per failed attempt) are what a user wants to see; the
+    // tasks' own failure logs repeat them. RUST_LOG overrides.
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("error,streamtask=warn"),
+    )
+    .init();
     quiet_injected_panics();
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Compare) {
