@@ -20,3 +20,13 @@ pub use crate::job::{
     ProgressCallback, RestartStrategy, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
+
+/// The migration guide, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../MIGRATION.md")]
+pub struct MigrationGuide;
+
+/// The README's examples, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct Readme;
