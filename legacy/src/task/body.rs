@@ -193,8 +193,7 @@ where
         chain.finish(&mut ctx)
     }
 
-    /// `end_input` without `finish` (a source's end, an async head's drain).
-    pub(crate) fn end_input_only(&mut self) -> Result<(), OperatorError> {
+    fn end_input_only(&mut self) -> Result<(), OperatorError> {
         self.parts.interrupt();
         let (chain, mut ctx) = ctx!(self);
         chain.end_input(&mut ctx)

@@ -23,7 +23,7 @@ use crossbeam::channel::{Receiver, Sender};
 use streamtask_core::function::{Completion, CompletionSink};
 use streamtask_core::sync::thread;
 
-use super::head::CompletionBatch;
+use super::head::HeadEvent;
 use crate::task::body::TaskBody;
 use crate::task::runtime::{Parts, run_locked, spawn_named};
 
@@ -64,7 +64,7 @@ impl<O: Send + 'static> Emitter<O> {
         let thread = spawn_named(name.clone(), move || {
             shared.register_current_thread();
             loop {
-                let mut batch: CompletionBatch<O> = match inbox.recv() {
+                let mut batch = match inbox.recv() {
                     Ok(EmitterMsg::Completion(c)) => vec![c],
                     Ok(EmitterMsg::Stop) | Err(_) => return,
                 };
@@ -81,7 +81,7 @@ impl<O: Send + 'static> Emitter<O> {
                 // Under the lock, while the task runs or finishes; a failure (an exceptional
                 // completion) fails the task; the lock's waiters are notified afterwards.
                 run_locked(&shared, &lock, &name, |body: &mut B| {
-                    body.dispatch_event(0, Box::new(batch))
+                    body.dispatch_event(0, Box::new(HeadEvent::Completions(batch)))
                 });
                 if stopping {
                     return;

@@ -69,10 +69,11 @@
 //!
 //! # End of input
 //!
-//! The head's `end_input` runs due retries at once; the task then waits on the lock's condition
-//! until everything was emitted (Flink 1.9's `waitInFlightInputsFinished`), and only then ends
-//! and finishes the operators behind the head, so they see every result before their own
-//! `end_input` (FLINK-13491). Then the task finishes as every legacy task does.
+//! The task tells the head to drain (an event, under the lock: due retries run at once), waits
+//! on the lock's condition until everything was emitted (Flink 1.9's
+//! `waitInFlightInputsFinished`), and only then ends and finishes the chain head to tail, so the
+//! operators behind the head see every result before their own `end_input` (FLINK-13491). Then
+//! the task finishes as every legacy task does.
 //!
 //! # Failures
 //!
@@ -95,12 +96,12 @@ use streamtask_core::OperatorError;
 use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
 use streamtask_core::channel::{GateEvent, InputGate};
 use streamtask_core::function::{AsyncFunction, CompletionSink};
-use streamtask_core::operator::{Map, Operator, TaskOutput};
+use streamtask_core::operator::{Chain, Map, Operator, TaskOutput};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
 
 use self::emitter::{Emitter, EmitterMsg, EmitterSink};
-use self::head::AsyncHeadOperator;
-use super::body::{BodyParts, ChainBody};
+use self::head::{AsyncHeadOperator, HeadEvent};
+use super::body::{BodyParts, ChainBody, TaskBody};
 use super::runtime::{self, DEFAULT_CANCEL_GRACE, GateReader, Parts, RuntimeOptions};
 use super::{TaskHandle, TaskKind};
 use crate::cancel::CancellationToken;
@@ -321,7 +322,7 @@ where
         let gate = gate.with_metrics(StdArc::clone(&metrics));
         let (to_emitter, inbox) = crossbeam::channel::unbounded();
         let sink: StdArc<dyn CompletionSink<F::Out>> = StdArc::new(EmitterSink(to_emitter.clone()));
-        let chain = AsyncHeadOperator::new(head.engine, chain, sink);
+        let chain = Chain::new(AsyncHeadOperator::new(head.engine, sink), chain);
         runtime::spawn(
             config,
             TaskKind::OneInput,
@@ -347,7 +348,7 @@ impl<F: AsyncFunction, C, O> fmt::Debug for AsyncWaitStreamTask<F, C, O> {
     }
 }
 
-type Body<F, C, O> = ChainBody<AsyncHeadOperator<F, C>, O>;
+type Body<F, C, O> = ChainBody<Chain<AsyncHeadOperator<F>, C>, O>;
 
 /// The task thread's run: start the emitter, then `while running && process_input()`, then
 /// drain and finish. The emitter is stopped and joined when this returns, on every path.
@@ -392,14 +393,14 @@ where
                 {
                     let mut body = parts.lock.lock();
                     // The head runs due retries and starts draining ...
-                    body.end_input_only()?;
+                    body.dispatch_event(0, Box::new(HeadEvent::<F::Out>::Drain))?;
                     // ... and the task waits until everything was emitted.
                     if !wait_until_admitted(&mut body, cancel) {
                         return Ok(());
                     }
                 }
-                // Then the operators behind the head end and finish.
-                return parts.finish_with(|body| body.finish());
+                // Then the chain ends and finishes, head to tail.
+                return parts.finish_with(|body| body.end_input_and_finish());
             }
             GateEvent::Nothing => {}
         }
@@ -459,7 +460,6 @@ mod tests {
 
     use super::*;
     use crate::lock::CheckpointLock;
-    use crate::task::body::TaskBody;
 
     type TestBody = Body<ManualAsyncFunction<u32, u32>, NoChain<u32>, Vec<Emitted<u32>>>;
 
@@ -475,10 +475,9 @@ mod tests {
             AsyncHead::new("async", function, AsyncConfig::new(OutputMode::Ordered, 2)).unwrap();
         let (to_emitter, inbox) = crossbeam::channel::unbounded();
         let sink: StdArc<dyn CompletionSink<u32>> = StdArc::new(EmitterSink(to_emitter));
-        let chain = AsyncHeadOperator::new(
-            head.engine,
+        let chain = Chain::new(
+            AsyncHeadOperator::new(head.engine, sink),
             Map::new("out", std::convert::identity as fn(u32) -> u32),
-            sink,
         );
         let services = HarnessServices::new("async");
         let parts = BodyParts::new(
@@ -541,7 +540,8 @@ mod tests {
         };
         {
             let mut body = lock.lock();
-            body.dispatch_event(0, Box::new(vec![completion])).unwrap();
+            body.dispatch_event(0, Box::new(HeadEvent::Completions(vec![completion])))
+                .unwrap();
             body.notify_all();
         }
         assert!(task.join().unwrap(), "admitted, not cancelled");
@@ -568,6 +568,57 @@ mod tests {
         let metrics = StdArc::clone(restored.metrics());
         assert!(restored.join().is_finished());
         assert_eq!(metrics.records_out.get(), 3);
+    }
+
+    #[test]
+    fn operators_behind_the_head_see_every_result_before_their_end_input() {
+        // FLINK-13491: the drain completes before the chain's `end_input`.
+        struct Log(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+        impl Operator for Log {
+            type In = u32;
+            type Out = u32;
+            fn name(&self) -> &str {
+                "log"
+            }
+            fn process_element(
+                &mut self,
+                record: StreamRecord<u32>,
+                ctx: &mut streamtask_core::Context<'_, u32>,
+            ) -> Result<(), OperatorError> {
+                self.0.lock().unwrap().push(record.value.to_string());
+                ctx.collect(record)
+            }
+            fn end_input(
+                &mut self,
+                _ctx: &mut streamtask_core::Context<'_, u32>,
+            ) -> Result<(), OperatorError> {
+                self.0.lock().unwrap().push("end_input".to_string());
+                Ok(())
+            }
+        }
+        let log = std::sync::Arc::default();
+        let function = ManualAsyncFunction::<u32, u32>::new();
+        let calls = function.calls();
+        let head =
+            AsyncHead::new("async", function, AsyncConfig::new(OutputMode::Ordered, 4)).unwrap();
+        let (input, rx) = bounded(8).unwrap();
+        let task = AsyncWaitStreamTask::chained(
+            TaskConfig::new("async"),
+            InputGate::new(vec![rx]).unwrap(),
+            head,
+            Log(std::sync::Arc::clone(&log)),
+            Vec::<Emitted<u32>>::new(),
+        )
+        .unwrap()
+        .spawn();
+        input.send(StreamElement::Record(record(1))).unwrap();
+        input.send(StreamElement::Record(record(2))).unwrap();
+        input.send(StreamElement::EndOfInput).unwrap();
+        calls.wait_for_invocations(2);
+        assert!(calls.complete(&2, vec![2]));
+        assert!(calls.complete(&1, vec![1]));
+        assert!(task.join().is_finished());
+        assert_eq!(*log.lock().unwrap(), vec!["1", "2", "end_input"]);
     }
 
     #[test]
