@@ -656,7 +656,7 @@ mod tests {
             Map::new("parse", |x: u32| x).then(Yielding),
             Vec::<Emitted<u32>>::new(),
         );
-        let error = refused.err().expect("refused");
+        let error = refused.expect_err("refused");
         assert_eq!(
             error,
             AsyncChainError::WaitsForOwnEvents {
