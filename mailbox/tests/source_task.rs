@@ -388,6 +388,21 @@ fn cancel_stops_a_busy_task() {
 }
 
 #[test]
+fn dropping_a_handle_cancels_the_task_and_waits_for_it() {
+    let log = log();
+    let (_feeder, reader) = feed::<u64>(&log);
+    let task = SourceTask::spawn(
+        TaskConfig::new("dropped"),
+        reader,
+        Probe::new("p", &log),
+        SharedOutput::new(),
+    );
+    drop(task);
+    // The drop returned only after the task thread closed the chain and ended.
+    assert!(entries(&log).contains(&"p: close".to_string()));
+}
+
+#[test]
 fn cancel_after_finish_keeps_the_task_finished() {
     let log = log();
     let task = SourceTask::spawn(

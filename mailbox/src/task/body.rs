@@ -108,8 +108,10 @@ impl TaskEnv {
     #[inline]
     pub(crate) fn count_in(&mut self, records: u64) -> bool {
         self.records_in += records;
-        for _ in 0..records {
-            self.run.record(&self.tracer);
+        if self.tracer.is_on() {
+            for _ in 0..records {
+                self.run.record(&self.tracer);
+            }
         }
         self.records_in >= PUBLISH_EVERY
     }
