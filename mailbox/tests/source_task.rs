@@ -280,6 +280,31 @@ fn a_trigger_after_the_task_finished_is_declined_as_not_running() {
 }
 
 #[test]
+fn a_trigger_that_never_runs_is_declined_as_not_running() {
+    let log = log();
+    let (responder, reports) = responder("fails-first");
+    let (_feeder, reader) = feed::<u64>(&log);
+    let (head, senders) = common::Exposing::new(&log);
+    let task = SourceTask::spawn(
+        TaskConfig::new("fails-first").with_responder(responder),
+        reader,
+        head,
+        SharedOutput::new(),
+    );
+    let (sender, _) = senders.recv().unwrap();
+    // The event fails the task; the trigger behind it never runs, whichever way it is dropped.
+    sender.send(u64::MAX).unwrap();
+    task.trigger_checkpoint(checkpoint(4)).unwrap();
+    match next_report(&reports) {
+        TaskReport::Declined {
+            checkpoint, reason, ..
+        } => assert_eq!((checkpoint, reason), (4, DeclineReason::NotRunning)),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(task.join().failure().is_some());
+}
+
+#[test]
 fn checkpoint_notices_reach_the_chain_and_the_reader() {
     let log = log();
     let (responder, reports) = responder("n");
@@ -483,4 +508,54 @@ fn an_operator_error_fails_the_task() {
         }
         other => panic!("unexpected {other}"),
     }
+}
+
+#[test]
+fn spans_show_records_mails_timers_and_checkpoints_on_the_task_thread() {
+    use streamtask_core::trace::{TraceLog, Tracer};
+    use streamtask_core::{Clock, ManualClock};
+    use streamtask_mailbox::SourceReader;
+
+    let log = log();
+    let trace = TraceLog::new();
+    let clock = ManualClock::new(0);
+    let (responder, reports) = responder("traced");
+    let (feeder, reader) = feed::<u64>(&log);
+    let output = SharedOutput::new();
+    let task = SourceTask::spawn(
+        TaskConfig::new("traced")
+            .with_tracer(Tracer::to(&trace))
+            .with_clock(Clock::Manual(clock.clone()))
+            .with_responder(responder),
+        // Readers are object safe: a boxed one is a reader too.
+        Box::new(reader) as Box<dyn SourceReader<u64>>,
+        Probe::new("p", &log).with_timers(&[5]),
+        output.clone(),
+    );
+    feeder.send(Feed::Record(1));
+    feeder.send(Feed::Record(2));
+    output.wait_until(|e| e.len() == 2);
+    task.trigger_checkpoint(checkpoint(1)).unwrap();
+    assert!(matches!(
+        next_report(&reports),
+        TaskReport::Acknowledged { .. }
+    ));
+    clock.set(10);
+    output.wait_until(|e| e.len() == 4);
+    feeder.send(Feed::End);
+    assert!(task.join().is_finished());
+
+    let spans = trace.events();
+    for cat in ["record", "mail", "checkpoint", "timer"] {
+        assert!(
+            spans.iter().any(|s| s.cat == cat),
+            "no {cat} span in {spans:?}"
+        );
+    }
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.cat == "checkpoint" && s.name == "checkpoint 1")
+    );
+    assert!(trace.threads().iter().any(|(_, name)| name == "traced"));
 }

@@ -19,6 +19,7 @@ use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, TaskOutcome, Tr
 
 use crate::action::Immediate;
 use crate::executor::MailboxExecutor;
+use crate::letter::MailAction;
 use crate::mail::Priority;
 use crate::mailbox::TaskMailbox;
 use crate::processor::{
@@ -151,7 +152,6 @@ struct Shared {
 struct Remote<B> {
     is_source: bool,
     processor: ProcessorHandle<B, TaskFailure>,
-    main: MailboxExecutor<B, TaskFailure>,
     notices: MailboxExecutor<B, TaskFailure>,
     responder: streamtask_core::task::CheckpointResponder,
     shared: Arc<Shared>,
@@ -162,12 +162,16 @@ impl<B: TaskBody> TaskControl for Remote<B> {
         if !self.is_source {
             return Err(TriggerError::NotASource);
         }
-        let triggered = Instant::now();
-        let trigger = move |body: &mut B| body.trigger_checkpoint(barrier, triggered);
-        if self.main.execute("checkpoint trigger", trigger).is_err() {
-            self.responder
-                .decline(barrier.id, DeclineReason::NotRunning);
-        }
+        let trigger = TriggerMail {
+            barrier,
+            triggered: Instant::now(),
+            responder: Some(self.responder.clone()),
+        };
+        // Refused once the task is ending: the mail comes back and, dropped, declines.
+        let _ = self
+            .processor
+            .core()
+            .enqueue(Priority::MIN, "checkpoint trigger", trigger);
         Ok(())
     }
 
@@ -198,6 +202,32 @@ impl<B: TaskBody> TaskControl for Remote<B> {
     fn is_done(&self) -> bool {
         // Acquire pairs with the Release store at the very end of the task thread.
         self.shared.done.load(Ordering::Acquire)
+    }
+}
+
+/// A checkpoint trigger on its way to the task thread. A trigger that never runs (refused by a
+/// mailbox that no longer accepts mails, or dropped when the mailbox closes after a failure or a
+/// cancel) declines the checkpoint as not running when it is dropped, so the coordinator hears
+/// about every trigger.
+struct TriggerMail {
+    barrier: CheckpointBarrier,
+    triggered: Instant,
+    responder: Option<streamtask_core::task::CheckpointResponder>,
+}
+
+impl<B: TaskBody> MailAction<B, TaskFailure> for TriggerMail {
+    fn run(mut self: Box<Self>, body: &mut B) -> Result<(), TaskFailure> {
+        // Ran: from here on the body acknowledges or declines.
+        self.responder = None;
+        body.trigger_checkpoint(self.barrier, self.triggered)
+    }
+}
+
+impl Drop for TriggerMail {
+    fn drop(&mut self) {
+        if let Some(responder) = self.responder.take() {
+            responder.decline(self.barrier.id, DeclineReason::NotRunning);
+        }
     }
 }
 
@@ -259,7 +289,6 @@ fn spawn_task<B: TaskBody>(
     });
     let remote = Remote {
         is_source,
-        main: builder.mailbox_executor(Priority::MIN),
         notices: builder.mailbox_executor(Priority::MAX),
         processor: handle,
         responder,

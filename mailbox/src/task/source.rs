@@ -144,7 +144,11 @@ where
         Ok(())
     }
 
+    /// After each mail: publish the records counted so far (mails may be read by whoever
+    /// watches the metrics), and resume a default action parked on the chain if it now accepts
+    /// input.
     fn after_mail(&mut self) {
+        self.publish_metrics();
         let chain = &self.chain;
         self.env.end_mail(|| chain.accepts_input());
     }

@@ -130,7 +130,11 @@ where
         finish_checkpoint(&mut self.env, id, started, taken)
     }
 
+    /// After each mail: publish the records counted so far (mails may be read by whoever
+    /// watches the metrics), and resume a default action parked on the chain if it now accepts
+    /// input.
     fn after_mail(&mut self) {
+        self.publish_metrics();
         let chain = &self.chain;
         self.env.end_mail(|| chain.accepts_input());
     }
