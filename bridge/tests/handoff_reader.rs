@@ -282,14 +282,23 @@ impl SourceFunction for Forever {
     type Out = u64;
     type State = u64;
     fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
+        // Set however `run` returns (a cancelled section's emit returns an error).
+        let _returned = SetOnDrop(Arc::clone(&self.returned));
         while !ctx.is_cancelled() {
             let mut locked = ctx.lock();
             let n = *locked.state();
             locked.collect(n)?;
             *locked.state_mut() = n + 1;
         }
-        self.returned.store(true, Ordering::SeqCst);
         Ok(())
+    }
+}
+
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 

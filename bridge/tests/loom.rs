@@ -169,7 +169,11 @@ fn cancel_reaches_a_source_that_blocks_holding_the_lock() {
         processor.drain().unwrap();
         canceller.join().unwrap();
         source.join().unwrap();
-        assert_eq!(*lock.lock(), 1, "the mail ran once, after the source let go");
+        assert_eq!(
+            *lock.lock(),
+            1,
+            "the mail ran once, after the source let go"
+        );
     });
 }
 
@@ -223,7 +227,10 @@ fn the_handoff_reader_is_woken_for_what_it_did_not_see() {
         let waker = Waker::from(std::sync::Arc::clone(&flag));
         let mut emitted: Vec<Emitted<u32>> = Vec::new();
         loop {
-            match reader.poll_next(&mut ReaderOutput::new(&mut emitted)).unwrap() {
+            match reader
+                .poll_next(&mut ReaderOutput::new(&mut emitted))
+                .unwrap()
+            {
                 InputStatus::MoreAvailable => {}
                 InputStatus::EndOfInput => break,
                 InputStatus::NothingAvailable => {

@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::sync::{Arc, Mutex, thread};
 use streamtask_core::task::TaskError;
+use streamtask_core::trace::Tracer;
 use streamtask_core::{
     Clock, OperatorError, Timer, TimerError, TimerHandle, TimerScheduler, TimerService, catch_panic,
 };
@@ -173,6 +175,8 @@ pub struct HandoffReader<F: SourceFunction> {
     context: SourceContextConfig,
     clock: Clock,
     grace: Duration,
+    metrics: Option<StdArc<TaskMetrics>>,
+    tracer: Tracer,
     phase: Phase<F>,
     lock: Option<Arc<HandoffLock<F>>>,
     timers: Option<StdArc<TimerScheduler>>,
@@ -195,6 +199,8 @@ where
             context: SourceContextConfig::default(),
             clock: Clock::System,
             grace: DEFAULT_CANCEL_GRACE,
+            metrics: None,
+            tracer: Tracer::off(),
             phase: Phase::Idle(function),
             lock: None,
             timers: None,
@@ -227,6 +233,19 @@ where
     /// reporting that it ignored cancellation.
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Records how long the source and the mailbox thread wait for the handoff's lock into
+    /// `metrics.lock_wait` (the task's metrics, typically).
+    pub fn with_metrics(mut self, metrics: StdArc<TaskMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Records a `lock-wait` span for every wait for the handoff's lock.
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
         self
     }
 
@@ -298,7 +317,11 @@ where
             Emission::new(self.context, timers),
             Handoff::new(self.capacity),
         );
-        CheckpointLock::new(cell, Fairness::Eventual)
+        let lock = CheckpointLock::new(cell, Fairness::Eventual).with_tracer(self.tracer.clone());
+        match &self.metrics {
+            Some(metrics) => lock.with_metrics(StdArc::clone(metrics)),
+            None => lock,
+        }
     }
 
     /// Starts the function on its thread, if it waits for the first poll.
