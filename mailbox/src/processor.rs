@@ -2,6 +2,7 @@
 //!
 #![doc = include_str!("processor.md")]
 
+use std::cell::Cell;
 use std::fmt;
 use std::task::Waker;
 use std::time::Instant;
@@ -211,11 +212,19 @@ pub enum SuspendCause {
     Backpressure,
 }
 
-/// What the default action gets to steer the loop; owner thread only, for one step.
+/// What only the owner thread touches: the last suspension token handed out and the cause of
+/// the current suspension. Cells, so one [`Controller`] can live through a whole loop while the
+/// loop reads them.
+#[derive(Debug, Default)]
+struct OwnerLocal {
+    next_token: Cell<u64>,
+    cause: Cell<Option<SuspendCause>>,
+}
+
+/// What the default action gets to steer the loop; owner thread only.
 pub struct Controller<'a> {
     ops: &'a dyn OwnerOps,
-    next_token: &'a mut u64,
-    cause: &'a mut Option<SuspendCause>,
+    owner: &'a OwnerLocal,
     resume: &'a std::sync::Arc<dyn ResumeTarget>,
 }
 
@@ -239,9 +248,9 @@ impl Controller<'_> {
         let token = if current != 0 {
             current
         } else {
-            *self.next_token += 1;
-            let token = *self.next_token;
-            *self.cause = cause;
+            let token = self.owner.next_token.get() + 1;
+            self.owner.next_token.set(token);
+            self.owner.cause.set(cause);
             self.ops.suspend_with(token);
             token
         };
@@ -410,8 +419,7 @@ impl<S: 'static, E: Send + 'static> ProcessorBuilder<S, E> {
         MailboxProcessor {
             core: self.core,
             executor,
-            next_token: 0,
-            cause: None,
+            owner: OwnerLocal::default(),
             resume,
         }
     }
@@ -456,8 +464,7 @@ impl<S, E> fmt::Debug for ProcessorBuilder<S, E> {
 pub struct MailboxProcessor<S, E, X = Immediate<S>> {
     core: Arc<Core<S, E>>,
     executor: X,
-    next_token: u64,
-    cause: Option<SuspendCause>,
+    owner: OwnerLocal,
     resume: std::sync::Arc<dyn ResumeTarget>,
 }
 
@@ -559,13 +566,28 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
         if !self.start_loop() {
             return Ok(());
         }
-        if !self.process_mail()? {
+        let MailboxProcessor {
+            core,
+            executor,
+            owner,
+            resume,
+        } = self;
+        let (core, owner): (&Core<S, E>, &OwnerLocal) = (core, owner);
+        // One controller for the whole loop: nothing is set up per step.
+        let mut controller = Controller {
+            ops: core,
+            owner,
+            resume,
+        };
+        if !process_mail(core, executor, owner)? {
             return Ok(());
         }
         loop {
-            self.run_default_action(default)?;
+            executor
+                .run(|state| default.run_default_action(state, &mut controller))
+                .map_err(LoopError::Failed)?;
             // The hot path: one atomic load when no mail is waiting.
-            if self.core.mailbox.has_mail_hint() && !self.process_mail()? {
+            if core.mailbox.has_mail_hint() && !process_mail(core, executor, owner)? {
                 return Ok(());
             }
         }
@@ -593,78 +615,21 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
         self.start_loop();
         self.core.mailbox.create_batch_unchecked();
         if let Some(mail) = self.core.mailbox.try_take_from_batch_unchecked()? {
-            self.run_mail(mail)?;
+            run_mail(&self.core, &mut self.executor, mail)?;
             return Ok(true);
         }
         if self.core.default_action_available() && self.core.loop_possible() {
-            self.run_default_action(default)?;
+            let mut controller = Controller {
+                ops: &*self.core,
+                owner: &self.owner,
+                resume: &self.resume,
+            };
+            self.executor
+                .run(|state| default.run_default_action(state, &mut controller))
+                .map_err(LoopError::Failed)?;
             return Ok(true);
         }
         Ok(false)
-    }
-
-    #[inline]
-    fn run_default_action<D: DefaultAction<S, E>>(
-        &mut self,
-        default: &mut D,
-    ) -> Result<(), LoopError<E>> {
-        let mut controller = Controller {
-            ops: &*self.core,
-            next_token: &mut self.next_token,
-            cause: &mut self.cause,
-            resume: &self.resume,
-        };
-        self.executor
-            .run(|state| default.run_default_action(state, &mut controller))
-            .map_err(LoopError::Failed)
-    }
-
-    /// Runs the batch, then (while the default action is suspended) every mail as it comes.
-    /// Returns whether the loop may go on.
-    fn process_mail(&mut self) -> Result<bool, LoopError<E>> {
-        self.core.mailbox.create_batch_unchecked();
-        while self.core.loop_possible() {
-            match self.core.mailbox.try_take_from_batch_unchecked()? {
-                Some(mail) => self.run_mail(mail)?,
-                None => break,
-            }
-        }
-        while self.core.loop_possible() && !self.core.default_action_available() {
-            let mail = match self.core.mailbox.try_take_unchecked(Priority::MIN)? {
-                Some(mail) => mail,
-                None => self.take_blocking()?,
-            };
-            self.run_mail(mail)?;
-        }
-        let possible = self.core.loop_possible();
-        if !possible {
-            // The owner's own signal mails only made the loop look at its flags, which it just
-            // did; do not leave them for `drain` or `close` to count.
-            self.core.mailbox.discard_batch_head_while(|letter| {
-                matches!(letter.kind, LetterKind::Control(Control::Signal))
-            });
-        }
-        Ok(possible)
-    }
-
-    /// Blocks for the next mail; the wait counts as idle or backpressured time.
-    fn take_blocking(&mut self) -> Result<Mail<Letter<S, E>>, TakeError> {
-        match self.cause {
-            Some(cause) => {
-                let since = Instant::now();
-                let mail = self.core.mailbox.take_unchecked(Priority::MIN);
-                self.core.record_suspended(cause, since);
-                mail
-            }
-            None => self.core.mailbox.take_unchecked(Priority::MIN),
-        }
-    }
-
-    fn run_mail(&mut self, mail: Mail<Letter<S, E>>) -> Result<(), LoopError<E>> {
-        let executor = &mut self.executor;
-        self.core
-            .run_mail(mail, |action| executor.run(|state| action.run(state)))
-            .map_err(LoopError::Failed)
     }
 
     /// Quiesces the mailbox: new mails are refused, the queued ones stay. Owner only.
@@ -702,6 +667,64 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
         let dropped = self.core.mailbox.close()?;
         Ok(dropped.len())
     }
+}
+
+/// Runs the batch, then (while the default action is suspended) every mail as it comes.
+/// Returns whether the loop may go on.
+fn process_mail<S, E, X: ActionExecutor<S>>(
+    core: &Core<S, E>,
+    executor: &mut X,
+    owner: &OwnerLocal,
+) -> Result<bool, LoopError<E>> {
+    core.mailbox.create_batch_unchecked();
+    while core.loop_possible() {
+        match core.mailbox.try_take_from_batch_unchecked()? {
+            Some(mail) => run_mail(core, executor, mail)?,
+            None => break,
+        }
+    }
+    while core.loop_possible() && !core.default_action_available() {
+        let mail = match core.mailbox.try_take_unchecked(Priority::MIN)? {
+            Some(mail) => mail,
+            None => take_blocking(core, owner)?,
+        };
+        run_mail(core, executor, mail)?;
+    }
+    let possible = core.loop_possible();
+    if !possible {
+        // The owner's own signal mails only made the loop look at its flags, which it just
+        // did; do not leave them for `drain` or `close` to count.
+        core.mailbox.discard_batch_head_while(|letter| {
+            matches!(letter.kind, LetterKind::Control(Control::Signal))
+        });
+    }
+    Ok(possible)
+}
+
+/// Blocks for the next mail; the wait counts as idle or backpressured time.
+fn take_blocking<S, E>(
+    core: &Core<S, E>,
+    owner: &OwnerLocal,
+) -> Result<Mail<Letter<S, E>>, TakeError> {
+    match owner.cause.get() {
+        Some(cause) => {
+            let since = Instant::now();
+            let mail = core.mailbox.take_unchecked(Priority::MIN);
+            core.record_suspended(cause, since);
+            mail
+        }
+        None => core.mailbox.take_unchecked(Priority::MIN),
+    }
+}
+
+/// Runs one mail: actions through the executor, control mails on the flags.
+fn run_mail<S, E, X: ActionExecutor<S>>(
+    core: &Core<S, E>,
+    executor: &mut X,
+    mail: Mail<Letter<S, E>>,
+) -> Result<(), LoopError<E>> {
+    core.run_mail(mail, |action| executor.run(|state| action.run(state)))
+        .map_err(LoopError::Failed)
 }
 
 impl<S, E, X> fmt::Debug for MailboxProcessor<S, E, X> {
