@@ -112,6 +112,82 @@ fn start(model: Model, config: AsyncConfig<u64>) -> AsyncTask {
     start_with(model, config, ManualAsyncFunction::new(), None)
 }
 
+/// Emits `END_MARK` from its `end_input`, so the output shows when its input ended.
+struct EndMarker;
+
+const END_MARK: u64 = u64::MAX;
+
+impl streamtask_core::Operator for EndMarker {
+    type In = u64;
+    type Out = u64;
+
+    fn name(&self) -> &str {
+        "end-marker"
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        ctx: &mut streamtask_core::Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        ctx.collect(record)
+    }
+
+    fn end_input(
+        &mut self,
+        ctx: &mut streamtask_core::Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        ctx.collect(StreamRecord::new(END_MARK))
+    }
+}
+
+/// An async operator followed by an [`EndMarker`] in the same task.
+fn start_followed(model: Model, config: AsyncConfig<u64>) -> AsyncTask {
+    let function = ManualAsyncFunction::new();
+    let calls = function.calls();
+    let clock = ManualClock::new(0);
+    let (reports_tx, reports) = crossbeam::channel::unbounded();
+    let task_config = TaskConfig::new("async")
+        .with_clock(Clock::Manual(clock.clone()))
+        .with_responder(CheckpointResponder::new("async", reports_tx));
+    let (input, rx) = bounded(64).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let output = Collected::default();
+    let handle = match model {
+        Model::Legacy => {
+            let head = streamtask_legacy::AsyncHead::new("async", function, config).unwrap();
+            Handle::Legacy(
+                streamtask_legacy::AsyncWaitStreamTask::chained(
+                    task_config,
+                    gate,
+                    head,
+                    EndMarker,
+                    output.clone(),
+                )
+                .unwrap()
+                .spawn(),
+            )
+        }
+        Model::Mailbox => {
+            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, config).unwrap();
+            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
+                task_config,
+                gate,
+                streamtask_core::operator::Chain::new(op, EndMarker),
+                output.clone(),
+            ))
+        }
+    };
+    AsyncTask {
+        input,
+        output,
+        calls,
+        clock,
+        reports,
+        handle,
+    }
+}
+
 fn start_with(
     model: Model,
     config: AsyncConfig<u64>,
@@ -546,6 +622,30 @@ fn end_of_input_waits_for_in_flight_elements() {
             assert_eq!(out.len(), 2, "{model:?}: {out:?}");
             assert!(out.contains(&rec(1, 1)) && out.contains(&rec(2, 2)));
         }
+    }
+}
+
+#[test]
+fn operators_behind_the_async_operator_end_their_input_after_its_last_result() {
+    // FLINK-13491: the async operator drains before the next operator's end_input.
+    for model in MODELS {
+        let t = start_followed(model, ordered(10));
+        t.record(1, 1);
+        t.record(2, 2);
+        t.end();
+        t.invoked(2);
+        t.complete(1, vec![10]);
+        t.complete(2, vec![20]);
+        let (outcome, out) = t.join();
+        assert!(outcome.is_finished(), "{model:?}: {outcome}");
+        let values: Vec<u64> = out
+            .iter()
+            .filter_map(|e| match e {
+                Emitted::Record(r) => Some(r.value),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(values, vec![10, 20, END_MARK], "{model:?}");
     }
 }
 

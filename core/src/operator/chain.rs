@@ -261,6 +261,20 @@ where
         }
     }
 
+    fn end_input_at(
+        &mut self,
+        operator: usize,
+        ctx: &mut Context<'_, Self::Out>,
+    ) -> Result<(), OperatorError> {
+        if operator < ctx.operator_index() + self.head.chain_len() {
+            with_head!(self, ctx, |head, hctx| head
+                .end_input_at(operator, &mut hctx))
+        } else {
+            with_tail!(self, ctx, |tail, tctx| tail
+                .end_input_at(operator, &mut tctx))
+        }
+    }
+
     fn restore_chain(
         &mut self,
         snapshot: Option<&TaskSnapshot>,
@@ -421,6 +435,20 @@ mod tests {
                 "c:close"
             ]
         );
+    }
+
+    #[test]
+    fn end_input_at_ends_one_operator_at_a_time() {
+        let log = Default::default();
+        let mut chain = probes(&log);
+        let services = crate::testing::HarnessServices::new("t").services;
+        let mut out: Vec<crate::operator::Emitted<u32>> = Vec::new();
+        for i in 0..3 {
+            let mut ctx = Context::new(&mut out, &services, 0);
+            chain.end_input_at(i, &mut ctx).unwrap();
+        }
+        let got = log.lock().unwrap().clone();
+        assert_eq!(got, vec!["a:end_input", "b:end_input", "c:end_input"]);
     }
 
     #[test]

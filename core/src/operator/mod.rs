@@ -599,6 +599,24 @@ pub trait Operator: Send {
         self.on_event(event, ctx)
     }
 
+    /// Ends the input of only the operator at index `operator` (`ctx.operator_index()` is this
+    /// (sub)chain's first index). A runtime that can run mails between two operators' ends calls
+    /// it for every index, head to tail, letting each operator drain (an async operator waits
+    /// for its in-flight calls) before the next one's input ends; [`end_input`](Self::end_input)
+    /// on a chain ends them all in one go.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the operator fails with.
+    fn end_input_at(
+        &mut self,
+        operator: usize,
+        ctx: &mut Context<'_, Self::Out>,
+    ) -> Result<(), OperatorError> {
+        let _ = operator;
+        self.end_input(ctx)
+    }
+
     /// Restores every operator of the (sub)chain starting at index `base` from `snapshot`.
     ///
     /// # Errors
@@ -732,6 +750,13 @@ macro_rules! forward_operator {
             ctx: &mut Context<'_, Self::Out>,
         ) -> Result<(), OperatorError> {
             (**self).dispatch_event(operator, event, ctx)
+        }
+        fn end_input_at(
+            &mut self,
+            operator: usize,
+            ctx: &mut Context<'_, Self::Out>,
+        ) -> Result<(), OperatorError> {
+            (**self).end_input_at(operator, ctx)
         }
         fn restore_chain(
             &mut self,

@@ -6,7 +6,7 @@
 //! | phase | default action | events | checkpoint triggers | moves to |
 //! |---|---|---|---|---|
 //! | `Running` | pulls input | delivered | snapshot | `Draining` (end of input) |
-//! | `Draining` | waits until the chain accepts input, then finishes | delivered | declined | `Finished` |
+//! | `Draining` | ends the chain's input operator by operator, waiting before each until the chain accepts input, then finishes | delivered | declined | `Finished` |
 //! | `Finished` | - (the loop ended) | dropped | declined | - |
 
 use std::time::Instant;
@@ -55,7 +55,9 @@ pub(crate) trait TaskBody: OperatorMails<TaskFailure> + Send + 'static {
 pub(crate) enum Phase {
     /// Pulling input.
     Running,
-    /// `end_input` ran; waiting for the chain to accept input before `finish`.
+    /// Ending the chain's input one operator at a time, head to tail; before each operator's
+    /// `end_input`, and before `finish`, waiting until the chain accepts input (everything
+    /// upstream drained: an async operator's in-flight calls completed and emitted).
     Draining,
     /// `finish` ran and end of input went downstream.
     Finished,
@@ -70,6 +72,8 @@ pub(crate) struct TaskEnv {
     pub(crate) tracer: Tracer,
     pub(crate) run: RecordRun,
     pub(crate) phase: Phase,
+    /// While draining: how many operators of the chain (head first) had their input ended.
+    pub(crate) inputs_ended: usize,
     /// Records in, not yet published.
     pub(crate) records_in: u64,
     pub(crate) restore: Option<TaskSnapshot>,
@@ -94,6 +98,7 @@ impl TaskEnv {
             tracer,
             run: RecordRun::new(),
             phase: Phase::Running,
+            inputs_ended: 0,
             records_in: 0,
             restore,
             parked: None,

@@ -94,13 +94,29 @@ where
     }
 
     fn end_of_input(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure> {
-        let (chain, mut ctx) = self.ctx();
-        chain.end_input(&mut ctx).map_err(|e| self.fail(e))?;
         self.env.phase = Phase::Draining;
+        self.env.inputs_ended = 0;
         self.try_finish(controller)
     }
 
+    /// Ends the chain's input one operator at a time, head to tail, waiting (suspended, mails
+    /// running) until the chain accepts input before each one, so an operator's `end_input`
+    /// runs only after everything upstream emitted its last output (an async operator drains
+    /// first, as Flink's FLINK-13491 demands); then `finish`.
     fn try_finish(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure> {
+        while self.env.inputs_ended < self.chain.chain_len() {
+            if !self.chain.accepts_input() {
+                self.env
+                    .suspend_backpressured(controller, false, &self.output);
+                return Ok(());
+            }
+            let operator = self.env.inputs_ended;
+            self.env.inputs_ended += 1;
+            let (chain, mut ctx) = self.ctx();
+            chain
+                .end_input_at(operator, &mut ctx)
+                .map_err(|e| self.fail(e))?;
+        }
         if !self.chain.accepts_input() {
             self.env
                 .suspend_backpressured(controller, false, &self.output);
