@@ -1,29 +1,4 @@
-//! `SystemProcessingTimeService`: one timer thread whose timers fire under the checkpoint lock.
-//!
-//! The thread is core's [`TimerScheduler`]; what this module adds is the lock model's firing
-//! rule, as Flink's `SystemProcessingTimeService.TriggerTask`:
-//!
-//! ```text
-//! lock the checkpoint lock
-//!     if status == Alive: target(&mut locked, timer)     // the status is checked INSIDE the lock
-//! notify the lock's condition (a timer may have freed room someone waits for); unlock
-//! ```
-//!
-//! # States
-//!
-//! | status | registering | due timers | moves to |
-//! |---|---|---|---|
-//! | `Alive` | scheduled | fire under the lock | `Quiesced`, `ShutDown` |
-//! | `Quiesced` | a handle that never fires | dropped, and one already waiting for the lock does nothing | `ShutDown` |
-//! | `ShutDown` | [`TimerError::ShutDown`] | dropped; the thread is joined | - |
-//!
-//! Quiescing is done while holding the checkpoint lock ([`SystemProcessingTimeService::quiesce`]
-//! takes the guard as proof): no timer runs concurrently, and every later one sees the new status
-//! inside the lock, so nothing fires afterwards. Shutting down joins the thread and so must not
-//! be done while holding the lock (the thread may be waiting for it).
-//!
-//! A target that fails or panics stops the thread and hands the error to the `on_error`
-//! callback given at spawn (the task fails).
+#![doc = include_str!("timer.md")]
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -63,7 +38,8 @@ impl TimerStatus {
 
 type Fire = Box<dyn FnMut(Timer) -> Result<(), TaskError> + Send>;
 
-/// One timer thread firing each timer under the checkpoint lock; see the [module docs](self).
+/// One timer thread firing each timer under the checkpoint lock; the protocol is described
+/// below.
 ///
 /// # Examples
 ///
@@ -91,6 +67,8 @@ type Fire = Box<dyn FnMut(Timer) -> Result<(), TaskError> + Send>;
 /// timers.shutdown();
 /// assert_eq!(*lock.lock(), vec![10]);
 /// ```
+///
+#[doc = include_str!("timer.md")]
 pub struct SystemProcessingTimeService {
     scheduler: TimerScheduler,
     status: Arc<AtomicU8>,

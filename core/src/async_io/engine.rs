@@ -1,44 +1,4 @@
-//! The async wait operator's logic, once for every model: admission, timeouts, retries,
-//! completion, emission, snapshot and restore.
-//!
-//! [`AsyncWaitEngine`] is not an operator. Each model wraps it in its own (the mailbox model's
-//! `AsyncWaitOperator`, the legacy model's async head) and decides only what differs between the
-//! models: where completions travel (a mail, or the emitter thread), and how the task waits for
-//! room (soft backpressure, or waiting on the checkpoint lock's condition). Everything else
-//! happens here, on whichever thread the model runs the operator on, one call at a time.
-//!
-//! # Elements
-//!
-//! An element (record or watermark) is either **admitted** to the [`ElementQueue`] (a record's
-//! call is then started), or **held**: it arrived while the queue was full or while other
-//! elements were held, and waits, in order, for room. Held elements are admitted as emission
-//! frees slots. Restored elements start out held, so a restore with more elements than the
-//! capacity replays them all (FLINK-7949). The snapshot is the inputs of every element not yet
-//! emitted: the queue's, then the held ones, in order. Stream status changes are not elements:
-//! the models' operators forward them at once (as Flink 1.9 did; later versions queue them).
-//!
-//! # A record's call
-//!
-//! | state | meaning | moves to |
-//! |---|---|---|
-//! | `InFlight` | attempt `n` was invoked and has not completed (as far as this engine knows) | `RetryDue` (a retryable outcome), `Final` (any other outcome), `LastAttempt` (the timeout fired) |
-//! | `RetryDue` | attempt `n` asked for a retry; a retry timer is set | `InFlight` (the timer fired, or `end_input`: attempt `n + 1`), `LastAttempt` (the timeout fired: the retry is dropped, FLINK-30477) |
-//! | `LastAttempt` | the timeout fired: the function's `timeout` hook got the future; whatever completes it is final | `Final` |
-//! | `Final` | the outcome was applied to the queue (results) or failed the task (an error); the timeout timer is cancelled | - |
-//!
-//! The timeout is one timer per record, set at admission, spanning all attempts. It does
-//! nothing for a call whose current attempt already completed (FLINK-22573): the completion is
-//! on its way, and it becomes final when it arrives. After `end_input`, pending retries run at
-//! once and every outcome is final (Flink 1.16's behaviour on finish).
-//!
-//! # Engine phases
-//!
-//! | phase | accepts input when | moves to |
-//! |---|---|---|
-//! | `Created` | - (restore only) | `Open` |
-//! | `Open` | nothing is held and the queue has room | `Ending`, `Closed` |
-//! | `Ending` | everything was emitted (the model's drain step waits for this) | `Closed` |
-//! | `Closed` | never: the function was closed | - |
+#![doc = include_str!("engine.md")]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -100,8 +60,8 @@ struct Call<I, O> {
     last_attempt: bool,
 }
 
-/// The logic of an async wait operator, shared by every model's operator; see the
-/// [module docs](self).
+/// The logic of an async wait operator, shared by every model's operator; the protocol is
+/// described below.
 ///
 /// Every method that may emit, set timers or start calls takes the operator's [`Context`]; the
 /// engine emits each record's results with the record's timestamp and forwards watermarks in the
@@ -160,6 +120,8 @@ struct Call<I, O> {
 ///     ]
 /// );
 /// ```
+///
+#[doc = include_str!("engine.md")]
 pub struct AsyncWaitEngine<F: AsyncFunction> {
     name: String,
     function: F,

@@ -14,7 +14,7 @@ use streamtask_core::trace::Tracer;
 use crate::cancel::CancellationToken;
 use crate::lock::deadline_after;
 
-/// Where a legacy task is in its life; see the [`task` module](super) for the transitions.
+/// Where a legacy task is in its life; [`TaskHandle`](crate::TaskHandle) tables the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum TaskState {

@@ -1,87 +1,4 @@
-//! Async I/O in the checkpoint-lock model, as Flink 1.9 ran it: [`AsyncWaitStreamTask`], an
-//! input task whose chain starts with an [`AsyncHead`], with an emitter thread.
-//!
-//! The logic (queue, timeouts, retries, snapshot) is core's
-//! [`AsyncWaitEngine`](streamtask_core::async_io::AsyncWaitEngine), shared with the mailbox
-//! model; this module adds the lock model's threads and waits.
-//!
-//! # Threads
-//!
-//! | thread | does | under the lock |
-//! |---|---|---|
-//! | task | reads the gate; per element: the head admits it (starting the call) or, without room, holds it, and the task waits on the lock's condition until it was admitted | per element, except while waiting |
-//! | emitter (`<task>-async-emitter`) | applies completions, emits what is ready through the rest of the chain, admits held elements into freed slots, notifies the lock's condition | per batch of completions |
-//! | timer (`<task>-timer`) | timeouts (the function's `timeout` hook) and due retries | per timer |
-//! | async calls (`<task>-async-calls`) | checkpoint completion and abort notices | per notice |
-//! | the function's own (a [`BlockingPool`](streamtask_core::async_io::BlockingPool)'s workers, a client's I/O thread) | complete futures; a completion is sent to the emitter's channel, no lock taken | - |
-//!
-//! # Waiting for room (FLINK-7949)
-//!
-//! ```text
-//! task thread, holding the lock:
-//!     head.process(element)            admitted, or held in the head's state (part of snapshots)
-//!     while the element is held and the task is not cancelled:
-//!         wait on the lock's condition  the lock is released while waiting
-//! emitter, holding the lock:
-//!     apply completions; emit; admit held elements while slots are free; notify the condition
-//! ```
-//!
-//! The waiting element lives in the lock-guarded head, not in a local of the task thread, so a
-//! snapshot taken while the task waits (the lock is free then) still contains it, as Flink's
-//! `pendingStreamElementQueueEntry` did. On restore, the chain opens under the lock and admits
-//! what fits; the emitter starts before the task reads any input and admits the rest as it
-//! frees room, so a snapshot with more elements than the capacity restores (FLINK-7949 started
-//! the emitter before replaying for the same reason). The lost-wakeup argument of the wait is
-//! the lock condition's (the `lock` module): the emitter changes the head under the lock and
-//! notifies afterwards; cancellation wakes every waiter.
-//!
-//! # Why the async operator always heads its task (FLINK-13063)
-//!
-//! Waiting for room releases the checkpoint lock in the middle of an input element. Were the
-//! async operator behind other operators of the same chain, they would be on the stack
-//! mid-record at that moment: a `flat_map` that emitted two of its three outputs, a source that
-//! advanced its offset but emitted only part of a batch. A checkpoint trigger or a timer could
-//! then take the lock and snapshot them half-way, and a restore from that checkpoint would lose
-//! or duplicate the outputs not yet produced; a timer could even re-enter the chain and push an
-//! element into the head while it waits. Flink 1.9.0 fixed this by never chaining the operator
-//! behind another one (`ChainingStrategy.HEAD`).
-//!
-//! In Rust the same rule is also what the borrow checker demands: an operator in the middle of
-//! a chain holds `&mut` borrows of the chain's state, derived from the lock's guard, for as long
-//! as the record is in flight, and the guard cannot release the lock while they live. So the
-//! wait happens in the task, around the element, and that is only the same as Flink's wait when
-//! nothing runs before the async operator. Hence the structure: [`AsyncHead`] is not an
-//! [`Operator`](streamtask_core::Operator), so it cannot be chained behind anything; an
-//! [`AsyncWaitStreamTask`] takes it plus the operators that follow it, and refuses followers
-//! that wait for their own events (another async operator), which must start a new task.
-//!
-//! ```compile_fail
-//! use streamtask_core::async_io::{AsyncConfig, OutputMode};
-//! use streamtask_core::operator::{Map, OperatorExt};
-//! use streamtask_core::testing::ManualAsyncFunction;
-//! use streamtask_legacy::AsyncHead;
-//!
-//! let function = ManualAsyncFunction::<u32, u32>::new();
-//! let head = AsyncHead::new("lookup", function, AsyncConfig::new(OutputMode::Ordered, 10)).unwrap();
-//! // error: an `AsyncHead` is not an operator, so nothing can feed it within a chain
-//! let chain = Map::new("parse", |x: u32| x + 1).then(head);
-//! ```
-//!
-//! # End of input
-//!
-//! The task tells the head to drain (an event, under the lock: due retries run at once), waits
-//! on the lock's condition until everything was emitted (Flink 1.9's
-//! `waitInFlightInputsFinished`), and only then ends and finishes the chain head to tail, so the
-//! operators behind the head see every result before their own `end_input` (FLINK-13491). Then
-//! the task finishes as every legacy task does.
-//!
-//! # Failures
-//!
-//! An exceptional final outcome (an error, or a timeout the function's `timeout` hook did not
-//! turn into a fallback) fails the task from the emitter thread with
-//! [`OperatorError::Async`](streamtask_core::OperatorError::Async), naming the input; the task
-//! thread, waiting on the gate or on the lock's condition, is woken by the cancellation that
-//! failure triggers.
+#![doc = include_str!("async_wait.md")]
 
 mod emitter;
 mod head;
@@ -110,7 +27,7 @@ use crate::lock::{CheckpointGuard, Fairness};
 /// The async operator of a legacy [`AsyncWaitStreamTask`]: an async function, its
 /// configuration and its name. It is deliberately not an
 /// [`Operator`](streamtask_core::Operator): in this model it can only head a task (see the
-/// [module docs](self), FLINK-13063).
+/// [`AsyncWaitStreamTask`]'s documentation, FLINK-13063).
 ///
 /// # Examples
 ///
@@ -171,8 +88,8 @@ pub enum AsyncChainError {
     },
 }
 
-/// A legacy input task whose chain starts with an [`AsyncHead`]; see the
-/// [module docs](self) for its threads, waits and end of input.
+/// A legacy input task whose chain starts with an [`AsyncHead`]; its threads, waits and end
+/// of input are described below.
 ///
 /// The output timestamp is the input's; results leave in input order
 /// ([`OutputMode::Ordered`](streamtask_core::async_io::OutputMode::Ordered)) or as they
@@ -218,6 +135,8 @@ pub enum AsyncChainError {
 /// assert!(task.join().is_finished());
 /// assert_eq!(metrics.records_out.get(), 4);
 /// ```
+///
+#[doc = include_str!("async_wait.md")]
 pub struct AsyncWaitStreamTask<F: AsyncFunction, C, O> {
     config: TaskConfig,
     gate: InputGate<F::In>,
