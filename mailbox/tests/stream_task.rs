@@ -184,6 +184,32 @@ fn an_aborted_checkpoint_releases_the_channels_held_for_it() {
 }
 
 #[test]
+fn an_abort_wakes_a_task_idle_behind_the_channels_it_releases() {
+    // Regression: the task read barrier 1 on channel 0 (holding back record 7) and found
+    // nothing on channel 1, so it went idle waiting for new data. The abort releases channel
+    // 0, whose record was already there: no data waker fires, so the abort itself must wake
+    // the task. The pause only makes the idle state likely; the test holds either way.
+    let log = log();
+    let (tx0, rx0) = channel();
+    let (tx1, rx1) = channel();
+    let output = SharedOutput::new();
+    let task = OneInputTask::spawn(
+        TaskConfig::new("abort-idle"),
+        InputGate::new(vec![rx0, rx1]).unwrap(),
+        Probe::new("p", &log),
+        output.clone(),
+    );
+    tx0.send(barrier(1)).unwrap();
+    tx0.send(record(7)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    task.notify_checkpoint_aborted(1);
+    output.wait_until(|e| e.contains(&Emitted::Record(StreamRecord::new(7))));
+    tx0.send(StreamElement::EndOfInput).unwrap();
+    tx1.send(StreamElement::EndOfInput).unwrap();
+    assert!(task.join().is_finished());
+}
+
+#[test]
 fn tasks_with_inputs_refuse_triggers() {
     let (tx, rx) = channel::<u64>();
     let task = OneInputTask::spawn(

@@ -38,7 +38,7 @@ use streamtask_legacy::{
 use streamtask_mailbox::OperatorMails;
 
 /// Records counted in plain integers before they are added to the task's metrics.
-const PUBLISH_EVERY: u64 = 4096;
+const PUBLISH_EVERY: u64 = 1024;
 
 /// A failure that ends the mailbox loop. A type of this crate, so that the crate may implement
 /// the mailbox's [`OperatorMails`] for legacy's [`SourceCell`] (the orphan rule wants one local

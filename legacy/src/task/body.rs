@@ -28,7 +28,7 @@ use streamtask_core::{
 use crate::source::{CONTEXT_TIMER_OPERATOR, SourceCell, SourceOutput, restore_source_state};
 
 /// Records counted locally before being added to the task's metrics.
-pub(crate) const PUBLISH_EVERY: u64 = 1 << 14;
+pub(crate) const PUBLISH_EVERY: u64 = 1 << 10;
 
 /// What every task's threads do to its body, holding the checkpoint lock.
 pub(crate) trait TaskBody: Send + 'static {

@@ -24,7 +24,7 @@ use crate::processor::{Controller, SuspendCause, Suspension};
 use crate::services::OperatorMails;
 
 /// Records counted locally before they are published to [`TaskMetrics`].
-const PUBLISH_EVERY: u64 = 4096;
+const PUBLISH_EVERY: u64 = 1024;
 
 /// The body of a task: its state, the default action and what its mails do.
 pub(crate) trait TaskBody: OperatorMails<TaskFailure> + Send + 'static {
@@ -79,6 +79,9 @@ pub(crate) struct TaskEnv {
     pub(crate) restore: Option<TaskSnapshot>,
     /// A suspension waiting for the chain to accept input; every mail re-checks it.
     pub(crate) parked: Option<Suspension>,
+    /// The suspension of a default action waiting for input, for mails that make input
+    /// readable without new data arriving (an abort releasing channels held for alignment).
+    pub(crate) idle: Option<Suspension>,
 }
 
 impl TaskEnv {
@@ -102,6 +105,7 @@ impl TaskEnv {
             records_in: 0,
             restore,
             parked: None,
+            idle: None,
         }
     }
 
@@ -157,6 +161,16 @@ impl TaskEnv {
         self.run.interrupt(&self.tracer);
         let suspension = controller.suspend_default_action_for(SuspendCause::Idle);
         register(&suspension.waker());
+        self.idle = Some(suspension);
+    }
+
+    /// Resumes a default action waiting for input: a mail made input readable that no data
+    /// waker will announce (channels held back for an aborted checkpoint were released, their
+    /// data was already there). Resuming a suspension that already ended does nothing.
+    pub(crate) fn resume_idle(&mut self) {
+        if let Some(suspension) = self.idle.take() {
+            suspension.resume();
+        }
     }
 
     /// Suspends the default action until the chain accepts input and the output has room.

@@ -246,8 +246,11 @@ where
 
     fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<(), TaskFailure> {
         self.env.begin_mail();
-        // Release the channels held back for its alignment, if it is being aligned.
-        self.input.abort_checkpoint(id);
+        // Release the channels held back for its alignment, if it is being aligned; what
+        // they hold was already there, so no data waker will wake the default action.
+        if self.input.abort_checkpoint(id).is_some() {
+            self.env.resume_idle();
+        }
         self.chain
             .notify_checkpoint_aborted(id)
             .map_err(|e| self.fail(e))?;
