@@ -602,7 +602,7 @@ impl<T: Send + 'static> DataStream<T> {
         O: Operator<In = T, Out = ()> + 'static,
         OF: Fn(usize) -> O + Send + Sync + 'static,
     {
-        let _ = name;
+        self.env.claim_name(name);
         let tail: Tail<T> = Arc::new(move |ctx| {
             let op: BoxOperator<T, ()> = Box::new(factory(ctx.subtask));
             Ok((op, Box::new(Discard) as Box<dyn TaskOutput<()>>))
