@@ -1,7 +1,7 @@
 //! Why a job could not be built or run.
 
 use streamtask_core::async_io::AsyncConfigError;
-use streamtask_core::channel::{ChannelError, WriterError};
+use streamtask_core::channel::{ChannelError, GateError, WriterError};
 use streamtask_core::checkpoint::{ConfigError, CoordinatorError, StorageError};
 use streamtask_core::sink::SinkError;
 
@@ -48,6 +48,9 @@ pub enum JobError {
     /// A channel capacity of zero.
     #[error(transparent)]
     Channel(#[from] ChannelError),
+    /// An input gate could not be built.
+    #[error(transparent)]
+    Gate(#[from] GateError),
     /// A record writer could not be built.
     #[error(transparent)]
     Writer(#[from] WriterError),

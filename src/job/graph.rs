@@ -837,6 +837,16 @@ where
     }
 }
 
+/// The input gate of subtask `ctx.subtask` over edge `edge`, recording into the task's metrics.
+fn input_gate<T: Send + 'static>(
+    ctx: &SpawnCtx<'_>,
+    edge: usize,
+    config: &TaskConfig,
+) -> Result<InputGate<T>, JobError> {
+    let receivers = ctx.wiring.take_receivers::<T>(edge, ctx.subtask);
+    Ok(InputGate::new(receivers)?.with_metrics(Arc::clone(&config.metrics)))
+}
+
 struct LegacyAsyncSegment<F: AsyncFunction, FF> {
     edge: usize,
     name: String,
@@ -859,10 +869,7 @@ where
         } = *self;
         Box::new(move |ctx, task_config| {
             let (chain, output) = tail(ctx)?;
-            let receivers = ctx.wiring.take_receivers::<F::In>(edge, ctx.subtask);
-            let gate = InputGate::new(receivers)
-                .map_err(|e| JobError::Config(e.to_string()))?
-                .with_metrics(Arc::clone(&task_config.metrics));
+            let gate = input_gate::<F::In>(ctx, edge, &task_config)?;
             let head = streamtask_legacy::AsyncHead::new(
                 name.clone(),
                 factory(ctx.subtask),
@@ -897,10 +904,7 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
         let edge = self.edge;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
-            let receivers = ctx.wiring.take_receivers::<T>(edge, ctx.subtask);
-            let gate = InputGate::new(receivers)
-                .map_err(|e| JobError::Config(e.to_string()))?
-                .with_metrics(Arc::clone(&config.metrics));
+            let gate = input_gate::<T>(ctx, edge, &config)?;
             Ok(match ctx.model {
                 Model::Legacy => RunningTask::Legacy(
                     streamtask_legacy::OneInputStreamTask::new(config, gate, chain, output).spawn(),
