@@ -351,9 +351,9 @@ fn finished(
 /// The message of a task's async failure.
 fn async_failure(model: Model, outcome: &TaskOutcome) -> String {
     match outcome.failure().map(|f| &f.error) {
-        Some(TaskError::Operator(OperatorError::Async { operator, message })) => {
+        Some(TaskError::Operator(error @ OperatorError::Async { operator, .. })) => {
             assert_eq!(operator, "async", "{model:?}");
-            message.clone()
+            error.to_string()
         }
         _ => panic!("{model:?}: expected an async failure, got {outcome}"),
     }

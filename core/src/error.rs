@@ -3,22 +3,27 @@
 //! Each operation has its own small error type in its module (`StateError`, `TimerError`,
 //! `StorageError`, ...); [`OperatorError`] is what the operator lifecycle returns and wraps them.
 
-use std::fmt;
-
+use crate::function::AsyncError;
 use crate::state::StateError;
 use crate::time::TimerError;
+
+/// The cause a user function or an external system reports: any error type (a `&str` or
+/// `String` converts too). The one place a boxed error stands in a signature: user code decides
+/// its own error types, and the task keeps the cause (`#[source]`) rather than its text.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why an operator failed. The task that runs it fails with this error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OperatorError {
     /// A user function reported a failure.
-    #[error("{operator} failed: {message}")]
+    #[error("{operator} failed: {source}")]
     User {
         /// The operator's name.
         operator: String,
-        /// What the user function said.
-        message: String,
+        /// What the user function reported.
+        #[source]
+        source: BoxError,
     },
     /// Encoding or decoding operator state failed.
     #[error("state of {operator}: {source}")]
@@ -45,20 +50,24 @@ pub enum OperatorError {
     #[error("the output channel is closed; the downstream task is gone (cancelled or failed)")]
     OutputClosed,
     /// A sink could not write, pre-commit or commit.
-    #[error("sink {operator}: {message}")]
+    #[error("sink {operator}: {source}")]
     Sink {
         /// The sink's name.
         operator: String,
-        /// What went wrong.
-        message: String,
+        /// What went wrong (the sink's own error type).
+        #[source]
+        source: BoxError,
     },
-    /// An asynchronous call failed, timed out, or was completed wrongly.
-    #[error("{operator}: {message}")]
+    /// An asynchronous call failed or timed out (after every retry the policy allowed).
+    #[error("{operator}: the async call for input {input} failed: {source}")]
     Async {
         /// The async operator's name.
         operator: String,
-        /// What went wrong.
-        message: String,
+        /// The input whose call failed, in its state encoding (with its timestamp).
+        input: String,
+        /// How the call failed.
+        #[source]
+        source: AsyncError,
     },
     /// The task was cancelled while the operator waited.
     #[error("cancelled")]
@@ -66,11 +75,31 @@ pub enum OperatorError {
 }
 
 impl OperatorError {
-    /// A user-function failure of `operator`.
-    pub fn user(operator: impl Into<String>, message: impl fmt::Display) -> Self {
+    /// A user-function failure of `operator`, caused by `source` (an error, or a message).
+    pub fn user(operator: impl Into<String>, source: impl Into<BoxError>) -> Self {
         OperatorError::User {
             operator: operator.into(),
-            message: message.to_string(),
+            source: source.into(),
+        }
+    }
+
+    /// A failure of the sink `operator`, caused by `source`.
+    pub fn sink(operator: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        OperatorError::Sink {
+            operator: operator.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Whether this error only reports that another task is gone (the job is being torn down):
+    /// the output channel closed under the operator, possibly wrapped by a sink or user error.
+    pub fn is_output_closed(&self) -> bool {
+        match self {
+            OperatorError::OutputClosed => true,
+            OperatorError::User { source, .. } | OperatorError::Sink { source, .. } => source
+                .downcast_ref::<OperatorError>()
+                .is_some_and(OperatorError::is_output_closed),
+            _ => false,
         }
     }
 

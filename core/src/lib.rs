@@ -1,6 +1,7 @@
 //! The vocabulary every streamtask model shares: stream elements, operators and chains, user
 //! functions, state snapshots, checkpoint storage and coordination, channels between tasks,
-//! processing time, sinks, metrics, and the synchronization facade.
+//! processing time, sinks, metrics, the task-runtime kit every model's tasks are built on, and the
+//! synchronization facade.
 //!
 //! Nothing here knows about checkpoint locks or mailboxes: an operator written against this crate
 //! runs unchanged under `streamtask-legacy`, `streamtask-mailbox` and `streamtask-bridge`.
@@ -42,6 +43,7 @@ pub mod checkpoint;
 pub mod function;
 pub mod metrics;
 pub mod operator;
+pub mod runtime;
 pub mod sink;
 pub mod state;
 pub mod sync;
@@ -56,7 +58,7 @@ pub use crate::checkpoint::{
 pub use crate::element::{
     CheckpointBarrier, CheckpointKind, StreamElement, StreamRecord, StreamStatus, Watermark,
 };
-pub use crate::error::{OperatorError, catch_panic};
+pub use crate::error::{BoxError, OperatorError, catch_panic};
 pub use crate::operator::{Context, Operator, Output, TaskOutput};
 pub use crate::state::{StateError, TaskSnapshot};
 pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome, TriggerError};

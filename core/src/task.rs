@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam::channel::Sender;
 
@@ -50,6 +51,9 @@ pub struct TaskConfig {
     pub metrics: Arc<TaskMetrics>,
     /// Spans of who ran what (off by default).
     pub tracer: Tracer,
+    /// How long `join` waits for the task once it is stopping (cancelled or failed) before it
+    /// reports [`TaskError::CancellationIgnored`] and leaves the stuck thread behind.
+    pub cancel_grace: Duration,
 }
 
 impl TaskConfig {
@@ -63,6 +67,7 @@ impl TaskConfig {
             clock: Clock::System,
             restore: None,
             tracer: Tracer::off(),
+            cancel_grace: crate::runtime::DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -93,6 +98,14 @@ impl TaskConfig {
     /// Records spans through `tracer`.
     pub fn with_tracer(mut self, tracer: Tracer) -> Self {
         self.tracer = tracer;
+        self
+    }
+
+    /// Waits `grace` for a stopping task (see [`TaskHandle`](crate::runtime::TaskHandle) for
+    /// the cancel/join contract); [`DEFAULT_CANCEL_GRACE`](crate::runtime::DEFAULT_CANCEL_GRACE)
+    /// unless set.
+    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
         self
     }
 }
@@ -158,22 +171,20 @@ impl TaskFailure {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TaskError {
-    /// An operator failed.
+    /// An operator (or the source, or a user function) failed.
     #[error(transparent)]
     Operator(#[from] OperatorError),
-    /// User code panicked.
+    /// User code panicked; the panic's message.
     #[error("panicked: {0}")]
     Panic(String),
-    /// A source function failed.
-    #[error("source failed: {0}")]
-    Source(String),
-    /// Taking a snapshot failed.
-    #[error("checkpoint {checkpoint} failed: {message}")]
+    /// Taking a snapshot failed; the checkpoint was declined.
+    #[error("checkpoint {checkpoint} failed: {source}")]
     Checkpoint {
         /// The checkpoint.
         checkpoint: u64,
-        /// What went wrong.
-        message: String,
+        /// What the snapshot failed with (an operator error or a panic).
+        #[source]
+        source: Box<TaskError>,
     },
     /// A source kept running after cancellation for longer than the grace period.
     #[error(
@@ -190,6 +201,30 @@ pub enum TaskError {
         /// The channel's index in the input gate.
         channel: usize,
     },
+    /// The task thread ended without finishing, being cancelled or failing: a bug in the task
+    /// runtime, reported rather than hidden.
+    #[error(
+        "the task thread ended while {state:?} without finishing, cancelling or failing; this is \
+         a bug in the task runtime, please report it"
+    )]
+    Ended {
+        /// The state it ended in.
+        state: crate::runtime::TaskState,
+    },
+}
+
+impl TaskError {
+    /// Whether this failure only reports that another task is gone (its channels closed under
+    /// this one), so it is a consequence, not a cause, of a job's failure.
+    pub fn is_consequence(&self) -> bool {
+        match self {
+            TaskError::InputClosed { .. } => true,
+            TaskError::Operator(error) => error.is_output_closed(),
+            // A snapshot that could not broadcast its barrier: the downstream task is gone.
+            TaskError::Checkpoint { source, .. } => source.is_consequence(),
+            _ => false,
+        }
+    }
 }
 
 /// A checkpoint trigger reached a task that cannot start one.

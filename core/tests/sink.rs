@@ -55,7 +55,7 @@ fn hidden(dir: &Path) -> Vec<String> {
 
 fn sink_message(err: OperatorError) -> String {
     match err {
-        OperatorError::Sink { message, .. } => message,
+        OperatorError::Sink { source, .. } => source.to_string(),
         other => panic!("expected a sink error, got {other:?}"),
     }
 }

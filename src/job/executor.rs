@@ -33,7 +33,7 @@ use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::Mutex;
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
 use streamtask_core::trace::Tracer;
-use streamtask_core::{Clock, OperatorError, TaskError, TaskFailure, TaskOutcome};
+use streamtask_core::{Clock, TaskFailure, TaskOutcome};
 use streamtask_legacy::Fairness;
 
 use super::graph::{JobGraph, SpawnCtx};
@@ -530,14 +530,7 @@ fn first_cause(
 
 /// Whether a task failed only because another one did (its channels closed under it).
 fn is_consequence(failure: &TaskFailure) -> bool {
-    match &failure.error {
-        TaskError::InputClosed { .. } | TaskError::Operator(OperatorError::OutputClosed) => true,
-        // A snapshot that could not broadcast its barrier: the downstream task is gone.
-        TaskError::Checkpoint { message, .. } => {
-            message.contains(&OperatorError::OutputClosed.to_string())
-        }
-        _ => false,
-    }
+    failure.error.is_consequence()
 }
 
 fn carry_out(

@@ -789,21 +789,21 @@ where
             let (chain, output) = tail(ctx)?;
             let source = factory(ctx.subtask);
             match ctx.model {
-                Model::Legacy => Ok(RunningTask::Legacy(
-                    streamtask_legacy::SourceStreamTask::new(config, source, chain, output)
-                        .with_context(context)
-                        .with_fairness(ctx.fairness)
-                        .spawn(),
-                )),
+                Model::Legacy => Ok(streamtask_legacy::SourceStreamTask::new(
+                    config, source, chain, output,
+                )
+                .with_context(context)
+                .with_fairness(ctx.fairness)
+                .spawn()),
                 Model::Mailbox => Err(JobError::LegacySourceUnderMailbox {
                     source_name: name.clone(),
                 }),
-                Model::Bridge => Ok(RunningTask::Bridge(
-                    streamtask_bridge::LegacySourceStreamTask::new(config, source, chain, output)
-                        .with_context(context)
-                        .with_fairness(ctx.fairness)
-                        .spawn()?,
-                )),
+                Model::Bridge => Ok(streamtask_bridge::LegacySourceStreamTask::new(
+                    config, source, chain, output,
+                )
+                .with_context(context)
+                .with_fairness(ctx.fairness)
+                .spawn()?),
             }
         })
     }
@@ -826,8 +826,8 @@ where
             let (chain, output) = tail(ctx)?;
             let reader = factory(ctx.subtask);
             match ctx.model {
-                Model::Mailbox | Model::Bridge => Ok(RunningTask::Mailbox(
-                    streamtask_mailbox::SourceTask::spawn(config, reader, chain, output),
+                Model::Mailbox | Model::Bridge => Ok(streamtask_mailbox::SourceTask::spawn(
+                    config, reader, chain, output,
                 )),
                 Model::Legacy => Err(JobError::ReaderUnderLegacy {
                     source_name: config.name.clone(),
@@ -887,9 +887,7 @@ where
                 model: Model::Legacy,
                 fix: "start a new chain before the second async operator",
             })?;
-            Ok(RunningTask::Legacy(
-                task.with_fairness(ctx.fairness).spawn(),
-            ))
+            Ok(task.with_fairness(ctx.fairness).spawn())
         })
     }
 }
@@ -906,12 +904,14 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
             let (chain, output) = tail(ctx)?;
             let gate = input_gate::<T>(ctx, edge, &config)?;
             Ok(match ctx.model {
-                Model::Legacy => RunningTask::Legacy(
-                    streamtask_legacy::OneInputStreamTask::new(config, gate, chain, output).spawn(),
-                ),
-                Model::Mailbox | Model::Bridge => RunningTask::Mailbox(
-                    streamtask_mailbox::OneInputTask::spawn(config, gate, chain, output),
-                ),
+                Model::Legacy => {
+                    streamtask_legacy::OneInputStreamTask::new(config, gate, chain, output)
+                        .with_fairness(ctx.fairness)
+                        .spawn()
+                }
+                Model::Mailbox | Model::Bridge => {
+                    streamtask_mailbox::OneInputTask::spawn(config, gate, chain, output)
+                }
             })
         })
     }

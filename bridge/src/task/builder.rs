@@ -6,7 +6,7 @@ use std::time::Duration;
 use streamtask_core::Operator;
 use streamtask_core::operator::TaskOutput;
 use streamtask_core::task::TaskConfig;
-use streamtask_legacy::{DEFAULT_CANCEL_GRACE, Fairness, SourceContextConfig, SourceFunction};
+use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 
 use super::TaskHandle;
 use super::runtime::{self, Options};
@@ -60,23 +60,18 @@ use super::runtime::{self, Options};
 ///                                              exit latch: ended
 /// loop ends (poison, failure, or cancel's poison)
 /// wait for the exit latch (<= grace once stopping), join
-/// source finished: Running->Finishing, lock { finish chain, quiesce timers, end output }
+/// source finished (Finishing): lock { drain + finish chain, end output, quiesce timers }
 /// quiesce timers, quiesce mailbox, drain (if finishing), lock { close chain },
 /// shut timers down, close mailbox; report the outcome
 /// ```
 ///
 /// # Lifecycle
 ///
-/// | state | meaning | moves to | by |
-/// |---|---|---|---|
-/// | `Initializing` | restoring and opening under the lock | `Running`; `Cancelling`, `Failing` | task thread; `cancel`; a failure |
-/// | `Running` | the source runs, mails run | `Finishing`; `Cancelling`, `Failing` | task thread after the source ended; `cancel`; a failure |
-/// | `Finishing` | finishing the chain, draining mails | `Finished`; `Failing` | task thread |
-/// | `Cancelling` | source cancelled, threads stopping | `Cancelled`, or `Failed` with `CancellationIgnored` | task thread |
-/// | `Failing` | first failure kept, source cancelled | `Failed` | task thread |
-///
-/// A failure while `Cancelling` is ignored, as are a cancelled source's errors (FLINK-15811);
-/// a `cancel` once `Finishing` does nothing (the task finishes).
+/// The kit's [`TaskState`](streamtask_core::runtime::TaskState) machine, as every model's task:
+/// `Running` while the source runs and mails run, `Finishing` from the moment the source ended
+/// the chain's input, and the one cancel/join contract of
+/// [`TaskHandle`](streamtask_core::runtime::TaskHandle). A failure while `Cancelling` is
+/// ignored, as are a cancelled source's errors (FLINK-15811).
 ///
 /// # Cancellation
 ///
@@ -86,12 +81,13 @@ use super::runtime::{self, Options};
 /// (closing a socket the source blocks on) and the lock's condition all notice it, so a source
 /// that blocks while *holding* the lock is reached too; the mailbox thread, which may itself be
 /// waiting for that lock to run a mail, gets it once the source returns and then sees the poison.
-/// A source that ignores cancellation is waited for `grace` (see
-/// [`with_cancel_grace`](Self::with_cancel_grace)); then the task reports
+/// A source that ignores cancellation is waited for three quarters of the grace, counted from
+/// the stop (see [`with_cancel_grace`](Self::with_cancel_grace)); then the task reports
 /// [`TaskError::CancellationIgnored`](streamtask_core::TaskError::CancellationIgnored) instead of
-/// hanging, leaving that one thread behind, which closes the chain itself if it ever returns.
-/// [`TaskHandle::join`] gives the task thread another `grace` for its own teardown (it may be
-/// waiting for a lock the stuck source holds) before it reports the same.
+/// hanging, leaving that one thread behind, which closes the chain itself if it ever returns;
+/// the rest of the grace is for the task thread's teardown, so
+/// [`TaskHandle::join`](streamtask_core::runtime::TaskHandle::join) returns within the grace, as
+/// in every model.
 ///
 /// # Examples
 ///
@@ -149,7 +145,6 @@ pub struct LegacySourceStreamTask<F, C, W> {
     output: W,
     context: SourceContextConfig,
     fairness: Fairness,
-    cancel_grace: Duration,
 }
 
 impl<F, C, W> LegacySourceStreamTask<F, C, W>
@@ -159,7 +154,7 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     /// A task running `source` with `chain` behind it, emitting into `output`; processing-time
-    /// context, [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`]. `config.restore` restores the
+    /// context, [`Fairness::Eventual`], the config's cancel grace. `config.restore` restores the
     /// source's state (from `TaskSnapshot::SOURCE`) and the chain.
     pub fn new(config: TaskConfig, source: F, chain: C, output: W) -> Self {
         LegacySourceStreamTask {
@@ -169,7 +164,6 @@ where
             output,
             context: SourceContextConfig::default(),
             fairness: Fairness::default(),
-            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -189,7 +183,7 @@ where
     /// How long the task waits for a cancelled (or failing) source before reporting that it
     /// ignored cancellation.
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.cancel_grace = grace;
+        self.config.cancel_grace = grace;
         self
     }
 
@@ -219,18 +213,13 @@ where
             output,
             context,
             fairness,
-            cancel_grace,
         } = self;
         Ok(runtime::spawn(
             config,
             source,
             chain,
             output,
-            Options {
-                context,
-                fairness,
-                cancel_grace,
-            },
+            Options { context, fairness },
         ))
     }
 }
@@ -241,7 +230,7 @@ impl<F, C, W> fmt::Debug for LegacySourceStreamTask<F, C, W> {
             .field("name", &self.config.name)
             .field("context", &self.context)
             .field("fairness", &self.fairness)
-            .field("cancel_grace", &self.cancel_grace)
+            .field("cancel_grace", &self.config.cancel_grace)
             .finish_non_exhaustive()
     }
 }

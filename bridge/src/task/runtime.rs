@@ -1,14 +1,19 @@
-//! The bridge task's threads: wiring, the task (mailbox) thread, and the source thread.
+//! The bridge task's threads: wiring, the task (mailbox) thread, and the source thread. The
+//! lifecycle, the handle and every step on the chain are the kit's; what is the bridge's own is
+//! who runs where (the source on its thread, mails under the lock) and the source-exit latch.
 
 use std::sync::Arc as StdArc;
+use std::time::Instant;
 
 use serde::Serialize;
-use std::time::Duration;
-
-use streamtask_core::metrics::TaskMetrics;
+use serde::de::DeserializeOwned;
 use streamtask_core::operator::{TaskOutput, TaskServices};
-use streamtask_core::sync::{Arc, thread};
-use streamtask_core::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome};
+use streamtask_core::runtime::{
+    ChainBody, Drain, TaskControl, TaskEnv, TaskHandle, TaskParts, TaskSetup, TaskState,
+    TriggerMode,
+};
+use streamtask_core::sync::{Arc, spawn_named, thread};
+use streamtask_core::task::{TaskConfig, TaskError, TaskFailure};
 use streamtask_core::{CheckpointBarrier, Operator, TaskSnapshot, TimerService, catch_panic};
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContextConfig,
@@ -19,38 +24,39 @@ use streamtask_mailbox::{
     Priority, ProcessorBuilder, ProcessorHandle, TaskMailbox,
 };
 
-use super::body::{self, BodyEnv, BridgeCell, ChainBody, MailFailure, PendingTrigger};
-use super::shared::{Shared, SourceExit, TaskState};
-use super::{Control, TaskHandle};
+use super::SourceExit;
+use super::body::{self, BridgeCell, MailFailure, PendingTrigger};
 use crate::executor::CheckpointLockExecutor;
 
 type Cell<F, C, W> = BridgeCell<<F as SourceFunction>::State, C, W>;
 type Processor<F, C, W> =
     MailboxProcessor<Cell<F, C, W>, MailFailure, CheckpointLockExecutor<Cell<F, C, W>>>;
 
+/// The part of the cancel grace the task thread waits for a stopping source; the rest is left
+/// for its own teardown, so `join` sees the task end within the grace.
+const SOURCE_SHARE_OF_GRACE: u32 = 4; // three quarters: grace - grace / 4
+
 /// What `LegacySourceStreamTask::spawn` hands over.
 pub(crate) struct Options {
     pub(crate) context: SourceContextConfig,
     pub(crate) fairness: Fairness,
-    pub(crate) cancel_grace: Duration,
 }
 
 /// The handle's side of the mailbox: the executors its calls enqueue through.
 struct Remote<S> {
     main: MailboxExecutor<S, MailFailure>,
     notices: MailboxExecutor<S, MailFailure>,
-    processor: ProcessorHandle<S, MailFailure>,
     responder: streamtask_core::task::CheckpointResponder,
 }
 
-impl<S, C, W> Control for Remote<BridgeCell<S, C, W>>
+impl<S, C, W> TaskControl for Remote<BridgeCell<S, C, W>>
 where
-    S: Serialize + Send + 'static,
+    S: Serialize + DeserializeOwned + Default + Send + 'static,
     C: Operator + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
-    fn trigger(&self, barrier: CheckpointBarrier) {
-        let trigger = PendingTrigger::new(barrier, self.responder.clone());
+    fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
+        let trigger = PendingTrigger::new(barrier, requested, self.responder.clone());
         // A refused mail is dropped here, and the trigger in it declines as it drops.
         let _ = self.main.execute(
             "checkpoint trigger",
@@ -58,7 +64,7 @@ where
         );
     }
 
-    fn notify(&self, id: u64, completed: bool) {
+    fn notify_checkpoint(&self, id: u64, completed: bool) {
         // Refused once the task is over: nothing left to notify.
         let description = if completed {
             "checkpoint complete"
@@ -71,10 +77,6 @@ where
                 body::notify(cell, id, completed)
             });
     }
-
-    fn end_loop(&self) {
-        self.processor.all_actions_completed();
-    }
 }
 
 /// What the task thread receives once everything is wired.
@@ -85,10 +87,8 @@ struct Setup<F: SourceFunction, C, W> {
     timers: StdArc<MailboxTimerService<Cell<F, C, W>, MailFailure>>,
     source: F,
     restore: Option<TaskSnapshot>,
-    shared: Arc<Shared>,
-    name: String,
-    metrics: StdArc<TaskMetrics>,
-    grace: Duration,
+    task: TaskParts,
+    cancel: CancellationToken,
 }
 
 /// Wires the task and starts its thread; the thread starts the source once the chain is open.
@@ -105,22 +105,21 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     let (setup_tx, setup_rx) = crossbeam::channel::bounded::<Setup<F, C, W>>(1);
-    let thread = streamtask_core::sync::spawn_named(config.name.clone(), move || {
-        match setup_rx.recv() {
-            Ok(setup) => task_main(setup),
-            // The spawning thread failed while wiring the task; nothing ever ran.
-            Err(_) => TaskOutcome::Cancelled,
+    let thread = spawn_named(config.name.clone(), move || {
+        // The spawning thread fails only before anything ran; then there is nothing to do.
+        if let Ok(setup) = setup_rx.recv() {
+            task_main(setup);
         }
     });
 
-    let TaskConfig {
-        name,
+    let TaskSetup {
+        parts: task,
         clock,
-        responder,
         restore,
-        metrics,
         tracer,
-    } = config;
+    } = TaskSetup::new(config);
+    let name = task.name.clone();
+    let metrics = StdArc::clone(&task.metrics);
     let mailbox = TaskMailbox::with_owner(thread.thread().clone());
     let builder = ProcessorBuilder::<Cell<F, C, W>, MailFailure>::with_metrics(
         mailbox,
@@ -137,31 +136,37 @@ where
     ));
     let events = StdArc::new(MailboxEvents::new(&handle));
     let services = TaskServices::new(&name, timers.clone(), events);
-    let shared = Arc::new(Shared::new());
-    let env = BodyEnv::new(
-        name.clone(),
-        source.name().to_string(),
-        StdArc::clone(&metrics),
-        tracer.clone(),
-        responder.clone(),
-        shared.cancel.clone(),
-    );
     let context_timers: StdArc<dyn TimerService> = timers.clone();
     let cell = SourceCell::new(
         F::State::default(),
         Emission::new(options.context, context_timers),
-        ChainBody::new(chain, output, services, env),
-    );
+        ChainBody::new(
+            chain,
+            output,
+            TaskEnv::new(task.clone(), services, tracer.clone()),
+        ),
+    )
+    .with_name(source.name());
     let lock = Arc::new(
         CheckpointLock::new(cell, options.fairness)
             .with_metrics(StdArc::clone(&metrics))
             .with_tracer(tracer),
     );
+    // Cancelled or failed: the source's token (reaching a source blocked while holding the
+    // lock), and a poison mail for the loop (a no-op once the mailbox closed).
+    let cancel = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        let poison = handle.clone();
+        task.lifecycle.set_stop_hook(move || {
+            cancel.cancel();
+            poison.all_actions_completed();
+        });
+    }
     let remote = Remote {
         main: builder.mailbox_executor(Priority::MIN),
         notices: builder.mailbox_executor(Priority::MAX),
-        processor: handle.clone(),
-        responder,
+        responder: task.responder.clone(),
     };
     let processor = builder.build(CheckpointLockExecutor::new(Arc::clone(&lock)));
     let setup = Setup {
@@ -171,53 +176,20 @@ where
         timers,
         source,
         restore,
-        shared: Arc::clone(&shared),
-        name: name.clone(),
-        metrics: StdArc::clone(&metrics),
-        grace: options.cancel_grace,
+        task: task.clone(),
+        cancel,
     };
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
     }
-    TaskHandle::new(
-        name,
-        metrics,
-        StdArc::new(remote),
-        shared,
-        thread,
-        options.cancel_grace,
-    )
-}
-
-/// The first failure of the task, kept by the task thread.
-struct Failures<'a> {
-    shared: &'a Shared,
-    name: &'a str,
-    first: Option<TaskFailure>,
-}
-
-impl Failures<'_> {
-    fn fail(&mut self, failure: TaskFailure) {
-        if self.shared.fail() {
-            log::warn!("task {} failed: {failure}", self.name);
-            self.first = Some(failure);
-        } else {
-            log::debug!(
-                "task {}: failure while stopping ignored: {failure}",
-                self.name
-            );
-        }
-    }
-
-    fn fail_with(&mut self, error: impl Into<TaskError>) {
-        self.fail(TaskFailure::new(self.name.to_string(), error));
-    }
+    TaskHandle::new(task, TriggerMode::Source, Arc::new(remote), thread)
 }
 
 /// The task (mailbox) thread: open under the lock, start the source thread, take mails until
 /// the source ends or the task is cancelled or fails, wait for the source thread, finish or not,
-/// and always clean up. The protocol is written out in the [`task` module](super).
-fn task_main<F, C, W>(setup: Setup<F, C, W>) -> TaskOutcome
+/// and always clean up. The protocol is written out on
+/// [`LegacySourceStreamTask`](crate::LegacySourceStreamTask).
+fn task_main<F, C, W>(setup: Setup<F, C, W>)
 where
     F: SourceFunction,
     C: Operator<In = F::Out> + 'static,
@@ -230,39 +202,32 @@ where
         timers,
         source,
         restore,
-        shared,
-        name,
-        metrics,
-        grace,
+        task,
+        cancel,
     } = setup;
-    metrics.threads.inc();
-    let mut failures = Failures {
-        shared: &shared,
-        name: &name,
-        first: None,
+    let lifecycle = &task.lifecycle;
+    let name = task.name.as_str();
+    task.metrics.threads.inc();
+    let fail = |failure: TaskFailure| {
+        lifecycle.record_failure(failure);
+    };
+    let fail_with = |error: TaskError| {
+        lifecycle.fail(name, error);
     };
 
     // 1. Restore and open under the lock: nothing (a timer, a trigger, the source) reaches the
     //    chain before it is open.
-    match catch_panic(|| body::open(&mut lock.lock(), restore.as_ref())) {
+    match catch_panic(|| lock.lock().restore_and_open(restore.as_ref())) {
         Ok(Ok(())) => {}
-        Ok(Err(error)) => failures.fail_with(error),
-        Err(panic) => failures.fail_with(TaskError::Panic(panic)),
+        Ok(Err(error)) => fail_with(error.into()),
+        Err(panic) => fail_with(TaskError::Panic(panic)),
     }
 
     // 2. Start the source thread, unless cancelled or failed meanwhile.
     let mut source_thread = None;
     let exit = Arc::new(SourceExit::new());
-    if shared.transition(TaskState::Initializing, TaskState::Running) {
-        source_thread = Some(spawn_source(
-            source,
-            &lock,
-            &shared.cancel,
-            &handle,
-            &exit,
-            &name,
-            &metrics,
-        ));
+    if lifecycle.start() {
+        source_thread = Some(spawn_source(source, &lock, &cancel, &handle, &exit, &task));
         // 3. Only mails from now on: the default action suspends itself for good.
         let mut mails_only = |_: &mut Cell<F, C, W>, controller: &mut Controller<'_>| {
             controller.suspend_default_action();
@@ -270,48 +235,61 @@ where
         };
         match catch_panic(|| processor.run_mailbox_loop(&mut mails_only)) {
             Ok(Ok(())) => {}
-            Ok(Err(LoopError::Failed(MailFailure(failure)))) => failures.fail(failure),
-            Ok(Err(LoopError::Mailbox(e))) => {
-                failures.fail_with(TaskError::Panic(format!(
-                    "the task's own mailbox refused its loop: {e}"
-                )));
-            }
-            Err(panic) => failures.fail_with(TaskError::Panic(panic)),
+            Ok(Err(LoopError::Failed(MailFailure(failure)))) => fail(failure),
+            Ok(Err(LoopError::Mailbox(e))) => fail_with(TaskError::Panic(format!(
+                "the task's own mailbox refused its loop: {e}"
+            ))),
+            Err(panic) => fail_with(TaskError::Panic(panic)),
         }
     }
 
-    // 4. The task never ends while the source thread runs (FLINK-15467): wait for it, up to the
-    //    grace period once the task is stopping.
+    // 4. The task never ends while the source thread runs (FLINK-15467): wait for it; once the
+    //    task is stopping, for most of the cancel grace (counted from the stop).
     let source_ended = match source_thread {
         None => true,
         Some(thread) => {
-            if exit.wait_ended(grace) {
+            let ended = match lifecycle.stopped_at() {
+                None => exit.wait_ended(task.grace), // finishing: the source already returned
+                Some(stopped_at) => {
+                    let share = task.grace - task.grace / SOURCE_SHARE_OF_GRACE;
+                    exit.wait_ended_until(stopped_at + share)
+                }
+            };
+            if ended {
                 // Its failures went through the mailbox; joining only reaps it.
                 let _ = thread.join();
-                true
             } else {
                 log::warn!(
-                    "task {name}: the source ignored cancellation for {grace:?}; its thread is \
-                     left behind and closes the chain itself if it ever returns"
+                    "task {name}: the source ignored cancellation for {:?}; its thread is left \
+                     behind and closes the chain itself if it ever returns",
+                    task.grace
                 );
-                false // dropping the handle detaches the thread
+                lifecycle.left_behind(task.grace);
+                drop(thread); // detach
             }
+            ended
         }
     };
 
-    // 5. End of input: the source returned, so finish the chain (under the lock).
-    if source_ended && shared.transition(TaskState::Running, TaskState::Finishing) {
-        let finished = catch_panic(|| {
+    // 5. End of input: the source returned and began the chain's end of input (on its thread,
+    //    under the lock); finish the chain and quiesce the timers.
+    if source_ended && lifecycle.state() == TaskState::Finishing {
+        let finished = catch_panic(|| -> Result<(), TaskError> {
             let mut cell = lock.lock();
-            let body = cell.output_mut();
-            body.finish_chain()?;
+            match cell.output_mut().end_input_step()? {
+                Drain::Finished => {}
+                Drain::Waiting => unreachable!(
+                    "the chaining rule keeps operators that wait for their own events out of \
+                     bridge chains"
+                ),
+            }
             timers.quiesce();
-            body.end_output()
+            Ok(())
         });
         match finished {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => failures.fail_with(error),
-            Err(panic) => failures.fail_with(TaskError::Panic(panic)),
+            Ok(Err(error)) => fail_with(error),
+            Err(panic) => fail_with(TaskError::Panic(panic)),
         }
     }
 
@@ -321,57 +299,32 @@ where
     //    abandoned source thread may still hold it: that thread closes the chain itself.
     timers.quiesce();
     let _ = processor.prepare_close();
-    if shared.state() == TaskState::Finishing {
+    if lifecycle.state() == TaskState::Finishing {
         match catch_panic(|| processor.drain()) {
             Ok(Ok(())) => {}
-            Ok(Err(MailFailure(failure))) => failures.fail(failure),
-            Err(panic) => failures.fail_with(TaskError::Panic(panic)),
+            Ok(Err(MailFailure(failure))) => fail(failure),
+            Err(panic) => fail_with(TaskError::Panic(panic)),
         }
     }
     if source_ended {
-        body::close(&mut lock.lock());
+        lock.lock().close();
     }
     timers.shutdown();
     let _ = processor.close();
-
-    let (terminal, outcome) = match shared.state() {
-        TaskState::Finishing => (TaskState::Finished, TaskOutcome::Finished),
-        TaskState::Cancelling if source_ended => (TaskState::Cancelled, TaskOutcome::Cancelled),
-        TaskState::Cancelling => (
-            TaskState::Failed,
-            TaskOutcome::Failed(TaskFailure::new(
-                name.clone(),
-                TaskError::CancellationIgnored {
-                    grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
-                },
-            )),
-        ),
-        state => {
-            let failure = failures.first.take().unwrap_or_else(|| {
-                TaskFailure::new(
-                    name.clone(),
-                    TaskError::Source(format!("the task ended while {state:?} without a failure")),
-                )
-            });
-            (TaskState::Failed, TaskOutcome::Failed(failure))
-        }
-    };
-    shared.complete(terminal);
-    outcome
+    lifecycle.complete();
 }
 
 /// Starts the legacy source on its own thread: `run_source` (the context's timers, the
-/// function, and for a finite source `Watermark::MAX` + `end_input` under the lock), then its
-/// completion into the mailbox: a poison mail when it ended, a failure report when it failed
-/// (unless cancelled: a cancelled source's errors are not failures, FLINK-15811).
+/// function, and for a finite source `Watermark::MAX` + the chain's end of input under the
+/// lock), then its completion into the mailbox: a poison mail when it ended, a failure report
+/// when it failed (unless cancelled: a cancelled source's errors are not failures, FLINK-15811).
 fn spawn_source<F, C, W>(
     mut function: F,
     lock: &Arc<CheckpointLock<Cell<F, C, W>>>,
     cancel: &CancellationToken,
     handle: &ProcessorHandle<Cell<F, C, W>, MailFailure>,
     exit: &Arc<SourceExit>,
-    task: &str,
-    metrics: &StdArc<TaskMetrics>,
+    task: &TaskParts,
 ) -> thread::JoinHandle<()>
 where
     F: SourceFunction,
@@ -382,9 +335,9 @@ where
     let cancel = cancel.clone();
     let handle = handle.clone();
     let exit = Arc::clone(exit);
-    let thread_name = format!("{task}-legacy-source");
-    metrics.threads.inc();
-    streamtask_core::sync::spawn_named(thread_name.clone(), move || {
+    let thread_name = format!("{}-legacy-source", task.name);
+    task.metrics.threads.inc();
+    spawn_named(thread_name.clone(), move || {
         let error = match catch_panic(|| run_source(&mut function, &lock, &cancel)) {
             Ok(Ok(_end)) => None,
             Ok(Err(error)) => Some(TaskError::from(error)),
@@ -408,7 +361,7 @@ where
         if !exit.source_ended() {
             // The task thread gave up on this thread and did not touch the lock: close the
             // chain now that nothing else will.
-            body::close(&mut lock.lock());
+            lock.lock().close();
         }
     })
 }

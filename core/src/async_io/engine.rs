@@ -292,10 +292,8 @@ where
                 self.queue.complete(entry, Vec::new());
                 Err(OperatorError::Async {
                     operator: self.name.clone(),
-                    message: format!(
-                        "the async call for input {} failed: {error}",
-                        describe(&call.input, call.timestamp)
-                    ),
+                    input: describe(&call.input, call.timestamp),
+                    source: error,
                 })
             }
         }

@@ -134,6 +134,23 @@ macro_rules! with_tail {
     }};
 }
 
+impl<A, B> Chain<A, B>
+where
+    A: Operator,
+    B: Operator<In = A::Out>,
+{
+    /// Runs `f` on the head with a context whose output feeds the tail; `ctx` is the chain's.
+    /// For a runtime that reaches its head operator with typed calls (an async head's
+    /// completions) rather than erased events.
+    pub fn with_head<R>(
+        &mut self,
+        ctx: &mut Context<'_, B::Out>,
+        f: impl FnOnce(&mut A, &mut Context<'_, A::Out>) -> R,
+    ) -> R {
+        with_head!(self, ctx, |head, hctx| f(head, &mut hctx))
+    }
+}
+
 impl<A, B> Operator for Chain<A, B>
 where
     A: Operator,

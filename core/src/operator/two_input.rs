@@ -461,21 +461,54 @@ where
         head.end_input(input, &mut Context::new(&mut out, services, base))
     }
 
-    /// Both inputs ended: finish the head, then end the tail's input and finish it.
+    /// Both inputs ended: finish the head, then end the tail's input and finish it, in one go.
+    /// A runtime that can run mails in between calls [`end_input_at`](Self::end_input_at) for
+    /// every index and then [`finish_tail`](Self::finish_tail) instead.
     ///
     /// # Errors
     ///
     /// Whatever an operator fails with.
     pub fn end_of_both(&mut self, ctx: &mut Context<'_, T::Out>) -> Result<(), OperatorError> {
-        {
-            let (head, mut out, services, base) = self.split(ctx);
-            head.finish(&mut Context::new(&mut out, services, base))?;
+        let base = ctx.operator_index();
+        for operator in base..base + self.chain_len() {
+            self.end_input_at(operator, ctx)?;
         }
+        self.finish_tail(ctx)
+    }
+
+    /// After both inputs ended, one operator at a time, head to tail (`operator` counts from
+    /// `ctx.operator_index()`, the head's index): the head's index finishes the head (its inputs
+    /// ended one by one through [`end_input`](Self::end_input)); a tail operator's index ends
+    /// that operator's input.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the operator fails with.
+    pub fn end_input_at(
+        &mut self,
+        operator: usize,
+        ctx: &mut Context<'_, T::Out>,
+    ) -> Result<(), OperatorError> {
+        let base = ctx.operator_index();
+        if operator == base {
+            let (head, mut out, services, base) = self.split(ctx);
+            return head.finish(&mut Context::new(&mut out, services, base));
+        }
+        let (out, services, _) = ctx.reborrow().into_parts();
+        self.tail
+            .end_input_at(operator, &mut Context::new(out, services, base + 1))
+    }
+
+    /// Finishes the tail, head to tail (the head finished at [`end_input_at`](Self::end_input_at)
+    /// index 0).
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    pub fn finish_tail(&mut self, ctx: &mut Context<'_, T::Out>) -> Result<(), OperatorError> {
         let base = ctx.operator_index();
         let (out, services, _) = ctx.reborrow().into_parts();
-        let mut tctx = Context::new(out, services, base + 1);
-        self.tail.end_input(&mut tctx)?;
-        self.tail.finish(&mut tctx)
+        self.tail.finish(&mut Context::new(out, services, base + 1))
     }
 
     /// Closes head and tail.
@@ -492,6 +525,13 @@ where
     /// Number of operators (head included).
     pub fn chain_len(&self) -> usize {
         1 + self.tail.chain_len()
+    }
+
+    /// Names of the operators, head first.
+    pub fn chain_names(&self) -> Vec<String> {
+        let mut names = vec![self.head.name().to_string()];
+        names.extend(self.tail.chain_names());
+        names
     }
 }
 

@@ -253,10 +253,7 @@ where
                     expected: self.subtask,
                     found: s.subtask,
                 };
-                return Err(OperatorError::Sink {
-                    operator: self.name.clone(),
-                    message: error.to_string(),
-                });
+                return Err(OperatorError::sink(self.name.clone(), error));
             }
             Some(s) => (s.next_txn, s.pending),
             None => (0, Vec::new()),

@@ -152,10 +152,7 @@ impl<T> TwoPhaseCommitFileSink<T> {
     }
 
     fn fail(&self, error: SinkError) -> OperatorError {
-        OperatorError::Sink {
-            operator: self.name.clone(),
-            message: error.to_string(),
-        }
+        OperatorError::sink(self.name.clone(), error)
     }
 
     fn expect_phase(&self, call: &'static str, allowed: &[Phase]) -> Result<(), OperatorError> {

@@ -171,6 +171,8 @@ impl<T: Send> SourceOutput<T> for Vec<Emitted<T>> {
 pub struct SourceCell<S, O: ?Sized> {
     state: S,
     emission: Emission,
+    /// The source function's name, for its state's errors.
+    name: String,
     output: O,
 }
 
@@ -181,8 +183,15 @@ impl<S, O> SourceCell<S, O> {
         SourceCell {
             state,
             emission,
+            name: "source".to_string(),
             output,
         }
+    }
+
+    /// Names the source function (its state's errors say whose state failed).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Takes the cell apart.
@@ -210,6 +219,17 @@ impl<S, O: ?Sized> SourceCell<S, O> {
     /// The backend, mutably.
     pub fn output_mut(&mut self) -> &mut O {
         &mut self.output
+    }
+
+    /// The source's state and the backend at once (a snapshot reads the one while the other
+    /// runs the checkpoint).
+    pub fn state_and_output_mut(&mut self) -> (&mut S, &mut O) {
+        (&mut self.state, &mut self.output)
+    }
+
+    /// The source function's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The context's bookkeeping.

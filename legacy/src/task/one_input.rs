@@ -2,15 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc as StdArc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use streamtask_core::channel::{GateEvent, InputGate};
+use streamtask_core::channel::InputGate;
 use streamtask_core::operator::{Operator, TaskOutput};
-use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
+use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
+use streamtask_core::task::TaskConfig;
 
-use super::body::{BodyParts, ChainBody};
-use super::runtime::{self, DEFAULT_CANCEL_GRACE, GateReader, Parts, RuntimeOptions};
-use super::{TaskHandle, TaskKind};
+use super::runtime::{self, process_input};
 use crate::lock::Fairness;
 
 /// A task reading one [`InputGate`] into a chain (Flink 1.9's `OneInputStreamTask`): the task
@@ -20,11 +19,12 @@ use crate::lock::Fairness;
 ///
 /// # The async head
 ///
-/// Before a record enters the chain the task checks `chain.accepts_input()` under the lock; if
-/// the head refuses (an async operator with a full queue), the task thread waits on the lock's
-/// condition, releasing the lock, until a completion (delivered as an event or timer, under the
-/// lock, which notifies the condition) frees room or the task is cancelled. This is Flink 1.9's
-/// `checkpointingLock.wait()` in `AsyncWaitOperator`, lifted out of the operator.
+/// Before a record (or watermark) enters the chain the task checks `chain.accepts_input()`
+/// under the lock; if the head refuses (an async operator with a full queue), the task thread
+/// waits on the lock's condition, releasing the lock, until a completion (delivered as an event
+/// or timer, under the lock, which notifies the condition) frees room or the task is cancelled.
+/// This is Flink 1.9's `checkpointingLock.wait()` in `AsyncWaitOperator`, lifted out of the
+/// operator. A barrier is never held back that way: it is read and snapshotted at once.
 ///
 /// # Examples
 ///
@@ -51,7 +51,6 @@ pub struct OneInputStreamTask<C: Operator, O> {
     chain: C,
     output: O,
     fairness: Fairness,
-    cancel_grace: Duration,
 }
 
 impl<C, O> OneInputStreamTask<C, O>
@@ -61,7 +60,7 @@ where
     O: TaskOutput<C::Out> + 'static,
 {
     /// A task reading `gate` into `chain`, emitting into `output`; [`Fairness::Eventual`],
-    /// [`DEFAULT_CANCEL_GRACE`].
+    /// the config's cancel grace.
     pub fn new(config: TaskConfig, gate: InputGate<C::In>, chain: C, output: O) -> Self {
         OneInputStreamTask {
             config,
@@ -69,7 +68,6 @@ where
             chain,
             output,
             fairness: Fairness::default(),
-            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -79,9 +77,10 @@ where
         self
     }
 
-    /// How long `cancel`/`join` wait for a stopping task.
+    /// How long `join` waits for a stopping task (the same as
+    /// [`TaskConfig::with_cancel_grace`]).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.cancel_grace = grace;
+        self.config.cancel_grace = grace;
         self
     }
 
@@ -93,65 +92,16 @@ where
             chain,
             output,
             fairness,
-            cancel_grace,
         } = self;
-        let metrics = StdArc::clone(&config.metrics);
-        let tracer = config.tracer.clone();
-        let gate = gate.with_metrics(StdArc::clone(&metrics));
+        let gate = gate.with_metrics(StdArc::clone(&config.metrics));
         runtime::spawn(
             config,
-            TaskKind::OneInput,
-            RuntimeOptions {
-                fairness,
-                cancel_grace,
-            },
-            move |services| {
-                ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer))
-            },
+            TriggerMode::Inputs,
+            fairness,
+            move |env, _| ChainBody::new(chain, output, env),
             move |parts| process_input(parts, gate),
         )
     }
-}
-
-/// `while running && process_input()`.
-fn process_input<C, O>(
-    parts: &Parts<ChainBody<C, O>>,
-    mut gate: InputGate<C::In>,
-) -> Result<(), TaskError>
-where
-    C: Operator + 'static,
-    O: TaskOutput<C::Out> + 'static,
-{
-    let cancel = &parts.shared.cancel;
-    let reader = GateReader::new(cancel);
-    while let Some(event) = reader.next(&mut gate)? {
-        match event {
-            GateEvent::Record(record) => {
-                let mut body = parts.lock.lock();
-                if !body.accepts_input() {
-                    body.wait_until(|b| b.accepts_input() || cancel.is_cancelled());
-                    if !body.accepts_input() {
-                        return Ok(()); // cancelled while waiting
-                    }
-                }
-                body.process(record)?;
-            }
-            GateEvent::Watermark(watermark) => parts.lock.lock().process_watermark(watermark)?,
-            GateEvent::Status(status) => parts.lock.lock().process_status(status)?,
-            GateEvent::Checkpoint(barrier) => parts.checkpoint(barrier, Instant::now()),
-            GateEvent::CheckpointAborted { id } => {
-                parts
-                    .shared
-                    .responder
-                    .decline(id, DeclineReason::Superseded);
-            }
-            GateEvent::EndOfInput => {
-                return parts.finish_with(|body| body.end_input_and_finish());
-            }
-            GateEvent::Nothing => {}
-        }
-    }
-    Ok(()) // cancelled
 }
 
 impl<C: Operator, O> fmt::Debug for OneInputStreamTask<C, O> {

@@ -1,108 +1,147 @@
-//! The machinery every legacy task shares: building the lock, timer service and event sink; the
-//! "async calls" thread; the task thread's skeleton (restore and open under the lock, run, tear
-//! down, join the helpers); and checkpoints.
+//! What only the lock model does: the checkpoint lock around the kit's body, the timer thread
+//! and the "async calls" thread that reach it under the lock, the task thread's skeleton
+//! (restore and open under the lock, run, drain and finish, tear down, join the helpers), and the
+//! gate loop every task with inputs runs. The steps themselves (checkpoint order, notices, end of
+//! input, close) are the kit's.
 
 use std::fmt;
 use std::sync::Arc as StdArc;
 use std::task::{Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam::channel::{Receiver, Sender, unbounded};
-use streamtask_core::channel::{GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
+use streamtask_core::channel::InputClosed;
 use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
-use streamtask_core::sync::{Arc, thread};
+use streamtask_core::runtime::{
+    Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
+    TaskInput, TaskParts, TaskSetup, TriggerMode,
+};
+use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
-use streamtask_core::{CheckpointBarrier, TaskSnapshot, catch_panic};
+use streamtask_core::{CheckpointBarrier, OperatorError, TaskOutput, catch_panic};
 
-use super::body::TaskBody;
-use super::shared::{TaskShared, TaskState};
-use super::{TaskHandle, TaskKind};
+use super::body::LockedBody;
 use crate::cancel::CancellationToken;
-use crate::lock::{CheckpointLock, Fairness};
+use crate::lock::{CheckpointGuard, CheckpointLock, Fairness};
 use crate::timer::SystemProcessingTimeService;
 
-/// How long a stopping task may take before `join`/`cancel` give up on it.
-pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(30);
-
-/// What a task's handle sends to its async-calls thread.
+/// What a task's handle (and its operators' event senders) send to its async-calls thread.
 pub(crate) enum AsyncCall {
     /// Source tasks: snapshot and broadcast `barrier`; `requested` is the trigger call's time.
     Trigger {
         barrier: CheckpointBarrier,
         requested: Instant,
     },
-    Complete(u64),
-    Aborted(u64),
+    /// A checkpoint-complete (`true`) or -aborted notice.
+    Notify(u64, bool),
     /// An operator event from a foreign thread.
     Event(usize, OperatorEvent),
     Stop,
 }
 
-/// The options every legacy task takes besides its config.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RuntimeOptions {
-    pub(crate) fairness: Fairness,
-    pub(crate) cancel_grace: Duration,
-}
-
-/// Everything the task thread needs.
-pub(crate) struct Parts<B: TaskBody> {
-    pub(crate) shared: Arc<TaskShared>,
+/// Everything the task's threads share.
+pub(crate) struct Parts<B> {
+    pub(crate) task: TaskParts,
+    /// Cancels the source and wakes the task thread; cancelled when the task starts stopping.
+    pub(crate) cancel: CancellationToken,
     pub(crate) lock: Arc<CheckpointLock<B>>,
     pub(crate) timers: StdArc<SystemProcessingTimeService>,
     calls: Sender<AsyncCall>,
     async_thread: Option<thread::JoinHandle<()>>,
+    /// Aborted checkpoints whose alignment the gate, which only the task thread touches, must
+    /// release.
+    aborts: Receiver<u64>,
+}
+
+/// The handle's way in: the async-calls thread; and, for an abort, the task thread that owns
+/// the gate.
+struct LegacyControl {
+    calls: Sender<AsyncCall>,
+    responder: streamtask_core::task::CheckpointResponder,
+    aborts: Sender<u64>,
+    task_thread: thread::Thread,
+}
+
+impl TaskControl for LegacyControl {
+    fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
+        if self
+            .calls
+            .send(AsyncCall::Trigger { barrier, requested })
+            .is_err()
+        {
+            // The async-calls thread is gone: the task is over.
+            self.responder
+                .decline(barrier.id, DeclineReason::NotRunning);
+        }
+    }
+
+    fn notify_checkpoint(&self, id: u64, completed: bool) {
+        if !completed {
+            // The task thread releases the channels held for its alignment (it owns the gate):
+            // queue the id, then unpark it (a thread not parked returns from its next park at
+            // once, and re-reads the queue first).
+            let _ = self.aborts.send(id);
+            self.task_thread.unpark();
+        }
+        // Refused once the task stopped: nothing left to notify.
+        let _ = self.calls.send(AsyncCall::Notify(id, completed));
+    }
 }
 
 /// Builds a task's runtime and starts its threads: the timer thread, the async-calls thread,
-/// and the task thread running `main` between opening and tearing down.
+/// and the task thread running `main` between opening and tearing down. `make_body` builds what
+/// the lock owns around the kit's `ChainBody` it is handed an environment for.
 pub(crate) fn spawn<B, M>(
     config: TaskConfig,
-    kind: TaskKind,
-    options: RuntimeOptions,
-    make_body: impl FnOnce(TaskServices) -> B,
+    mode: TriggerMode,
+    fairness: Fairness,
+    make_body: impl FnOnce(TaskEnv, &TaskServices) -> B,
     main: M,
 ) -> TaskHandle
 where
-    B: TaskBody,
+    B: LockedBody,
     M: FnOnce(&Parts<B>) -> Result<(), TaskError> + Send + 'static,
 {
-    let TaskConfig {
-        name,
+    let TaskSetup {
+        parts: task,
         clock,
-        responder,
         restore,
-        metrics,
         tracer,
-    } = config;
-    let shared = Arc::new(TaskShared::new(
-        name.clone(),
-        StdArc::clone(&metrics),
-        tracer.clone(),
-        responder.clone(),
-    ));
+    } = TaskSetup::new(config);
+    let name = task.name.clone();
+    let metrics = StdArc::clone(&task.metrics);
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    task.lifecycle.set_stop_hook(move || stop.cancel());
+
     let timer_config = TaskConfig::new(name.clone())
         .with_clock(clock)
         .with_metrics(StdArc::clone(&metrics))
         .with_tracer(tracer.clone());
     let timer_thread = format!("{name}-timer");
     let on_timer_error = {
-        let shared = Arc::clone(&shared);
-        move |error: TaskError| shared.fail(timer_thread, error)
+        let lifecycle = Arc::clone(&task.lifecycle);
+        move |error: TaskError| {
+            lifecycle.fail(timer_thread.clone(), error);
+        }
     };
     let timers = StdArc::new(SystemProcessingTimeService::spawn(
         &timer_config,
         on_timer_error,
     ));
     let (calls, calls_rx) = unbounded();
+    let (aborts_tx, aborts) = unbounded();
     let events: StdArc<dyn EventSink> = StdArc::new(LegacyEvents {
-        shared: Arc::clone(&shared),
+        task: task.clone(),
         calls: calls.clone(),
     });
     let services = TaskServices::new(&name, timers.clone(), events);
-    let body = make_body(services);
+    let body = make_body(
+        TaskEnv::new(task.clone(), services.clone(), tracer.clone()),
+        &services,
+    );
     let lock = Arc::new(
-        CheckpointLock::new(body, options.fairness)
+        CheckpointLock::new(body, fairness)
             .with_metrics(StdArc::clone(&metrics))
             .with_tracer(tracer),
     );
@@ -112,51 +151,57 @@ where
     metrics.threads.add(3);
 
     let async_thread = {
-        let shared = Arc::clone(&shared);
+        let task = task.clone();
         let lock = Arc::clone(&lock);
         let thread_name = format!("{name}-async-calls");
         spawn_named(thread_name.clone(), move || {
-            shared.register_current_thread();
-            run_async_calls(&shared, &lock, &calls_rx, &thread_name);
+            run_async_calls(&task, &lock, &calls_rx, &thread_name);
         })
     };
     let mut parts = Parts {
-        shared: Arc::clone(&shared),
+        task: task.clone(),
+        cancel,
         lock,
         timers,
         calls: calls.clone(),
         async_thread: Some(async_thread),
+        aborts,
     };
-    let task_thread = spawn_named(name.clone(), move || {
-        parts.shared.register_current_thread();
+    let task_thread = spawn_named(name, move || {
         run_task_thread(&mut parts, restore, main);
     });
-    TaskHandle::new(shared, calls, task_thread, kind, options.cancel_grace)
+    let control = LegacyControl {
+        calls,
+        responder: task.responder.clone(),
+        aborts: aborts_tx,
+        task_thread: task_thread.thread().clone(),
+    };
+    TaskHandle::new(task, mode, Arc::new(control), task_thread)
 }
 
 /// The task thread: restore and open under the lock, run `main`, record its failure, tear
 /// down, and only then report the task ended.
-fn run_task_thread<B, M>(parts: &mut Parts<B>, restore: Option<TaskSnapshot>, main: M)
-where
-    B: TaskBody,
+fn run_task_thread<B, M>(
+    parts: &mut Parts<B>,
+    restore: Option<streamtask_core::TaskSnapshot>,
+    main: M,
+) where
+    B: LockedBody,
     M: FnOnce(&Parts<B>) -> Result<(), TaskError>,
 {
-    let name = parts.shared.name.clone();
+    let name = parts.task.name.clone();
+    let lifecycle = Arc::clone(&parts.task.lifecycle);
     // A thread waiting on the lock's condition (an async head, a full output) must notice
     // cancellation: the token's flag changes outside the lock, so notify after it.
     let waker = Arc::clone(&parts.lock);
-    let wake_on_cancel = parts.shared.cancel.on_cancel(move || waker.wake_all());
+    let wake_on_cancel = parts.cancel.on_cancel(move || waker.wake_all());
     let result = catch_panic(|| -> Result<(), TaskError> {
         {
             // Open under the lock: nothing (timer, trigger, event) runs on the chain before
             // it is open.
             let mut body = parts.lock.lock();
-            body.restore(restore.as_ref())?;
-            body.open()?;
-            if !parts
-                .shared
-                .transition(TaskState::Initializing, TaskState::Running)
-            {
+            body.restore_and_open(restore.as_ref())?;
+            if !lifecycle.start() {
                 return Ok(()); // stopped while opening
             }
         }
@@ -164,139 +209,107 @@ where
     });
     match result {
         Ok(Ok(())) => {}
-        Ok(Err(error)) => parts.shared.fail(name.clone(), error),
-        Err(panic) => parts.shared.fail(name.clone(), TaskError::Panic(panic)),
+        Ok(Err(error)) => {
+            lifecycle.fail(name.clone(), error);
+        }
+        Err(panic) => {
+            lifecycle.fail(name.clone(), TaskError::Panic(panic));
+        }
     }
-    parts.teardown(&name);
+    parts.teardown();
     drop(wake_on_cancel);
-    parts.shared.complete();
+    lifecycle.complete();
 }
 
-impl<B: TaskBody> Parts<B> {
+impl<B: LockedBody> Parts<B> {
     /// Every exit path: quiesce timers and close the chain under the lock, stop and join the
     /// timer and async-calls threads.
-    fn teardown(&mut self, thread_name: &str) {
+    fn teardown(&mut self) {
         {
             let mut body = self.lock.lock();
             self.timers.quiesce(&body);
-            self.shared.mark_chain_closed();
-            match catch_panic(|| body.close()) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => log::warn!("{thread_name}: closing the chain failed: {e}"),
-                Err(panic) => log::warn!("{thread_name}: closing the chain panicked: {panic}"),
-            }
-            body.publish_metrics();
+            body.close();
         }
         // Not under the lock: the timer thread may be waiting for it.
         self.timers.shutdown();
         let _ = self.calls.send(AsyncCall::Stop);
         if let Some(handle) = self.async_thread.take() {
-            // Its failures went through `TaskShared::fail`; joining only reaps it.
+            // Its failures went through the lifecycle; joining only reaps it.
             let _ = handle.join();
         }
     }
 
-    /// End of input, under the lock: `finish` the chain, quiesce timers, end the output. Does
-    /// nothing if the task is no longer running (it was stopped meanwhile).
-    pub(crate) fn finish_with(
-        &self,
-        finish: impl FnOnce(&mut B) -> Result<(), streamtask_core::OperatorError>,
-    ) -> Result<(), TaskError> {
-        let mut body = self.lock.lock();
-        if !self
-            .shared
-            .transition(TaskState::Running, TaskState::Finishing)
-        {
-            return Ok(());
+    /// End of input, under the lock: the chain's input ends operator by operator (waiting on
+    /// the lock's condition, which releases the lock, while an operator drains), then it
+    /// finishes and the output ends; then timers are quiesced. Does nothing once the task is
+    /// stopping.
+    pub(crate) fn finish(&self) -> Result<(), TaskError> {
+        let mut guard = self.lock.lock();
+        guard.body().begin_end_of_input();
+        loop {
+            if !self.task.lifecycle.state().is_live() {
+                return Ok(()); // stopped meanwhile
+            }
+            match guard.body().end_input_step()? {
+                Drain::Finished => break,
+                Drain::Waiting => {
+                    let cancel = &self.cancel;
+                    guard.wait_until(|b| b.body().accepts_input() || cancel.is_cancelled());
+                }
+            }
         }
-        finish(&mut body)?;
-        self.timers.quiesce(&body);
-        body.end_output()?;
-        body.publish_metrics();
+        self.timers.quiesce(&guard);
         Ok(())
     }
 
     /// A barrier-triggered checkpoint on the task thread.
     pub(crate) fn checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        perform_checkpoint(
-            &self.shared,
-            &self.lock,
-            barrier,
-            requested,
-            &self.shared.name,
-        );
+        perform_checkpoint(&self.task, &self.lock, barrier, requested, &self.task.name);
+    }
+
+    /// Takes the lock for an event that needs the chain to accept input: while it does not,
+    /// waits on the lock's condition (releasing the lock) until it does. `None` if the task
+    /// was cancelled meanwhile.
+    pub(crate) fn lock_with_room(&self) -> Option<CheckpointGuard<'_, B>> {
+        let mut guard = self.lock.lock();
+        if !guard.body().accepts_input() {
+            let cancel = &self.cancel;
+            guard.wait_until(|b| b.body().accepts_input() || cancel.is_cancelled());
+            if !guard.body().accepts_input() {
+                return None;
+            }
+        }
+        Some(guard)
     }
 }
 
-impl<B: TaskBody> fmt::Debug for Parts<B> {
+impl<B> fmt::Debug for Parts<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Parts")
-            .field("shared", &self.shared)
+            .field("task", &self.task.name)
             .finish_non_exhaustive()
     }
 }
 
-/// Flink's `performCheckpoint`: under the lock, if running, prepare + broadcast the barrier +
-/// snapshot; then acknowledge (or decline) through the responder. Records the start delay
-/// (request to lock acquired) and the duration.
-fn perform_checkpoint<B: TaskBody>(
-    shared: &TaskShared,
+/// A checkpoint under the lock (the kit declines it if the task is not running); a failure
+/// fails the task.
+fn perform_checkpoint<B: LockedBody>(
+    task: &TaskParts,
     lock: &CheckpointLock<B>,
     barrier: CheckpointBarrier,
     requested: Instant,
     thread_name: &str,
 ) {
-    let id = barrier.id;
-    let mut body = lock.lock();
-    let start = Instant::now();
-    if shared.state() != TaskState::Running {
-        drop(body);
-        shared.responder.decline(id, DeclineReason::NotRunning);
-        return;
-    }
-    shared
-        .metrics
-        .checkpoint_delay
-        .record(start.saturating_duration_since(requested));
-    let span = shared
-        .tracer
-        .span("checkpoint", || format!("checkpoint {id}"));
-    let mut snapshot = TaskSnapshot::new();
-    let result = catch_panic(|| body.checkpoint(barrier, &mut snapshot));
-    shared.metrics.checkpoint_duration.record(start.elapsed());
-    drop(body);
-    drop(span);
-    match result {
-        Ok(Ok(())) => {
-            shared.metrics.checkpoints.inc();
-            shared.responder.acknowledge(id, snapshot);
-        }
-        Ok(Err(e)) => {
-            let message = e.to_string();
-            shared
-                .responder
-                .decline(id, DeclineReason::Failed(message.clone()));
-            shared.fail(
-                thread_name,
-                TaskError::Checkpoint {
-                    checkpoint: id,
-                    message,
-                },
-            );
-        }
-        Err(panic) => {
-            shared
-                .responder
-                .decline(id, DeclineReason::Failed(panic.clone()));
-            shared.fail(thread_name, TaskError::Panic(panic));
-        }
+    let taken = lock.lock().checkpoint(barrier, requested);
+    if let Err(error) = taken {
+        task.lifecycle.fail(thread_name, error);
     }
 }
 
 /// The "async calls" thread (Flink's single-thread executor per task): checkpoint triggers of
 /// source tasks, completion and abort notices, and operator events, each under the lock.
-fn run_async_calls<B: TaskBody>(
-    shared: &TaskShared,
+fn run_async_calls<B: LockedBody>(
+    task: &TaskParts,
     lock: &CheckpointLock<B>,
     calls: &Receiver<AsyncCall>,
     thread_name: &str,
@@ -305,39 +318,33 @@ fn run_async_calls<B: TaskBody>(
         match call {
             AsyncCall::Stop => break,
             AsyncCall::Trigger { barrier, requested } => {
-                perform_checkpoint(shared, lock, barrier, requested, thread_name);
+                perform_checkpoint(task, lock, barrier, requested, thread_name);
             }
-            AsyncCall::Complete(id) => {
-                run_locked(shared, lock, thread_name, |body| {
-                    body.notify_checkpoint_complete(id)
-                });
-            }
-            AsyncCall::Aborted(id) => {
-                run_locked(shared, lock, thread_name, |body| {
-                    body.notify_checkpoint_aborted(id)
+            AsyncCall::Notify(id, completed) => {
+                run_locked(task, lock, thread_name, |body| {
+                    body.body().notify_checkpoint(id, completed)
                 });
             }
             AsyncCall::Event(operator, event) => {
-                run_locked(shared, lock, thread_name, |body| {
-                    body.dispatch_event(operator, event)
+                run_locked(task, lock, thread_name, |body| {
+                    body.body().dispatch_event(operator, event)
                 });
             }
         }
     }
 }
 
-/// Runs `f` under the lock while the task runs or finishes; a failure fails the task. Wakes
-/// the lock's waiters afterwards (an event may have freed room an async head waits for).
-pub(crate) fn run_locked<B: TaskBody>(
-    shared: &TaskShared,
+/// Runs `f` under the lock while the task is live (the kit's body drops what a finished or
+/// closed chain must not get); a failure fails the task. Wakes the lock's waiters afterwards
+/// (an event may have freed room an async head waits for).
+pub(crate) fn run_locked<B: LockedBody>(
+    task: &TaskParts,
     lock: &CheckpointLock<B>,
     thread_name: &str,
-    f: impl FnOnce(&mut B) -> Result<(), streamtask_core::OperatorError>,
+    f: impl FnOnce(&mut B) -> Result<(), OperatorError>,
 ) {
     let mut body = lock.lock();
-    if !matches!(shared.state(), TaskState::Running | TaskState::Finishing)
-        || shared.is_chain_closed()
-    {
+    if !task.lifecycle.state().is_live() {
         return;
     }
     let result = catch_panic(|| f(&mut body));
@@ -345,8 +352,12 @@ pub(crate) fn run_locked<B: TaskBody>(
     drop(body);
     match result {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => shared.fail(thread_name, e),
-        Err(panic) => shared.fail(thread_name, TaskError::Panic(panic)),
+        Ok(Err(e)) => {
+            task.lifecycle.fail(thread_name, e);
+        }
+        Err(panic) => {
+            task.lifecycle.fail(thread_name, TaskError::Panic(panic));
+        }
     }
 }
 
@@ -354,13 +365,13 @@ pub(crate) fn run_locked<B: TaskBody>(
 /// under the checkpoint lock. Queueing (rather than locking on the sender's thread) is what
 /// lets an operator send an event while its own task thread holds the non-reentrant lock.
 struct LegacyEvents {
-    shared: Arc<TaskShared>,
+    task: TaskParts,
     calls: Sender<AsyncCall>,
 }
 
 impl EventSink for LegacyEvents {
     fn send_event(&self, operator: usize, event: OperatorEvent) -> Result<(), OperatorEvent> {
-        if !self.shared.state().is_live() {
+        if !self.task.lifecycle.state().is_live() {
             return Err(event);
         }
         match self.calls.send(AsyncCall::Event(operator, event)) {
@@ -371,57 +382,44 @@ impl EventSink for LegacyEvents {
     }
 }
 
-/// Starts a thread named `name` (unnamed under loom, which has no builder).
-pub(crate) fn spawn_named(
-    name: String,
-    body: impl FnOnce() + Send + 'static,
-) -> thread::JoinHandle<()> {
-    #[cfg(not(loom))]
-    {
-        thread::Builder::new()
-            .name(name)
-            .spawn(body)
-            .expect("the OS refused to start a task thread")
+/// `while running && process_input()`: the task thread reads `gate` outside the lock (parked
+/// while there is nothing), then takes the lock once per event to put it through the chain; a
+/// record or watermark first waits (releasing the lock) until the chain accepts input, so a
+/// barrier that comes next is snapshotted at once. Aligned checkpoints run right here, as
+/// Flink's `getNextNonBlocked` did; end of input drains and finishes the chain.
+pub(crate) fn process_input<G, C, W>(
+    parts: &Parts<ChainBody<C, W>>,
+    mut gate: G,
+) -> Result<(), TaskError>
+where
+    G: TaskInput,
+    G::Record: InputRecord<C>,
+    C: streamtask_core::runtime::TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    let reader = GateReader::new(&parts.cancel, &parts.aborts);
+    while let Some(event) = reader.next(&mut gate)? {
+        let mut body = if event.needs_room() {
+            match parts.lock_with_room() {
+                Some(body) => body,
+                None => return Ok(()), // cancelled while waiting
+            }
+        } else {
+            parts.lock.lock()
+        };
+        match body.apply(event)? {
+            Applied::Done | Applied::Nothing => {}
+            Applied::Barrier(barrier) => {
+                drop(body);
+                parts.checkpoint(barrier, Instant::now());
+            }
+            Applied::EndOfInput => {
+                drop(body);
+                return parts.finish();
+            }
+        }
     }
-    #[cfg(loom)]
-    {
-        let _ = name;
-        thread::spawn(body)
-    }
-}
-
-/// A gate the task thread blocks on, woken by data or by cancellation.
-pub(crate) trait BlockingGate {
-    type Event;
-    fn poll(&mut self) -> Result<Self::Event, InputClosed>;
-    fn register(&self, waker: &Waker);
-    fn is_nothing(event: &Self::Event) -> bool;
-}
-
-impl<T> BlockingGate for InputGate<T> {
-    type Event = GateEvent<T>;
-    fn poll(&mut self) -> Result<GateEvent<T>, InputClosed> {
-        self.poll_next()
-    }
-    fn register(&self, waker: &Waker) {
-        self.register_waker(waker);
-    }
-    fn is_nothing(event: &GateEvent<T>) -> bool {
-        matches!(event, GateEvent::Nothing)
-    }
-}
-
-impl<A, B> BlockingGate for TwoInputGate<A, B> {
-    type Event = TwoInputEvent<A, B>;
-    fn poll(&mut self) -> Result<TwoInputEvent<A, B>, InputClosed> {
-        self.poll_next()
-    }
-    fn register(&self, waker: &Waker) {
-        self.register_waker(waker);
-    }
-    fn is_nothing(event: &TwoInputEvent<A, B>) -> bool {
-        matches!(event, TwoInputEvent::Nothing)
-    }
+    Ok(()) // cancelled
 }
 
 /// Unparks the task thread.
@@ -437,53 +435,61 @@ impl Wake for Unpark {
 }
 
 /// Reads a gate on the task thread, parking while there is nothing, and returning `None` once
-/// `cancel` fired. Lost-wakeup free: poll; register the waker; poll again; check the token
-/// (whose cancel hook unparks this thread); park. An unpark before the park makes it return
-/// at once.
-pub(crate) struct GateReader {
+/// `cancel` fired. Lost-wakeup free: release the alignments of aborted checkpoints; poll;
+/// register the waker; poll again; check the token (whose cancel hook unparks this thread) and
+/// the aborts (whose sender unparks it); park. An unpark before the park makes it return at once.
+pub(crate) struct GateReader<'a> {
     waker: Waker,
     _unpark_on_cancel: crate::cancel::CancelHook,
     cancel: CancellationToken,
+    aborts: &'a Receiver<u64>,
 }
 
-impl GateReader {
+impl<'a> GateReader<'a> {
     /// A reader for the calling thread.
-    pub(crate) fn new(cancel: &CancellationToken) -> Self {
+    pub(crate) fn new(cancel: &CancellationToken, aborts: &'a Receiver<u64>) -> Self {
         let me = thread::current();
         let on_cancel = me.clone();
         GateReader {
             waker: Waker::from(StdArc::new(Unpark(me))),
             _unpark_on_cancel: cancel.on_cancel(move || on_cancel.unpark()),
             cancel: cancel.clone(),
+            aborts,
         }
     }
 
-    pub(crate) fn next<G: BlockingGate>(
+    pub(crate) fn next<G: TaskInput>(
         &self,
         gate: &mut G,
-    ) -> Result<Option<G::Event>, InputClosed> {
+    ) -> Result<Option<InputEvent<G::Record>>, InputClosed> {
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(None);
             }
-            let event = gate.poll()?;
-            if !G::is_nothing(&event) {
+            while let Ok(id) = self.aborts.try_recv() {
+                gate.abort_checkpoint(id);
+            }
+            let event = gate.poll_event()?;
+            if !matches!(event, InputEvent::Nothing) {
                 return Ok(Some(event));
             }
-            gate.register(&self.waker);
-            let event = gate.poll()?;
-            if !G::is_nothing(&event) {
+            gate.register_waker(&self.waker);
+            let event = gate.poll_event()?;
+            if !matches!(event, InputEvent::Nothing) {
                 return Ok(Some(event));
             }
             if self.cancel.is_cancelled() {
                 return Ok(None);
+            }
+            if !self.aborts.is_empty() {
+                continue;
             }
             thread::park();
         }
     }
 }
 
-impl fmt::Debug for GateReader {
+impl fmt::Debug for GateReader<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GateReader").finish_non_exhaustive()
     }

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use streamtask_core::TimerService;
 use streamtask_core::operator::{Operator, TaskOutput};
+use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
 use streamtask_core::task::TaskConfig;
 
-use super::body::{BodyParts, ChainBody};
-use super::runtime::{self, DEFAULT_CANCEL_GRACE, RuntimeOptions};
-use super::{TaskHandle, TaskKind};
+use super::runtime;
 use crate::lock::Fairness;
 use crate::source::{
     Emission, SourceCell, SourceContextConfig, SourceEnd, SourceFunction, run_source,
@@ -66,7 +65,6 @@ pub struct SourceStreamTask<F, C, O> {
     output: O,
     context: SourceContextConfig,
     fairness: Fairness,
-    cancel_grace: Duration,
 }
 
 impl<F, C, O> SourceStreamTask<F, C, O>
@@ -76,7 +74,7 @@ where
     O: TaskOutput<C::Out> + 'static,
 {
     /// A task running `source` with `chain` behind it, emitting into `output`; processing-time
-    /// context, [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`].
+    /// context, [`Fairness::Eventual`], the config's cancel grace.
     pub fn new(config: TaskConfig, source: F, chain: C, output: O) -> Self {
         SourceStreamTask {
             config,
@@ -85,7 +83,6 @@ where
             output,
             context: SourceContextConfig::default(),
             fairness: Fairness::default(),
-            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -101,10 +98,10 @@ where
         self
     }
 
-    /// How long `cancel`/`join` wait for a stopping task before reporting that its source
-    /// ignored cancellation.
+    /// How long `join` waits for a stopping task before reporting that its source ignored
+    /// cancellation (the same as [`TaskConfig::with_cancel_grace`]).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.cancel_grace = grace;
+        self.config.cancel_grace = grace;
         self
     }
 
@@ -117,24 +114,20 @@ where
             output,
             context,
             fairness,
-            cancel_grace,
         } = self;
-        let metrics = StdArc::clone(&config.metrics);
-        let tracer = config.tracer.clone();
+        let source_name = source.name().to_string();
         runtime::spawn(
             config,
-            TaskKind::Source,
-            RuntimeOptions {
-                fairness,
-                cancel_grace,
-            },
-            move |services| {
+            TriggerMode::Source,
+            fairness,
+            move |env, services| {
                 let timers: StdArc<dyn TimerService> = StdArc::clone(services.timers());
-                let body = ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer));
+                let body = ChainBody::new(chain, output, env);
                 SourceCell::new(F::State::default(), Emission::new(context, timers), body)
+                    .with_name(source_name)
             },
-            move |parts| match run_source(&mut source, &parts.lock, &parts.shared.cancel)? {
-                SourceEnd::Finished => parts.finish_with(|cell| cell.output_mut().finish()),
+            move |parts| match run_source(&mut source, &parts.lock, &parts.cancel)? {
+                SourceEnd::Finished => parts.finish(),
                 SourceEnd::Cancelled => Ok(()),
             },
         )

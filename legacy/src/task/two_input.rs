@@ -3,15 +3,14 @@
 
 use std::fmt;
 use std::sync::Arc as StdArc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use streamtask_core::channel::{TwoInputEvent, TwoInputGate};
+use streamtask_core::channel::TwoInputGate;
 use streamtask_core::operator::{Operator, TaskOutput, TwoInputChain, TwoInputOperator};
-use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
+use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
+use streamtask_core::task::TaskConfig;
 
-use super::body::{BodyParts, TwoInputBody};
-use super::runtime::{self, DEFAULT_CANCEL_GRACE, GateReader, Parts, RuntimeOptions};
-use super::{TaskHandle, TaskKind};
+use super::runtime::{self, process_input};
 use crate::lock::Fairness;
 
 /// A task reading a [`TwoInputGate`] into a [`TwoInputChain`] (Flink 1.9's
@@ -48,7 +47,6 @@ pub struct TwoInputStreamTask<H: TwoInputOperator, T: Operator<In = H::Out>, O> 
     chain: TwoInputChain<H, T>,
     output: O,
     fairness: Fairness,
-    cancel_grace: Duration,
 }
 
 impl<H, T, O> TwoInputStreamTask<H, T, O>
@@ -60,7 +58,7 @@ where
     O: TaskOutput<T::Out> + 'static,
 {
     /// A task reading `gate` into `chain`, emitting into `output`; [`Fairness::Eventual`],
-    /// [`DEFAULT_CANCEL_GRACE`].
+    /// the config's cancel grace.
     pub fn new(
         config: TaskConfig,
         gate: TwoInputGate<H::In1, H::In2>,
@@ -73,7 +71,6 @@ where
             chain,
             output,
             fairness: Fairness::default(),
-            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -83,9 +80,10 @@ where
         self
     }
 
-    /// How long `cancel`/`join` wait for a stopping task.
+    /// How long `join` waits for a stopping task (the same as
+    /// [`TaskConfig::with_cancel_grace`]).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.cancel_grace = grace;
+        self.config.cancel_grace = grace;
         self
     }
 
@@ -97,79 +95,16 @@ where
             chain,
             output,
             fairness,
-            cancel_grace,
         } = self;
-        let metrics = StdArc::clone(&config.metrics);
-        let tracer = config.tracer.clone();
-        let gate = gate.with_metrics(StdArc::clone(&metrics));
+        let gate = gate.with_metrics(StdArc::clone(&config.metrics));
         runtime::spawn(
             config,
-            TaskKind::TwoInput,
-            RuntimeOptions {
-                fairness,
-                cancel_grace,
-            },
-            move |services| {
-                TwoInputBody::new(chain, BodyParts::new(output, services, metrics, tracer))
-            },
+            TriggerMode::Inputs,
+            fairness,
+            move |env, _| ChainBody::new(chain, output, env),
             move |parts| process_input(parts, gate),
         )
     }
-}
-
-fn process_input<H, T, O>(
-    parts: &Parts<TwoInputBody<H, T, O>>,
-    mut gate: TwoInputGate<H::In1, H::In2>,
-) -> Result<(), TaskError>
-where
-    H: TwoInputOperator + 'static,
-    T: Operator<In = H::Out> + 'static,
-    O: TaskOutput<T::Out> + 'static,
-{
-    let cancel = &parts.shared.cancel;
-    let reader = GateReader::new(cancel);
-    while let Some(event) = reader.next(&mut gate)? {
-        match event {
-            TwoInputEvent::Record1(record) => {
-                let mut body = parts.lock.lock();
-                if !body.accepts_input() {
-                    body.wait_until(|b| b.accepts_input() || cancel.is_cancelled());
-                    if !body.accepts_input() {
-                        return Ok(());
-                    }
-                }
-                body.process1(record)?;
-            }
-            TwoInputEvent::Record2(record) => {
-                let mut body = parts.lock.lock();
-                if !body.accepts_input() {
-                    body.wait_until(|b| b.accepts_input() || cancel.is_cancelled());
-                    if !body.accepts_input() {
-                        return Ok(());
-                    }
-                }
-                body.process2(record)?;
-            }
-            TwoInputEvent::Watermark(watermark) => {
-                parts.lock.lock().process_watermark(watermark)?;
-            }
-            TwoInputEvent::Status(status) => parts.lock.lock().process_status(status)?,
-            TwoInputEvent::Checkpoint(barrier) => parts.checkpoint(barrier, Instant::now()),
-            TwoInputEvent::CheckpointAborted { id } => {
-                parts
-                    .shared
-                    .responder
-                    .decline(id, DeclineReason::Superseded);
-            }
-            TwoInputEvent::EndOfInput1 => parts.lock.lock().end_input(1)?,
-            TwoInputEvent::EndOfInput2 => parts.lock.lock().end_input(2)?,
-            TwoInputEvent::EndOfInput => {
-                return parts.finish_with(|body| body.end_of_both());
-            }
-            TwoInputEvent::Nothing => {}
-        }
-    }
-    Ok(())
 }
 
 impl<H: TwoInputOperator, T: Operator<In = H::Out>, O> fmt::Debug for TwoInputStreamTask<H, T, O> {

@@ -1,314 +1,215 @@
-//! What every task body shares: its environment, the counting output, the phase machine, and
-//! the snapshot and backpressure steps.
-//!
-//! # Phases
-//!
-//! | phase | default action | events | checkpoint triggers | moves to |
-//! |---|---|---|---|---|
-//! | `Running` | pulls input | delivered | snapshot | `Draining` (end of input) |
-//! | `Draining` | ends the chain's input operator by operator, waiting before each until the chain accepts input, then finishes | delivered | declined | `Finished` |
-//! | `Finished` | - (the loop ended) | dropped | declined | - |
+//! The state the mailbox thread owns ([`MailboxBody`]): the kit's [`ChainBody`], the task's
+//! input, and the suspensions of its default action; and what every mail does to it.
 
+use std::fmt;
 use std::time::Instant;
 
-use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::operator::{Context, TaskServices};
-use streamtask_core::task::{CheckpointResponder, DeclineReason};
-use streamtask_core::trace::{RecordRun, Tracer};
-use streamtask_core::{
-    CheckpointBarrier, Operator, OperatorError, Output, StreamRecord, StreamStatus, TaskError,
-    TaskFailure, TaskOutput, TaskSnapshot, Watermark,
-};
+use streamtask_core::operator::OperatorEvent;
+use streamtask_core::runtime::{BodyPhase, ChainBody, Drain, TaskChain};
+use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, TaskOutput, TaskSnapshot, Timer};
 
+use super::input::{Input, Step};
 use crate::processor::{Controller, SuspendCause, Suspension};
 use crate::services::OperatorMails;
 
-/// Records counted locally before they are published to [`TaskMetrics`].
-const PUBLISH_EVERY: u64 = 1024;
-
-/// The body of a task: its state, the default action and what its mails do.
-pub(crate) trait TaskBody: OperatorMails<TaskFailure> + Send + 'static {
-    /// Restores and opens the chain (and reader).
-    fn open(&mut self) -> Result<(), TaskFailure>;
-    /// One step of the default action.
-    fn step(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure>;
-    /// A checkpoint trigger mail (source tasks only).
-    fn trigger_checkpoint(
-        &mut self,
-        barrier: CheckpointBarrier,
-        triggered: Instant,
-    ) -> Result<(), TaskFailure>;
-    /// A checkpoint-complete notice.
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<(), TaskFailure>;
-    /// A checkpoint-aborted notice.
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<(), TaskFailure>;
-    /// Whether the chain finished (end of input fully processed).
-    fn is_finished(&self) -> bool;
-    /// Publishes the locally counted records.
-    fn publish_metrics(&mut self);
-    /// Closes the chain (and reader), logging errors.
-    fn close(&mut self);
-}
-
-/// See the [module docs](self).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Pulling input.
-    Running,
-    /// Ending the chain's input one operator at a time, head to tail; before each operator's
-    /// `end_input`, and before `finish`, waiting until the chain accepts input (everything
-    /// upstream drained: an async operator's in-flight calls completed and emitted).
-    Draining,
-    /// `finish` ran and end of input went downstream.
-    Finished,
-}
-
-/// What every body keeps besides its input, chain and output.
-pub(crate) struct TaskEnv {
-    pub(crate) name: String,
-    pub(crate) services: TaskServices,
-    pub(crate) responder: CheckpointResponder,
-    pub(crate) metrics: std::sync::Arc<TaskMetrics>,
-    pub(crate) tracer: Tracer,
-    pub(crate) run: RecordRun,
-    pub(crate) phase: Phase,
-    /// While draining: how many operators of the chain (head first) had their input ended.
-    pub(crate) inputs_ended: usize,
-    /// Records in, not yet published.
-    pub(crate) records_in: u64,
-    pub(crate) restore: Option<TaskSnapshot>,
+/// A mailbox task's state: its input, the kit's chain body, and the default action's
+/// suspensions.
+pub(crate) struct MailboxBody<I, C, W> {
+    input: I,
+    body: ChainBody<C, W>,
     /// A suspension waiting for the chain to accept input; every mail re-checks it.
-    pub(crate) parked: Option<Suspension>,
+    parked: Option<Suspension>,
     /// The suspension of a default action waiting for input, for mails that make input
     /// readable without new data arriving (an abort releasing channels held for alignment).
-    pub(crate) idle: Option<Suspension>,
+    idle: Option<Suspension>,
 }
 
-impl TaskEnv {
-    pub(crate) fn new(
-        name: String,
-        services: TaskServices,
-        responder: CheckpointResponder,
-        metrics: std::sync::Arc<TaskMetrics>,
-        tracer: Tracer,
-        restore: Option<TaskSnapshot>,
-    ) -> Self {
-        TaskEnv {
-            name,
-            services,
-            responder,
-            metrics,
-            tracer,
-            run: RecordRun::new(),
-            phase: Phase::Running,
-            inputs_ended: 0,
-            records_in: 0,
-            restore,
+impl<I, C, W> MailboxBody<I, C, W>
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    pub(crate) fn new(input: I, body: ChainBody<C, W>) -> Self {
+        MailboxBody {
+            input,
+            body,
             parked: None,
             idle: None,
         }
     }
 
-    pub(crate) fn failure(&self, error: impl Into<TaskError>) -> TaskFailure {
-        TaskFailure::new(self.name.clone(), error)
+    fn fail(&self, error: impl Into<TaskError>) -> TaskFailure {
+        TaskFailure::new(self.body.name(), error)
     }
 
-    /// Counts one record in: plain integers and one branch when tracing is off.
+    /// Restores the input and the chain, then opens the chain.
+    pub(crate) fn open(&mut self, restore: Option<&TaskSnapshot>) -> Result<(), TaskFailure> {
+        let opened = self
+            .input
+            .restore(restore)
+            .and_then(|()| self.body.restore_and_open(restore));
+        opened.map_err(|e| self.fail(e))
+    }
+
+    /// One step of the default action.
     #[inline]
-    pub(crate) fn count_in(&mut self, records: u64) -> bool {
-        self.records_in += records;
-        if self.tracer.is_on() {
-            for _ in 0..records {
-                self.run.record(&self.tracer);
+    pub(crate) fn step(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure> {
+        match self.body.phase() {
+            BodyPhase::Running => {}
+            BodyPhase::Draining => return self.drain(controller),
+            _ => {
+                controller.all_actions_completed();
+                return Ok(());
             }
         }
-        self.records_in >= PUBLISH_EVERY
-    }
-
-    pub(crate) fn publish(&mut self, records_out: &mut u64) {
-        if self.records_in > 0 {
-            self.metrics
-                .records_in
-                .add(std::mem::take(&mut self.records_in));
+        if !self.body.output_available() {
+            self.suspend_backpressured(controller);
+            return Ok(());
         }
-        if *records_out > 0 {
-            self.metrics.records_out.add(std::mem::take(records_out));
+        match self.input.step(&mut self.body).map_err(|e| self.fail(e))? {
+            Step::More => Ok(()),
+            Step::Backpressured => {
+                self.suspend_backpressured(controller);
+                Ok(())
+            }
+            Step::Nothing => {
+                self.suspend_idle(controller);
+                Ok(())
+            }
+            Step::Barrier(barrier) => self.checkpoint(barrier, Instant::now()),
+            Step::EndOfInput => {
+                self.body.begin_end_of_input();
+                self.drain(controller)
+            }
         }
     }
 
-    /// Before a mail touches the chain: end the current run of records.
-    pub(crate) fn begin_mail(&mut self) {
-        self.run.interrupt(&self.tracer);
+    /// Ends the chain's input as far as it goes now; suspended (mails running) while an
+    /// operator drains, so operators behind an async one end after its last result.
+    fn drain(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure> {
+        match self.body.end_input_step().map_err(|e| self.fail(e))? {
+            Drain::Waiting => self.suspend_backpressured(controller),
+            Drain::Finished => controller.all_actions_completed(),
+        }
+        Ok(())
     }
 
-    /// After a mail: if the default action waits for the chain and the chain now accepts
-    /// input, resume it.
-    pub(crate) fn end_mail(&mut self, accepts_input: impl FnOnce() -> bool) {
-        if self.parked.is_some() && accepts_input() {
+    /// A checkpoint: triggered (source tasks, `requested` at the trigger call) or aligned
+    /// (tasks with inputs, `requested` now).
+    pub(crate) fn checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        requested: Instant,
+    ) -> Result<(), TaskFailure> {
+        let input = &mut self.input;
+        let taken = self.body.checkpoint(barrier, requested, |id, into| {
+            input.snapshot_state(id, into)
+        });
+        taken.map_err(|e| self.fail(e))?;
+        self.after_mail();
+        Ok(())
+    }
+
+    /// A checkpoint-complete or -aborted notice: the chain, then the input (a reader commits;
+    /// a gate releases the channels held for an aborted checkpoint's alignment).
+    pub(crate) fn notify(&mut self, id: u64, completed: bool) -> Result<(), TaskFailure> {
+        let released = self
+            .body
+            .notify_checkpoint(id, completed)
+            .and_then(|()| self.input.notify_checkpoint(id, completed))
+            .map_err(|e| self.fail(e))?;
+        if released {
+            // What they hold was already there: no data waker will wake the default action.
+            if let Some(suspension) = self.idle.take() {
+                suspension.resume();
+            }
+        }
+        self.after_mail();
+        Ok(())
+    }
+
+    /// Whether the chain finished (end of input fully processed).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.body.phase() == BodyPhase::Finished
+    }
+
+    /// Closes the chain and the input, logging errors.
+    pub(crate) fn close(&mut self) {
+        self.body.close();
+        self.input.close(self.body.name());
+    }
+
+    /// After each mail: publish the records counted so far (whoever watches the metrics reads
+    /// them between mails), and resume a default action parked on the chain if it now accepts
+    /// input.
+    fn after_mail(&mut self) {
+        self.body.publish_metrics();
+        if self.parked.is_some() && self.body.accepts_input() {
             if let Some(suspension) = self.parked.take() {
                 suspension.resume();
             }
         }
     }
 
-    /// Suspends the default action until input may be available; `register` hands the waker to
-    /// the input.
-    pub(crate) fn suspend_idle(
-        &mut self,
-        controller: &mut Controller<'_>,
-        register: impl FnOnce(&std::task::Waker),
-    ) {
-        self.run.interrupt(&self.tracer);
+    /// Suspends the default action until input may be available.
+    fn suspend_idle(&mut self, controller: &mut Controller<'_>) {
+        self.body.interrupt();
+        self.body.publish_metrics();
         let suspension = controller.suspend_default_action_for(SuspendCause::Idle);
-        register(&suspension.waker());
+        self.input.register_waker(&suspension.waker());
         self.idle = Some(suspension);
     }
 
-    /// Resumes a default action waiting for input: a mail made input readable that no data
-    /// waker will announce (channels held back for an aborted checkpoint were released, their
-    /// data was already there). Resuming a suspension that already ended does nothing.
-    pub(crate) fn resume_idle(&mut self) {
-        if let Some(suspension) = self.idle.take() {
-            suspension.resume();
-        }
-    }
-
     /// Suspends the default action until the chain accepts input and the output has room.
-    pub(crate) fn suspend_backpressured<T>(
-        &mut self,
-        controller: &mut Controller<'_>,
-        chain_accepts: bool,
-        output: &impl TaskOutput<T>,
-    ) {
-        self.run.interrupt(&self.tracer);
+    fn suspend_backpressured(&mut self, controller: &mut Controller<'_>) {
+        self.body.interrupt();
+        self.body.publish_metrics();
         let suspension = controller.suspend_default_action_for(SuspendCause::Backpressure);
         let mut waiting = false;
-        if !chain_accepts {
+        if !self.body.accepts_input() {
             // Only mails (of this thread) change what the chain accepts; each re-checks.
             self.parked = Some(suspension.clone());
             waiting = true;
         }
-        if !output.is_available() {
+        if !self.body.output_available() {
             // Wakes at once if room freed since the check.
-            output.register_availability_waker(&suspension.waker());
+            self.body.register_output_waker(&suspension.waker());
             waiting = true;
         }
         if !waiting {
-            // Both recovered between the caller's check and now.
+            // Both recovered between the caller's check and now (or a held element waits for
+            // nothing but the next step).
             suspension.resume();
         }
     }
-
-    /// Declines a trigger that reached a task that is not running.
-    pub(crate) fn decline_not_running(&self, id: u64) {
-        self.responder.decline(id, DeclineReason::NotRunning);
-    }
 }
 
-/// The task's output, counting records into a plain integer.
-pub(crate) struct Counted<W> {
-    pub(crate) inner: W,
-    pub(crate) records: u64,
-}
-
-impl<W> Counted<W> {
-    pub(crate) fn new(inner: W) -> Self {
-        Counted { inner, records: 0 }
-    }
-}
-
-impl<T, W: Output<T>> Output<T> for Counted<W> {
-    #[inline]
-    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
-        self.records += 1;
-        self.inner.collect(record)
-    }
-
-    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        self.inner.emit_watermark(watermark)
-    }
-
-    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
-        self.inner.emit_status(status)
-    }
-}
-
-impl<T, W: TaskOutput<T>> TaskOutput<T> for Counted<W> {
-    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
-        self.inner.broadcast_barrier(barrier)
-    }
-
-    fn end_of_input(&mut self) -> Result<(), OperatorError> {
-        self.inner.end_of_input()
-    }
-
-    #[inline]
-    fn is_available(&self) -> bool {
-        self.inner.is_available()
-    }
-
-    fn register_availability_waker(&self, waker: &std::task::Waker) {
-        self.inner.register_availability_waker(waker);
-    }
-}
-
-/// Snapshots a one-input chain (and a reader's bytes) for `barrier`, Flink's order: prepare the
-/// chain (it may flush), send the barrier downstream, snapshot, acknowledge. `since` is when the
-/// checkpoint was asked for (the trigger call, or the aligned barrier).
-pub(crate) fn perform_checkpoint<O, W>(
-    chain: &mut O,
-    output: &mut Counted<W>,
-    env: &mut TaskEnv,
-    barrier: CheckpointBarrier,
-    since: Instant,
-    source_state: impl FnOnce(u64) -> Result<Option<Vec<u8>>, OperatorError>,
-) -> Result<(), TaskFailure>
+impl<I, C, W> OperatorMails<TaskFailure> for MailboxBody<I, C, W>
 where
-    O: Operator,
-    W: TaskOutput<O::Out>,
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
 {
-    let started = Instant::now();
-    env.metrics
-        .checkpoint_delay
-        .record(started.saturating_duration_since(since));
-    let id = barrier.id;
-    let _span = env.tracer.span("checkpoint", || format!("checkpoint {id}"));
-    let services = &env.services;
-    let taken = (|| -> Result<TaskSnapshot, OperatorError> {
-        chain.prepare_snapshot_pre_barrier(id, &mut Context::new(output, services, 0))?;
-        output.broadcast_barrier(barrier)?;
-        let mut snapshot = TaskSnapshot::new();
-        if let Some(bytes) = source_state(id)? {
-            snapshot.put(TaskSnapshot::SOURCE, bytes);
-        }
-        chain.snapshot_chain(id, 0, &mut snapshot)?;
-        Ok(snapshot)
-    })();
-    finish_checkpoint(env, id, started, taken)
+    fn on_timer(&mut self, timer: Timer) -> Result<(), TaskFailure> {
+        self.body.dispatch_timer(timer).map_err(|e| self.fail(e))?;
+        self.after_mail();
+        Ok(())
+    }
+
+    fn on_event(&mut self, operator: usize, event: OperatorEvent) -> Result<(), TaskFailure> {
+        self.body
+            .dispatch_event(operator, event)
+            .map_err(|e| self.fail(e))?;
+        self.after_mail();
+        Ok(())
+    }
 }
 
-/// Acknowledges (or declines and fails) a snapshot.
-pub(crate) fn finish_checkpoint(
-    env: &mut TaskEnv,
-    id: u64,
-    started: Instant,
-    taken: Result<TaskSnapshot, OperatorError>,
-) -> Result<(), TaskFailure> {
-    match taken {
-        Ok(snapshot) => {
-            env.metrics.checkpoint_duration.record(started.elapsed());
-            env.metrics.checkpoints.inc();
-            env.responder.acknowledge(id, snapshot);
-            Ok(())
-        }
-        Err(error) => {
-            let message = error.to_string();
-            env.responder
-                .decline(id, DeclineReason::Failed(message.clone()));
-            Err(env.failure(TaskError::Checkpoint {
-                checkpoint: id,
-                message,
-            }))
-        }
+impl<I, C, W> fmt::Debug for MailboxBody<I, C, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MailboxBody")
+            .field("body", &self.body)
+            .finish_non_exhaustive()
     }
 }

@@ -4,18 +4,20 @@
 #![doc = include_str!("task.md")]
 
 mod body;
+mod input;
 mod one_input;
 mod source;
 mod two_input;
 
-use std::fmt;
 use std::time::Instant;
 
-use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::sync::atomic::{AtomicBool, Ordering};
-use streamtask_core::sync::{Arc, thread};
+use streamtask_core::TaskOutput;
+use streamtask_core::runtime::{
+    ChainBody, TaskChain, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode,
+};
+use streamtask_core::sync::{Arc, spawn_named};
 use streamtask_core::task::{DeclineReason, TaskConfig};
-use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, TaskOutcome, TriggerError};
+use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
 
 use crate::action::Immediate;
 use crate::executor::MailboxExecutor;
@@ -30,141 +32,28 @@ use crate::services::{MailboxEvents, MailboxTimerService};
 pub use self::one_input::OneInputTask;
 pub use self::source::SourceTask;
 pub use self::two_input::TwoInputTask;
+pub use streamtask_core::runtime::TaskHandle;
 
-use self::body::{TaskBody, TaskEnv};
+use self::body::MailboxBody;
+use self::input::Input;
 
-/// The control surface of a running mailbox task: the same calls as every model's task, so the
-/// executor can treat them alike. [`join`](Self::join) it for the outcome; dropping it without
-/// joining cancels the task and waits for its thread, so no thread is ever left behind.
-///
-/// See [`SourceTask`] for an example.
-///
-#[doc = include_str!("task.md")]
-pub struct TaskHandle {
-    name: String,
-    metrics: std::sync::Arc<TaskMetrics>,
-    control: std::sync::Arc<dyn TaskControl>,
-    thread: Option<thread::JoinHandle<TaskOutcome>>,
-}
-
-impl TaskHandle {
-    /// The task's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The task's metrics.
-    pub fn metrics(&self) -> &std::sync::Arc<TaskMetrics> {
-        &self.metrics
-    }
-
-    /// Triggers checkpoint `barrier.id` on a source task: a [`Priority::MIN`] mail that, between
-    /// two reader steps, snapshots the reader and the chain, sends the barrier downstream and
-    /// acknowledges through the task's responder. A task that is not running (finishing or
-    /// finished) declines with [`DeclineReason::NotRunning`].
-    ///
-    /// # Errors
-    ///
-    /// [`TriggerError::NotASource`] on a task with inputs: it checkpoints when barriers arrive.
-    pub fn trigger_checkpoint(&self, barrier: CheckpointBarrier) -> Result<(), TriggerError> {
-        self.control.trigger_checkpoint(barrier)
-    }
-
-    /// Checkpoint `id` completed everywhere: a [`Priority::MAX`] mail that notifies the chain
-    /// (and reader). Ignored once the task is over.
-    pub fn notify_checkpoint_complete(&self, id: u64) {
-        self.control.notify(id, true);
-    }
-
-    /// Checkpoint `id` was aborted: a [`Priority::MAX`] mail that notifies the chain (and
-    /// reader) and releases channels held for its alignment. Ignored once the task is over.
-    pub fn notify_checkpoint_aborted(&self, id: u64) {
-        self.control.notify(id, false);
-    }
-
-    /// Cancels the task: from any thread, any number of times. A task that already finished
-    /// stays finished.
-    pub fn cancel(&self) {
-        self.control.cancel();
-    }
-
-    /// Whether the task thread has ended (every thread it started joined).
-    pub fn is_done(&self) -> bool {
-        self.control.is_done()
-    }
-
-    /// Waits for the task to end and returns how it ended.
-    pub fn join(mut self) -> TaskOutcome {
-        let thread = self.thread.take().expect("a handle is joined at most once");
-        match thread.join() {
-            Ok(outcome) => outcome,
-            // The task thread catches every panic of user code; this is a bug in the runtime.
-            Err(payload) => TaskOutcome::Failed(TaskFailure::new(
-                self.name.clone(),
-                TaskError::Panic(panic_message(payload.as_ref())),
-            )),
-        }
-    }
-}
-
-impl Drop for TaskHandle {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.control.cancel();
-            let _ = thread.join();
-        }
-    }
-}
-
-impl fmt::Debug for TaskHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TaskHandle")
-            .field("name", &self.name)
-            .field("done", &self.is_done())
-            .finish_non_exhaustive()
-    }
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&'static str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_string()
-    }
-}
-
-/// The task-type-erased remote control behind a [`TaskHandle`].
-trait TaskControl: Send + Sync {
-    fn trigger_checkpoint(&self, barrier: CheckpointBarrier) -> Result<(), TriggerError>;
-    fn notify(&self, id: u64, completed: bool);
-    fn cancel(&self);
-    fn is_done(&self) -> bool;
-}
-
-/// Flags the handle and the task thread share.
-struct Shared {
-    cancelled: AtomicBool,
-    done: AtomicBool,
-}
-
+/// How the handle reaches a mailbox task: every call is a mail.
 struct Remote<B> {
-    is_source: bool,
     processor: ProcessorHandle<B, TaskFailure>,
     notices: MailboxExecutor<B, TaskFailure>,
     responder: streamtask_core::task::CheckpointResponder,
-    shared: Arc<Shared>,
 }
 
-impl<B: TaskBody> TaskControl for Remote<B> {
-    fn trigger_checkpoint(&self, barrier: CheckpointBarrier) -> Result<(), TriggerError> {
-        if !self.is_source {
-            return Err(TriggerError::NotASource);
-        }
+impl<I, C, W> TaskControl for Remote<MailboxBody<I, C, W>>
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
         let trigger = TriggerMail {
             barrier,
-            triggered: Instant::now(),
+            requested,
             responder: Some(self.responder.clone()),
         };
         // Refused once the task is ending: the mail comes back and, dropped, declines.
@@ -172,36 +61,20 @@ impl<B: TaskBody> TaskControl for Remote<B> {
             .processor
             .core()
             .enqueue(Priority::MIN, "checkpoint trigger", trigger);
-        Ok(())
     }
 
-    fn notify(&self, id: u64, completed: bool) {
-        // Refused once the task is over: nothing left to notify.
-        if completed {
-            let _ = self
-                .notices
-                .execute("checkpoint complete", move |body: &mut B| {
-                    body.notify_checkpoint_complete(id)
-                });
+    fn notify_checkpoint(&self, id: u64, completed: bool) {
+        let description = if completed {
+            "checkpoint complete"
         } else {
-            let _ = self
-                .notices
-                .execute("checkpoint aborted", move |body: &mut B| {
-                    body.notify_checkpoint_aborted(id)
-                });
-        }
-    }
-
-    fn cancel(&self) {
-        // Release: the task thread reads the flag after the poison mail ended its loop; the
-        // mailbox lock between the two orders them anyway.
-        self.shared.cancelled.store(true, Ordering::Release);
-        self.processor.all_actions_completed();
-    }
-
-    fn is_done(&self) -> bool {
-        // Acquire pairs with the Release store at the very end of the task thread.
-        self.shared.done.load(Ordering::Acquire)
+            "checkpoint aborted"
+        };
+        // Refused once the task is over: nothing left to notify.
+        let _ = self
+            .notices
+            .execute(description, move |body: &mut MailboxBody<I, C, W>| {
+                body.notify(id, completed)
+            });
     }
 }
 
@@ -211,15 +84,20 @@ impl<B: TaskBody> TaskControl for Remote<B> {
 /// about every trigger.
 struct TriggerMail {
     barrier: CheckpointBarrier,
-    triggered: Instant,
+    requested: Instant,
     responder: Option<streamtask_core::task::CheckpointResponder>,
 }
 
-impl<B: TaskBody> MailAction<B, TaskFailure> for TriggerMail {
-    fn run(mut self: Box<Self>, body: &mut B) -> Result<(), TaskFailure> {
+impl<I, C, W> MailAction<MailboxBody<I, C, W>, TaskFailure> for TriggerMail
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    fn run(mut self: Box<Self>, body: &mut MailboxBody<I, C, W>) -> Result<(), TaskFailure> {
         // Ran: from here on the body acknowledges or declines.
         self.responder = None;
-        body.trigger_checkpoint(self.barrier, self.triggered)
+        body.checkpoint(self.barrier, self.requested)
     }
 }
 
@@ -231,174 +109,162 @@ impl Drop for TriggerMail {
     }
 }
 
+type Processor<B> = MailboxProcessor<B, TaskFailure, Immediate<B>>;
+
 /// What the task thread receives once everything is wired.
-struct Setup<B: TaskBody> {
-    processor: MailboxProcessor<B, TaskFailure, Immediate<B>>,
+struct Setup<B> {
+    processor: Processor<B>,
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
-    shared: Arc<Shared>,
-    name: String,
-    metrics: std::sync::Arc<TaskMetrics>,
+    parts: TaskParts,
+    restore: Option<streamtask_core::TaskSnapshot>,
 }
 
-/// Starts the task thread and wires the mailbox, the services and the body `make` builds.
-fn spawn_task<B: TaskBody>(
+/// Starts the task thread and wires the mailbox, the services and the body around `input`,
+/// `chain` and `output`.
+fn spawn_task<I, C, W>(
     config: TaskConfig,
-    is_source: bool,
-    make: impl FnOnce(TaskEnv) -> B,
-) -> TaskHandle {
-    let (setup_tx, setup_rx) = crossbeam::channel::bounded::<Setup<B>>(1);
-    let thread = spawn_named(&config.name, move || match setup_rx.recv() {
-        Ok(setup) => task_main(setup),
-        // The spawning thread failed while wiring the task; nothing ever ran.
-        Err(_) => TaskOutcome::Cancelled,
+    mode: TriggerMode,
+    input: I,
+    chain: C,
+    output: W,
+) -> TaskHandle
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    type Body<I, C, W> = MailboxBody<I, C, W>;
+    let (setup_tx, setup_rx) = crossbeam::channel::bounded::<Setup<Body<I, C, W>>>(1);
+    let thread = spawn_named(config.name.clone(), move || {
+        // The spawning thread fails only before anything ran; then there is nothing to do.
+        if let Ok(setup) = setup_rx.recv() {
+            task_main(setup);
+        }
     });
 
-    let TaskConfig {
-        name,
+    let TaskSetup {
+        parts,
         clock,
-        responder,
         restore,
-        metrics,
         tracer,
-    } = config;
+    } = TaskSetup::new(config);
+    let name = &parts.name;
+    let metrics = &parts.metrics;
     let mailbox = TaskMailbox::with_owner(thread.thread().clone());
     let builder =
-        ProcessorBuilder::with_metrics(mailbox, std::sync::Arc::clone(&metrics), tracer.clone());
+        ProcessorBuilder::with_metrics(mailbox, std::sync::Arc::clone(metrics), tracer.clone());
     let handle = builder.handle();
     let timers = std::sync::Arc::new(MailboxTimerService::with_metrics(
         &format!("{name}-timers"),
         clock,
         &handle,
-        Some(std::sync::Arc::clone(&metrics)),
+        Some(std::sync::Arc::clone(metrics)),
         tracer.clone(),
     ));
     let events = std::sync::Arc::new(MailboxEvents::new(&handle));
-    let services = streamtask_core::operator::TaskServices::new(&name, timers.clone(), events);
-    let env = TaskEnv::new(
-        name.clone(),
-        services,
-        responder.clone(),
-        std::sync::Arc::clone(&metrics),
-        tracer,
-        restore,
+    let services = streamtask_core::operator::TaskServices::new(name, timers.clone(), events);
+    let body = MailboxBody::new(
+        input,
+        ChainBody::new(chain, output, TaskEnv::new(parts.clone(), services, tracer)),
     );
-    let body = make(env);
-    let shared = Arc::new(Shared {
-        cancelled: AtomicBool::new(false),
-        done: AtomicBool::new(false),
-    });
+    // Cancelled or failed: a poison mail ends the loop (a no-op once the mailbox closed).
+    let poison = handle.clone();
+    parts
+        .lifecycle
+        .set_stop_hook(move || poison.all_actions_completed());
     let remote = Remote {
-        is_source,
         notices: builder.mailbox_executor(Priority::MAX),
         processor: handle,
-        responder,
-        shared: Arc::clone(&shared),
+        responder: parts.responder.clone(),
     };
-    let processor = builder.build(Immediate::new(body));
     let setup = Setup {
-        processor,
+        processor: builder.build(Immediate::new(body)),
         timers,
-        shared,
-        name: name.clone(),
-        metrics: std::sync::Arc::clone(&metrics),
+        parts: parts.clone(),
+        restore,
     };
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
     }
-    TaskHandle {
-        name,
-        metrics,
-        control: std::sync::Arc::new(remote),
-        thread: Some(thread),
-    }
-}
-
-fn spawn_named<F>(name: &str, body: F) -> thread::JoinHandle<TaskOutcome>
-where
-    F: FnOnce() -> TaskOutcome + Send + 'static,
-{
-    #[cfg(not(loom))]
-    {
-        thread::Builder::new()
-            .name(name.to_string())
-            .spawn(body)
-            .expect("the OS refused to start a task thread")
-    }
-    #[cfg(loom)]
-    {
-        let _ = name;
-        thread::spawn(body)
-    }
+    TaskHandle::new(parts, mode, Arc::new(remote), thread)
 }
 
 /// The default action of every task: one step of its body.
 struct Step;
 
-impl<B: TaskBody> DefaultAction<B, TaskFailure> for Step {
+impl<I, C, W> DefaultAction<MailboxBody<I, C, W>, TaskFailure> for Step
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
     #[inline]
     fn run_default_action(
         &mut self,
-        body: &mut B,
+        body: &mut MailboxBody<I, C, W>,
         controller: &mut Controller<'_>,
     ) -> Result<(), TaskFailure> {
         body.step(controller)
     }
 }
 
-/// The task thread: open, loop, finish or not, and always clean up.
-fn task_main<B: TaskBody>(setup: Setup<B>) -> TaskOutcome {
+/// The task thread: open, loop, finish or not, and always clean up; the lifecycle's done latch
+/// last.
+fn task_main<I, C, W>(setup: Setup<MailboxBody<I, C, W>>)
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
     let Setup {
         mut processor,
         timers,
-        shared,
-        name,
-        metrics,
+        parts,
+        restore,
     } = setup;
-    metrics.threads.inc();
-    let panicked = |message: String| TaskFailure::new(name.clone(), TaskError::Panic(message));
-
-    let ran = streamtask_core::catch_panic(|| -> Result<(), TaskFailure> {
-        processor.action_executor_mut().state_mut().open()?;
+    let lifecycle = &parts.lifecycle;
+    parts.metrics.threads.inc();
+    let ran = catch_panic(|| -> Result<(), TaskFailure> {
+        let body = processor.action_executor_mut().state_mut();
+        body.open(restore.as_ref())?;
+        if !lifecycle.start() {
+            return Ok(()); // stopped while opening
+        }
         match processor.run_mailbox_loop(&mut Step) {
             Ok(()) => Ok(()),
             Err(LoopError::Failed(failure)) => Err(failure),
             Err(LoopError::Mailbox(e)) => panic!("the task's own mailbox refused its loop: {e}"),
         }
     });
-    let mut failure = match ran {
-        Ok(Ok(())) => None,
-        Ok(Err(failure)) => Some(failure),
-        Err(message) => Some(panicked(message)),
-    };
-    let finished = failure.is_none() && processor.action_executor().state().is_finished();
+    match ran {
+        Ok(Ok(())) => {}
+        Ok(Err(failure)) => {
+            lifecycle.record_failure(failure);
+        }
+        Err(panic) => {
+            lifecycle.fail(parts.name.clone(), TaskError::Panic(panic));
+        }
+    }
+    let finished = processor.action_executor().state().is_finished();
 
-    // Timers first, then the mailbox (FLINK-23558): nothing fires into a quiesced mailbox.
+    // Timers first, then the mailbox (FLINK-23558): nothing fires into a quiesced mailbox. A
+    // finished task runs the mails left (triggers decline, notices reach the finished chain);
+    // otherwise they are dropped (triggers decline as they drop).
     timers.quiesce();
     let _ = processor.prepare_close();
-    if finished {
-        match streamtask_core::catch_panic(|| processor.drain()) {
+    if finished && lifecycle.state() == streamtask_core::runtime::TaskState::Finishing {
+        match catch_panic(|| processor.drain()) {
             Ok(Ok(())) => {}
-            Ok(Err(f)) => failure = Some(f),
-            Err(message) => failure = Some(panicked(message)),
+            Ok(Err(failure)) => {
+                lifecycle.record_failure(failure);
+            }
+            Err(panic) => {
+                lifecycle.fail(parts.name.clone(), TaskError::Panic(panic));
+            }
         }
     }
     timers.shutdown();
     let _ = processor.close();
-    let body = processor.action_executor_mut().state_mut();
-    body.publish_metrics();
-    if let Err(message) = streamtask_core::catch_panic(|| body.close()) {
-        log::warn!("{name}: closing panicked after the task ended: {message}");
-    }
-
-    let outcome = match failure {
-        Some(failure) => TaskOutcome::Failed(failure),
-        None if finished => TaskOutcome::Finished,
-        None => {
-            debug_assert!(shared.cancelled.load(Ordering::Acquire));
-            TaskOutcome::Cancelled
-        }
-    };
-    // Release pairs with the Acquire in `is_done`: whoever sees `done` sees everything above.
-    shared.done.store(true, Ordering::Release);
-    outcome
+    processor.action_executor_mut().state_mut().close();
+    lifecycle.complete();
 }

@@ -20,12 +20,14 @@
 use std::fmt;
 
 use crossbeam::channel::{Receiver, Sender};
-use streamtask_core::function::{Completion, CompletionSink};
-use streamtask_core::sync::thread;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
+use streamtask_core::operator::{Operator, TaskOutput};
+use streamtask_core::sync::{spawn_named, thread};
 
-use super::head::HeadEvent;
-use crate::task::body::TaskBody;
-use crate::task::runtime::{Parts, run_locked, spawn_named};
+use super::Body;
+use crate::task::runtime::{Parts, run_locked};
 
 /// What the emitter thread receives.
 pub(super) enum EmitterMsg<O> {
@@ -51,18 +53,24 @@ pub(super) struct Emitter<O> {
 
 impl<O: Send + 'static> Emitter<O> {
     /// Starts the emitter of the task `parts` runs: completions from `inbox` go to the chain's
-    /// head (index 0) as one batch per lock acquisition; `stop` is the inbox's sender.
-    pub(super) fn start<B: TaskBody>(
-        parts: &Parts<B>,
+    /// head (index 0) as one batch per lock acquisition, as a typed call (the emitter knows
+    /// the body's type, so nothing is erased and downcast); `stop` is the inbox's sender.
+    pub(super) fn start<F, C, W>(
+        parts: &Parts<Body<F, C, W>>,
         stop: Sender<EmitterMsg<O>>,
         inbox: Receiver<EmitterMsg<O>>,
-    ) -> Self {
-        let shared = streamtask_core::sync::Arc::clone(&parts.shared);
+    ) -> Self
+    where
+        F: AsyncFunction<Out = O>,
+        F::In: Serialize + DeserializeOwned,
+        C: Operator<In = O> + 'static,
+        W: TaskOutput<C::Out> + 'static,
+    {
+        let task = parts.task.clone();
         let lock = streamtask_core::sync::Arc::clone(&parts.lock);
-        let name = format!("{}-async-emitter", shared.name);
-        shared.metrics.threads.inc();
+        let name = format!("{}-async-emitter", task.name);
+        task.metrics.threads.inc();
         let thread = spawn_named(name.clone(), move || {
-            shared.register_current_thread();
             loop {
                 let mut batch = match inbox.recv() {
                     Ok(EmitterMsg::Completion(c)) => vec![c],
@@ -80,8 +88,11 @@ impl<O: Send + 'static> Emitter<O> {
                 }
                 // Under the lock, while the task runs or finishes; a failure (an exceptional
                 // completion) fails the task; the lock's waiters are notified afterwards.
-                run_locked(&shared, &lock, &name, |body: &mut B| {
-                    body.dispatch_event(0, Box::new(HeadEvent::Completions(batch)))
+                run_locked(&task, &lock, &name, |body: &mut Body<F, C, W>| {
+                    let applied = body.with_chain(|chain, ctx| {
+                        chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
+                    });
+                    applied.unwrap_or(Ok(()))
                 });
                 if stopping {
                     return;
@@ -101,7 +112,7 @@ impl<O> Drop for Emitter<O> {
         // batch that waits for it.
         let _ = self.stop.send(EmitterMsg::Stop);
         if let Some(thread) = self.thread.take() {
-            // Failures went through `TaskShared::fail`; joining only reaps the thread.
+            // Failures went through the lifecycle; joining only reaps the thread.
             let _ = thread.join();
         }
     }

@@ -10,26 +10,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncWaitEngine;
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
-use streamtask_core::operator::{Context, Operator, OperatorEvent};
+use streamtask_core::operator::{Context, Operator};
 use streamtask_core::{OperatorError, StreamRecord, Timer, Watermark};
-
-/// What reaches the head as an event, under the lock.
-pub(super) enum HeadEvent<O> {
-    /// The completions the emitter thread took from its channel, applied in one critical
-    /// section.
-    Completions(Vec<Completion<O>>),
-    /// The task's input ended: run due retries now and drain. Sent by the task thread before it
-    /// waits for the drain; the chain's own `end_input` (the head's does nothing more) and
-    /// `finish` follow once the head accepts input again, so the operators behind it see every
-    /// result before their `end_input` (FLINK-13491).
-    Drain,
-}
 
 /// The head operator (index 0).
 ///
 /// Its [`accepts_input`](Operator::accepts_input) is what the legacy task waits for on the
-/// lock's condition after an element entered: no element is held for room; once draining,
-/// everything was emitted.
+/// lock's condition before an element enters: no element is held for room; once its input
+/// ended, everything was emitted (so the operators behind it end their input only after its
+/// last result reached them, FLINK-13491).
+///
+/// Completions reach it as typed calls from the emitter thread
+/// ([`on_completions`](Self::on_completions)), not as erased events: the emitter knows the
+/// task's concrete body type.
 pub(super) struct AsyncHeadOperator<F: AsyncFunction> {
     engine: AsyncWaitEngine<F>,
     sink: StdArc<dyn CompletionSink<F::Out>>,
@@ -50,6 +43,19 @@ where
             sink,
             draining: false,
         }
+    }
+
+    /// Applies the completions the emitter took from its channel, in one critical section,
+    /// then emits what is ready (admitting held elements as slots free up).
+    pub(super) fn on_completions(
+        &mut self,
+        completions: Vec<Completion<F::Out>>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        for completion in completions {
+            self.engine.on_completion(completion, ctx)?;
+        }
+        self.engine.emit_ready(ctx)
     }
 }
 
@@ -98,28 +104,11 @@ where
         self.engine.on_timer(timer, ctx)
     }
 
-    fn on_event(
-        &mut self,
-        event: OperatorEvent,
-        ctx: &mut Context<'_, F::Out>,
-    ) -> Result<(), OperatorError> {
-        let Ok(event) = event.downcast::<HeadEvent<F::Out>>() else {
-            return Err(OperatorError::UnexpectedEvent {
-                operator: self.engine.name().to_string(),
-            });
-        };
-        match *event {
-            HeadEvent::Completions(completions) => {
-                for completion in completions {
-                    self.engine.on_completion(completion, ctx)?;
-                }
-                self.engine.emit_ready(ctx)
-            }
-            HeadEvent::Drain => {
-                self.draining = true;
-                self.engine.end_input(ctx)
-            }
-        }
+    /// The task's input ended: run due retries now and drain; `accepts_input` stays false
+    /// until everything was emitted.
+    fn end_input(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        self.draining = true;
+        self.engine.end_input(ctx)
     }
 
     #[inline]

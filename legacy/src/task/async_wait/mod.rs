@@ -5,24 +5,21 @@ mod head;
 
 use std::fmt;
 use std::sync::Arc as StdArc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::OperatorError;
 use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
-use streamtask_core::channel::{GateEvent, InputGate};
+use streamtask_core::channel::InputGate;
 use streamtask_core::function::{AsyncFunction, CompletionSink};
 use streamtask_core::operator::{Chain, Map, Operator, TaskOutput};
-use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
+use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
+use streamtask_core::task::TaskConfig;
 
-use self::emitter::{Emitter, EmitterMsg, EmitterSink};
-use self::head::{AsyncHeadOperator, HeadEvent};
-use super::body::{BodyParts, ChainBody, TaskBody};
-use super::runtime::{self, DEFAULT_CANCEL_GRACE, GateReader, Parts, RuntimeOptions};
-use super::{TaskHandle, TaskKind};
-use crate::cancel::CancellationToken;
-use crate::lock::{CheckpointGuard, Fairness};
+use self::emitter::{Emitter, EmitterSink};
+use self::head::AsyncHeadOperator;
+use super::runtime::{self, process_input};
+use crate::lock::Fairness;
 
 /// The async operator of a legacy [`AsyncWaitStreamTask`]: an async function, its
 /// configuration and its name. It is deliberately not an
@@ -144,7 +141,6 @@ pub struct AsyncWaitStreamTask<F: AsyncFunction, C, O> {
     chain: C,
     output: O,
     fairness: Fairness,
-    cancel_grace: Duration,
 }
 
 impl<F, O> AsyncWaitStreamTask<F, NoChain<F::Out>, O>
@@ -154,7 +150,7 @@ where
     O: TaskOutput<F::Out> + 'static,
 {
     /// A task reading `gate` into `head`, whose results go straight to `output`;
-    /// [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`].
+    /// [`Fairness::Eventual`], the config's cancel grace.
     pub fn new(config: TaskConfig, gate: InputGate<F::In>, head: AsyncHead<F>, output: O) -> Self {
         AsyncWaitStreamTask {
             config,
@@ -166,7 +162,6 @@ where
             ),
             output,
             fairness: Fairness::default(),
-            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 }
@@ -179,7 +174,7 @@ where
     O: TaskOutput<C::Out> + 'static,
 {
     /// A task reading `gate` into `head`, whose results go through `chain` into `output`;
-    /// [`Fairness::Eventual`], [`DEFAULT_CANCEL_GRACE`].
+    /// [`Fairness::Eventual`], the config's cancel grace.
     ///
     /// # Errors
     ///
@@ -204,7 +199,6 @@ where
             chain,
             output,
             fairness: Fairness::default(),
-            cancel_grace: DEFAULT_CANCEL_GRACE,
         })
     }
 
@@ -214,9 +208,10 @@ where
         self
     }
 
-    /// How long `cancel`/`join` wait for a stopping task.
+    /// How long `join` waits for a stopping task (the same as
+    /// [`TaskConfig::with_cancel_grace`]).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.cancel_grace = grace;
+        self.config.cancel_grace = grace;
         self
     }
 
@@ -234,25 +229,23 @@ where
             chain,
             output,
             fairness,
-            cancel_grace,
         } = self;
-        let metrics = StdArc::clone(&config.metrics);
-        let tracer = config.tracer.clone();
-        let gate = gate.with_metrics(StdArc::clone(&metrics));
+        let gate = gate.with_metrics(StdArc::clone(&config.metrics));
         let (to_emitter, inbox) = crossbeam::channel::unbounded();
         let sink: StdArc<dyn CompletionSink<F::Out>> = StdArc::new(EmitterSink(to_emitter.clone()));
         let chain = Chain::new(AsyncHeadOperator::new(head.engine, sink), chain);
         runtime::spawn(
             config,
-            TaskKind::OneInput,
-            RuntimeOptions {
-                fairness,
-                cancel_grace,
+            TriggerMode::Inputs,
+            fairness,
+            move |env, _| ChainBody::new(chain, output, env),
+            move |parts| {
+                // The emitter runs from the open chain to the end of the run (it is stopped and
+                // joined when the guard drops, on every path), so restored elements beyond the
+                // capacity are admitted as it frees room (FLINK-7949).
+                let _emitter = Emitter::start(parts, to_emitter, inbox);
+                process_input(parts, gate)
             },
-            move |services| {
-                ChainBody::new(chain, BodyParts::new(output, services, metrics, tracer))
-            },
-            move |parts| process_input(parts, gate, to_emitter, inbox),
         )
     }
 }
@@ -269,173 +262,58 @@ impl<F: AsyncFunction, C, O> fmt::Debug for AsyncWaitStreamTask<F, C, O> {
 
 type Body<F, C, O> = ChainBody<Chain<AsyncHeadOperator<F>, C>, O>;
 
-/// The task thread's run: start the emitter, then `while running && process_input()`, then
-/// drain and finish. The emitter is stopped and joined when this returns, on every path.
-fn process_input<F, C, O>(
-    parts: &Parts<Body<F, C, O>>,
-    mut gate: InputGate<F::In>,
-    to_emitter: crossbeam::channel::Sender<EmitterMsg<F::Out>>,
-    inbox: crossbeam::channel::Receiver<EmitterMsg<F::Out>>,
-) -> Result<(), TaskError>
-where
-    F: AsyncFunction,
-    F::In: Serialize + DeserializeOwned,
-    C: Operator<In = F::Out> + 'static,
-    O: TaskOutput<C::Out> + 'static,
-{
-    let _emitter = Emitter::start(parts, to_emitter, inbox);
-    let cancel = &parts.shared.cancel;
-    let reader = GateReader::new(cancel);
-    while let Some(event) = reader.next(&mut gate)? {
-        match event {
-            GateEvent::Record(record) => {
-                if !enter(&mut parts.lock.lock(), cancel, |b| b.process(record))? {
-                    return Ok(()); // cancelled while waiting
-                }
-            }
-            GateEvent::Watermark(watermark) => {
-                if !enter(&mut parts.lock.lock(), cancel, |b| {
-                    b.process_watermark(watermark)
-                })? {
-                    return Ok(());
-                }
-            }
-            GateEvent::Status(status) => parts.lock.lock().process_status(status)?,
-            GateEvent::Checkpoint(barrier) => parts.checkpoint(barrier, Instant::now()),
-            GateEvent::CheckpointAborted { id } => {
-                parts
-                    .shared
-                    .responder
-                    .decline(id, DeclineReason::Superseded);
-            }
-            GateEvent::EndOfInput => {
-                {
-                    let mut body = parts.lock.lock();
-                    // The head runs due retries and starts draining ...
-                    body.dispatch_event(0, Box::new(HeadEvent::<F::Out>::Drain))?;
-                    // ... and the task waits until everything was emitted.
-                    if !wait_until_admitted(&mut body, cancel) {
-                        return Ok(());
-                    }
-                }
-                // Then the chain ends and finishes, head to tail.
-                return parts.finish_with(|body| body.end_input_and_finish());
-            }
-            GateEvent::Nothing => {}
-        }
-    }
-    Ok(()) // cancelled
-}
-
-/// Puts an element into the chain with `process` (the head admits or holds it), then waits
-/// until the head admitted it; see [`wait_until_admitted`]. Returns `false` if cancelled.
-fn enter<C, O>(
-    body: &mut CheckpointGuard<'_, ChainBody<C, O>>,
-    cancel: &CancellationToken,
-    process: impl FnOnce(&mut ChainBody<C, O>) -> Result<(), OperatorError>,
-) -> Result<bool, OperatorError>
-where
-    C: Operator,
-    O: TaskOutput<C::Out>,
-{
-    process(body)?;
-    Ok(wait_until_admitted(body, cancel))
-}
-
-/// After an element entered the chain (or input ended): while the head does not accept input
-/// (it holds the element for room, or it is still draining), waits on the lock's condition,
-/// releasing the lock, until it does or the task is cancelled. Returns whether the head
-/// accepts input (`false`: cancelled).
-fn wait_until_admitted<C, O>(
-    body: &mut CheckpointGuard<'_, ChainBody<C, O>>,
-    cancel: &CancellationToken,
-) -> bool
-where
-    C: Operator,
-    O: TaskOutput<C::Out>,
-{
-    if !body.accepts_input() {
-        body.wait_until(|b| b.accepts_input() || cancel.is_cancelled());
-    }
-    body.accepts_input()
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     //! What differs in the lock model: the element waiting for room is in a snapshot taken
     //! while the task thread waits (FLINK-7949), and that snapshot, with more elements than the
     //! capacity, restores. The rest is the cross-model suite's (`tests/async_io.rs`).
 
-    use std::sync::mpsc;
-
     use streamtask_core::async_io::{OutputMode, QueuedInput};
     use streamtask_core::channel::bounded;
-    use streamtask_core::metrics::TaskMetrics;
     use streamtask_core::operator::{Emitted, OperatorExt};
     use streamtask_core::state::decode;
-    use streamtask_core::testing::{HarnessServices, ManualAsyncFunction};
-    use streamtask_core::trace::Tracer;
-    use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, TaskSnapshot};
+    use streamtask_core::task::{CheckpointResponder, TaskReport};
+    use streamtask_core::testing::ManualAsyncFunction;
+    use streamtask_core::{
+        CheckpointBarrier, OperatorError, StreamElement, StreamRecord, TaskSnapshot,
+    };
 
     use super::*;
-    use crate::lock::CheckpointLock;
-
-    type TestBody = Body<ManualAsyncFunction<u32, u32>, NoChain<u32>, Vec<Emitted<u32>>>;
 
     fn record(value: u32) -> StreamRecord<u32> {
         StreamRecord::with_timestamp(value, i64::from(value))
     }
 
     #[test]
-    fn the_element_waiting_for_room_is_in_a_snapshot_taken_while_the_task_waits() {
+    fn a_barrier_behind_a_full_queue_is_snapshotted_with_the_held_element_before_any_completion() {
         let function = ManualAsyncFunction::<u32, u32>::new();
         let calls = function.calls();
         let head =
             AsyncHead::new("async", function, AsyncConfig::new(OutputMode::Ordered, 2)).unwrap();
-        let (to_emitter, inbox) = crossbeam::channel::unbounded();
-        let sink: StdArc<dyn CompletionSink<u32>> = StdArc::new(EmitterSink(to_emitter));
-        let chain = Chain::new(
-            AsyncHeadOperator::new(head.engine, sink),
-            Map::new("out", std::convert::identity as fn(u32) -> u32),
-        );
-        let services = HarnessServices::new("async");
-        let parts = BodyParts::new(
-            Vec::new(),
-            services.services.clone(),
-            StdArc::new(TaskMetrics::new("async")),
-            Tracer::off(),
-        );
-        let lock: StdArc<CheckpointLock<TestBody>> = StdArc::new(CheckpointLock::new(
-            ChainBody::new(chain, parts),
-            Fairness::Fair,
-        ));
-        {
-            let mut body = lock.lock();
-            body.restore(None).unwrap();
-            body.open().unwrap();
-            body.process(record(1)).unwrap();
-            body.process(record(2)).unwrap();
+        let (reports, acks) = crossbeam::channel::unbounded();
+        let (input, rx) = bounded(8).unwrap();
+        let task = AsyncWaitStreamTask::new(
+            TaskConfig::new("async").with_responder(CheckpointResponder::new("async", reports)),
+            InputGate::new(vec![rx]).unwrap(),
+            head,
+            Vec::<Emitted<u32>>::new(),
+        )
+        .spawn();
+        // Records 1 and 2 fill the queue; record 3 is held by the head for room.
+        for x in 1..=3 {
+            input.send(StreamElement::Record(record(x))).unwrap();
         }
-
-        // The task thread: record 3 finds the queue full and waits on the lock's condition.
-        let cancel = CancellationToken::new();
-        let (entered, waiting) = mpsc::channel();
-        let task = {
-            let lock = StdArc::clone(&lock);
-            let cancel = cancel.clone();
-            std::thread::spawn(move || {
-                let mut body = lock.lock();
-                entered.send(()).unwrap();
-                enter(&mut body, &cancel, |b| b.process(record(3))).unwrap()
-            })
+        let barrier = CheckpointBarrier::new(1, 0);
+        input.send(StreamElement::Barrier(barrier)).unwrap();
+        let snapshot = match acks.recv().unwrap() {
+            TaskReport::Acknowledged { snapshot, .. } => snapshot,
+            TaskReport::Declined { reason, .. } => panic!("declined: {reason}"),
         };
-        waiting.recv().unwrap();
-        // The task thread held the lock from before its signal until its wait released it, so
-        // this snapshot is taken while it waits (as a trigger from another thread would be).
-        let mut snapshot = TaskSnapshot::new();
-        lock.lock()
-            .checkpoint(CheckpointBarrier::new(1, 0), &mut snapshot)
-            .unwrap();
+        assert_eq!(
+            calls.invocation_count(),
+            2,
+            "nothing completed, nothing admitted"
+        );
         let state: Vec<QueuedInput<u32>> = decode(
             snapshot
                 .get(&TaskSnapshot::operator_key(0))
@@ -448,25 +326,18 @@ mod tests {
         assert_eq!(
             state,
             inputs(&[1, 2, 3]),
-            "the waiting element is in the snapshot"
+            "the held element is in the snapshot"
         );
-        assert_eq!(calls.invocation_count(), 2, "it was not invoked yet");
-
-        // The emitter's step frees a slot and wakes the task thread, which admits record 3.
+        // A completion frees a slot; the held element is admitted.
         assert!(calls.complete(&1, vec![10]));
-        let Ok(EmitterMsg::Completion(completion)) = inbox.recv() else {
-            panic!("a completion for the emitter");
-        };
-        {
-            let mut body = lock.lock();
-            body.dispatch_event(0, Box::new(HeadEvent::Completions(vec![completion])))
-                .unwrap();
-            body.notify_all();
-        }
-        assert!(task.join().unwrap(), "admitted, not cancelled");
         assert_eq!(calls.wait_for_invocations(3)[2].input, 3);
+        task.cancel();
+        assert!(matches!(
+            task.join(),
+            streamtask_core::TaskOutcome::Cancelled
+        ));
 
-        // The snapshot holds one element more than the capacity, and restores.
+        // The snapshot holds one element more than the capacity, and restores (FLINK-7949).
         let function = ManualAsyncFunction::<u32, u32>::new();
         let calls = function.calls();
         let head =

@@ -1,0 +1,631 @@
+//! [`ChainBody`]: the operator chain of a task with its counted output, services and tracing,
+//! and the operations every task runs on it.
+//!
+//! # Phases
+//!
+//! | phase | records | triggers | timers, events | notices | moves to |
+//! |---|---|---|---|---|---|
+//! | `Opening` | - | declined | dropped | dropped | `Running` ([`restore_and_open`](ChainBody::restore_and_open)) |
+//! | `Running` | processed | snapshot | delivered | delivered | `Draining` ([`begin_end_of_input`](ChainBody::begin_end_of_input)) |
+//! | `Draining` | - | declined | delivered | delivered | `Finished` ([`end_input_step`](ChainBody::end_input_step) ran `finish` and ended the output) |
+//! | `Finished` | - | declined | dropped (the chain finished: nothing may emit after end of output) | delivered (the last checkpoint commits) | `Closed` |
+//! | `Closed` | - | declined | dropped | dropped (a closed operator is never called, FLINK-16383) | - |
+//!
+//! Any phase moves to `Closed` on [`close`](ChainBody::close), which every exit path runs.
+//!
+//! Records are counted in plain fields (the body is only touched by its owner: the thread
+//! holding the checkpoint lock, or the mailbox thread) and published to [`TaskMetrics`] every
+//! [`PUBLISH_EVERY`] records, at every checkpoint and at the end: no atomic read-modify-write
+//! per record.
+
+use std::fmt;
+use std::sync::Arc as StdArc;
+use std::time::Instant;
+
+use crate::metrics::TaskMetrics;
+use crate::operator::{
+    Context, Operator, OperatorEvent, TaskServices, TwoInputChain, TwoInputOperator,
+};
+use crate::task::{DeclineReason, TaskError};
+use crate::trace::{RecordRun, Tracer};
+use crate::{
+    CheckpointBarrier, OperatorError, Output, StreamRecord, StreamStatus, TaskOutput, TaskSnapshot,
+    Timer, Watermark, catch_panic,
+};
+
+use super::TaskParts;
+use super::chain::TaskChain;
+use super::input::{InputEvent, InputRecord};
+use super::lifecycle::{Lifecycle, TaskState};
+
+/// Records counted locally before they are added to the task's metrics.
+pub const PUBLISH_EVERY: u64 = 1 << 10;
+
+/// See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BodyPhase {
+    /// Not yet restored and opened.
+    Opening,
+    /// Processing input.
+    Running,
+    /// Input ended: ending the chain's input operator by operator, then finishing.
+    Draining,
+    /// `finish` ran and end of input went downstream.
+    Finished,
+    /// The chain is closed.
+    Closed,
+}
+
+/// What [`ChainBody::end_input_step`] left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Drain {
+    /// The chain does not accept input yet (an operator drains in-flight work): wait until it
+    /// does (on the lock's condition, or suspended until a mail), then step again.
+    Waiting,
+    /// Every operator's input ended, the chain finished and end of input went downstream.
+    Finished,
+}
+
+/// What [`ChainBody::apply`] left to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Applied {
+    /// The event went through the chain (or was handled: a superseded checkpoint declined).
+    Done,
+    /// Every channel delivered this barrier: snapshot now ([`ChainBody::checkpoint`]).
+    Barrier(CheckpointBarrier),
+    /// Nothing to read now: wait for the input's waker.
+    Nothing,
+    /// Every input ended: [`ChainBody::begin_end_of_input`], then drain.
+    EndOfInput,
+}
+
+/// A task output that counts the records going through it in a plain field.
+#[derive(Debug)]
+pub struct Counted<W> {
+    inner: W,
+    records: u64,
+}
+
+impl<W> Counted<W> {
+    fn new(inner: W) -> Self {
+        Counted { inner, records: 0 }
+    }
+
+    /// The wrapped output.
+    pub fn inner(&self) -> &W {
+        &self.inner
+    }
+}
+
+impl<T, W: Output<T>> Output<T> for Counted<W> {
+    #[inline]
+    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
+        self.records += 1;
+        self.inner.collect(record)
+    }
+
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.inner.emit_watermark(watermark)
+    }
+
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        self.inner.emit_status(status)
+    }
+}
+
+/// What every task keeps besides its input, chain and output.
+pub struct TaskEnv {
+    parts: TaskParts,
+    services: TaskServices,
+    tracer: Tracer,
+    run: RecordRun,
+    records_in: u64,
+}
+
+impl TaskEnv {
+    /// The environment of the task `parts` names, with its `services` and `tracer`.
+    pub fn new(parts: TaskParts, services: TaskServices, tracer: Tracer) -> Self {
+        TaskEnv {
+            parts,
+            services,
+            tracer,
+            run: RecordRun::new(),
+            records_in: 0,
+        }
+    }
+}
+
+impl fmt::Debug for TaskEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskEnv")
+            .field("task", &self.parts.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task's operator chain, its counted output and its environment, with the operations every
+/// task runs on them (see the [module docs](self) for the phases). Owned by whoever owns the
+/// task's state: the checkpoint lock, or the mailbox thread.
+pub struct ChainBody<C, W> {
+    chain: C,
+    output: Counted<W>,
+    env: TaskEnv,
+    phase: BodyPhase,
+    /// While draining: how many operators (head first) had their input ended.
+    inputs_ended: usize,
+}
+
+/// A context over the body's output for the chain's head (operator index 0).
+macro_rules! ctx {
+    ($body:expr) => {{
+        let body = &mut *$body;
+        (
+            &mut body.chain,
+            Context::new(&mut body.output, &body.env.services, 0),
+        )
+    }};
+}
+
+impl<C, W> ChainBody<C, W>
+where
+    C: TaskChain,
+    W: TaskOutput<C::Out>,
+{
+    /// A body over `chain` emitting into `output`, `Opening`.
+    pub fn new(chain: C, output: W, env: TaskEnv) -> Self {
+        ChainBody {
+            chain,
+            output: Counted::new(output),
+            env,
+            phase: BodyPhase::Opening,
+            inputs_ended: 0,
+        }
+    }
+
+    /// The task's name.
+    pub fn name(&self) -> &str {
+        &self.env.parts.name
+    }
+
+    /// Where the body is.
+    pub fn phase(&self) -> BodyPhase {
+        self.phase
+    }
+
+    /// The chain.
+    pub fn chain(&self) -> &C {
+        &self.chain
+    }
+
+    /// The task's output (behind the counter).
+    pub fn output(&self) -> &W {
+        &self.output.inner
+    }
+
+    /// The task's services (timers, events).
+    pub fn services(&self) -> &TaskServices {
+        &self.env.services
+    }
+
+    /// The task's lifecycle.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.env.parts.lifecycle
+    }
+
+    /// The task's metrics.
+    pub fn metrics(&self) -> &StdArc<TaskMetrics> {
+        &self.env.parts.metrics
+    }
+
+    /// Declines checkpoint `id` for `reason` (a barrier superseded during alignment, say).
+    pub fn decline(&self, id: u64, reason: DeclineReason) {
+        self.env.parts.responder.decline(id, reason);
+    }
+
+    /// Records a failure of `thread` in the task's lifecycle (the first one wins); returns
+    /// whether it is the task's.
+    pub fn fail(&self, thread: &str, error: impl Into<TaskError>) -> bool {
+        self.env.parts.lifecycle.fail(thread, error)
+    }
+
+    /// Restores the chain from `restore` and opens it (tail first): `Opening -> Running`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator's `initialize_state` or `open` fails with.
+    pub fn restore_and_open(
+        &mut self,
+        restore: Option<&TaskSnapshot>,
+    ) -> Result<(), OperatorError> {
+        self.chain.restore(restore)?;
+        let (chain, mut ctx) = ctx!(self);
+        chain.open(&mut ctx)?;
+        self.phase = BodyPhase::Running;
+        Ok(())
+    }
+
+    /// Counts `records` records in: plain integers, and one branch when tracing is off.
+    #[inline]
+    pub fn count_in(&mut self, records: u64) {
+        self.env.records_in += records;
+        if self.env.tracer.is_on() {
+            for _ in 0..records {
+                self.env.run.record(&self.env.tracer);
+            }
+        }
+        if self.env.records_in >= PUBLISH_EVERY {
+            self.publish_metrics();
+        }
+    }
+
+    /// Adds the locally counted records to the task's metrics.
+    pub fn publish_metrics(&mut self) {
+        let metrics = &self.env.parts.metrics;
+        let records_in = std::mem::take(&mut self.env.records_in);
+        if records_in > 0 {
+            metrics.records_in.add(records_in);
+        }
+        let records_out = std::mem::take(&mut self.output.records);
+        if records_out > 0 {
+            metrics.records_out.add(records_out);
+        }
+    }
+
+    /// Something other than a record runs now: ends the current record-run span.
+    pub fn interrupt(&mut self) {
+        self.env.run.interrupt(&self.env.tracer);
+    }
+
+    /// A watermark through the chain.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    pub fn process_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.interrupt();
+        let (chain, mut ctx) = ctx!(self);
+        chain.process_watermark(watermark, &mut ctx)
+    }
+
+    /// A stream status change through the chain.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    pub fn process_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        let (chain, mut ctx) = ctx!(self);
+        chain.process_status(status, &mut ctx)
+    }
+
+    /// Whether the chain takes a record now (an async head with a full queue does not).
+    #[inline]
+    pub fn accepts_input(&self) -> bool {
+        self.chain.accepts_input()
+    }
+
+    /// Flink's `performCheckpoint`, in its order: prepare the chain (it may flush), send the
+    /// barrier downstream, snapshot the source's state (`source`, which writes into the
+    /// snapshot; a no-op for tasks with inputs), snapshot the chain, then acknowledge through
+    /// the task's responder; with the start delay (from `requested`), the duration, the count
+    /// and a trace span. A body or task that is not running declines with
+    /// [`DeclineReason::NotRunning`].
+    ///
+    /// # Errors
+    ///
+    /// [`TaskError::Checkpoint`] when a step fails or panics; the checkpoint was declined with
+    /// the cause, and the task should fail with it.
+    pub fn checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        requested: Instant,
+        source: impl FnOnce(u64, &mut TaskSnapshot) -> Result<(), OperatorError>,
+    ) -> Result<(), TaskError> {
+        let id = barrier.id;
+        let responder = &self.env.parts.responder;
+        if self.phase != BodyPhase::Running
+            || self.env.parts.lifecycle.state() != TaskState::Running
+        {
+            responder.decline(id, DeclineReason::NotRunning);
+            return Ok(());
+        }
+        self.interrupt();
+        let started = Instant::now();
+        let metrics = StdArc::clone(&self.env.parts.metrics);
+        metrics
+            .checkpoint_delay
+            .record(started.saturating_duration_since(requested));
+        let span = self
+            .env
+            .tracer
+            .span("checkpoint", || format!("checkpoint {id}"));
+        let taken = catch_panic(|| -> Result<TaskSnapshot, OperatorError> {
+            {
+                let (chain, mut ctx) = ctx!(self);
+                chain.prepare_snapshot_pre_barrier(id, &mut ctx)?;
+            }
+            self.output.inner.broadcast_barrier(barrier)?;
+            let mut snapshot = TaskSnapshot::new();
+            source(id, &mut snapshot)?;
+            self.chain.snapshot(id, &mut snapshot)?;
+            Ok(snapshot)
+        });
+        metrics.checkpoint_duration.record(started.elapsed());
+        drop(span);
+        self.publish_metrics();
+        let responder = &self.env.parts.responder;
+        let cause = match taken {
+            Ok(Ok(snapshot)) => {
+                metrics.checkpoints.inc();
+                responder.acknowledge(id, snapshot);
+                return Ok(());
+            }
+            Ok(Err(error)) => TaskError::Operator(error),
+            Err(panic) => TaskError::Panic(panic),
+        };
+        responder.decline(id, DeclineReason::Failed(cause.to_string()));
+        Err(TaskError::Checkpoint {
+            checkpoint: id,
+            source: Box::new(cause),
+        })
+    }
+
+    /// A checkpoint-complete (`completed`) or -aborted notice for the chain; never delivered to
+    /// a closed chain (FLINK-16383) or one that never opened.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    pub fn notify_checkpoint(&mut self, id: u64, completed: bool) -> Result<(), OperatorError> {
+        if matches!(self.phase, BodyPhase::Opening | BodyPhase::Closed) {
+            return Ok(());
+        }
+        self.interrupt();
+        if completed {
+            self.chain.notify_checkpoint_complete(id)
+        } else {
+            self.chain.notify_checkpoint_aborted(id)
+        }
+    }
+
+    /// A timer for the chain; dropped unless the chain is open and not finished (nothing may
+    /// emit after end of output).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the operator fails with.
+    pub fn dispatch_timer(&mut self, timer: Timer) -> Result<(), OperatorError> {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+            log::debug!("{}: timer after the chain finished dropped", self.name());
+            return Ok(());
+        }
+        self.interrupt();
+        let (chain, mut ctx) = ctx!(self);
+        chain.dispatch_timer(timer, &mut ctx)
+    }
+
+    /// An event for operator `operator`; dropped unless the chain is open and not finished.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the operator fails with.
+    pub fn dispatch_event(
+        &mut self,
+        operator: usize,
+        event: OperatorEvent,
+    ) -> Result<(), OperatorError> {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+            log::debug!(
+                "{}: event for operator {operator} after the chain finished dropped",
+                self.name()
+            );
+            return Ok(());
+        }
+        self.interrupt();
+        let (chain, mut ctx) = ctx!(self);
+        chain.dispatch_event(operator, event, &mut ctx)
+    }
+
+    /// Input ended: `Running -> Draining`, and the task `Running -> Finishing` (triggers are
+    /// declined from now on); [`end_input_step`](Self::end_input_step) does the rest. Does
+    /// nothing in any other phase.
+    pub fn begin_end_of_input(&mut self) {
+        if self.phase == BodyPhase::Running {
+            self.env.parts.lifecycle.begin_finishing();
+            self.interrupt();
+            self.phase = BodyPhase::Draining;
+            self.inputs_ended = 0;
+        }
+    }
+
+    /// End of input, as far as it can go now: ends the chain's input one operator at a time,
+    /// head to tail, and before each (and before `finish`) waits until the chain accepts input,
+    /// so an operator's `end_input` runs only after everything upstream emitted its last output
+    /// (an async operator drains first, FLINK-13491); then `finish` head to tail, and end of
+    /// input downstream.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator or the output fails with.
+    pub fn end_input_step(&mut self) -> Result<Drain, OperatorError> {
+        match self.phase {
+            BodyPhase::Draining => {}
+            BodyPhase::Finished => return Ok(Drain::Finished),
+            phase => panic!("end_input_step in phase {phase:?}: call begin_end_of_input first"),
+        }
+        while self.inputs_ended < self.chain.chain_len() {
+            if !self.chain.accepts_input() {
+                return Ok(Drain::Waiting);
+            }
+            let operator = self.inputs_ended;
+            self.inputs_ended += 1;
+            let (chain, mut ctx) = ctx!(self);
+            chain.end_input_at(operator, &mut ctx)?;
+        }
+        if !self.chain.accepts_input() {
+            return Ok(Drain::Waiting);
+        }
+        {
+            let (chain, mut ctx) = ctx!(self);
+            chain.finish(&mut ctx)?;
+        }
+        self.output.inner.end_of_input()?;
+        self.phase = BodyPhase::Finished;
+        self.publish_metrics();
+        Ok(Drain::Finished)
+    }
+
+    /// Applies one input event: records, watermarks and status changes go through the chain,
+    /// the end of one input of two ends the head's; what the model handles itself (a barrier,
+    /// a superseded checkpoint, nothing to read, end of input) comes back.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    #[inline]
+    pub fn apply<R: InputRecord<C>>(
+        &mut self,
+        event: InputEvent<R>,
+    ) -> Result<Applied, OperatorError> {
+        match event {
+            InputEvent::Record(record) => record.deliver(self)?,
+            InputEvent::Watermark(watermark) => self.process_watermark(watermark)?,
+            InputEvent::Status(status) => self.process_status(status)?,
+            InputEvent::InputEnded(input) => {
+                self.interrupt();
+                let (chain, mut ctx) = ctx!(self);
+                chain.end_input_of(input, &mut ctx)?;
+            }
+            InputEvent::Barrier(barrier) => return Ok(Applied::Barrier(barrier)),
+            InputEvent::Superseded(id) => {
+                self.decline(id, DeclineReason::Superseded);
+            }
+            InputEvent::Nothing => return Ok(Applied::Nothing),
+            InputEvent::EndOfInput => return Ok(Applied::EndOfInput),
+        }
+        Ok(Applied::Done)
+    }
+
+    /// Runs `f` on the chain with a context over the task's output, while the chain is open
+    /// and not finished: for a model that reaches its own operators with typed calls (the
+    /// legacy async head's completions) rather than erased events. `None` otherwise.
+    pub fn with_chain<R>(
+        &mut self,
+        f: impl FnOnce(&mut C, &mut Context<'_, C::Out>) -> R,
+    ) -> Option<R> {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+            return None;
+        }
+        self.interrupt();
+        let (chain, mut ctx) = ctx!(self);
+        Some(f(chain, &mut ctx))
+    }
+
+    /// Whether the output takes records now.
+    #[inline]
+    pub fn output_available(&self) -> bool {
+        self.output.inner.is_available()
+    }
+
+    /// Asks the output to wake `waker` once it takes records again.
+    pub fn register_output_waker(&self, waker: &std::task::Waker) {
+        self.output.inner.register_availability_waker(waker);
+    }
+
+    /// Closes the chain once, on every exit path, logging (never returning) what it fails or
+    /// panics with: the task's outcome was decided before. Publishes the last counts.
+    pub fn close(&mut self) {
+        if self.phase == BodyPhase::Closed {
+            return;
+        }
+        self.interrupt();
+        self.phase = BodyPhase::Closed;
+        self.publish_metrics();
+        let name = &self.env.parts.name;
+        match catch_panic(|| self.chain.close()) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => log::warn!("{name}: closing the chain failed: {e}"),
+            Err(panic) => log::warn!("{name}: closing the chain panicked: {panic}"),
+        }
+    }
+}
+
+impl<C, W> ChainBody<C, W>
+where
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    /// One record through a one-input chain.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    #[inline]
+    pub fn process(&mut self, record: StreamRecord<C::In>) -> Result<(), OperatorError> {
+        self.count_in(1);
+        let (chain, mut ctx) = ctx!(self);
+        chain.process_element(record, &mut ctx)
+    }
+}
+
+impl<H, T, W> ChainBody<TwoInputChain<H, T>, W>
+where
+    H: TwoInputOperator,
+    T: Operator<In = H::Out>,
+    W: TaskOutput<T::Out>,
+{
+    /// One record of input 1.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    #[inline]
+    pub fn process1(&mut self, record: StreamRecord<H::In1>) -> Result<(), OperatorError> {
+        self.count_in(1);
+        let (chain, mut ctx) = ctx!(self);
+        chain.process_element1(record, &mut ctx)
+    }
+
+    /// One record of input 2.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    #[inline]
+    pub fn process2(&mut self, record: StreamRecord<H::In2>) -> Result<(), OperatorError> {
+        self.count_in(1);
+        let (chain, mut ctx) = ctx!(self);
+        chain.process_element2(record, &mut ctx)
+    }
+}
+
+/// A one-input body is where a legacy source (or a reader) emits: each record goes through the
+/// chain.
+impl<C, W> Output<C::In> for ChainBody<C, W>
+where
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    #[inline]
+    fn collect(&mut self, record: StreamRecord<C::In>) -> Result<(), OperatorError> {
+        self.process(record)
+    }
+
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.process_watermark(watermark)
+    }
+
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        self.process_status(status)
+    }
+}
+
+impl<C, W> fmt::Debug for ChainBody<C, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChainBody")
+            .field("task", &self.env.parts.name)
+            .field("phase", &self.phase)
+            .finish_non_exhaustive()
+    }
+}

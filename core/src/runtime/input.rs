@@ -1,0 +1,165 @@
+//! [`TaskInput`]: a task's input gate seen the same way for one and two inputs, so each model
+//! reads gates with one loop.
+
+use std::task::Waker;
+
+use crate::channel::{GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
+use crate::operator::{Operator, TwoInputChain, TwoInputOperator};
+use crate::{CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, TaskOutput, Watermark};
+
+use super::body::ChainBody;
+use super::chain::TaskChain;
+
+/// One event of a task's input, whatever the number of inputs.
+#[derive(Debug)]
+pub enum InputEvent<R> {
+    /// A record; it enters the chain through [`InputRecord::deliver`].
+    Record(R),
+    /// The combined watermark advanced.
+    Watermark(Watermark),
+    /// The combined stream status changed.
+    Status(StreamStatus),
+    /// Every channel delivered this barrier: snapshot now.
+    Barrier(CheckpointBarrier),
+    /// A newer barrier superseded checkpoint `id` during alignment: decline it.
+    Superseded(u64),
+    /// Input `n` (of two) ended; the other may still deliver.
+    InputEnded(u8),
+    /// Nothing can be read now.
+    Nothing,
+    /// Every input ended.
+    EndOfInput,
+}
+
+impl<R> InputEvent<R> {
+    /// Whether the event needs the chain to accept input (a record, or a watermark, which an
+    /// async operator's queue counts too).
+    pub fn needs_room(&self) -> bool {
+        matches!(self, InputEvent::Record(_) | InputEvent::Watermark(_))
+    }
+}
+
+/// A record of a task's input and the chain kind it enters.
+pub trait InputRecord<C: TaskChain>: Send + Sized {
+    /// Sends the record through `body`'s chain.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    fn deliver<W: TaskOutput<C::Out>>(
+        self,
+        body: &mut ChainBody<C, W>,
+    ) -> Result<(), OperatorError>;
+}
+
+impl<C: Operator> InputRecord<C> for StreamRecord<C::In>
+where
+    C::In: Send,
+{
+    #[inline]
+    fn deliver<W: TaskOutput<C::Out>>(
+        self,
+        body: &mut ChainBody<C, W>,
+    ) -> Result<(), OperatorError> {
+        body.process(self)
+    }
+}
+
+/// A record of a two-input task: of input 1 or of input 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TwoInputRecord<A, B> {
+    /// A record of input 1.
+    First(StreamRecord<A>),
+    /// A record of input 2.
+    Second(StreamRecord<B>),
+}
+
+impl<H, T> InputRecord<TwoInputChain<H, T>> for TwoInputRecord<H::In1, H::In2>
+where
+    H: TwoInputOperator,
+    H::In1: Send,
+    H::In2: Send,
+    T: Operator<In = H::Out>,
+{
+    #[inline]
+    fn deliver<W: TaskOutput<T::Out>>(
+        self,
+        body: &mut ChainBody<TwoInputChain<H, T>, W>,
+    ) -> Result<(), OperatorError> {
+        match self {
+            TwoInputRecord::First(record) => body.process1(record),
+            TwoInputRecord::Second(record) => body.process2(record),
+        }
+    }
+}
+
+/// A task's input gate: [`InputGate`] (one input) or [`TwoInputGate`] (two inputs, one aligner
+/// over both).
+pub trait TaskInput: Send + 'static {
+    /// What a record of this input is.
+    type Record: Send;
+    /// Reads the next event without blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`InputClosed`] if a channel closed without end of input.
+    fn poll_event(&mut self) -> Result<InputEvent<Self::Record>, InputClosed>;
+    /// Asks to be woken once an event may be available.
+    fn register_waker(&self, waker: &Waker);
+    /// Checkpoint `id` was aborted: releases the channels held back for its alignment. Returns
+    /// whether any were (their data was already there: no data waker will announce it).
+    fn abort_checkpoint(&mut self, id: u64) -> bool;
+}
+
+impl<T: Send + 'static> TaskInput for InputGate<T> {
+    type Record = StreamRecord<T>;
+
+    #[inline]
+    fn poll_event(&mut self) -> Result<InputEvent<StreamRecord<T>>, InputClosed> {
+        Ok(match self.poll_next()? {
+            GateEvent::Record(record) => InputEvent::Record(record),
+            GateEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
+            GateEvent::Status(status) => InputEvent::Status(status),
+            GateEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
+            GateEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
+            GateEvent::Nothing => InputEvent::Nothing,
+            GateEvent::EndOfInput => InputEvent::EndOfInput,
+        })
+    }
+
+    fn register_waker(&self, waker: &Waker) {
+        InputGate::register_waker(self, waker);
+    }
+
+    fn abort_checkpoint(&mut self, id: u64) -> bool {
+        InputGate::abort_checkpoint(self, id).is_some()
+    }
+}
+
+impl<A: Send + 'static, B: Send + 'static> TaskInput for TwoInputGate<A, B> {
+    type Record = TwoInputRecord<A, B>;
+
+    #[inline]
+    fn poll_event(&mut self) -> Result<InputEvent<TwoInputRecord<A, B>>, InputClosed> {
+        Ok(match self.poll_next()? {
+            TwoInputEvent::Record1(record) => InputEvent::Record(TwoInputRecord::First(record)),
+            TwoInputEvent::Record2(record) => InputEvent::Record(TwoInputRecord::Second(record)),
+            TwoInputEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
+            TwoInputEvent::Status(status) => InputEvent::Status(status),
+            TwoInputEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
+            TwoInputEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
+            TwoInputEvent::EndOfInput1 => InputEvent::InputEnded(1),
+            TwoInputEvent::EndOfInput2 => InputEvent::InputEnded(2),
+            TwoInputEvent::Nothing => InputEvent::Nothing,
+            TwoInputEvent::EndOfInput => InputEvent::EndOfInput,
+        })
+    }
+
+    fn register_waker(&self, waker: &Waker) {
+        TwoInputGate::register_waker(self, waker);
+    }
+
+    fn abort_checkpoint(&mut self, id: u64) -> bool {
+        TwoInputGate::abort_checkpoint(self, id).is_some()
+    }
+}

@@ -1,0 +1,338 @@
+//! One task lifecycle for every model: the state machine, the first failure, the stop hook and
+//! the done latch that `join` waits on.
+//!
+//! # States
+//!
+//! | state | meaning | moves to | by |
+//! |---|---|---|---|
+//! | `Initializing` | restoring and opening the chain; triggers are declined | `Running`; `Cancelling`, `Failing` | the task thread once the chain is open; `cancel`; a failure |
+//! | `Running` | processing input (or running the source); triggers snapshot | `Finishing`; `Cancelling`, `Failing` | the task thread at end of input; `cancel`; a failure |
+//! | `Finishing` | input ended: the chain drains and finishes; triggers are declined, notices still delivered | `Finished` (terminal); `Cancelling`, `Failing` | the task thread after teardown; `cancel`; a failure |
+//! | `Cancelling` | `cancel()` was called; the task's threads are stopping | `Cancelled`; `Failed` (a thread was left behind) | the task thread after teardown |
+//! | `Failing` | the first failure is kept; the task's threads are stopping | `Failed` | the task thread after teardown |
+//! | `Finished`, `Cancelled`, `Failed` | every thread the task started has ended (but a stuck one, see below) | - | - |
+//!
+//! A failure while `Cancelling` is only logged (Flink ignores a cancelled task's errors,
+//! FLINK-15811); a second failure while `Failing` too (the first wins). Every move into
+//! `Cancelling` or `Failing` runs the task's stop hook once (cancel the source's token, put a
+//! poison mail: whatever wakes that model's threads) and starts the grace period.
+//!
+//! # The done latch
+//!
+//! The task thread calls [`Lifecycle::complete`] last, after every other thread of the task was
+//! joined; it makes the state terminal and wakes everyone in [`Lifecycle::wait_done`]. A waiter
+//! waits as long as the task is live, and at most the grace period counted from the stop once it
+//! is stopping: the lost-wakeup rule is the usual one (the state and the latch change under the
+//! latch's mutex, and every waiter re-checks both after each wake-up).
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::{Arc, Condvar, Mutex};
+use crate::task::{TaskError, TaskFailure, TaskOutcome};
+
+/// Where a task is in its life; the [module docs](self) table the transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TaskState {
+    /// Restoring and opening the chain; triggers are declined.
+    Initializing = 0,
+    /// Processing input (or running the source); triggers snapshot.
+    Running = 1,
+    /// Input ended: the chain drains and finishes; triggers are declined, notices delivered.
+    Finishing = 2,
+    /// `cancel()` was called; the task's threads are stopping.
+    Cancelling = 3,
+    /// A thread failed; the others are stopping.
+    Failing = 4,
+    /// Every thread ended after the chain finished.
+    Finished = 5,
+    /// Every thread ended after a cancellation.
+    Cancelled = 6,
+    /// The task ended after a failure (or left a thread behind that ignored cancellation).
+    Failed = 7,
+}
+
+impl TaskState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => TaskState::Initializing,
+            1 => TaskState::Running,
+            2 => TaskState::Finishing,
+            3 => TaskState::Cancelling,
+            4 => TaskState::Failing,
+            5 => TaskState::Finished,
+            6 => TaskState::Cancelled,
+            7 => TaskState::Failed,
+            // Only `TaskState as u8` is ever stored.
+            other => panic!("impossible task state byte {other}"),
+        }
+    }
+
+    /// Whether the task ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Finished | TaskState::Cancelled | TaskState::Failed
+        )
+    }
+
+    /// Whether the task is still doing its work (neither stopping nor ended).
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            TaskState::Initializing | TaskState::Running | TaskState::Finishing
+        )
+    }
+
+    /// Whether the task was cancelled or failed and its threads are stopping.
+    pub fn is_stopping(self) -> bool {
+        matches!(self, TaskState::Cancelling | TaskState::Failing)
+    }
+}
+
+/// What wakes a model's threads when the task starts stopping.
+type StopHook = Box<dyn Fn() + Send + Sync>;
+
+/// What `wait_done` waits on.
+#[derive(Debug, Default)]
+struct Latch {
+    done: bool,
+    /// When the task began stopping; the grace period counts from here.
+    stopped_at: Option<Instant>,
+}
+
+/// The lifecycle of one task, shared by its threads and its handle (see the
+/// [module docs](self)).
+pub struct Lifecycle {
+    name: String,
+    state: AtomicU8,
+    failure: Mutex<Option<TaskFailure>>,
+    stop_hook: Mutex<Option<Arc<StopHook>>>,
+    latch: Mutex<Latch>,
+    latch_changed: Condvar,
+}
+
+impl Lifecycle {
+    /// The lifecycle of task `name`, `Initializing`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Lifecycle {
+            name: name.into(),
+            state: AtomicU8::new(TaskState::Initializing as u8),
+            failure: Mutex::new(None),
+            stop_hook: Mutex::new(None),
+            latch: Mutex::new(Latch::default()),
+            latch_changed: Condvar::new(),
+        }
+    }
+
+    /// The task's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets what wakes the task's threads when it starts stopping (cancelled or failed). Set it
+    /// while wiring the task, before any of its threads can stop it; a task already stopping
+    /// runs it at once.
+    pub fn set_stop_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let hook: Arc<StopHook> = Arc::new(Box::new(hook));
+        *self.stop_hook.lock() = Some(Arc::clone(&hook));
+        if self.state().is_stopping() {
+            hook();
+        }
+    }
+
+    /// Where the task is.
+    pub fn state(&self) -> TaskState {
+        // Acquire: pairs with the AcqRel of every transition, so who sees a state sees what the
+        // transition's thread did before it.
+        TaskState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// `Initializing -> Running` once the chain is open; false if the task was stopped meanwhile.
+    pub fn start(&self) -> bool {
+        self.transition(TaskState::Initializing, TaskState::Running)
+    }
+
+    /// `Running -> Finishing` at end of input; false if the task was stopped meanwhile.
+    pub fn begin_finishing(&self) -> bool {
+        self.transition(TaskState::Running, TaskState::Finishing)
+    }
+
+    fn transition(&self, from: TaskState, to: TaskState) -> bool {
+        self.state
+            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Moves a live state to `to`; returns the state it left, if it was live.
+    fn stop_as(&self, to: TaskState) -> Option<TaskState> {
+        let mut current = self.state();
+        while current.is_live() {
+            match self.state.compare_exchange(
+                current as u8,
+                to as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(current),
+                Err(actual) => current = TaskState::from_u8(actual),
+            }
+        }
+        None
+    }
+
+    /// `cancel()`: a live task becomes `Cancelling` and its stop hook runs. Idempotent; does
+    /// nothing once the task is stopping or ended. Returns whether this call cancelled it.
+    pub fn request_cancel(&self) -> bool {
+        if self.stop_as(TaskState::Cancelling).is_some() {
+            self.stopped();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The first failure of any of the task's threads: a live task becomes `Failing`, keeps
+    /// this failure and runs its stop hook. A failure of a task that is already stopping is only
+    /// logged. Returns whether this failure is the task's.
+    pub fn fail(&self, thread: impl Into<String>, error: impl Into<TaskError>) -> bool {
+        self.record_failure(TaskFailure::new(thread, error))
+    }
+
+    /// [`fail`](Self::fail) with a failure already built.
+    pub fn record_failure(&self, failure: TaskFailure) -> bool {
+        let mut slot = self.failure.lock();
+        if slot.is_none() && self.stop_as(TaskState::Failing).is_some() {
+            log::debug!("task {} failed: {failure}", self.name);
+            *slot = Some(failure);
+            drop(slot);
+            self.stopped();
+            true
+        } else {
+            log::debug!(
+                "task {}: failure while stopping ignored: {failure}",
+                self.name
+            );
+            false
+        }
+    }
+
+    /// A thread of the task ignored cancellation for the grace period and is left behind: the
+    /// task ends `Failed` with [`TaskError::CancellationIgnored`] (unless it already failed).
+    pub fn left_behind(&self, grace: Duration) {
+        let mut slot = self.failure.lock();
+        if slot.is_none() {
+            *slot = Some(TaskFailure::new(
+                self.name.clone(),
+                TaskError::CancellationIgnored {
+                    grace_ms: duration_ms(grace),
+                },
+            ));
+        }
+        let state = self.state();
+        if state != TaskState::Failing {
+            self.state
+                .store(TaskState::Failing as u8, Ordering::Release);
+        }
+    }
+
+    /// Records the start of the stop, wakes joiners (their grace starts now) and runs the hook.
+    fn stopped(&self) {
+        {
+            let mut latch = self.latch.lock();
+            latch.stopped_at.get_or_insert_with(Instant::now);
+            self.latch_changed.notify_all();
+        }
+        let hook = self.stop_hook.lock().clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    /// The task thread is about to end, every other thread of the task joined: the state becomes
+    /// terminal and joiners wake. Returns the terminal state.
+    pub fn complete(&self) -> TaskState {
+        let terminal = match self.state() {
+            TaskState::Finishing | TaskState::Finished => TaskState::Finished,
+            TaskState::Cancelling | TaskState::Cancelled => TaskState::Cancelled,
+            TaskState::Failing | TaskState::Failed => TaskState::Failed,
+            state @ (TaskState::Initializing | TaskState::Running) => {
+                self.fail(self.name.clone(), TaskError::Ended { state });
+                TaskState::Failed
+            }
+        };
+        let mut latch = self.latch.lock();
+        // Release: whoever sees the terminal state (or the latch) sees the teardown before it.
+        self.state.store(terminal as u8, Ordering::Release);
+        latch.done = true;
+        self.latch_changed.notify_all();
+        terminal
+    }
+
+    /// Waits until the task ended: as long as it takes while the task is live, and at most
+    /// `grace` after the stop began once it is stopping. Returns whether the task ended.
+    pub fn wait_done(&self, grace: Duration) -> bool {
+        let mut latch = self.latch.lock();
+        loop {
+            if latch.done {
+                return true;
+            }
+            match latch.stopped_at {
+                None => self.latch_changed.wait(&mut latch),
+                Some(stopped_at) => {
+                    let deadline = stopped_at.checked_add(grace);
+                    let now = Instant::now();
+                    match deadline {
+                        Some(deadline) if now >= deadline => return false,
+                        Some(deadline) => {
+                            self.latch_changed.wait_for(&mut latch, deadline - now);
+                        }
+                        None => self.latch_changed.wait(&mut latch),
+                    }
+                }
+            }
+        }
+    }
+
+    /// When the task began stopping (cancelled or failed), if it did: the cancel grace counts
+    /// from here.
+    pub fn stopped_at(&self) -> Option<Instant> {
+        self.latch.lock().stopped_at
+    }
+
+    /// Whether the task ended (every thread it started joined).
+    pub fn is_done(&self) -> bool {
+        self.latch.lock().done
+    }
+
+    /// How the task ended; call once it is done. Takes the recorded failure.
+    pub fn outcome(&self) -> TaskOutcome {
+        match self.state() {
+            TaskState::Finished => TaskOutcome::Finished,
+            TaskState::Cancelled => TaskOutcome::Cancelled,
+            state => match self.failure.lock().take() {
+                Some(failure) => TaskOutcome::Failed(failure),
+                None => TaskOutcome::Failed(TaskFailure::new(
+                    self.name.clone(),
+                    TaskError::Ended { state },
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Debug for Lifecycle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("name", &self.name)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `duration` in whole milliseconds, saturating.
+pub(crate) fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,110 @@
+//! The task-runtime kit: what every task runs, written once for the three models.
+//!
+//! | piece | what it is |
+//! |---|---|
+//! | [`ChainBody`] | the operator chain with its counted output, services and tracing, and the operations every task runs on it: restore and open, records in, Flink's checkpoint order with its metrics and trace span, complete and abort notices, timers and events, end of input head to tail with a drain between operators, finish, close |
+//! | [`TaskChain`] | what those operations need of a chain: any [`Operator`](crate::Operator) (one input) or a [`TwoInputChain`](crate::operator::TwoInputChain) |
+//! | [`TaskInput`], [`InputEvent`] | a task's input gate read the same way for one or two inputs; [`ChainBody::apply`] puts an event through the chain |
+//! | [`Lifecycle`] | one task state machine ([`TaskState`]) with the first failure, the stop hook and the done latch |
+//! | [`TaskHandle`] | one control surface, with one cancel/join contract, over a model's [`TaskControl`] |
+//! | [`TaskParts`] | a task's identity, split from its [`TaskConfig`]: name, metrics, lifecycle, responder, grace |
+//!
+//! # What a model keeps
+//!
+//! Only what truly differs between the models:
+//!
+//! | | legacy | mailbox | bridge |
+//! |---|---|---|---|
+//! | who holds the [`ChainBody`] | the checkpoint lock | the mailbox thread | the checkpoint lock, inside the legacy source's cell |
+//! | how triggers and notices reach it ([`TaskControl`]) | the async-calls thread, under the lock | mails | mails, run under the lock |
+//! | how timers reach it | the timer thread, under the lock | mails | mails, under the lock |
+//! | how the task waits while draining ([`Drain::Waiting`]) | on the lock's condition | suspended until a mail | - (no async operator behind a legacy source) |
+//! | the stop hook | cancels the source's token, wakes lock waiters | a poison mail | cancels the source's token, a poison mail |
+//!
+//! # Checkpoint order
+//!
+//! [`ChainBody::checkpoint`], in Flink's order: prepare the chain before the barrier, send the
+//! barrier downstream, snapshot the source's state, snapshot the chain, acknowledge (or decline
+//! and fail the task with the cause), with the start delay, the duration and a trace span.
+
+mod body;
+mod chain;
+mod handle;
+mod input;
+mod lifecycle;
+
+use std::sync::Arc as StdArc;
+use std::time::Duration;
+
+use crate::TaskSnapshot;
+use crate::metrics::TaskMetrics;
+use crate::sync::Arc;
+use crate::task::{CheckpointResponder, TaskConfig};
+use crate::time::Clock;
+use crate::trace::Tracer;
+
+pub use self::body::{Applied, BodyPhase, ChainBody, Counted, Drain, PUBLISH_EVERY, TaskEnv};
+pub use self::chain::TaskChain;
+pub use self::handle::{TaskControl, TaskHandle, TriggerMode};
+pub use self::input::{InputEvent, InputRecord, TaskInput, TwoInputRecord};
+pub use self::lifecycle::{Lifecycle, TaskState};
+
+/// How long a stopping task may take before `join` gives up on it (unless the task's config
+/// says otherwise).
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(30);
+
+/// A task's identity and shared state, split from its [`TaskConfig`]: what its handle, its body
+/// and its threads all hold.
+#[derive(Debug, Clone)]
+pub struct TaskParts {
+    /// The task's name; its threads are named after it.
+    pub name: String,
+    /// The task's metrics.
+    pub metrics: StdArc<TaskMetrics>,
+    /// The task's lifecycle.
+    pub lifecycle: Arc<Lifecycle>,
+    /// Where checkpoint acknowledgements and declines go.
+    pub responder: CheckpointResponder,
+    /// How long `join` waits for a stopping task.
+    pub grace: Duration,
+}
+
+/// What a model wires a task from: its [`TaskParts`] and the rest of its [`TaskConfig`].
+#[derive(Debug)]
+pub struct TaskSetup {
+    /// Identity and shared state.
+    pub parts: TaskParts,
+    /// Where processing time comes from.
+    pub clock: Clock,
+    /// State to restore from; `None` for a fresh start.
+    pub restore: Option<TaskSnapshot>,
+    /// Spans of who ran what.
+    pub tracer: Tracer,
+}
+
+impl TaskSetup {
+    /// Splits `config`, creating the task's lifecycle.
+    pub fn new(config: TaskConfig) -> Self {
+        let TaskConfig {
+            name,
+            clock,
+            responder,
+            restore,
+            metrics,
+            tracer,
+            cancel_grace,
+        } = config;
+        TaskSetup {
+            parts: TaskParts {
+                lifecycle: Arc::new(Lifecycle::new(name.clone())),
+                name,
+                metrics,
+                responder,
+                grace: cancel_grace,
+            },
+            clock,
+            restore,
+            tracer,
+        }
+    }
+}

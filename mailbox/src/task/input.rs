@@ -1,0 +1,175 @@
+//! What differs between the mailbox task kinds: where one input step comes from (a reader, a
+//! gate, a two-input gate). Everything else is the task's [`MailboxBody`](super::body).
+
+use std::task::Waker;
+
+use streamtask_core::operator::Operator;
+use streamtask_core::runtime::{Applied, ChainBody, InputEvent, InputRecord, TaskChain, TaskInput};
+use streamtask_core::{
+    CheckpointBarrier, OperatorError, TaskError, TaskOutput, TaskSnapshot, Watermark,
+};
+
+use crate::source::{InputStatus, ReaderOutput, SourceReader};
+
+/// What one input step did.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Something went through the chain; step again.
+    More,
+    /// The chain does not accept input (or holds an element it cannot take yet): wait until it
+    /// does.
+    Backpressured,
+    /// Nothing to read: wait for the input's waker.
+    Nothing,
+    /// Every channel delivered this barrier: snapshot now.
+    Barrier(CheckpointBarrier),
+    /// Input ended.
+    EndOfInput,
+}
+
+/// The input side of a mailbox task.
+pub(crate) trait Input<C: TaskChain, W>: Send + 'static {
+    /// Restores the input's own state (a reader's position).
+    fn restore(&mut self, _snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// One step without blocking: whatever comes goes through `body`.
+    fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError>;
+    /// Asks to be woken once input may be available.
+    fn register_waker(&mut self, waker: &Waker);
+    /// The input's state for checkpoint `id` (a reader's position).
+    fn snapshot_state(&mut self, _id: u64, _into: &mut TaskSnapshot) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// A checkpoint notice. Returns whether it released channels held back for alignment (their
+    /// data was already there: no data waker will announce it).
+    fn notify_checkpoint(&mut self, _id: u64, _completed: bool) -> Result<bool, OperatorError> {
+        Ok(false)
+    }
+    /// Releases the input's resources (logging, not failing).
+    fn close(&mut self, _task: &str) {}
+}
+
+/// A source task's input: a [`SourceReader`], polled only while the chain accepts input.
+pub(crate) struct ReaderInput<R> {
+    pub(crate) reader: R,
+    /// Whether the reader last marked the stream idle.
+    idle: bool,
+}
+
+impl<R> ReaderInput<R> {
+    pub(crate) fn new(reader: R) -> Self {
+        ReaderInput {
+            reader,
+            idle: false,
+        }
+    }
+}
+
+impl<R, C, W> Input<C, W> for ReaderInput<R>
+where
+    C: Operator + 'static,
+    R: SourceReader<C::In> + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    fn restore(&mut self, snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
+        self.reader
+            .restore_state(snapshot.and_then(|s| s.get(TaskSnapshot::SOURCE)))
+    }
+
+    #[inline]
+    fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
+        if !body.accepts_input() {
+            return Ok(Step::Backpressured);
+        }
+        let mut out = ReaderOutput::resume(body, self.idle);
+        let polled = self.reader.poll_next(&mut out);
+        self.idle = out.is_idle();
+        Ok(match polled? {
+            InputStatus::MoreAvailable => Step::More,
+            InputStatus::NothingAvailable => Step::Nothing,
+            InputStatus::EndOfInput => {
+                // Sources advance to the end of event time when they end (Flink's endData).
+                body.process_watermark(Watermark::MAX)?;
+                Step::EndOfInput
+            }
+        })
+    }
+
+    fn register_waker(&mut self, waker: &Waker) {
+        self.reader.register_waker(waker);
+    }
+
+    fn snapshot_state(&mut self, id: u64, into: &mut TaskSnapshot) -> Result<(), OperatorError> {
+        let bytes = self.reader.snapshot_state(id)?;
+        into.put(TaskSnapshot::SOURCE, bytes);
+        Ok(())
+    }
+
+    fn notify_checkpoint(&mut self, id: u64, completed: bool) -> Result<bool, OperatorError> {
+        if completed {
+            self.reader.notify_checkpoint_complete(id)?;
+        } else {
+            self.reader.notify_checkpoint_aborted(id)?;
+        }
+        Ok(false)
+    }
+
+    fn close(&mut self, task: &str) {
+        if let Err(e) = self.reader.close() {
+            log::warn!("{task}: closing the reader failed: {e}");
+        }
+    }
+}
+
+/// A task's input gate ([`InputGate`](streamtask_core::channel::InputGate) or
+/// [`TwoInputGate`](streamtask_core::channel::TwoInputGate)), and the one record or watermark
+/// it read but the chain could not take yet.
+///
+/// The gate is read even while the chain refuses input, so a barrier that comes next is
+/// snapshotted at once (the chain's in-flight work is in its snapshot, as an async operator's
+/// queue is); only a record or watermark waits, held here, until the chain takes it.
+pub(crate) struct GateInput<G: TaskInput> {
+    gate: G,
+    held: Option<InputEvent<G::Record>>,
+}
+
+impl<G: TaskInput> GateInput<G> {
+    pub(crate) fn new(gate: G) -> Self {
+        GateInput { gate, held: None }
+    }
+}
+
+impl<G, C, W> Input<C, W> for GateInput<G>
+where
+    G: TaskInput,
+    G::Record: InputRecord<C>,
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    #[inline]
+    fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
+        let event = match self.held.take() {
+            Some(held) => held,
+            None => self.gate.poll_event()?,
+        };
+        if event.needs_room() && !body.accepts_input() {
+            self.held = Some(event);
+            return Ok(Step::Backpressured);
+        }
+        Ok(match body.apply(event)? {
+            Applied::Done => Step::More,
+            Applied::Barrier(barrier) => Step::Barrier(barrier),
+            Applied::Nothing => Step::Nothing,
+            Applied::EndOfInput => Step::EndOfInput,
+        })
+    }
+
+    fn register_waker(&mut self, waker: &Waker) {
+        self.gate.register_waker(waker);
+    }
+
+    fn notify_checkpoint(&mut self, id: u64, completed: bool) -> Result<bool, OperatorError> {
+        Ok(!completed && self.gate.abort_checkpoint(id))
+    }
+}
