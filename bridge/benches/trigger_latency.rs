@@ -71,19 +71,18 @@ fn run(model: Model, fairness: Fairness, triggers: u64, interval: Duration) {
     let (reports, acks) = crossbeam::channel::unbounded();
     let name = format!("{} {fairness:?}", model.label());
     let config = TaskConfig::new(name.clone())
-        .with_responder(CheckpointResponder::new(name.clone(), reports));
+        .with_responder(CheckpointResponder::new(name.clone(), reports))
+        .with_cancel_grace(Duration::from_secs(60));
     let source = Count { limit: None };
     let task = match model {
         Model::Legacy => Running::Legacy(
             SourceStreamTask::new(config, source, stamp, Discard)
                 .with_fairness(fairness)
-                .with_cancel_grace(Duration::from_secs(60))
                 .spawn(),
         ),
         Model::Bridge => Running::Bridge(
             LegacySourceStreamTask::new(config, source, stamp, Discard)
                 .with_fairness(fairness)
-                .with_cancel_grace(Duration::from_secs(60))
                 .spawn()
                 .expect("a plain chain"),
         ),

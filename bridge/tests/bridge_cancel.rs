@@ -144,7 +144,7 @@ fn ignoring_task(
     let released = Arc::new(AtomicBool::new(false));
     let (started, running) = mpsc::channel();
     let task = LegacySourceStreamTask::new(
-        TaskConfig::new(name),
+        TaskConfig::new(name).with_cancel_grace(Duration::from_millis(100)),
         IgnoresCancel {
             released: Arc::clone(&released),
             hold_the_lock,
@@ -153,7 +153,6 @@ fn ignoring_task(
         Probe::new(log),
         SharedOutput::new(),
     )
-    .with_cancel_grace(Duration::from_millis(100))
     .spawn()
     .unwrap();
     (task, released, running)

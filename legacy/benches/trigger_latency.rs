@@ -67,7 +67,8 @@ fn run(fairness: Fairness, triggers: u64, interval: Duration) {
     let starts = Arc::new(Mutex::new(Vec::new()));
     let (reports, acks) = crossbeam::channel::unbounded();
     let config = TaskConfig::new(format!("hot-{fairness:?}"))
-        .with_responder(CheckpointResponder::new("hot", reports));
+        .with_responder(CheckpointResponder::new("hot", reports))
+        .with_cancel_grace(Duration::from_secs(60));
     let metrics = Arc::clone(&config.metrics);
     let task = SourceStreamTask::new(
         config,
@@ -78,7 +79,6 @@ fn run(fairness: Fairness, triggers: u64, interval: Duration) {
         Discard,
     )
     .with_fairness(fairness)
-    .with_cancel_grace(Duration::from_secs(60))
     .spawn();
     while task.state() == TaskState::Initializing {
         std::thread::sleep(Duration::from_millis(1));

@@ -103,7 +103,8 @@ pub use crate::source::{
     restore_source_state, run_source,
 };
 pub use crate::task::{
-    AsyncChainError, AsyncHead, AsyncWaitStreamTask, DEFAULT_CANCEL_GRACE, NoChain,
-    OneInputStreamTask, SourceStreamTask, TaskHandle, TaskState, TwoInputStreamTask,
+    AsyncChainError, AsyncHead, AsyncWaitStreamTask, DEFAULT_CANCEL_GRACE, InputStreamTask,
+    NoChain, OneInputStreamTask, SourceStreamTask, SourceTaskParts, TaskHandle, TaskState,
+    TwoInputStreamTask,
 };
 pub use crate::timer::{SystemProcessingTimeService, TimerStatus};

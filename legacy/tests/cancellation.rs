@@ -138,12 +138,11 @@ fn a_source_ignoring_cancel_is_reported_after_the_grace_period_instead_of_hangin
     let (release_tx, release) = mpsc::channel();
     let (started, started_rx) = mpsc::channel();
     let task = SourceStreamTask::new(
-        TaskConfig::new("stubborn"),
+        TaskConfig::new("stubborn").with_cancel_grace(Duration::from_millis(50)),
         IgnoresCancel { release, started },
         Map::new("id", |n: u64| n),
         Discard,
     )
-    .with_cancel_grace(Duration::from_millis(50))
     .spawn();
     started_rx.recv_timeout(HANG_GUARD).unwrap();
     task.cancel(); // returns after the grace period

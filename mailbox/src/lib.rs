@@ -91,7 +91,6 @@
 #![deny(unreachable_pub)]
 
 mod action;
-mod async_wait;
 mod executor;
 mod letter;
 mod mail;
@@ -102,7 +101,6 @@ mod source;
 mod task;
 
 pub use crate::action::{ActionExecutor, Immediate};
-pub use crate::async_wait::AsyncWaitOperator;
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
 pub use crate::letter::Letter;
 pub use crate::mail::{Mail, Priority};
@@ -114,3 +112,5 @@ pub use crate::processor::{
 pub use crate::services::{MailboxEvents, MailboxTimerService, OperatorMails};
 pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
 pub use crate::task::{OneInputTask, SourceTask, TaskHandle, TwoInputTask};
+#[doc = include_str!("async_wait.md")]
+pub use streamtask_core::async_io::AsyncWaitOperator;

@@ -72,14 +72,15 @@ fn checkpoints_complete_while_the_queue_is_full() {
     let position: u64 = snapshot.get_value(TaskSnapshot::SOURCE).unwrap().unwrap();
     let in_flight: Vec<QueuedInput<u64>> =
         decode(snapshot.get(&TaskSnapshot::operator_key(0)).unwrap()).unwrap();
-    assert_eq!(position, 2, "the reader stopped at the full queue");
+    // The reader stops at the full queue: after two records, or after a third that the
+    // operator holds for room (the trigger mail may run between those two steps).
+    assert!((2..=3).contains(&position), "position {position}");
     assert_eq!(
         in_flight,
-        vec![
-            QueuedInput::Record(StreamRecord::new(0)),
-            QueuedInput::Record(StreamRecord::new(1))
-        ],
-        "exactly what the reader emitted and the operator did not yet"
+        (0..position)
+            .map(|x| QueuedInput::Record(StreamRecord::new(x)))
+            .collect::<Vec<_>>(),
+        "exactly what the reader emitted and the operator did not yet emit"
     );
     assert_eq!(calls.invocation_count(), 2);
     for x in 0..10u64 {

@@ -1,12 +1,13 @@
 //! The [`LegacySourceStreamTask`] builder and the chaining rule it checks.
 
 use std::fmt;
-use std::time::Duration;
 
 use streamtask_core::Operator;
 use streamtask_core::operator::TaskOutput;
 use streamtask_core::task::TaskConfig;
-use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
+use streamtask_legacy::{
+    Fairness, SourceContextConfig, SourceFunction, SourceStreamTask, SourceTaskParts,
+};
 
 use super::TaskHandle;
 use super::runtime::{self, Options};
@@ -82,7 +83,7 @@ use super::runtime::{self, Options};
 /// that blocks while *holding* the lock is reached too; the mailbox thread, which may itself be
 /// waiting for that lock to run a mail, gets it once the source returns and then sees the poison.
 /// A source that ignores cancellation is waited for three quarters of the grace, counted from
-/// the stop (see [`with_cancel_grace`](Self::with_cancel_grace)); then the task reports
+/// the stop (see [`TaskConfig::with_cancel_grace`]); then the task reports
 /// [`TaskError::CancellationIgnored`](streamtask_core::TaskError::CancellationIgnored) instead of
 /// hanging, leaving that one thread behind, which closes the chain itself if it ever returns;
 /// the rest of the grace is for the task thread's teardown, so
@@ -139,12 +140,8 @@ use super::runtime::{self, Options};
 /// }
 /// ```
 pub struct LegacySourceStreamTask<F, C, W> {
-    config: TaskConfig,
-    source: F,
-    chain: C,
-    output: W,
-    context: SourceContextConfig,
-    fairness: Fairness,
+    /// The same builder as the legacy model's task: one place for what both take.
+    task: SourceStreamTask<F, C, W>,
 }
 
 impl<F, C, W> LegacySourceStreamTask<F, C, W>
@@ -158,33 +155,23 @@ where
     /// source's state (from `TaskSnapshot::SOURCE`) and the chain.
     pub fn new(config: TaskConfig, source: F, chain: C, output: W) -> Self {
         LegacySourceStreamTask {
-            config,
-            source,
-            chain,
-            output,
-            context: SourceContextConfig::default(),
-            fairness: Fairness::default(),
+            task: SourceStreamTask::new(config, source, chain, output),
         }
     }
 
     /// The checkpoint lock's fairness: how the mailbox thread fares against a source that
     /// re-takes the lock in a tight loop.
-    pub fn with_fairness(mut self, fairness: Fairness) -> Self {
-        self.fairness = fairness;
-        self
+    pub fn with_fairness(self, fairness: Fairness) -> Self {
+        LegacySourceStreamTask {
+            task: self.task.with_fairness(fairness),
+        }
     }
 
     /// The source context's flavour, watermark interval and idle timeout.
-    pub fn with_context(mut self, context: SourceContextConfig) -> Self {
-        self.context = context;
-        self
-    }
-
-    /// How long the task waits for a cancelled (or failing) source before reporting that it
-    /// ignored cancellation.
-    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.config.cancel_grace = grace;
-        self
+    pub fn with_context(self, context: SourceContextConfig) -> Self {
+        LegacySourceStreamTask {
+            task: self.task.with_context(context),
+        }
     }
 
     /// Checks the chaining rule and starts the task thread (which starts the source thread once
@@ -200,20 +187,20 @@ where
     ///
     /// If the operating system refuses to start a thread.
     pub fn spawn(self) -> Result<TaskHandle, ChainingError> {
-        if self.chain.waits_for_own_events() {
-            return Err(ChainingError::WaitsForOwnEvents {
-                task: self.config.name.clone(),
-                chain: self.chain.chain_names(),
-            });
-        }
-        let LegacySourceStreamTask {
+        let SourceTaskParts {
             config,
             source,
             chain,
             output,
             context,
             fairness,
-        } = self;
+        } = self.task.into_parts();
+        if chain.waits_for_own_events() {
+            return Err(ChainingError::WaitsForOwnEvents {
+                task: config.name.clone(),
+                chain: chain.chain_names(),
+            });
+        }
         Ok(runtime::spawn(
             config,
             source,
@@ -227,11 +214,8 @@ where
 impl<F, C, W> fmt::Debug for LegacySourceStreamTask<F, C, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LegacySourceStreamTask")
-            .field("name", &self.config.name)
-            .field("context", &self.context)
-            .field("fairness", &self.fairness)
-            .field("cancel_grace", &self.config.cancel_grace)
-            .finish_non_exhaustive()
+            .field("task", &self.task)
+            .finish()
     }
 }
 

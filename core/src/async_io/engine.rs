@@ -398,13 +398,16 @@ where
         Ok(())
     }
 
-    /// Whether another element can be admitted at once: open, nothing held, room in the
-    /// queue; after `end_input`, whether everything was emitted (so a model's drain step can
-    /// wait for this one condition).
+    /// Whether the operator takes another element: open and nothing held (an element that
+    /// finds the queue full is held, and then no other is taken until it was admitted); after
+    /// `end_input`, whether everything was emitted (so a model's drain step can wait for this
+    /// one condition).
     #[inline]
     pub fn accepts_input(&self) -> bool {
         match self.phase {
-            Phase::Open => self.held.is_empty() && !self.queue.is_full(),
+            // Takes one element more than the queue holds (held for room, in the snapshot), so a
+            // barrier right behind it is not kept waiting for a completion.
+            Phase::Open => self.held.is_empty(),
             Phase::Ending => self.is_drained(),
             Phase::Created | Phase::Closed => false,
         }
@@ -691,8 +694,10 @@ mod tests {
         let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 2));
         rig.record(1);
         rig.record(2);
-        assert!(!rig.engine.accepts_input());
+        // Full, but nothing held yet: it takes one more element (held, in the snapshot).
+        assert!(rig.engine.accepts_input());
         rig.watermark(2);
+        assert!(!rig.engine.accepts_input(), "one element held");
         rig.record(3);
         assert_eq!(rig.engine.held(), 2);
         assert_eq!(

@@ -8,12 +8,14 @@
 
 mod config;
 mod engine;
+mod operator;
 mod pool;
 mod queue;
 mod retry;
 
 pub use self::config::{AsyncConfig, AsyncConfigError};
 pub use self::engine::AsyncWaitEngine;
+pub use self::operator::AsyncWaitOperator;
 pub use self::pool::{BlockingAsyncFunction, BlockingPool, PoolError};
 pub use self::queue::{ElementQueue, OutputMode, QueueFull, QueueOutput, QueuedInput};
 pub use self::retry::{Backoff, RetryConfigError, RetryPolicy};

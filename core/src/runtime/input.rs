@@ -109,6 +109,10 @@ pub trait TaskInput: Send + 'static {
     /// Checkpoint `id` was aborted: releases the channels held back for its alignment. Returns
     /// whether any were (their data was already there: no data waker will announce it).
     fn abort_checkpoint(&mut self, id: u64) -> bool;
+    /// Records alignment and input metrics into `metrics`.
+    fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self
+    where
+        Self: Sized;
 }
 
 impl<T: Send + 'static> TaskInput for InputGate<T> {
@@ -133,6 +137,10 @@ impl<T: Send + 'static> TaskInput for InputGate<T> {
 
     fn abort_checkpoint(&mut self, id: u64) -> bool {
         InputGate::abort_checkpoint(self, id).is_some()
+    }
+
+    fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self {
+        InputGate::with_metrics(self, metrics)
     }
 }
 
@@ -161,5 +169,9 @@ impl<A: Send + 'static, B: Send + 'static> TaskInput for TwoInputGate<A, B> {
 
     fn abort_checkpoint(&mut self, id: u64) -> bool {
         TwoInputGate::abort_checkpoint(self, id).is_some()
+    }
+
+    fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self {
+        TwoInputGate::with_metrics(self, metrics)
     }
 }

@@ -31,13 +31,11 @@
 
 mod async_wait;
 mod body;
-mod one_input;
+mod input_task;
 mod runtime;
 mod source_task;
-mod two_input;
 
 pub use self::async_wait::{AsyncChainError, AsyncHead, AsyncWaitStreamTask, NoChain};
-pub use self::one_input::OneInputStreamTask;
-pub use self::source_task::SourceStreamTask;
-pub use self::two_input::TwoInputStreamTask;
+pub use self::input_task::{InputStreamTask, OneInputStreamTask, TwoInputStreamTask};
+pub use self::source_task::{SourceStreamTask, SourceTaskParts};
 pub use streamtask_core::runtime::{DEFAULT_CANCEL_GRACE, TaskHandle, TaskState};

@@ -102,12 +102,8 @@ where
     B: LockedBody,
     M: FnOnce(&Parts<B>) -> Result<(), TaskError> + Send + 'static,
 {
-    let TaskSetup {
-        parts: task,
-        clock,
-        restore,
-        tracer,
-    } = TaskSetup::new(config);
+    let setup = TaskSetup::new(config);
+    let (task, restore, tracer) = (setup.parts, setup.restore, setup.tracer);
     let name = task.name.clone();
     let metrics = StdArc::clone(&task.metrics);
     let cancel = CancellationToken::new();
@@ -115,7 +111,7 @@ where
     task.lifecycle.set_stop_hook(move || stop.cancel());
 
     let timer_config = TaskConfig::new(name.clone())
-        .with_clock(clock)
+        .with_clock(setup.clock)
         .with_metrics(StdArc::clone(&metrics))
         .with_tracer(tracer.clone());
     let timer_thread = format!("{name}-timer");

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc as StdArc;
-use std::time::Duration;
 
 use streamtask_core::TimerService;
 use streamtask_core::operator::{Operator, TaskOutput};
@@ -98,23 +97,37 @@ where
         self
     }
 
-    /// How long `join` waits for a stopping task before reporting that its source ignored
-    /// cancellation (the same as [`TaskConfig::with_cancel_grace`]).
-    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.config.cancel_grace = grace;
-        self
+    /// What was built, taken apart: for another model's runtime that runs the same legacy
+    /// source its own way (the bridge's `LegacySourceStreamTask` builds on this builder).
+    pub fn into_parts(self) -> SourceTaskParts<F, C, O> {
+        let SourceStreamTask {
+            config,
+            source,
+            chain,
+            output,
+            context,
+            fairness,
+        } = self;
+        SourceTaskParts {
+            config,
+            source,
+            chain,
+            output,
+            context,
+            fairness,
+        }
     }
 
     /// Starts the task's threads.
     pub fn spawn(self) -> TaskHandle {
-        let SourceStreamTask {
+        let SourceTaskParts {
             config,
             mut source,
             chain,
             output,
             context,
             fairness,
-        } = self;
+        } = self.into_parts();
         let source_name = source.name().to_string();
         runtime::spawn(
             config,
@@ -132,6 +145,23 @@ where
             },
         )
     }
+}
+
+/// A [`SourceStreamTask`] builder's parts ([`SourceStreamTask::into_parts`]).
+#[derive(Debug)]
+pub struct SourceTaskParts<F, C, O> {
+    /// The task's config.
+    pub config: TaskConfig,
+    /// The legacy source.
+    pub source: F,
+    /// The chain behind it.
+    pub chain: C,
+    /// The task's output.
+    pub output: O,
+    /// The source context's flavour.
+    pub context: SourceContextConfig,
+    /// The checkpoint lock's fairness.
+    pub fairness: Fairness,
 }
 
 impl<F, C, O> fmt::Debug for SourceStreamTask<F, C, O> {

@@ -1,15 +1,13 @@
 #![doc = include_str!("async_wait.md")]
 
 mod emitter;
-mod head;
 
 use std::fmt;
 use std::sync::Arc as StdArc;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitOperator};
 use streamtask_core::channel::InputGate;
 use streamtask_core::function::{AsyncFunction, CompletionSink};
 use streamtask_core::operator::{Chain, Map, Operator, TaskOutput};
@@ -17,7 +15,6 @@ use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
 use streamtask_core::task::TaskConfig;
 
 use self::emitter::{Emitter, EmitterSink};
-use self::head::AsyncHeadOperator;
 use super::runtime::{self, process_input};
 use crate::lock::Fairness;
 
@@ -30,7 +27,7 @@ use crate::lock::Fairness;
 ///
 /// See [`AsyncWaitStreamTask`].
 pub struct AsyncHead<F: AsyncFunction> {
-    engine: AsyncWaitEngine<F>,
+    operator: AsyncWaitOperator<F>,
 }
 
 impl<F> AsyncHead<F>
@@ -49,20 +46,20 @@ where
         config: AsyncConfig<F::Out>,
     ) -> Result<Self, AsyncConfigError> {
         Ok(AsyncHead {
-            engine: AsyncWaitEngine::new(name, function, config)?,
+            operator: AsyncWaitOperator::new(name, function, config)?,
         })
     }
 
     /// The operator's name.
     pub fn name(&self) -> &str {
-        self.engine.name()
+        self.operator.name()
     }
 }
 
 impl<F: AsyncFunction> fmt::Debug for AsyncHead<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncHead")
-            .field("engine", &self.engine)
+            .field("operator", &self.operator)
             .finish()
     }
 }
@@ -208,13 +205,6 @@ where
         self
     }
 
-    /// How long `join` waits for a stopping task (the same as
-    /// [`TaskConfig::with_cancel_grace`]).
-    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.config.cancel_grace = grace;
-        self
-    }
-
     /// Starts the task's threads (task, timer, async calls, and, once the chain is open, the
     /// emitter).
     ///
@@ -233,7 +223,7 @@ where
         let gate = gate.with_metrics(StdArc::clone(&config.metrics));
         let (to_emitter, inbox) = crossbeam::channel::unbounded();
         let sink: StdArc<dyn CompletionSink<F::Out>> = StdArc::new(EmitterSink(to_emitter.clone()));
-        let chain = Chain::new(AsyncHeadOperator::new(head.engine, sink), chain);
+        let chain = Chain::new(head.operator.with_completion_sink(sink), chain);
         runtime::spawn(
             config,
             TriggerMode::Inputs,
@@ -260,7 +250,7 @@ impl<F: AsyncFunction, C, O> fmt::Debug for AsyncWaitStreamTask<F, C, O> {
     }
 }
 
-type Body<F, C, O> = ChainBody<Chain<AsyncHeadOperator<F>, C>, O>;
+type Body<F, C, O> = ChainBody<Chain<AsyncWaitOperator<F>, C>, O>;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

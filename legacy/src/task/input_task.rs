@@ -1,12 +1,14 @@
-//! `OneInputStreamTask`: `while running && process_input()`, one lock acquisition per record.
+//! Tasks with inputs: `while running && process_input()`, one lock acquisition per event; one
+//! builder for one input ([`OneInputStreamTask`]) and two ([`TwoInputStreamTask`]).
 
 use std::fmt;
 use std::sync::Arc as StdArc;
-use std::time::Duration;
 
-use streamtask_core::channel::InputGate;
-use streamtask_core::operator::{Operator, TaskOutput};
-use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
+use streamtask_core::channel::{InputGate, TwoInputGate};
+use streamtask_core::operator::{Operator, TaskOutput, TwoInputChain, TwoInputOperator};
+use streamtask_core::runtime::{
+    ChainBody, InputRecord, TaskChain, TaskHandle, TaskInput, TriggerMode,
+};
 use streamtask_core::task::TaskConfig;
 
 use super::runtime::{self, process_input};
@@ -45,24 +47,64 @@ use crate::lock::Fairness;
 /// assert!(task.join().is_finished());
 /// assert_eq!(metrics.records_in.get(), 1);
 /// ```
-pub struct OneInputStreamTask<C: Operator, O> {
+pub type OneInputStreamTask<C, O> = InputStreamTask<InputGate<<C as Operator>::In>, C, O>;
+
+/// A task reading a [`TwoInputGate`] into a [`TwoInputChain`] (Flink 1.9's
+/// `TwoInputStreamTask`): one aligner covers the channels of both inputs, so a checkpoint's
+/// snapshot is consistent with both; `end_input(1)` / `end_input(2)` as each input ends, then
+/// the chain finishes.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::channel::{TwoInputGate, bounded};
+/// use streamtask_core::operator::{CoMap, Discard, Map, TwoInputChain};
+/// use streamtask_core::task::TaskConfig;
+/// use streamtask_core::{StreamElement, StreamRecord};
+/// use streamtask_legacy::TwoInputStreamTask;
+///
+/// let (numbers, rx1) = bounded(8).unwrap();
+/// let (words, rx2) = bounded(8).unwrap();
+/// let gate = TwoInputGate::new(vec![rx1], vec![rx2]).unwrap();
+/// let chain = TwoInputChain::new(
+///     CoMap::new("either", |n: u32| n.to_string(), |s: String| s),
+///     Map::new("len", |s: String| s.len()),
+/// );
+/// let task = TwoInputStreamTask::new(TaskConfig::new("join"), gate, chain, Discard).spawn();
+/// numbers.send(StreamElement::Record(StreamRecord::new(42))).unwrap();
+/// words.send(StreamElement::Record(StreamRecord::new("abc".to_string()))).unwrap();
+/// numbers.send(StreamElement::EndOfInput).unwrap();
+/// words.send(StreamElement::EndOfInput).unwrap();
+/// assert!(task.join().is_finished());
+/// ```
+pub type TwoInputStreamTask<H, T, O> = InputStreamTask<
+    TwoInputGate<<H as TwoInputOperator>::In1, <H as TwoInputOperator>::In2>,
+    TwoInputChain<H, T>,
+    O,
+>;
+
+/// A legacy task reading an input gate `G` into a chain `C` (see [`OneInputStreamTask`] and
+/// [`TwoInputStreamTask`]). A builder: [`new`](Self::new) takes what is required, `with_*` the
+/// rest, [`spawn`](Self::spawn) starts the task. The cancel grace is the config's
+/// ([`TaskConfig::with_cancel_grace`]).
+pub struct InputStreamTask<G, C, O> {
     config: TaskConfig,
-    gate: InputGate<C::In>,
+    gate: G,
     chain: C,
     output: O,
     fairness: Fairness,
 }
 
-impl<C, O> OneInputStreamTask<C, O>
+impl<G, C, O> InputStreamTask<G, C, O>
 where
-    C: Operator + 'static,
-    C::In: Send + 'static,
+    G: TaskInput,
+    G::Record: InputRecord<C>,
+    C: TaskChain + 'static,
     O: TaskOutput<C::Out> + 'static,
 {
-    /// A task reading `gate` into `chain`, emitting into `output`; [`Fairness::Eventual`],
-    /// the config's cancel grace.
-    pub fn new(config: TaskConfig, gate: InputGate<C::In>, chain: C, output: O) -> Self {
-        OneInputStreamTask {
+    /// A task reading `gate` into `chain`, emitting into `output`; [`Fairness::Eventual`].
+    pub fn new(config: TaskConfig, gate: G, chain: C, output: O) -> Self {
+        InputStreamTask {
             config,
             gate,
             chain,
@@ -77,16 +119,9 @@ where
         self
     }
 
-    /// How long `join` waits for a stopping task (the same as
-    /// [`TaskConfig::with_cancel_grace`]).
-    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
-        self.config.cancel_grace = grace;
-        self
-    }
-
     /// Starts the task's threads.
     pub fn spawn(self) -> TaskHandle {
-        let OneInputStreamTask {
+        let InputStreamTask {
             config,
             gate,
             chain,
@@ -104,9 +139,9 @@ where
     }
 }
 
-impl<C: Operator, O> fmt::Debug for OneInputStreamTask<C, O> {
+impl<G, C, O> fmt::Debug for InputStreamTask<G, C, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OneInputStreamTask")
+        f.debug_struct("InputStreamTask")
             .field("name", &self.config.name)
             .field("fairness", &self.fairness)
             .finish_non_exhaustive()

@@ -1,0 +1,214 @@
+//! [`AsyncWaitOperator`]: the one async I/O operator of every model, over the
+//! [`AsyncWaitEngine`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
+use crate::function::{AsyncFunction, Completion, CompletionSink};
+use crate::operator::{Context, EventSender, Operator, OperatorEvent};
+use crate::{OperatorError, StreamRecord, Timer, Watermark};
+
+/// Async I/O (Flink's `AsyncWaitOperator`), the same operator in every model; only the way its
+/// completions come back differs.
+///
+/// The output timestamp is the input's; results leave in input order
+/// ([`OutputMode::Ordered`](super::OutputMode::Ordered)) or as they complete, never across a
+/// watermark (`Unordered`). Each batch of completions emits every element that became ready
+/// (Flink emits one per mail and enqueues another mail for the rest).
+///
+/// | what | how |
+/// |---|---|
+/// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> an event for this operator (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies it and emits what became ready |
+/// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
+/// | a timeout, a retry | a timer of this operator -> `on_processing_time` |
+/// | an element that finds the queue full | **held**, in order, in a list that is part of the snapshot, and admitted as completions free slots; [`accepts_input`](Operator::accepts_input) is `false` while one is held, so the task stops feeding the chain (it reads a barrier, though, and the snapshot holds the held element: FLINK-7949) |
+/// | end of input | `end_input` runs due retries at once; `accepts_input()` stays `false` until everything was emitted, so the task's drain runs the completions before the next operator's `end_input` (FLINK-13491) |
+/// | an exceptional completion | fails the task with [`OperatorError::Async`], naming the input |
+///
+/// Flink's operator, when full, waits inside `processElement` (the lock's `wait()` in 1.9, the
+/// mailbox's `yield()` from 1.10). Here it cannot: a yield runs mails, and the mails that free
+/// slots are this operator's own, which need `&mut self` while `process_element` already holds
+/// it; Rust rejects the re-entrance, and rightly (Flink's own yield re-enters the operator). So
+/// it holds the element and says it accepts no more, and the task does the waiting.
+///
+/// Why completions are erased events by default: an operator cannot name its task's type (the
+/// model's body around the chain), so nothing on another thread can call it typed; its
+/// completions travel as [`OperatorEvent`]s to its own index and are downcast back here, one
+/// type-id comparison per completion. A runtime that does know the concrete type (the legacy
+/// emitter) routes them typed instead.
+pub struct AsyncWaitOperator<F: AsyncFunction> {
+    engine: AsyncWaitEngine<F>,
+    /// Where completions go when not back as events; taken at `open`.
+    sink: Option<Arc<dyn CompletionSink<F::Out>>>,
+}
+
+impl<F> AsyncWaitOperator<F>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+{
+    /// An operator named `name` running `function` as `config` says.
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, or retries without a timeout.
+    pub fn new(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+    ) -> Result<Self, AsyncConfigError> {
+        Ok(AsyncWaitOperator {
+            engine: AsyncWaitEngine::new(name, function, config)?,
+            sink: None,
+        })
+    }
+
+    /// Completions go to `sink` instead of back to the operator as events; the sink's owner
+    /// hands them back with [`on_completions`](Self::on_completions) (the legacy model's
+    /// emitter thread, under the checkpoint lock).
+    pub fn with_completion_sink(mut self, sink: Arc<dyn CompletionSink<F::Out>>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// The shared engine (for inspection).
+    pub fn engine(&self) -> &AsyncWaitEngine<F> {
+        &self.engine
+    }
+
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        self.engine.name()
+    }
+
+    /// Applies a batch of completions (typed, from a completion sink's owner), then emits every
+    /// element that became ready, admitting held elements as slots free up.
+    ///
+    /// # Errors
+    ///
+    /// [`OperatorError::Async`] for an exceptional completion; what downstream fails with.
+    pub fn on_completions(
+        &mut self,
+        completions: Vec<Completion<F::Out>>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        for completion in completions {
+            self.engine.on_completion(completion, ctx)?;
+        }
+        self.engine.emit_ready(ctx)
+    }
+}
+
+impl<F> Operator for AsyncWaitOperator<F>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+{
+    type In = F::In;
+    type Out = F::Out;
+
+    fn name(&self) -> &str {
+        self.engine.name()
+    }
+
+    fn initialize_state(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
+        self.engine.restore(restored)
+    }
+
+    fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        let sink = match self.sink.take() {
+            Some(sink) => sink,
+            None => Arc::new(EventRoute(ctx.event_sender())),
+        };
+        self.engine.open(sink, ctx)
+    }
+
+    #[inline]
+    fn process_element(
+        &mut self,
+        record: StreamRecord<F::In>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        self.engine.process_element(record, ctx)
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        self.engine.process_watermark(watermark, ctx)
+    }
+
+    fn on_processing_time(
+        &mut self,
+        timer: Timer,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        self.engine.on_timer(timer, ctx)
+    }
+
+    fn on_event(
+        &mut self,
+        event: OperatorEvent,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        match event.downcast::<Completion<F::Out>>() {
+            Ok(completion) => {
+                self.engine.on_completion(*completion, ctx)?;
+                self.engine.emit_ready(ctx)
+            }
+            Err(_) => Err(OperatorError::UnexpectedEvent {
+                operator: self.engine.name().to_string(),
+            }),
+        }
+    }
+
+    #[inline]
+    fn accepts_input(&self) -> bool {
+        self.engine.accepts_input()
+    }
+
+    fn waits_for_own_events(&self) -> bool {
+        true
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
+        self.engine.snapshot().map(Some)
+    }
+
+    fn end_input(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        self.engine.end_input(ctx)
+    }
+
+    fn close(&mut self) -> Result<(), OperatorError> {
+        self.engine.close()
+    }
+}
+
+impl<F: AsyncFunction> fmt::Debug for AsyncWaitOperator<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncWaitOperator")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+/// Completions back to the operator as events (mails at its priority, in the mailbox model). An
+/// event refused by a task that ended is dropped (the task is over; FLINK-24846).
+struct EventRoute(EventSender);
+
+impl<O: Send + 'static> CompletionSink<O> for EventRoute {
+    fn deliver(&self, completion: Completion<O>) {
+        if self.0.send(completion).is_err() {
+            log::debug!(
+                "a completion for operator {} arrived after its task ended; dropped",
+                self.0.operator()
+            );
+        }
+    }
+}
