@@ -35,8 +35,7 @@ use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskS
 
 use adapter::{KINDS, Kind, MODELS, Model, Spec, Task, Waited, cases, each, start};
 use parts::{
-    Cmd, Ev, GUARD, HOT, Latch, TimerAct, caused_by, out_values, pos, threads_named,
-    user_error_of,
+    Cmd, Ev, GUARD, HOT, Latch, TimerAct, caused_by, out_values, pos, threads_named, user_error_of,
 };
 
 // ---- helpers ------------------------------------------------------------------------------------
@@ -182,7 +181,11 @@ fn a_checkpoint_runs_in_flinks_order_and_the_ack_holds_every_state() {
                 source < pos(&log, &Ev::Snapshot("p0", 1)),
                 "source state, then the chain: {log:?}"
             );
-            assert_eq!(decode_u64(&snapshot, TaskSnapshot::SOURCE), 1, "{snapshot:?}");
+            assert_eq!(
+                decode_u64(&snapshot, TaskSnapshot::SOURCE),
+                1,
+                "{snapshot:?}"
+            );
             assert_eq!(decode_u64(&snapshot, &TaskSnapshot::operator_key(0)), 1);
         }
         if kind == Kind::OneInput {
@@ -194,11 +197,12 @@ fn a_checkpoint_runs_in_flinks_order_and_the_ack_holds_every_state() {
         if kind != Kind::Source {
             assert!(snapshot.get(TaskSnapshot::SOURCE).is_none(), "{snapshot:?}");
         }
-        assert!(
-            pos(&log, &Ev::Snapshot("p0", 1)) < pos(&log, &Ev::Snapshot("p1", 1))
-                || !probes(kind).contains(&"p0"),
-            "the chain snapshots head to tail: {log:?}"
-        );
+        if probes(kind).contains(&"p0") {
+            assert!(
+                pos(&log, &Ev::Snapshot("p0", 1)) < pos(&log, &Ev::Snapshot("p1", 1)),
+                "the chain snapshots head to tail: {log:?}"
+            );
+        }
         assert_eq!(
             decode_u64(&snapshot, &TaskSnapshot::operator_key(P1)),
             1,
@@ -242,7 +246,10 @@ fn an_abort_notice_releases_channels_held_for_alignment() {
         |model, kind| {
             let t = started(model, kind, &Spec::new("AB"));
             let is_async = kind == Kind::Async;
-            t.send(0, StreamElement::Barrier(streamtask_core::CheckpointBarrier::new(1, 0)));
+            t.send(
+                0,
+                StreamElement::Barrier(streamtask_core::CheckpointBarrier::new(1, 0)),
+            );
             t.send(0, rec(5)); // held: channel 0 is aligning checkpoint 1
             t.send(1, rec(6)); // flows: channel 1 has not seen the barrier
             if is_async {
@@ -417,7 +424,10 @@ fn a_panicking_source_fails_the_task_with_its_panic_message() {
         match the_error(&outcome) {
             // A panic message stays a string: it is one.
             TaskError::Panic(message) => {
-                assert!(message.contains("the source panicked on purpose"), "{message}");
+                assert!(
+                    message.contains("the source panicked on purpose"),
+                    "{message}"
+                );
             }
             other => panic!("expected a panic, got {other:?}"),
         }
@@ -597,7 +607,16 @@ fn a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion() {
         let snapshot = t.ack(1); // nothing has completed yet
         assert_eq!(async_inputs(&snapshot, 0), vec![1, 2], "{snapshot:?}");
         if kind == Kind::AsyncSource {
-            assert_eq!(decode_u64(&snapshot, TaskSnapshot::SOURCE), 2, "{snapshot:?}");
+            // The source's position is in the ack too (the bridge's handoff reader keeps its
+            // own format: the function's state plus the handoff's contents).
+            assert!(snapshot.get(TaskSnapshot::SOURCE).is_some(), "{snapshot:?}");
+            if model == Model::Mailbox {
+                assert_eq!(
+                    decode_u64(&snapshot, TaskSnapshot::SOURCE),
+                    2,
+                    "{snapshot:?}"
+                );
+            }
         }
         t.complete_call(1, vec![10]);
         t.complete_call(2, vec![20]);

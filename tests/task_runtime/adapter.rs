@@ -446,9 +446,13 @@ impl Task {
 
     /// The next checkpoint report (hang guard only).
     pub(crate) fn report(&self) -> TaskReport {
-        self.reports
-            .recv_timeout(GUARD)
-            .unwrap_or_else(|_| panic!("{}: no checkpoint report; log {:?}", self.name, self.log.all()))
+        self.reports.recv_timeout(GUARD).unwrap_or_else(|_| {
+            panic!(
+                "{}: no checkpoint report; log {:?}",
+                self.name,
+                self.log.all()
+            )
+        })
     }
 
     /// The next report, which must acknowledge `id`; its snapshot.
@@ -482,7 +486,10 @@ impl Task {
 
     /// Completes the async call for `input` with `values`.
     pub(crate) fn complete_call(&self, input: u64, values: Vec<u64>) {
-        assert!(self.calls.complete(&input, values), "call {input} completed twice");
+        assert!(
+            self.calls.complete(&input, values),
+            "call {input} completed twice"
+        );
     }
 
     pub(crate) fn cancel(&self) {
@@ -508,17 +515,26 @@ impl Task {
         })
     }
 
-    /// Joins the task, then checks that none of its threads is left.
-    pub(crate) fn join(mut self) -> (TaskOutcome, Vec<Ev>) {
-        let outcome = self.handle.take().expect("joined once").join();
-        self.inputs.clear();
-        let left = threads_named(&self.name);
+    /// Joins the task (hang guard only: a `join` still blocked after it fails the test), then
+    /// checks that none of its threads is left.
+    pub(crate) fn join(self) -> (TaskOutcome, Vec<Ev>) {
+        let (waited, mut t) = self.join_guarded();
+        let outcome = match waited {
+            Waited::Returned(outcome) => outcome,
+            Waited::Blocked(outcome) => panic!(
+                "{}: join() did not return (it did once the test unblocked the task: {outcome})",
+                t.name
+            ),
+        };
+        t.inputs.clear();
+        let (name, model, kind, log) = (t.name.clone(), t.model, t.kind, t.log.clone());
+        drop(t);
+        let left = threads_named(&name);
         assert!(
             left.is_empty(),
-            "{} ({:?}/{:?}): threads left after join: {left:?} (outcome {outcome})",
-            self.name, self.model, self.kind
+            "{name} ({model:?}/{kind:?}): threads left after join: {left:?} (outcome {outcome})"
         );
-        (outcome, self.log.all())
+        (outcome, log.all())
     }
 
     /// Joins the task with a hang guard: if `join` is still blocked after it, opens the

@@ -89,7 +89,12 @@ impl Log {
         while !done(&events) {
             let now = Instant::now();
             assert!(now < deadline, "waited for {what}; the log is {events:?}");
-            events = self.0.changed.wait_timeout(events, deadline - now).unwrap().0;
+            events = self
+                .0
+                .changed
+                .wait_timeout(events, deadline - now)
+                .unwrap()
+                .0;
         }
         events.clone()
     }
@@ -512,7 +517,10 @@ impl SourceReader<u64> for ScriptedReader {
         "src"
     }
 
-    fn poll_next(&mut self, output: &mut ReaderOutput<'_, u64>) -> Result<InputStatus, OperatorError> {
+    fn poll_next(
+        &mut self,
+        output: &mut ReaderOutput<'_, u64>,
+    ) -> Result<InputStatus, OperatorError> {
         if self.hot {
             self.emitted += 1;
             output.collect(HOT)?;
