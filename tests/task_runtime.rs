@@ -149,6 +149,14 @@ fn wait_no_threads(prefix: &str) {
     }
 }
 
+/// Cancels `t` and fails unless `cancel` returned while the user code blocked on `blocked`
+/// still waited (`blocked` is opened afterwards; pass a fresh latch when nothing blocks).
+fn cancel_at_once(t: &Task, blocked: &Latch, while_what: &str) {
+    if let Waited::Blocked(()) = t.cancel_while_blocked(blocked) {
+        panic!("cancel() did not return while {while_what} (it waits for the task to end)");
+    }
+}
+
 fn rec(value: u64) -> StreamElement<u64> {
     StreamElement::Record(StreamRecord::new(value))
 }
@@ -454,7 +462,7 @@ fn cancel_while_idle_ends_the_task_and_leaves_no_thread() {
     each(cases(&KINDS), |model, kind| {
         let t = started(model, kind, &Spec::new("XI"));
         t.log.wait_ev(Ev::Open("p1"));
-        t.cancel();
+        cancel_at_once(&t, &Latch::default(), "the task was idle");
         let (outcome, _) = t.join();
         assert_cancelled(&outcome);
     });
@@ -477,7 +485,7 @@ fn cancel_while_records_flow_ends_the_task_and_leaves_no_thread() {
                     }
                 }
                 t.log.wait_hot(1000);
-                t.cancel();
+                cancel_at_once(&t, &Latch::default(), "records flowed");
                 let (outcome, _) = t.join();
                 assert_cancelled(&outcome);
             });
@@ -493,7 +501,7 @@ fn cancel_reaches_a_legacy_source_blocked_holding_the_checkpoint_lock() {
             let t = started(model, kind, &Spec::new("XL"));
             t.script.push(Cmd::BlockHoldingLock);
             t.log.wait_ev(Ev::SourceBlocked);
-            t.cancel();
+            cancel_at_once(&t, &Latch::default(), "the source blocked holding the lock");
             let (outcome, _) = t.join();
             assert_cancelled(&outcome);
         },
@@ -515,7 +523,7 @@ fn cancel_while_the_async_queue_is_full_ends_the_task_and_leaves_no_thread() {
             t.record(x);
         }
         assert_eq!(t.invoked(2), vec![1, 2]);
-        t.cancel();
+        cancel_at_once(&t, &Latch::default(), "the async queue was full");
         let (outcome, _) = t.join();
         assert_cancelled(&outcome);
     });
@@ -533,9 +541,7 @@ fn cancel_while_a_timer_callback_runs_returns_at_once_and_leaves_no_thread() {
         t.log.wait_ev(Ev::Open("p1"));
         t.clock.advance(20);
         t.log.wait_ev(Ev::Timer("p1"));
-        if let Waited::Blocked(()) = t.cancel_while_blocked(&latch) {
-            panic!("cancel() did not return while the timer callback ran (it waits for the task)");
-        }
+        cancel_at_once(&t, &latch, "the timer callback ran");
         let (outcome, _) = t.join();
         assert_cancelled(&outcome);
     });
@@ -552,9 +558,7 @@ fn cancel_while_a_checkpoint_is_in_progress_returns_at_once_and_leaves_no_thread
         t.log.wait_ev(Ev::Open("p1"));
         t.checkpoint(1);
         t.log.wait_ev(Ev::Snapshot("p1", 1));
-        if let Waited::Blocked(()) = t.cancel_while_blocked(&latch) {
-            panic!("cancel() did not return while the snapshot ran (it waits for the task)");
-        }
+        cancel_at_once(&t, &latch, "the snapshot ran");
         let (outcome, _) = t.join();
         assert_cancelled(&outcome);
     });
@@ -579,7 +583,7 @@ fn join_reports_ignored_cancellation_after_the_grace_and_leaves_only_the_stuck_t
             t.record(5);
         }
         t.log.wait_ev(Ev::Stuck);
-        t.cancel();
+        cancel_at_once(&t, &Latch::default(), "user code ignored cancellation");
         let name = t.name.clone();
         let (waited, t) = t.join_guarded();
         let outcome = match waited {

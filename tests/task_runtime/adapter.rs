@@ -492,10 +492,6 @@ impl Task {
         );
     }
 
-    pub(crate) fn cancel(&self) {
-        self.handle().cancel();
-    }
-
     /// Cancels the task while its user code is blocked on `blocked`, which is opened only
     /// after `cancel` returned (or, if `cancel` is still blocked after the hang guard, then).
     pub(crate) fn cancel_while_blocked(&self, blocked: &Latch) -> Waited<()> {
