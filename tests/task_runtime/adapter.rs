@@ -9,7 +9,9 @@
 //! | `Async` | `AsyncWaitStreamTask`, 2 channels, async head -> p1 | `OneInputTask`, 2 channels, `AsyncWaitOperator` -> p1 | the mailbox's |
 //! | `AsyncSource` | none: an async operator heads its task (FLINK-13063) | `SourceTask` (reader) -> `AsyncWaitOperator` -> p1 | `SourceTask` (`HandoffReader` over the `SourceFunction`) -> `AsyncWaitOperator` -> p1 |
 //!
-//! Seams the runtime kit must provide are the functions named `seam_*` below.
+//! Only [`Handle`] and [`start`] name a model's types; everything below them is
+//! model-agnostic test plumbing. Seams the runtime kit must provide are the functions named
+//! `seam_*`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
@@ -373,7 +375,8 @@ fn co_map() -> CoMap<u64, u64, u64, Identity, Identity> {
 
 /// How a guarded wait on a task ended.
 pub(crate) enum Waited<T> {
-    /// It returned while the task's user code was still blocked.
+    /// It returned within the hang guard (for `cancel_while_blocked`: while the task's user
+    /// code was still blocked).
     Returned(T),
     /// It was still blocked after the hang guard; the test opened its latches to end it.
     Blocked(T),

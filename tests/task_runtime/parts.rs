@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -64,8 +64,14 @@ pub(crate) struct LogInner {
 }
 
 impl Log {
+    /// The events, also after a test thread panicked while it held them (so the task's own
+    /// threads never panic on a poisoned log).
+    fn events(&self) -> MutexGuard<'_, Vec<Ev>> {
+        self.0.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn push(&self, ev: Ev) {
-        self.0.events.lock().unwrap().push(ev);
+        self.events().push(ev);
         self.0.changed.notify_all();
     }
 
@@ -73,27 +79,31 @@ impl Log {
         // Relaxed: a counter read only by `wait_hot`, which takes the events lock afterwards.
         let n = self.0.hot.fetch_add(1, Ordering::Relaxed);
         if n % 64 == 0 {
-            let _guard = self.0.events.lock().unwrap();
+            let _guard = self.events();
             self.0.changed.notify_all();
         }
     }
 
     pub(crate) fn all(&self) -> Vec<Ev> {
-        self.0.events.lock().unwrap().clone()
+        self.events().clone()
     }
 
     /// Waits (hang guard only) until `done` holds for the log; returns the log.
     pub(crate) fn wait_for(&self, what: &str, done: impl Fn(&[Ev]) -> bool) -> Vec<Ev> {
         let deadline = Instant::now() + GUARD;
-        let mut events = self.0.events.lock().unwrap();
+        let mut events = self.events();
         while !done(&events) {
             let now = Instant::now();
-            assert!(now < deadline, "waited for {what}; the log is {events:?}");
+            if now >= deadline {
+                let seen = events.clone();
+                drop(events); // unpoisoned: the task's threads keep logging
+                panic!("waited for {what}; the log is {seen:?}");
+            }
             events = self
                 .0
                 .changed
                 .wait_timeout(events, deadline - now)
-                .unwrap()
+                .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
         events.clone()
