@@ -1,0 +1,659 @@
+//! The task runtime's conformance suite: one set of behaviour tests run against every model
+//! (legacy, mailbox, bridge) and every task kind (source, one-input, two-input, async) through
+//! one thin adapter (`task_runtime/adapter.rs`), in the style of `tests/async_io.rs`.
+//!
+//! The contract is the runtime kit's (issue 10): Flink's checkpoint order and the ack's
+//! contents; complete and abort notices (an abort releases channels held for alignment);
+//! end of input head to tail with drains, then finish, then end of output; a failure in an
+//! operator, a timer, a snapshot or the source fails the task with its typed cause; `cancel`
+//! in every phase returns at once, `join` returns within the documented bound and no thread of
+//! the task is left; a barrier behind a full async queue is acknowledged before any completion.
+//!
+//! How it observes: operators (`Probe`), the source and the task output all write to one event
+//! log, so one list shows the order of everything. Async calls complete only when the test
+//! says so (`ManualAsyncFunction`), processing time moves only when the test moves it
+//! (`ManualClock`), and user code that must be "running" when something happens blocks on a
+//! latch the test opens. Nothing is timed: waits have hang guards only. Threads are checked
+//! by name: each task is named `<test id><model><kind>` (4 characters), its threads after it,
+//! and after `join` no thread of the process may carry that prefix.
+//!
+//! Each test runs every case to its end and then fails listing the cases that failed, so one
+//! run shows each drift in every model and kind it affects.
+//!
+//! # What fails before the runtime kit (issue 10), and why
+//!
+//! | test | cases | drift |
+//! |---|---|---|
+//! | `a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion` | mailbox and bridge `Async` | (1) the input task suspends before it polls the gate while the async queue is full |
+//! | `an_abort_notice_releases_channels_held_for_alignment` | legacy `OneInput`, `TwoInput`, `Async` | (2) legacy input tasks never release aligned channels on an abort |
+//! | `cancel_while_a_timer_callback_runs_...`, `cancel_while_a_checkpoint_is_in_progress_...` | legacy, every kind | (3) legacy `cancel` waits for the task to end (up to the grace) |
+//! | `join_reports_ignored_cancellation_...` | legacy `Source`, `OneInput` | (3) the timer and async-calls threads are left behind with the stuck one |
+//! | `join_reports_ignored_cancellation_...` | mailbox `Source`, `OneInput`; bridge `OneInput` | (3) mailbox tasks have no grace: `join` waits as long as the stuck thread |
+//! | `a_failing_snapshot_declines_the_checkpoint_and_fails_the_task_with_its_error` | every model and kind | (5) `TaskError::Checkpoint` carries the operator's error as a `String`, not as its `#[source]` |
+//!
+//! Drift 4 (the job's fairness reaching every legacy task) is tested at the job layer, not here.
+
+#[path = "task_runtime/adapter.rs"]
+mod adapter;
+#[path = "task_runtime/parts.rs"]
+mod parts;
+
+use std::time::{Duration, Instant};
+
+use streamtask_core::async_io::QueuedInput;
+use streamtask_core::operator::Emitted;
+use streamtask_core::state::decode;
+use streamtask_core::task::TaskReport;
+use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskSnapshot};
+
+use adapter::{KINDS, Kind, MODELS, Model, Spec, Task, Waited, cases, each, start};
+use parts::{
+    Cmd, Ev, GUARD, HOT, Latch, TimerAct, caused_by, out_values, pos, threads_named, user_error_of,
+};
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+fn started(model: Model, kind: Kind, spec: &Spec) -> Task {
+    start(model, kind, spec).unwrap_or_else(|| panic!("{model:?} has no {kind:?} task"))
+}
+
+/// The operators of the kind's chain that are `Probe`s, head first.
+fn probes(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Source | Kind::OneInput => &["p0", "p1"],
+        Kind::TwoInput | Kind::Async | Kind::AsyncSource => &["p1"],
+    }
+}
+
+/// Where the chain's tail `p1` sits in the chain (its snapshot key).
+const P1: usize = 1;
+
+/// Feeds `value` through the task until `p1` processed it (for async kinds: the call is made
+/// and completed with `value` itself).
+fn pass(t: &Task, value: u64) {
+    t.record(value);
+    if matches!(t.kind, Kind::Async | Kind::AsyncSource) {
+        let mut n = 1;
+        loop {
+            let inputs = t.invoked(n);
+            if inputs.contains(&value) {
+                break;
+            }
+            n = inputs.len() + 1;
+        }
+        t.complete_call(value, vec![value]);
+    }
+    t.log.wait_ev(Ev::Record("p1", value));
+}
+
+/// Where the first barrier of checkpoint `id` left the task.
+fn barrier_pos(events: &[Ev], id: u64) -> usize {
+    events
+        .iter()
+        .position(|e| matches!(e, Ev::Out(Emitted::Barrier(b)) if b.id == id))
+        .unwrap_or_else(|| panic!("barrier {id} never left the task: {events:?}"))
+}
+
+fn count(events: &[Ev], ev: &Ev) -> usize {
+    events.iter().filter(|e| *e == ev).count()
+}
+
+fn decode_u64(snapshot: &TaskSnapshot, key: &str) -> u64 {
+    let bytes = snapshot
+        .get(key)
+        .unwrap_or_else(|| panic!("no {key:?} in the snapshot {snapshot:?}"));
+    decode(bytes).unwrap()
+}
+
+/// The record inputs in an async operator's snapshot, in queue order.
+fn async_inputs(snapshot: &TaskSnapshot, index: usize) -> Vec<u64> {
+    let key = TaskSnapshot::operator_key(index);
+    let bytes = snapshot
+        .get(&key)
+        .unwrap_or_else(|| panic!("no {key:?} in the snapshot {snapshot:?}"));
+    let queued: Vec<QueuedInput<u64>> = decode(bytes).unwrap();
+    queued
+        .into_iter()
+        .filter_map(|q| match q {
+            QueuedInput::Record(r) => Some(r.value),
+            QueuedInput::Watermark(_) => None,
+        })
+        .collect()
+}
+
+fn the_error(outcome: &TaskOutcome) -> &TaskError {
+    match outcome.failure() {
+        Some(failure) => &failure.error,
+        None => panic!("expected a failure, the task {outcome}"),
+    }
+}
+
+fn assert_cancelled(outcome: &TaskOutcome) {
+    assert!(
+        matches!(outcome, TaskOutcome::Cancelled),
+        "expected a cancelled task, it {outcome}"
+    );
+}
+
+/// Waits (hang guard only; polling, as nothing signals a detached thread's end) until no
+/// thread named `prefix*` is left.
+fn wait_no_threads(prefix: &str) {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let left = threads_named(prefix);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "threads never ended: {left:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Cancels `t` and fails unless `cancel` returned while the user code blocked on `blocked`
+/// still waited (`blocked` is opened afterwards; pass a fresh latch when nothing blocks).
+fn cancel_at_once(t: &Task, blocked: &Latch, while_what: &str) {
+    if let Waited::Blocked(()) = t.cancel_while_blocked(blocked) {
+        panic!("cancel() did not return while {while_what} (it waits for the task to end)");
+    }
+}
+
+fn rec(value: u64) -> StreamElement<u64> {
+    StreamElement::Record(StreamRecord::new(value))
+}
+
+// ---- the suite ----------------------------------------------------------------------------------
+
+#[test]
+fn smoke() {
+    each(cases(&KINDS), |model, kind| {
+        let t = started(model, kind, &Spec::new("SM"));
+        pass(&t, 1);
+        t.end();
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert_eq!(out_values(&log), vec![1]);
+    });
+}
+
+#[test]
+fn a_checkpoint_runs_in_flinks_order_and_the_ack_holds_every_state() {
+    // Prepare pre-barrier, forward the barrier, snapshot the source, snapshot the chain, ack.
+    each(cases(&KINDS), |model, kind| {
+        let t = started(model, kind, &Spec::new("CK"));
+        pass(&t, 1);
+        t.checkpoint(1);
+        let snapshot = t.ack(1);
+        let log = t.log.all();
+        let barrier = barrier_pos(&log, 1);
+        for &p in probes(kind) {
+            assert!(
+                pos(&log, &Ev::Prepare(p, 1)) < barrier,
+                "{p} prepares before the barrier leaves: {log:?}"
+            );
+            assert!(
+                barrier < pos(&log, &Ev::Snapshot(p, 1)),
+                "the barrier leaves before {p} snapshots: {log:?}"
+            );
+        }
+        if kind == Kind::Source {
+            let source = pos(&log, &Ev::SourceSnapshot);
+            assert!(barrier < source, "barrier, then source state: {log:?}");
+            assert!(
+                source < pos(&log, &Ev::Snapshot("p0", 1)),
+                "source state, then the chain: {log:?}"
+            );
+            assert_eq!(
+                decode_u64(&snapshot, TaskSnapshot::SOURCE),
+                1,
+                "{snapshot:?}"
+            );
+            assert_eq!(decode_u64(&snapshot, &TaskSnapshot::operator_key(0)), 1);
+        }
+        if kind == Kind::OneInput {
+            assert_eq!(decode_u64(&snapshot, &TaskSnapshot::operator_key(0)), 1);
+        }
+        if kind == Kind::Async {
+            assert_eq!(async_inputs(&snapshot, 0), Vec::<u64>::new());
+        }
+        if kind != Kind::Source {
+            assert!(snapshot.get(TaskSnapshot::SOURCE).is_none(), "{snapshot:?}");
+        }
+        if probes(kind).contains(&"p0") {
+            assert!(
+                pos(&log, &Ev::Snapshot("p0", 1)) < pos(&log, &Ev::Snapshot("p1", 1)),
+                "the chain snapshots head to tail: {log:?}"
+            );
+        }
+        assert_eq!(
+            decode_u64(&snapshot, &TaskSnapshot::operator_key(P1)),
+            1,
+            "{snapshot:?}"
+        );
+        t.end();
+        let (outcome, _) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+    });
+}
+
+#[test]
+fn complete_and_abort_notices_reach_the_chain() {
+    each(cases(&KINDS), |model, kind| {
+        let t = started(model, kind, &Spec::new("NT"));
+        pass(&t, 1);
+        t.checkpoint(1);
+        t.ack(1);
+        t.notify_complete(1);
+        for &p in probes(kind) {
+            t.log.wait_ev(Ev::Complete(p, 1));
+        }
+        if model == Model::Mailbox && kind == Kind::Source {
+            t.log.wait_ev(Ev::SourceComplete(1));
+        }
+        t.notify_aborted(2);
+        for &p in probes(kind) {
+            t.log.wait_ev(Ev::Aborted(p, 2));
+        }
+        t.end();
+        let (outcome, _) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+    });
+}
+
+#[test]
+fn an_abort_notice_releases_channels_held_for_alignment() {
+    // Drift 2: legacy input tasks never release.
+    each(
+        cases(&[Kind::OneInput, Kind::TwoInput, Kind::Async]),
+        |model, kind| {
+            let t = started(model, kind, &Spec::new("AB"));
+            let is_async = kind == Kind::Async;
+            t.send(
+                0,
+                StreamElement::Barrier(streamtask_core::CheckpointBarrier::new(1, 0)),
+            );
+            t.send(0, rec(5)); // held: channel 0 is aligning checkpoint 1
+            t.send(1, rec(6)); // flows: channel 1 has not seen the barrier
+            if is_async {
+                assert_eq!(t.invoked(1), vec![6]);
+            } else {
+                t.log.wait_ev(Ev::Record("p1", 6));
+            }
+            t.notify_aborted(1);
+            t.log.wait_ev(Ev::Aborted("p1", 1));
+            if is_async {
+                assert_eq!(t.invoked(2), vec![6, 5], "the held channel flows again");
+                t.complete_call(6, vec![6]);
+                t.complete_call(5, vec![5]);
+            }
+            t.log.wait_ev(Ev::Record("p1", 5));
+            t.end();
+            let (outcome, _) = t.join();
+            assert!(outcome.is_finished(), "the task {outcome}");
+        },
+    );
+}
+
+#[test]
+fn end_of_input_runs_head_to_tail_with_drains_then_finish_then_end_of_output() {
+    each(cases(&KINDS), |model, kind| {
+        let t = started(model, kind, &Spec::new("EI"));
+        let results_before_end = match kind {
+            Kind::Async => {
+                // Two calls in flight when the input ends: their results reach p1 before its
+                // end_input (FLINK-13491).
+                t.record(1);
+                t.record(2);
+                t.end();
+                assert_eq!(t.invoked(2), vec![1, 2]);
+                t.complete_call(1, vec![10]);
+                t.complete_call(2, vec![20]);
+                vec![10, 20]
+            }
+            Kind::TwoInput => {
+                t.send(0, rec(1));
+                t.send(1, rec(2));
+                t.end();
+                vec![1, 2]
+            }
+            _ => {
+                t.record(1);
+                t.end();
+                vec![1]
+            }
+        };
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        let end_p1 = pos(&log, &Ev::EndInput("p1"));
+        for v in results_before_end {
+            assert!(
+                pos(&log, &Ev::Record("p1", v)) < end_p1,
+                "{v} reaches p1 before its end_input: {log:?}"
+            );
+        }
+        assert_eq!(count(&log, &Ev::EndInput("p1")), 1, "{log:?}");
+        let names = probes(kind);
+        for pair in names.windows(2) {
+            assert!(
+                pos(&log, &Ev::EndInput(pair[0])) < pos(&log, &Ev::EndInput(pair[1])),
+                "end_input head to tail: {log:?}"
+            );
+            assert!(
+                pos(&log, &Ev::Finish(pair[0])) < pos(&log, &Ev::Finish(pair[1])),
+                "finish head to tail: {log:?}"
+            );
+        }
+        let first_finish = pos(&log, &Ev::Finish(names[0]));
+        for &p in names {
+            assert!(
+                pos(&log, &Ev::EndInput(p)) < first_finish,
+                "every end_input before any finish: {log:?}"
+            );
+        }
+        let end_of_output = pos(&log, &Ev::Out(Emitted::EndOfInput));
+        assert!(
+            pos(&log, &Ev::Finish("p1")) < end_of_output,
+            "finish, then end of output: {log:?}"
+        );
+        assert_eq!(
+            log.last(),
+            Some(&Ev::Close("p1")),
+            "closed last, after end of output: {log:?}"
+        );
+    });
+}
+
+#[test]
+fn a_failing_operator_fails_the_task_with_its_error() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("FO");
+        spec.faults.fail_on = Some(7);
+        let t = started(model, kind, &spec);
+        t.record(7);
+        if kind == Kind::Async {
+            t.invoked(1);
+            t.complete_call(7, vec![7]);
+        }
+        let (outcome, _) = t.join();
+        let error = the_error(&outcome);
+        assert!(
+            caused_by(error, user_error_of("p1")),
+            "the failure names p1's error: {error:?}"
+        );
+    });
+}
+
+#[test]
+fn a_failing_timer_fails_the_task_with_its_error() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("FT");
+        spec.faults.timer_at = Some(10);
+        spec.faults.timer = TimerAct::Fail;
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        t.clock.advance(20);
+        t.log.wait_ev(Ev::Timer("p1"));
+        let (outcome, _) = t.join();
+        let error = the_error(&outcome);
+        assert!(
+            caused_by(error, user_error_of("p1")),
+            "the failure names p1's timer error: {error:?}"
+        );
+    });
+}
+
+#[test]
+fn a_failing_snapshot_declines_the_checkpoint_and_fails_the_task_with_its_error() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("FS");
+        spec.faults.fail_snapshot = true;
+        let t = started(model, kind, &spec);
+        pass(&t, 1);
+        t.checkpoint(1);
+        match t.report() {
+            TaskReport::Declined { checkpoint: 1, .. } => {}
+            other => panic!("expected checkpoint 1 declined, got {other:?}"),
+        }
+        let (outcome, _) = t.join();
+        let error = the_error(&outcome);
+        assert!(
+            caused_by(error, user_error_of("p1")),
+            "the failure names p1's snapshot error: {error:?}"
+        );
+    });
+}
+
+#[test]
+fn a_failing_source_fails_the_task_with_its_error() {
+    each(cases(&[Kind::Source]), |model, kind| {
+        let t = started(model, kind, &Spec::new("FE"));
+        t.script.push(Cmd::Fail);
+        let (outcome, _) = t.join();
+        let error = the_error(&outcome);
+        assert!(
+            caused_by(error, user_error_of("src")),
+            "the failure names the source's error: {error:?}"
+        );
+    });
+}
+
+#[test]
+fn a_panicking_source_fails_the_task_with_its_panic_message() {
+    each(cases(&[Kind::Source]), |model, kind| {
+        let t = started(model, kind, &Spec::new("FP"));
+        t.script.push(Cmd::Panic);
+        let (outcome, _) = t.join();
+        match the_error(&outcome) {
+            // A panic message stays a string: it is one.
+            TaskError::Panic(message) => {
+                assert!(
+                    message.contains("the source panicked on purpose"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a panic, got {other:?}"),
+        }
+    });
+}
+
+// ---- cancel in every phase ------------------------------------------------------------------------
+
+#[test]
+fn cancel_while_idle_ends_the_task_and_leaves_no_thread() {
+    each(cases(&KINDS), |model, kind| {
+        let t = started(model, kind, &Spec::new("XI"));
+        t.log.wait_ev(Ev::Open("p1"));
+        cancel_at_once(&t, &Latch::default(), "the task was idle");
+        let (outcome, _) = t.join();
+        assert_cancelled(&outcome);
+    });
+}
+
+#[test]
+fn cancel_while_records_flow_ends_the_task_and_leaves_no_thread() {
+    each(
+        cases(&[Kind::Source, Kind::OneInput, Kind::TwoInput]),
+        |model, kind| {
+            let t = started(model, kind, &Spec::new("XH"));
+            std::thread::scope(|s| {
+                if t.is_source() {
+                    t.script.push(Cmd::Hot);
+                } else {
+                    for channel in 0..t.channels() {
+                        let tx = t.sender(channel);
+                        // Feeds until the task drops its input.
+                        s.spawn(move || while tx.send(rec(HOT)).is_ok() {});
+                    }
+                }
+                t.log.wait_hot(1000);
+                cancel_at_once(&t, &Latch::default(), "records flowed");
+                let (outcome, _) = t.join();
+                assert_cancelled(&outcome);
+            });
+        },
+    );
+}
+
+#[test]
+fn cancel_reaches_a_legacy_source_blocked_holding_the_checkpoint_lock() {
+    each(
+        vec![(Model::Legacy, Kind::Source), (Model::Bridge, Kind::Source)],
+        |model, kind| {
+            let t = started(model, kind, &Spec::new("XL"));
+            t.script.push(Cmd::BlockHoldingLock);
+            t.log.wait_ev(Ev::SourceBlocked);
+            cancel_at_once(&t, &Latch::default(), "the source blocked holding the lock");
+            let (outcome, _) = t.join();
+            assert_cancelled(&outcome);
+        },
+    );
+}
+
+#[test]
+fn cancel_while_the_async_queue_is_full_ends_the_task_and_leaves_no_thread() {
+    let mut all = cases(&[Kind::Async]);
+    all.extend([
+        (Model::Mailbox, Kind::AsyncSource),
+        (Model::Bridge, Kind::AsyncSource),
+    ]);
+    each(all, |model, kind| {
+        let mut spec = Spec::new("XA");
+        spec.capacity = 2;
+        let t = started(model, kind, &spec);
+        for x in 1..=3 {
+            t.record(x);
+        }
+        assert_eq!(t.invoked(2), vec![1, 2]);
+        cancel_at_once(&t, &Latch::default(), "the async queue was full");
+        let (outcome, _) = t.join();
+        assert_cancelled(&outcome);
+    });
+}
+
+#[test]
+fn cancel_while_a_timer_callback_runs_returns_at_once_and_leaves_no_thread() {
+    // Drift 3: legacy's cancel waits for the task to end (up to the grace).
+    each(cases(&KINDS), |model, kind| {
+        let latch = Latch::default();
+        let mut spec = Spec::new("XT");
+        spec.faults.timer_at = Some(10);
+        spec.faults.timer = TimerAct::Block(latch.clone());
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        t.clock.advance(20);
+        t.log.wait_ev(Ev::Timer("p1"));
+        cancel_at_once(&t, &latch, "the timer callback ran");
+        let (outcome, _) = t.join();
+        assert_cancelled(&outcome);
+    });
+}
+
+#[test]
+fn cancel_while_a_checkpoint_is_in_progress_returns_at_once_and_leaves_no_thread() {
+    // Drift 3 again: the snapshot holds the task, legacy's cancel waits for it.
+    each(cases(&KINDS), |model, kind| {
+        let latch = Latch::default();
+        let mut spec = Spec::new("XC");
+        spec.faults.block_snapshot = Some(latch.clone());
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        t.checkpoint(1);
+        t.log.wait_ev(Ev::Snapshot("p1", 1));
+        cancel_at_once(&t, &latch, "the snapshot ran");
+        let (outcome, _) = t.join();
+        assert_cancelled(&outcome);
+    });
+}
+
+#[test]
+fn join_reports_ignored_cancellation_after_the_grace_and_leaves_only_the_stuck_thread() {
+    // The documented bound: once stopping, join waits at most the grace, then reports
+    // CancellationIgnored; only the thread running the stuck user code is left behind.
+    each(cases(&[Kind::Source, Kind::OneInput]), |model, kind| {
+        let stuck = Latch::default();
+        let mut spec = Spec::new("XG");
+        spec.grace = Duration::from_millis(50);
+        if kind == Kind::OneInput {
+            spec.faults.stuck_on = Some((5, stuck.clone()));
+        }
+        let mut t = started(model, kind, &spec);
+        t.hold(&stuck);
+        if kind == Kind::Source {
+            t.script.push(Cmd::Stuck(stuck.clone()));
+        } else {
+            t.record(5);
+        }
+        t.log.wait_ev(Ev::Stuck);
+        cancel_at_once(&t, &Latch::default(), "user code ignored cancellation");
+        let name = t.name.clone();
+        let (waited, t) = t.join_guarded();
+        let outcome = match waited {
+            Waited::Returned(outcome) => outcome,
+            Waited::Blocked(_) => panic!("join() waited past the grace for a stuck task"),
+        };
+        assert!(
+            matches!(the_error(&outcome), TaskError::CancellationIgnored { .. }),
+            "expected CancellationIgnored, the task {outcome}"
+        );
+        let left = threads_named(&name);
+        assert_eq!(left.len(), 1, "only the stuck thread is left: {left:?}");
+        stuck.open();
+        wait_no_threads(&name);
+        drop(t);
+    });
+}
+
+// ---- a barrier behind a full async queue --------------------------------------------------------
+
+#[test]
+fn a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion() {
+    // Drift 1: a mailbox input task waits for a completion to free a slot before it reads the
+    // barrier. (Legacy has no source task with an async operator: FLINK-13063.)
+    let mut all = cases(&[Kind::Async]);
+    all.extend([
+        (Model::Mailbox, Kind::AsyncSource),
+        (Model::Bridge, Kind::AsyncSource),
+    ]);
+    each(all, |model, kind| {
+        let mut spec = Spec::new("BQ");
+        spec.capacity = 2;
+        let t = started(model, kind, &spec);
+        t.record(1);
+        t.record(2);
+        assert_eq!(t.invoked(2), vec![1, 2]);
+        t.checkpoint(1);
+        let snapshot = t.ack(1); // nothing has completed yet
+        assert_eq!(async_inputs(&snapshot, 0), vec![1, 2], "{snapshot:?}");
+        if kind == Kind::AsyncSource {
+            // The source's position is in the ack too (the bridge's handoff reader keeps its
+            // own format: the function's state plus the handoff's contents).
+            assert!(snapshot.get(TaskSnapshot::SOURCE).is_some(), "{snapshot:?}");
+            if model == Model::Mailbox {
+                assert_eq!(
+                    decode_u64(&snapshot, TaskSnapshot::SOURCE),
+                    2,
+                    "{snapshot:?}"
+                );
+            }
+        }
+        t.complete_call(1, vec![10]);
+        t.complete_call(2, vec![20]);
+        t.end();
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert_eq!(out_values(&log), vec![10, 20]);
+    });
+}
+
+#[test]
+fn every_model_has_every_task_kind() {
+    // The adapter's table: only the legacy model lacks a source task with an async operator.
+    for model in MODELS {
+        for kind in KINDS {
+            assert!(
+                start(model, kind, &Spec::new("KD")).is_some(),
+                "{model:?}/{kind:?}"
+            );
+        }
+    }
+    assert!(start(Model::Legacy, Kind::AsyncSource, &Spec::new("KD")).is_none());
+}

@@ -1,0 +1,573 @@
+//! The adapter: `Model` x `Kind` -> a started task behind one [`Task`] handle. This is the only
+//! file that names a model crate's task types; re-point it when the runtime kit lands.
+//!
+//! | kind | legacy | mailbox | bridge (as the job layer builds it, `src/job/graph.rs`) |
+//! |---|---|---|---|
+//! | `Source` | `SourceStreamTask` (scripted `SourceFunction`) -> p0 -> p1 | `SourceTask` (scripted `SourceReader`) -> p0 -> p1 | `LegacySourceStreamTask` (the same `SourceFunction`) -> p0 -> p1 |
+//! | `OneInput` | `OneInputStreamTask`, 2 channels, p0 -> p1 | `OneInputTask`, 2 channels, p0 -> p1 | the mailbox's |
+//! | `TwoInput` | `TwoInputStreamTask`, co-map -> p1 | `TwoInputTask`, co-map -> p1 | the mailbox's |
+//! | `Async` | `AsyncWaitStreamTask`, 2 channels, async head -> p1 | `OneInputTask`, 2 channels, `AsyncWaitOperator` -> p1 | the mailbox's |
+//! | `AsyncSource` | none: an async operator heads its task (FLINK-13063) | `SourceTask` (reader) -> `AsyncWaitOperator` -> p1 | `SourceTask` (`HandoffReader` over the `SourceFunction`) -> `AsyncWaitOperator` -> p1 |
+//!
+//! Only [`Handle`] and [`start`] name a model's types; everything below them is
+//! model-agnostic test plumbing. Seams the runtime kit must provide are the functions named
+//! `seam_*`.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use crossbeam::channel::{Receiver, unbounded};
+use streamtask_core::async_io::{AsyncConfig, OutputMode};
+use streamtask_core::channel::{InputGate, Sender, TwoInputGate, bounded};
+use streamtask_core::operator::{Chain, CoMap, TwoInputChain};
+use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
+use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
+use streamtask_core::{
+    CheckpointBarrier, Clock, ManualClock, StreamElement, StreamRecord, TaskOutcome, TaskSnapshot,
+    TriggerError,
+};
+
+use super::parts::{
+    Cmd, Ev, Faults, GUARD, Latch, Log, Probe, Recorder, Script, ScriptedReader, ScriptedSource,
+    TimerAct, threads_named,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Model {
+    Legacy,
+    Mailbox,
+    Bridge,
+}
+
+pub(crate) const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Source,
+    OneInput,
+    TwoInput,
+    Async,
+    /// A source task with an async operator chained behind its source.
+    AsyncSource,
+}
+
+/// The four task kinds every model has.
+pub(crate) const KINDS: [Kind; 4] = [Kind::Source, Kind::OneInput, Kind::TwoInput, Kind::Async];
+
+/// Every model with every kind in `kinds`.
+pub(crate) fn cases(kinds: &[Kind]) -> Vec<(Model, Kind)> {
+    MODELS
+        .iter()
+        .flat_map(|&m| kinds.iter().map(move |&k| (m, k)))
+        .collect()
+}
+
+/// Runs `test` for every case, each to its end, and then fails listing the cases that failed
+/// (so one run shows every model and kind that drifts, not only the first).
+pub(crate) fn each(cases: Vec<(Model, Kind)>, test: impl Fn(Model, Kind)) {
+    let mut failed = Vec::new();
+    for (model, kind) in cases {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| test(model, kind))) {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                .unwrap_or_default();
+            failed.push(format!("{model:?}/{kind:?}: {message}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} case(s) failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// Longer than [`GUARD`], so a `cancel` or `join` that waits for the grace shows up as
+/// blocked, not merely slow.
+pub(crate) const LONG_GRACE: Duration = Duration::from_secs(600);
+
+/// What a test asks of its task.
+#[derive(Clone)]
+pub(crate) struct Spec {
+    /// Two characters unique to the test; the task's name (and so its threads' names) is this
+    /// plus a model and a kind letter. Upper case, so it never matches a test thread's name.
+    pub(crate) id: &'static str,
+    /// Faults of the tail operator `p1`.
+    pub(crate) faults: Faults,
+    /// The async queue's capacity.
+    pub(crate) capacity: usize,
+    /// How long a stopping task may take before `join` reports `CancellationIgnored`.
+    pub(crate) grace: Duration,
+}
+
+impl Spec {
+    pub(crate) fn new(id: &'static str) -> Self {
+        assert_eq!(id.len(), 2, "a test id has two characters");
+        Spec {
+            id,
+            faults: Faults::default(),
+            capacity: 4,
+            grace: LONG_GRACE,
+        }
+    }
+}
+
+enum Handle {
+    Legacy(streamtask_legacy::TaskHandle),
+    Mailbox(streamtask_mailbox::TaskHandle),
+    Bridge(streamtask_bridge::TaskHandle),
+}
+
+impl Handle {
+    fn trigger(&self, barrier: CheckpointBarrier) -> Result<(), TriggerError> {
+        match self {
+            Handle::Legacy(h) => h.trigger_checkpoint(barrier),
+            Handle::Mailbox(h) => h.trigger_checkpoint(barrier),
+            Handle::Bridge(h) => h.trigger_checkpoint(barrier),
+        }
+    }
+
+    fn notify(&self, id: u64, completed: bool) {
+        match (self, completed) {
+            (Handle::Legacy(h), true) => h.notify_checkpoint_complete(id),
+            (Handle::Legacy(h), false) => h.notify_checkpoint_aborted(id),
+            (Handle::Mailbox(h), true) => h.notify_checkpoint_complete(id),
+            (Handle::Mailbox(h), false) => h.notify_checkpoint_aborted(id),
+            (Handle::Bridge(h), true) => h.notify_checkpoint_complete(id),
+            (Handle::Bridge(h), false) => h.notify_checkpoint_aborted(id),
+        }
+    }
+
+    fn cancel(&self) {
+        match self {
+            Handle::Legacy(h) => h.cancel(),
+            Handle::Mailbox(h) => h.cancel(),
+            Handle::Bridge(h) => h.cancel(),
+        }
+    }
+
+    fn join(self) -> TaskOutcome {
+        match self {
+            Handle::Legacy(h) => h.join(),
+            Handle::Mailbox(h) => h.join(),
+            Handle::Bridge(h) => h.join(),
+        }
+    }
+}
+
+/// Seam: a settable cancel grace for mailbox tasks. Today `OneInputTask`/`TwoInputTask`/
+/// `SourceTask::spawn` take no grace and their `join` waits as long as the task thread runs;
+/// the kit's one cancel/join contract gives every model the grace (put it on `TaskConfig` or on
+/// a builder, and change only this function).
+fn seam_mailbox_cancel_grace(config: TaskConfig, grace: Duration) -> TaskConfig {
+    let _ = grace;
+    config
+}
+
+/// A started task of one model and kind, with its scripted inputs and its log.
+pub(crate) struct Task {
+    pub(crate) model: Model,
+    pub(crate) kind: Kind,
+    /// The task's name, the prefix of its threads' names.
+    pub(crate) name: String,
+    pub(crate) log: Log,
+    pub(crate) script: Script,
+    inputs: Vec<Sender<StreamElement<u64>>>,
+    pub(crate) calls: ManualCalls<u64, u64>,
+    pub(crate) clock: ManualClock,
+    reports: Receiver<TaskReport>,
+    /// Opened when the task is dropped, so a failing test never leaves user code blocked.
+    latches: Vec<Latch>,
+    handle: Option<Handle>,
+}
+
+/// Starts `kind` under `model`; `None` where the model has no such task.
+pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
+    let model_letter = match model {
+        Model::Legacy => 'L',
+        Model::Mailbox => 'M',
+        Model::Bridge => 'B',
+    };
+    let kind_letter = match kind {
+        Kind::Source => 'S',
+        Kind::OneInput => 'O',
+        Kind::TwoInput => 'T',
+        Kind::Async => 'A',
+        Kind::AsyncSource => 'Q',
+    };
+    let name = format!("{}{model_letter}{kind_letter}", spec.id);
+    assert!(
+        threads_named(&name).is_empty(),
+        "{name}: threads of an earlier task with this name are still running"
+    );
+    let log = Log::default();
+    let script = Script::default();
+    let clock = ManualClock::new(0);
+    let (reports_tx, reports) = unbounded();
+    let config = TaskConfig::new(name.clone())
+        .with_clock(Clock::Manual(clock.clone()))
+        .with_responder(CheckpointResponder::new(name.clone(), reports_tx));
+    let output = Recorder(log.clone());
+    let p0 = Probe::new("p0", &log, Faults::default());
+    let p1 = Probe::new("p1", &log, spec.faults.clone());
+    let function = ManualAsyncFunction::new();
+    let calls = function.calls();
+    let async_config = AsyncConfig::new(OutputMode::Ordered, spec.capacity);
+    let source = ScriptedSource {
+        script: script.clone(),
+        log: log.clone(),
+    };
+    let reader = ScriptedReader {
+        script: script.clone(),
+        log: log.clone(),
+        emitted: 0,
+        hot: false,
+    };
+    let mut inputs = Vec::new();
+    let mut channel = || {
+        let (tx, rx) = bounded(64).unwrap();
+        inputs.push(tx);
+        rx
+    };
+    let grace = spec.grace;
+    let handle = match (model, kind) {
+        (Model::Legacy, Kind::Source) => Handle::Legacy(
+            streamtask_legacy::SourceStreamTask::new(config, source, Chain::new(p0, p1), output)
+                .with_cancel_grace(grace)
+                .spawn(),
+        ),
+        (Model::Mailbox, Kind::Source) => Handle::Mailbox(streamtask_mailbox::SourceTask::spawn(
+            seam_mailbox_cancel_grace(config, grace),
+            reader,
+            Chain::new(p0, p1),
+            output,
+        )),
+        (Model::Bridge, Kind::Source) => Handle::Bridge(
+            streamtask_bridge::LegacySourceStreamTask::new(
+                config,
+                source,
+                Chain::new(p0, p1),
+                output,
+            )
+            .with_cancel_grace(grace)
+            .spawn()
+            .expect("a chain without async operators"),
+        ),
+        (Model::Legacy, Kind::OneInput) => {
+            let gate = InputGate::new(vec![channel(), channel()]).unwrap();
+            Handle::Legacy(
+                streamtask_legacy::OneInputStreamTask::new(
+                    config,
+                    gate,
+                    Chain::new(p0, p1),
+                    output,
+                )
+                .with_cancel_grace(grace)
+                .spawn(),
+            )
+        }
+        (Model::Mailbox | Model::Bridge, Kind::OneInput) => {
+            let gate = InputGate::new(vec![channel(), channel()]).unwrap();
+            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
+                seam_mailbox_cancel_grace(config, grace),
+                gate,
+                Chain::new(p0, p1),
+                output,
+            ))
+        }
+        (Model::Legacy, Kind::TwoInput) => {
+            let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
+            Handle::Legacy(
+                streamtask_legacy::TwoInputStreamTask::new(
+                    config,
+                    gate,
+                    TwoInputChain::new(co_map(), p1),
+                    output,
+                )
+                .with_cancel_grace(grace)
+                .spawn(),
+            )
+        }
+        (Model::Mailbox | Model::Bridge, Kind::TwoInput) => {
+            let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
+            Handle::Mailbox(streamtask_mailbox::TwoInputTask::spawn(
+                seam_mailbox_cancel_grace(config, grace),
+                gate,
+                TwoInputChain::new(co_map(), p1),
+                output,
+            ))
+        }
+        (Model::Legacy, Kind::Async) => {
+            let gate = InputGate::new(vec![channel(), channel()]).unwrap();
+            let head = streamtask_legacy::AsyncHead::new("async", function, async_config).unwrap();
+            Handle::Legacy(
+                streamtask_legacy::AsyncWaitStreamTask::chained(config, gate, head, p1, output)
+                    .unwrap()
+                    .with_cancel_grace(grace)
+                    .spawn(),
+            )
+        }
+        (Model::Mailbox | Model::Bridge, Kind::Async) => {
+            let gate = InputGate::new(vec![channel(), channel()]).unwrap();
+            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
+                .unwrap();
+            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
+                seam_mailbox_cancel_grace(config, grace),
+                gate,
+                Chain::new(op, p1),
+                output,
+            ))
+        }
+        (Model::Legacy, Kind::AsyncSource) => return None,
+        (Model::Mailbox, Kind::AsyncSource) => {
+            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
+                .unwrap();
+            Handle::Mailbox(streamtask_mailbox::SourceTask::spawn(
+                seam_mailbox_cancel_grace(config, grace),
+                reader,
+                Chain::new(op, p1),
+                output,
+            ))
+        }
+        (Model::Bridge, Kind::AsyncSource) => {
+            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
+                .unwrap();
+            let handoff = streamtask_bridge::HandoffReader::new(source)
+                .with_clock(Clock::Manual(clock.clone()))
+                .with_cancel_grace(grace);
+            Handle::Mailbox(streamtask_mailbox::SourceTask::spawn(
+                seam_mailbox_cancel_grace(config, grace),
+                handoff,
+                Chain::new(op, p1),
+                output,
+            ))
+        }
+    };
+    let mut latches = Vec::new();
+    let faults = &spec.faults;
+    latches.extend(faults.stuck_on.as_ref().map(|(_, l)| l.clone()));
+    latches.extend(faults.block_snapshot.clone());
+    if let TimerAct::Block(latch) = &faults.timer {
+        latches.push(latch.clone());
+    }
+    Some(Task {
+        model,
+        kind,
+        name,
+        log,
+        script,
+        inputs,
+        calls,
+        clock,
+        reports,
+        latches,
+        handle: Some(handle),
+    })
+}
+
+type Identity = fn(u64) -> u64;
+
+fn co_map() -> CoMap<u64, u64, u64, Identity, Identity> {
+    CoMap::new("co-map", (|x| x) as Identity, (|x| x) as Identity)
+}
+
+/// How a guarded wait on a task ended.
+pub(crate) enum Waited<T> {
+    /// It returned within the hang guard (for `cancel_while_blocked`: while the task's user
+    /// code was still blocked).
+    Returned(T),
+    /// It was still blocked after the hang guard; the test opened its latches to end it.
+    Blocked(T),
+}
+
+impl Task {
+    fn handle(&self) -> &Handle {
+        self.handle.as_ref().expect("the task is not joined yet")
+    }
+
+    pub(crate) fn is_source(&self) -> bool {
+        matches!(self.kind, Kind::Source | Kind::AsyncSource)
+    }
+
+    /// Opens `latch` when the task is dropped (a latch the test blocks user code on).
+    pub(crate) fn hold(&mut self, latch: &Latch) {
+        self.latches.push(latch.clone());
+    }
+
+    /// The source emits `value`, or `value` arrives on the first input channel.
+    pub(crate) fn record(&self, value: u64) {
+        if self.is_source() {
+            self.script.push(Cmd::Emit(value));
+        } else {
+            self.send(0, StreamElement::Record(StreamRecord::new(value)));
+        }
+    }
+
+    /// `element` arrives on input channel `channel` (an input task's).
+    pub(crate) fn send(&self, channel: usize, element: StreamElement<u64>) {
+        assert!(!self.is_source(), "a source task has no input channels");
+        self.inputs[channel]
+            .send(element)
+            .unwrap_or_else(|_| panic!("channel {channel} of {} is closed", self.name));
+    }
+
+    /// The number of input channels (0 for a source task).
+    pub(crate) fn channels(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// A clone of input channel `channel`'s sender.
+    pub(crate) fn sender(&self, channel: usize) -> Sender<StreamElement<u64>> {
+        self.inputs[channel].clone()
+    }
+
+    /// Starts checkpoint `id`: a trigger on a source task, a barrier on every channel of an
+    /// input task.
+    pub(crate) fn checkpoint(&self, id: u64) {
+        let barrier = CheckpointBarrier::new(id, 0);
+        if self.is_source() {
+            self.handle().trigger(barrier).expect("a source task");
+        } else {
+            for channel in 0..self.inputs.len() {
+                self.send(channel, StreamElement::Barrier(barrier));
+            }
+        }
+    }
+
+    /// The source ends, or every input channel ends.
+    pub(crate) fn end(&self) {
+        if self.is_source() {
+            self.script.push(Cmd::End);
+        } else {
+            for channel in 0..self.inputs.len() {
+                self.send(channel, StreamElement::EndOfInput);
+            }
+        }
+    }
+
+    /// The next checkpoint report (hang guard only).
+    pub(crate) fn report(&self) -> TaskReport {
+        self.reports.recv_timeout(GUARD).unwrap_or_else(|_| {
+            panic!(
+                "{}: no checkpoint report; log {:?}",
+                self.name,
+                self.log.all()
+            )
+        })
+    }
+
+    /// The next report, which must acknowledge `id`; its snapshot.
+    pub(crate) fn ack(&self, id: u64) -> TaskSnapshot {
+        match self.report() {
+            TaskReport::Acknowledged {
+                checkpoint,
+                snapshot,
+                ..
+            } if checkpoint == id => snapshot,
+            other => panic!("expected the ack of checkpoint {id}, got {other:?}"),
+        }
+    }
+
+    pub(crate) fn notify_complete(&self, id: u64) {
+        self.handle().notify(id, true);
+    }
+
+    pub(crate) fn notify_aborted(&self, id: u64) {
+        self.handle().notify(id, false);
+    }
+
+    /// Waits until `n` async calls were made; their inputs, in call order.
+    pub(crate) fn invoked(&self, n: usize) -> Vec<u64> {
+        self.calls
+            .wait_for_invocations(n)
+            .into_iter()
+            .map(|c| c.input)
+            .collect()
+    }
+
+    /// Completes the async call for `input` with `values`.
+    pub(crate) fn complete_call(&self, input: u64, values: Vec<u64>) {
+        assert!(
+            self.calls.complete(&input, values),
+            "call {input} completed twice"
+        );
+    }
+
+    /// Cancels the task while its user code is blocked on `blocked`, which is opened only
+    /// after `cancel` returned (or, if `cancel` is still blocked after the hang guard, then).
+    pub(crate) fn cancel_while_blocked(&self, blocked: &Latch) -> Waited<()> {
+        let handle = self.handle();
+        std::thread::scope(|s| {
+            let (returned_tx, returned) = crossbeam::channel::bounded(1);
+            s.spawn(move || {
+                handle.cancel();
+                let _ = returned_tx.send(());
+            });
+            let waited = match returned.recv_timeout(GUARD) {
+                Ok(()) => Waited::Returned(()),
+                Err(_) => Waited::Blocked(()),
+            };
+            blocked.open();
+            waited
+        })
+    }
+
+    /// Joins the task (hang guard only: a `join` still blocked after it fails the test), then
+    /// checks that none of its threads is left.
+    pub(crate) fn join(self) -> (TaskOutcome, Vec<Ev>) {
+        let (waited, mut t) = self.join_guarded();
+        let outcome = match waited {
+            Waited::Returned(outcome) => outcome,
+            Waited::Blocked(outcome) => panic!(
+                "{}: join() did not return (it did once the test unblocked the task: {outcome})",
+                t.name
+            ),
+        };
+        t.inputs.clear();
+        let (name, model, kind, log) = (t.name.clone(), t.model, t.kind, t.log.clone());
+        drop(t);
+        let left = threads_named(&name);
+        assert!(
+            left.is_empty(),
+            "{name} ({model:?}/{kind:?}): threads left after join: {left:?} (outcome {outcome})"
+        );
+        (outcome, log.all())
+    }
+
+    /// Joins the task with a hang guard: if `join` is still blocked after it, opens the
+    /// task's latches so it can end. Does not check threads (see [`threads_named`]).
+    pub(crate) fn join_guarded(mut self) -> (Waited<TaskOutcome>, Task) {
+        let handle = self.handle.take().expect("joined once");
+        let latches = self.latches.clone();
+        let waited = std::thread::scope(|s| {
+            let (joined_tx, joined) = crossbeam::channel::bounded(1);
+            s.spawn(move || {
+                let _ = joined_tx.send(handle.join());
+            });
+            match joined.recv_timeout(GUARD) {
+                Ok(outcome) => Waited::Returned(outcome),
+                Err(_) => {
+                    latches.iter().for_each(Latch::open);
+                    Waited::Blocked(joined.recv().expect("join returns once unblocked"))
+                }
+            }
+        });
+        (waited, self)
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // A failing test: unblock user code first, so the handle's own drop (cancel + join)
+        // does not wait for the grace.
+        self.latches.iter().for_each(Latch::open);
+        self.script.cancel();
+        self.inputs.clear();
+        if let Some(handle) = self.handle.take() {
+            handle.cancel();
+            drop(handle.join());
+        }
+    }
+}
