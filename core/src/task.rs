@@ -177,14 +177,15 @@ pub enum TaskError {
     /// User code panicked; the panic's message.
     #[error("panicked: {0}")]
     Panic(String),
-    /// Taking a snapshot failed; the checkpoint was declined.
+    /// Taking a snapshot failed; the checkpoint was declined. (A panic while snapshotting is a
+    /// [`TaskError::Panic`]; the decline names the checkpoint.)
     #[error("checkpoint {checkpoint} failed: {source}")]
     Checkpoint {
         /// The checkpoint.
         checkpoint: u64,
-        /// What the snapshot failed with (an operator error or a panic).
+        /// What the snapshot failed with.
         #[source]
-        source: Box<TaskError>,
+        source: OperatorError,
     },
     /// A source kept running after cancellation for longer than the grace period.
     #[error(
@@ -221,7 +222,7 @@ impl TaskError {
             TaskError::InputClosed { .. } => true,
             TaskError::Operator(error) => error.is_output_closed(),
             // A snapshot that could not broadcast its barrier: the downstream task is gone.
-            TaskError::Checkpoint { source, .. } => source.is_consequence(),
+            TaskError::Checkpoint { source, .. } => source.is_output_closed(),
             _ => false,
         }
     }

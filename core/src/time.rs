@@ -390,21 +390,26 @@ impl TimerScheduler {
         self.shared.changed.notify_all();
     }
 
+    /// Shuts the scheduler down without waiting for its thread: the thread ends at once unless
+    /// a `fire` is running (then once it returns); [`shutdown`](Self::shutdown) joins it. For a
+    /// task that gives up on a stuck thread and must not wait behind it. Idempotent.
+    pub fn stop(&self) {
+        let mut queue = self.shared.queue.lock();
+        self.shared
+            .state
+            .store(SchedulerState::ShutDown as u8, Ordering::Release);
+        queue.timers.clear();
+        queue.epoch += 1;
+        self.shared.changed.notify_all();
+    }
+
     /// Shuts the scheduler down and joins its thread. Idempotent.
     ///
     /// # Panics
     ///
     /// Must not be called from inside `fire` (the thread cannot join itself); doing so panics.
     pub fn shutdown(&self) {
-        {
-            let mut queue = self.shared.queue.lock();
-            self.shared
-                .state
-                .store(SchedulerState::ShutDown as u8, Ordering::Release);
-            queue.timers.clear();
-            queue.epoch += 1;
-            self.shared.changed.notify_all();
-        }
+        self.stop();
         let handle = self.thread.lock().take();
         if let Some(handle) = handle {
             assert!(

@@ -169,6 +169,17 @@ impl SystemProcessingTimeService {
         self.scheduler.quiesce();
     }
 
+    /// Shuts the service down without waiting for its thread (see [`TimerScheduler::stop`]):
+    /// for a task giving up on a thread that holds the checkpoint lock a timer may wait for.
+    /// Idempotent; [`shutdown`](Self::shutdown) still joins.
+    ///
+    /// [`TimerScheduler::stop`]: streamtask_core::TimerScheduler::stop
+    pub fn stop(&self) {
+        self.status
+            .store(TimerStatus::ShutDown as u8, Ordering::Release);
+        self.scheduler.stop();
+    }
+
     /// Shuts the service down and joins its thread. Idempotent.
     ///
     /// # Panics

@@ -1,5 +1,5 @@
 //! The adapter: `Model` x `Kind` -> a started task behind one [`Task`] handle. This is the only
-//! file that names a model crate's task types; re-point it when the runtime kit lands.
+//! file that names a model crate's task types.
 //!
 //! | kind | legacy | mailbox | bridge (as the job layer builds it, `src/job/graph.rs`) |
 //! |---|---|---|---|
@@ -10,8 +10,8 @@
 //! | `AsyncSource` | none: an async operator heads its task (FLINK-13063) | `SourceTask` (reader) -> `AsyncWaitOperator` -> p1 | `SourceTask` (`HandoffReader` over the `SourceFunction`) -> `AsyncWaitOperator` -> p1 |
 //!
 //! Only [`Handle`] and [`start`] name a model's types; everything below them is
-//! model-agnostic test plumbing. Seams the runtime kit must provide are the functions named
-//! `seam_*`.
+//! model-agnostic test plumbing; every model returns the kit's one
+//! [`TaskHandle`](streamtask_core::runtime::TaskHandle).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
@@ -24,7 +24,6 @@ use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
 use streamtask_core::{
     CheckpointBarrier, Clock, ManualClock, StreamElement, StreamRecord, TaskOutcome, TaskSnapshot,
-    TriggerError,
 };
 
 use super::parts::{
@@ -114,57 +113,8 @@ impl Spec {
     }
 }
 
-enum Handle {
-    Legacy(streamtask_legacy::TaskHandle),
-    Mailbox(streamtask_mailbox::TaskHandle),
-    Bridge(streamtask_bridge::TaskHandle),
-}
-
-impl Handle {
-    fn trigger(&self, barrier: CheckpointBarrier) -> Result<(), TriggerError> {
-        match self {
-            Handle::Legacy(h) => h.trigger_checkpoint(barrier),
-            Handle::Mailbox(h) => h.trigger_checkpoint(barrier),
-            Handle::Bridge(h) => h.trigger_checkpoint(barrier),
-        }
-    }
-
-    fn notify(&self, id: u64, completed: bool) {
-        match (self, completed) {
-            (Handle::Legacy(h), true) => h.notify_checkpoint_complete(id),
-            (Handle::Legacy(h), false) => h.notify_checkpoint_aborted(id),
-            (Handle::Mailbox(h), true) => h.notify_checkpoint_complete(id),
-            (Handle::Mailbox(h), false) => h.notify_checkpoint_aborted(id),
-            (Handle::Bridge(h), true) => h.notify_checkpoint_complete(id),
-            (Handle::Bridge(h), false) => h.notify_checkpoint_aborted(id),
-        }
-    }
-
-    fn cancel(&self) {
-        match self {
-            Handle::Legacy(h) => h.cancel(),
-            Handle::Mailbox(h) => h.cancel(),
-            Handle::Bridge(h) => h.cancel(),
-        }
-    }
-
-    fn join(self) -> TaskOutcome {
-        match self {
-            Handle::Legacy(h) => h.join(),
-            Handle::Mailbox(h) => h.join(),
-            Handle::Bridge(h) => h.join(),
-        }
-    }
-}
-
-/// Seam: a settable cancel grace for mailbox tasks. Today `OneInputTask`/`TwoInputTask`/
-/// `SourceTask::spawn` take no grace and their `join` waits as long as the task thread runs;
-/// the kit's one cancel/join contract gives every model the grace (put it on `TaskConfig` or on
-/// a builder, and change only this function).
-fn seam_mailbox_cancel_grace(config: TaskConfig, grace: Duration) -> TaskConfig {
-    let _ = grace;
-    config
-}
+/// Every model's task is the kit's one handle.
+type Handle = streamtask_core::runtime::TaskHandle;
 
 /// A started task of one model and kind, with its scripted inputs and its log.
 pub(crate) struct Task {
@@ -208,7 +158,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
     let (reports_tx, reports) = unbounded();
     let config = TaskConfig::new(name.clone())
         .with_clock(Clock::Manual(clock.clone()))
-        .with_responder(CheckpointResponder::new(name.clone(), reports_tx));
+        .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
+        .with_cancel_grace(spec.grace);
     let output = Recorder(log.clone());
     let p0 = Probe::new("p0", &log, Faults::default());
     let p1 = Probe::new("p1", &log, spec.faults.clone());
@@ -231,118 +182,76 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         inputs.push(tx);
         rx
     };
-    let grace = spec.grace;
     let handle = match (model, kind) {
-        (Model::Legacy, Kind::Source) => Handle::Legacy(
+        (Model::Legacy, Kind::Source) => {
             streamtask_legacy::SourceStreamTask::new(config, source, Chain::new(p0, p1), output)
-                .with_cancel_grace(grace)
-                .spawn(),
-        ),
-        (Model::Mailbox, Kind::Source) => Handle::Mailbox(streamtask_mailbox::SourceTask::spawn(
-            seam_mailbox_cancel_grace(config, grace),
-            reader,
+                .spawn()
+        }
+        (Model::Mailbox, Kind::Source) => {
+            streamtask_mailbox::SourceTask::spawn(config, reader, Chain::new(p0, p1), output)
+        }
+        (Model::Bridge, Kind::Source) => streamtask_bridge::LegacySourceStreamTask::new(
+            config,
+            source,
             Chain::new(p0, p1),
             output,
-        )),
-        (Model::Bridge, Kind::Source) => Handle::Bridge(
-            streamtask_bridge::LegacySourceStreamTask::new(
-                config,
-                source,
-                Chain::new(p0, p1),
-                output,
-            )
-            .with_cancel_grace(grace)
-            .spawn()
-            .expect("a chain without async operators"),
-        ),
+        )
+        .spawn()
+        .expect("a chain without async operators"),
         (Model::Legacy, Kind::OneInput) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
-            Handle::Legacy(
-                streamtask_legacy::OneInputStreamTask::new(
-                    config,
-                    gate,
-                    Chain::new(p0, p1),
-                    output,
-                )
-                .with_cancel_grace(grace)
-                .spawn(),
-            )
+            streamtask_legacy::OneInputStreamTask::new(config, gate, Chain::new(p0, p1), output)
+                .spawn()
         }
         (Model::Mailbox | Model::Bridge, Kind::OneInput) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
-            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-                seam_mailbox_cancel_grace(config, grace),
-                gate,
-                Chain::new(p0, p1),
-                output,
-            ))
+            streamtask_mailbox::OneInputTask::spawn(config, gate, Chain::new(p0, p1), output)
         }
         (Model::Legacy, Kind::TwoInput) => {
             let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
-            Handle::Legacy(
-                streamtask_legacy::TwoInputStreamTask::new(
-                    config,
-                    gate,
-                    TwoInputChain::new(co_map(), p1),
-                    output,
-                )
-                .with_cancel_grace(grace)
-                .spawn(),
-            )
-        }
-        (Model::Mailbox | Model::Bridge, Kind::TwoInput) => {
-            let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
-            Handle::Mailbox(streamtask_mailbox::TwoInputTask::spawn(
-                seam_mailbox_cancel_grace(config, grace),
+            streamtask_legacy::TwoInputStreamTask::new(
+                config,
                 gate,
                 TwoInputChain::new(co_map(), p1),
                 output,
-            ))
+            )
+            .spawn()
+        }
+        (Model::Mailbox | Model::Bridge, Kind::TwoInput) => {
+            let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
+            streamtask_mailbox::TwoInputTask::spawn(
+                config,
+                gate,
+                TwoInputChain::new(co_map(), p1),
+                output,
+            )
         }
         (Model::Legacy, Kind::Async) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
             let head = streamtask_legacy::AsyncHead::new("async", function, async_config).unwrap();
-            Handle::Legacy(
-                streamtask_legacy::AsyncWaitStreamTask::chained(config, gate, head, p1, output)
-                    .unwrap()
-                    .with_cancel_grace(grace)
-                    .spawn(),
-            )
+            streamtask_legacy::AsyncWaitStreamTask::chained(config, gate, head, p1, output)
+                .unwrap()
+                .spawn()
         }
         (Model::Mailbox | Model::Bridge, Kind::Async) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
             let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
-            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-                seam_mailbox_cancel_grace(config, grace),
-                gate,
-                Chain::new(op, p1),
-                output,
-            ))
+            streamtask_mailbox::OneInputTask::spawn(config, gate, Chain::new(op, p1), output)
         }
         (Model::Legacy, Kind::AsyncSource) => return None,
         (Model::Mailbox, Kind::AsyncSource) => {
             let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
-            Handle::Mailbox(streamtask_mailbox::SourceTask::spawn(
-                seam_mailbox_cancel_grace(config, grace),
-                reader,
-                Chain::new(op, p1),
-                output,
-            ))
+            streamtask_mailbox::SourceTask::spawn(config, reader, Chain::new(op, p1), output)
         }
         (Model::Bridge, Kind::AsyncSource) => {
             let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
             let handoff = streamtask_bridge::HandoffReader::new(source)
                 .with_clock(Clock::Manual(clock.clone()))
-                .with_cancel_grace(grace);
-            Handle::Mailbox(streamtask_mailbox::SourceTask::spawn(
-                seam_mailbox_cancel_grace(config, grace),
-                handoff,
-                Chain::new(op, p1),
-                output,
-            ))
+                .with_cancel_grace(spec.grace);
+            streamtask_mailbox::SourceTask::spawn(config, handoff, Chain::new(op, p1), output)
         }
     };
     let mut latches = Vec::new();
@@ -428,7 +337,9 @@ impl Task {
     pub(crate) fn checkpoint(&self, id: u64) {
         let barrier = CheckpointBarrier::new(id, 0);
         if self.is_source() {
-            self.handle().trigger(barrier).expect("a source task");
+            self.handle()
+                .trigger_checkpoint(barrier)
+                .expect("a source task");
         } else {
             for channel in 0..self.inputs.len() {
                 self.send(channel, StreamElement::Barrier(barrier));
@@ -471,11 +382,11 @@ impl Task {
     }
 
     pub(crate) fn notify_complete(&self, id: u64) {
-        self.handle().notify(id, true);
+        self.handle().notify_checkpoint_complete(id);
     }
 
     pub(crate) fn notify_aborted(&self, id: u64) {
-        self.handle().notify(id, false);
+        self.handle().notify_checkpoint_aborted(id);
     }
 
     /// Waits until `n` async calls were made; their inputs, in call order.
@@ -528,7 +439,9 @@ impl Task {
         t.inputs.clear();
         let (name, model, kind, log) = (t.name.clone(), t.model, t.kind, t.log.clone());
         drop(t);
-        let left = threads_named(&name);
+        // A joined thread can still be listed for a moment (the kernel wakes the joiner before
+        // it removes the thread from the group): wait for the listing, hang-guarded.
+        let left = threads_left_after_join(&name);
         assert!(
             left.is_empty(),
             "{name} ({model:?}/{kind:?}): threads left after join: {left:?} (outcome {outcome})"
@@ -569,5 +482,17 @@ impl Drop for Task {
             handle.cancel();
             drop(handle.join());
         }
+    }
+}
+
+/// The threads named `name*` still listed once the hang guard ran out (none, normally at once).
+fn threads_left_after_join(name: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        let left = threads_named(name);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

@@ -314,8 +314,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`TaskError::Checkpoint`] when a step fails or panics; the checkpoint was declined with
-    /// the cause, and the task should fail with it.
+    /// [`TaskError::Checkpoint`] when a step fails ([`TaskError::Panic`] when one panics); the
+    /// checkpoint was declined with the cause, and the task should fail with it.
     pub fn checkpoint(
         &mut self,
         barrier: CheckpointBarrier,
@@ -355,20 +355,20 @@ where
         drop(span);
         self.publish_metrics();
         let responder = &self.env.parts.responder;
-        let cause = match taken {
+        let failure = match taken {
             Ok(Ok(snapshot)) => {
                 metrics.checkpoints.inc();
                 responder.acknowledge(id, snapshot);
                 return Ok(());
             }
-            Ok(Err(error)) => TaskError::Operator(error),
+            Ok(Err(error)) => TaskError::Checkpoint {
+                checkpoint: id,
+                source: error,
+            },
             Err(panic) => TaskError::Panic(panic),
         };
-        responder.decline(id, DeclineReason::Failed(cause.to_string()));
-        Err(TaskError::Checkpoint {
-            checkpoint: id,
-            source: Box::new(cause),
-        })
+        responder.decline(id, DeclineReason::Failed(failure.to_string()));
+        Err(failure)
     }
 
     /// A checkpoint-complete (`completed`) or -aborted notice for the chain; never delivered to

@@ -22,6 +22,10 @@ pub trait TaskControl: Send + Sync + 'static {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant);
     /// Delivers a checkpoint-complete (`completed`) or -aborted notice to the task's chain.
     fn notify_checkpoint(&self, id: u64, completed: bool);
+    /// `join` gave up on the task (a thread ignored cancellation for the grace period): stop,
+    /// without waiting for the stuck thread, every helper thread that does not need it (a timer
+    /// thread, an async-calls thread), so only the stuck thread is left behind.
+    fn abandon(&self) {}
 }
 
 /// Whether a task is triggered from outside or through its inputs.
@@ -188,6 +192,7 @@ impl TaskHandle {
                 self.name,
                 self.grace
             );
+            self.control.abandon();
             drop(thread); // detach: it may never return
             return None;
         }

@@ -107,8 +107,6 @@ where
     let name = task.name.clone();
     let metrics = StdArc::clone(&task.metrics);
     let cancel = CancellationToken::new();
-    let stop = cancel.clone();
-    task.lifecycle.set_stop_hook(move || stop.cancel());
 
     let timer_config = TaskConfig::new(name.clone())
         .with_clock(setup.clock)
@@ -127,6 +125,18 @@ where
     ));
     let (calls, calls_rx) = unbounded();
     let (aborts_tx, aborts) = unbounded();
+    {
+        // Cancelled or failed: the source's token (its flag, sleeps, hooks and the lock's
+        // condition), and the helpers a stopping task no longer needs (a cancelled task fires no
+        // timer; its triggers and notices would be declined or dropped), so they end even if the
+        // task thread is stuck in user code; the teardown joins them.
+        let (cancel, timers, calls) = (cancel.clone(), StdArc::clone(&timers), calls.clone());
+        task.lifecycle.set_stop_hook(move || {
+            cancel.cancel();
+            timers.stop();
+            let _ = calls.send(AsyncCall::Stop);
+        });
+    }
     let events: StdArc<dyn EventSink> = StdArc::new(LegacyEvents {
         task: task.clone(),
         calls: calls.clone(),

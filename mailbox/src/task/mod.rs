@@ -42,6 +42,7 @@ struct Remote<B> {
     processor: ProcessorHandle<B, TaskFailure>,
     notices: MailboxExecutor<B, TaskFailure>,
     responder: streamtask_core::task::CheckpointResponder,
+    timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
 }
 
 impl<I, C, W> TaskControl for Remote<MailboxBody<I, C, W>>
@@ -75,6 +76,12 @@ where
             .execute(description, move |body: &mut MailboxBody<I, C, W>| {
                 body.notify(id, completed)
             });
+    }
+
+    fn abandon(&self) {
+        // The task thread is stuck in user code; its timer thread only enqueues mails, so it
+        // can be ended and joined from here.
+        self.timers.shutdown();
     }
 }
 
@@ -176,6 +183,7 @@ where
         notices: builder.mailbox_executor(Priority::MAX),
         processor: handle,
         responder: parts.responder.clone(),
+        timers: std::sync::Arc::clone(&timers),
     };
     let setup = Setup {
         processor: builder.build(Immediate::new(body)),
