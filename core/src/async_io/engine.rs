@@ -106,7 +106,9 @@ struct Call<I, O> {
 /// engine.open(sink.clone(), &mut ctx).unwrap();
 /// engine.process_element(StreamRecord::with_timestamp(1, 10), &mut ctx).unwrap();
 /// engine.process_element(StreamRecord::with_timestamp(2, 20), &mut ctx).unwrap();
-/// assert!(!engine.accepts_input(), "two in flight fill the queue");
+/// // Two in flight fill the queue; a third would be held for room (and then no fourth taken).
+/// assert!(engine.accepts_input());
+/// assert!(!engine.has_held());
 /// for completion in sink.0.lock().unwrap().drain(..) {
 ///     engine.on_completion(completion, &mut ctx).unwrap();
 /// }

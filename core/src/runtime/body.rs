@@ -1,18 +1,6 @@
 //! [`ChainBody`]: the operator chain of a task with its counted output, services and tracing,
 //! and the operations every task runs on it.
 //!
-//! # Phases
-//!
-//! | phase | records | triggers | timers, events | notices | moves to |
-//! |---|---|---|---|---|---|
-//! | `Opening` | - | declined | dropped | dropped | `Running` ([`restore_and_open`](ChainBody::restore_and_open)) |
-//! | `Running` | processed | snapshot | delivered | delivered | `Draining` ([`begin_end_of_input`](ChainBody::begin_end_of_input)) |
-//! | `Draining` | - | declined | delivered | delivered | `Finished` ([`end_input_step`](ChainBody::end_input_step) ran `finish` and ended the output) |
-//! | `Finished` | - | declined | dropped (the chain finished: nothing may emit after end of output) | delivered (the last checkpoint commits) | `Closed` |
-//! | `Closed` | - | declined | dropped | dropped (a closed operator is never called, FLINK-16383) | - |
-//!
-//! Any phase moves to `Closed` on [`close`](ChainBody::close), which every exit path runs.
-//!
 //! Records are counted in plain fields (the body is only touched by its owner: the thread
 //! holding the checkpoint lock, or the mailbox thread) and published to [`TaskMetrics`] every
 //! [`PUBLISH_EVERY`] records, at every checkpoint and at the end: no atomic read-modify-write
@@ -41,7 +29,18 @@ use super::lifecycle::{Lifecycle, TaskState};
 /// Records counted locally before they are added to the task's metrics.
 pub const PUBLISH_EVERY: u64 = 1 << 10;
 
-/// See the [module docs](self).
+/// Where a [`ChainBody`] is, and what each phase lets through:
+///
+/// | phase | records | triggers | timers, events | notices | moves to |
+/// |---|---|---|---|---|---|
+/// | `Opening` | - | declined | dropped | dropped | `Running` ([`restore_and_open`](ChainBody::restore_and_open)) |
+/// | `Running` | processed | snapshot | delivered | delivered | `Draining` ([`begin_end_of_input`](ChainBody::begin_end_of_input)) |
+/// | `Draining` | - | declined | delivered | delivered | `Finished` ([`end_input_step`](ChainBody::end_input_step) ran `finish` and ended the output) |
+/// | `Finished` | - | declined | dropped (the chain finished: nothing may emit after end of output) | delivered (the last checkpoint commits) | `Closed` |
+/// | `Closed` | - | declined | dropped | dropped (a closed operator is never called, FLINK-16383) | - |
+///
+/// Any phase moves to `Closed` on [`close`](ChainBody::close), which every exit path runs.
+///
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum BodyPhase {
     /// Not yet restored and opened.
@@ -146,7 +145,7 @@ impl fmt::Debug for TaskEnv {
 }
 
 /// A task's operator chain, its counted output and its environment, with the operations every
-/// task runs on them (see the [module docs](self) for the phases). Owned by whoever owns the
+/// task runs on them (see [`BodyPhase`] for the phases). Owned by whoever owns the
 /// task's state: the checkpoint lock, or the mailbox thread.
 pub struct ChainBody<C, W> {
     chain: C,

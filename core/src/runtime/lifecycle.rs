@@ -1,29 +1,5 @@
 //! One task lifecycle for every model: the state machine, the first failure, the stop hook and
-//! the done latch that `join` waits on.
-//!
-//! # States
-//!
-//! | state | meaning | moves to | by |
-//! |---|---|---|---|
-//! | `Initializing` | restoring and opening the chain; triggers are declined | `Running`; `Cancelling`, `Failing` | the task thread once the chain is open; `cancel`; a failure |
-//! | `Running` | processing input (or running the source); triggers snapshot | `Finishing`; `Cancelling`, `Failing` | the task thread at end of input; `cancel`; a failure |
-//! | `Finishing` | input ended: the chain drains and finishes; triggers are declined, notices still delivered | `Finished` (terminal); `Cancelling`, `Failing` | the task thread after teardown; `cancel`; a failure |
-//! | `Cancelling` | `cancel()` was called; the task's threads are stopping | `Cancelled`; `Failed` (a thread was left behind) | the task thread after teardown |
-//! | `Failing` | the first failure is kept; the task's threads are stopping | `Failed` | the task thread after teardown |
-//! | `Finished`, `Cancelled`, `Failed` | every thread the task started has ended (but a stuck one, see below) | - | - |
-//!
-//! A failure while `Cancelling` is only logged (Flink ignores a cancelled task's errors,
-//! FLINK-15811); a second failure while `Failing` too (the first wins). Every move into
-//! `Cancelling` or `Failing` runs the task's stop hook once (cancel the source's token, put a
-//! poison mail: whatever wakes that model's threads) and starts the grace period.
-//!
-//! # The done latch
-//!
-//! The task thread calls [`Lifecycle::complete`] last, after every other thread of the task was
-//! joined; it makes the state terminal and wakes everyone in [`Lifecycle::wait_done`]. A waiter
-//! waits as long as the task is live, and at most the grace period counted from the stop once it
-//! is stopping: the lost-wakeup rule is the usual one (the state and the latch change under the
-//! latch's mutex, and every waiter re-checks both after each wake-up).
+//! the done latch that `join` waits on (tabled on [`TaskState`] and [`Lifecycle`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -32,7 +8,22 @@ use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, Condvar, Mutex};
 use crate::task::{TaskError, TaskFailure, TaskOutcome};
 
-/// Where a task is in its life; the [module docs](self) table the transitions.
+/// Where a task is in its life:
+///
+/// | state | meaning | moves to | by |
+/// |---|---|---|---|
+/// | `Initializing` | restoring and opening the chain; triggers are declined | `Running`; `Cancelling`, `Failing` | the task thread once the chain is open; `cancel`; a failure |
+/// | `Running` | processing input (or running the source); triggers snapshot | `Finishing`; `Cancelling`, `Failing` | the task thread at end of input; `cancel`; a failure |
+/// | `Finishing` | input ended: the chain drains and finishes; triggers are declined, notices still delivered | `Finished` (terminal); `Cancelling`, `Failing` | the task thread after teardown; `cancel`; a failure |
+/// | `Cancelling` | `cancel()` was called; the task's threads are stopping | `Cancelled`; `Failed` (a thread was left behind) | the task thread after teardown |
+/// | `Failing` | the first failure is kept; the task's threads are stopping | `Failed` | the task thread after teardown |
+/// | `Finished`, `Cancelled`, `Failed` | every thread the task started has ended, but one left behind stuck in user code (see [`TaskHandle`](super::TaskHandle)) | - | - |
+///
+/// A failure while `Cancelling` is only logged (Flink ignores a cancelled task's errors,
+/// FLINK-15811); a second failure while `Failing` too (the first wins). Every move into
+/// `Cancelling` or `Failing` runs the task's stop hook once (cancel the source's token, put a
+/// poison mail: whatever wakes that model's threads) and starts the grace period.
+///
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum TaskState {
@@ -103,8 +94,16 @@ struct Latch {
     stopped_at: Option<Instant>,
 }
 
-/// The lifecycle of one task, shared by its threads and its handle (see the
-/// [module docs](self)).
+/// The lifecycle of one task, shared by its threads and its handle: the [`TaskState`] machine,
+/// the first failure, the stop hook, and the done latch.
+///
+/// # The done latch
+///
+/// The task thread calls [`Lifecycle::complete`] last, after every other thread of the task was
+/// joined; it makes the state terminal and wakes everyone in [`Lifecycle::wait_done`]. A waiter
+/// waits as long as the task is live, and at most the grace period counted from the stop once it
+/// is stopping: the lost-wakeup rule is the usual one (the state and the latch change under the
+/// latch's mutex, and every waiter re-checks both after each wake-up).
 pub struct Lifecycle {
     name: String,
     state: AtomicU8,
