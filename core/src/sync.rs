@@ -10,6 +10,10 @@
 //! | normal | `parking_lot` (no poisoning); `BargingMutex`: `std::sync::Mutex` (no fairness, no poisoning) | `std::sync` | `std::thread` |
 //! | `cfg(loom)` | `loom::sync` wrapped to the same API | `loom::sync` | `loom::thread` |
 //!
+//! Channels between threads (`channel`) are crossbeam's normally and a small queue on loom's
+//! mutex and condition variable under loom. `std::sync::Arc` is named directly where a value is
+//! coerced to `Arc<dyn Trait>` (loom's `Arc` cannot be), and nowhere else.
+//!
 //! The wrappers give one API in both builds: [`Mutex::lock`] returns the guard (no poisoning, so
 //! no `.lock().unwrap()` anywhere), and [`Condvar::wait`] takes the guard by `&mut` like
 //! parking_lot's.
@@ -57,6 +61,20 @@ mod imp {
             Builder, JoinHandle, Thread, ThreadId, current, park, park_timeout, sleep, spawn,
             yield_now,
         };
+    }
+
+    /// Channels between threads (crossbeam's; a loom-modelled one under `cfg(loom)`).
+    pub mod channel {
+        pub use crossbeam::channel::{
+            Receiver, RecvError, SendError, Sender, TryRecvError, bounded, unbounded,
+        };
+    }
+
+    /// The calling OS thread's identity and name, for traces (the real thread's, in every
+    /// build: a trace names OS threads).
+    pub fn os_thread() -> (std::thread::ThreadId, Option<String>) {
+        let current = std::thread::current();
+        (current.id(), current.name().map(str::to_string))
     }
 
     /// Starts a thread named `name` (the name shows in panics, debuggers and traces).
@@ -335,6 +353,158 @@ mod imp {
         pub fn write(&self) -> MutexGuard<'_, T> {
             self.0.lock()
         }
+    }
+
+    /// Channels between threads: a multi-producer, multi-consumer queue on loom's mutex and
+    /// condition variable, with crossbeam's API (the parts the workspace uses).
+    pub mod channel {
+        use std::collections::VecDeque;
+        use std::fmt;
+
+        use super::{Arc, Condvar, Mutex};
+
+        pub use crossbeam::channel::{RecvError, SendError, TryRecvError};
+
+        struct State<T> {
+            queue: VecDeque<T>,
+            capacity: Option<usize>,
+            senders: usize,
+            receivers: usize,
+        }
+
+        struct Shared<T> {
+            state: Mutex<State<T>>,
+            changed: Condvar,
+        }
+
+        /// The sending side.
+        pub struct Sender<T>(Arc<Shared<T>>);
+        /// The receiving side.
+        pub struct Receiver<T>(Arc<Shared<T>>);
+
+        fn channel<T>(capacity: Option<usize>) -> (Sender<T>, Receiver<T>) {
+            let shared = Arc::new(Shared {
+                state: Mutex::new(State {
+                    queue: VecDeque::new(),
+                    capacity,
+                    senders: 1,
+                    receivers: 1,
+                }),
+                changed: Condvar::new(),
+            });
+            (Sender(Arc::clone(&shared)), Receiver(shared))
+        }
+
+        /// A channel without a bound.
+        pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+            channel(None)
+        }
+
+        /// A channel holding at most `capacity` messages (at least one under loom).
+        pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+            channel(Some(capacity.max(1)))
+        }
+
+        impl<T> Sender<T> {
+            /// Sends `value`, waiting for room; hands it back once every receiver is gone.
+            pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+                let mut state = self.0.state.lock();
+                loop {
+                    if state.receivers == 0 {
+                        return Err(SendError(value));
+                    }
+                    if state.capacity.is_none_or(|c| state.queue.len() < c) {
+                        state.queue.push_back(value);
+                        self.0.changed.notify_all();
+                        return Ok(());
+                    }
+                    self.0.changed.wait(&mut state);
+                }
+            }
+        }
+
+        impl<T> Receiver<T> {
+            /// Receives a message, waiting for one; fails once it is empty and every sender is
+            /// gone.
+            pub fn recv(&self) -> Result<T, RecvError> {
+                let mut state = self.0.state.lock();
+                loop {
+                    if let Some(value) = state.queue.pop_front() {
+                        self.0.changed.notify_all();
+                        return Ok(value);
+                    }
+                    if state.senders == 0 {
+                        return Err(RecvError);
+                    }
+                    self.0.changed.wait(&mut state);
+                }
+            }
+
+            /// Receives a message if one is there.
+            pub fn try_recv(&self) -> Result<T, TryRecvError> {
+                let mut state = self.0.state.lock();
+                match state.queue.pop_front() {
+                    Some(value) => {
+                        self.0.changed.notify_all();
+                        Ok(value)
+                    }
+                    None if state.senders == 0 => Err(TryRecvError::Disconnected),
+                    None => Err(TryRecvError::Empty),
+                }
+            }
+
+            /// Whether no message waits.
+            pub fn is_empty(&self) -> bool {
+                self.0.state.lock().queue.is_empty()
+            }
+        }
+
+        impl<T> Clone for Sender<T> {
+            fn clone(&self) -> Self {
+                self.0.state.lock().senders += 1;
+                Sender(Arc::clone(&self.0))
+            }
+        }
+
+        impl<T> Clone for Receiver<T> {
+            fn clone(&self) -> Self {
+                self.0.state.lock().receivers += 1;
+                Receiver(Arc::clone(&self.0))
+            }
+        }
+
+        impl<T> Drop for Sender<T> {
+            fn drop(&mut self) {
+                self.0.state.lock().senders -= 1;
+                self.0.changed.notify_all();
+            }
+        }
+
+        impl<T> Drop for Receiver<T> {
+            fn drop(&mut self) {
+                self.0.state.lock().receivers -= 1;
+                self.0.changed.notify_all();
+            }
+        }
+
+        impl<T> fmt::Debug for Sender<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("Sender { .. }")
+            }
+        }
+
+        impl<T> fmt::Debug for Receiver<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("Receiver { .. }")
+            }
+        }
+    }
+
+    /// The calling OS thread's identity and name, for traces (the real thread's, in every
+    /// build: a trace names OS threads).
+    pub fn os_thread() -> (std::thread::ThreadId, Option<String>) {
+        let current = std::thread::current();
+        (current.id(), current.name().map(str::to_string))
     }
 
     /// Starts a (loom) thread; loom threads have no names.

@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam::channel::Sender;
+use crate::sync::channel::Sender;
 
 use crate::error::OperatorError;
 use crate::metrics::TaskMetrics;

@@ -89,16 +89,13 @@ impl TraceLog {
     fn record(&self, cat: &'static str, name: String, start: Instant, end: Instant) {
         let ts = start.saturating_duration_since(self.start).as_micros() as u64;
         let dur = end.saturating_duration_since(start).as_micros() as u64;
-        let current = std::thread::current();
+        let (id, thread_name) = crate::sync::os_thread();
         let mut inner = self.inner.lock();
         let next = inner.threads.len() as u64 + 1;
         let tid = inner
             .threads
-            .entry(current.id())
-            .or_insert_with(|| {
-                let name = current.name().unwrap_or("unnamed").to_string();
-                (next, name)
-            })
+            .entry(id)
+            .or_insert_with(|| (next, thread_name.unwrap_or_else(|| "unnamed".to_string())))
             .0;
         inner.events.push(TraceEvent {
             name,

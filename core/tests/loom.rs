@@ -248,3 +248,95 @@ mod input_gate {
         });
     }
 }
+
+/// The kit's task lifecycle: the state machine, the stop hook, the first failure and the done
+/// latch, raced as the threads of a task and its handle race them.
+mod lifecycle {
+    use std::time::Duration;
+
+    use streamtask_core::TaskError;
+    use streamtask_core::runtime::{Lifecycle, TaskState};
+    use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
+    use streamtask_core::sync::{Arc, thread};
+
+    /// A lifecycle whose stop hook counts its runs.
+    fn counted() -> (Arc<Lifecycle>, Arc<AtomicUsize>) {
+        let lifecycle = Arc::new(Lifecycle::new("t"));
+        let stops = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&stops);
+        lifecycle.set_stop_hook(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        (lifecycle, stops)
+    }
+
+    /// A cancel from the handle races the task thread starting and finishing: the task ends in
+    /// exactly one terminal state, and the stop hook ran iff it was cancelled.
+    #[test]
+    fn cancel_racing_start_and_finish_ends_in_one_terminal_state() {
+        loom::model(|| {
+            let (lifecycle, stops) = counted();
+            let task = {
+                let lifecycle = Arc::clone(&lifecycle);
+                thread::spawn(move || {
+                    if lifecycle.start() {
+                        lifecycle.begin_finishing();
+                    }
+                    lifecycle.complete()
+                })
+            };
+            let cancelled = lifecycle.request_cancel();
+            let terminal = task.join().unwrap();
+            assert!(terminal.is_terminal());
+            assert_eq!(lifecycle.state(), terminal);
+            assert!(lifecycle.is_done());
+            assert_eq!(cancelled, terminal == TaskState::Cancelled);
+            assert_eq!(stops.load(Ordering::SeqCst), usize::from(cancelled));
+        });
+    }
+
+    /// A failure on one thread races a cancel on another: exactly one of them stops the task,
+    /// the stop hook runs once, and the outcome is the one that won.
+    #[test]
+    fn a_failure_racing_a_cancel_stops_the_task_once() {
+        loom::model(|| {
+            let (lifecycle, stops) = counted();
+            lifecycle.start();
+            let failing = {
+                let lifecycle = Arc::clone(&lifecycle);
+                thread::spawn(move || lifecycle.fail("timer", TaskError::Panic("boom".into())))
+            };
+            let cancelled = lifecycle.request_cancel();
+            let failed = failing.join().unwrap();
+            assert!(cancelled != failed, "exactly one stops the task");
+            assert_eq!(stops.load(Ordering::SeqCst), 1);
+            let terminal = lifecycle.complete();
+            let outcome = lifecycle.outcome();
+            if failed {
+                assert_eq!(terminal, TaskState::Failed);
+                assert!(outcome.failure().is_some());
+            } else {
+                assert_eq!(terminal, TaskState::Cancelled);
+                assert!(outcome.failure().is_none());
+            }
+        });
+    }
+
+    /// A joiner waiting on the done latch while the task thread completes is always woken (no
+    /// lost wake-up, whether it started waiting before or after the stop).
+    #[test]
+    fn the_done_latch_wakes_a_joiner_that_waits_across_the_stop() {
+        loom::model(|| {
+            let (lifecycle, _) = counted();
+            lifecycle.start();
+            let joiner = {
+                let lifecycle = Arc::clone(&lifecycle);
+                // Under loom a timed wait is untimed: the latch must wake it.
+                thread::spawn(move || lifecycle.wait_done(Duration::from_secs(3600)))
+            };
+            lifecycle.request_cancel();
+            lifecycle.complete();
+            assert!(joiner.join().unwrap());
+        });
+    }
+}

@@ -104,7 +104,7 @@ where
     C: Operator<In = F::Out> + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
-    let (setup_tx, setup_rx) = crossbeam::channel::bounded::<Setup<F, C, W>>(1);
+    let (setup_tx, setup_rx) = streamtask_core::sync::channel::bounded::<Setup<F, C, W>>(1);
     let thread = spawn_named(config.name.clone(), move || {
         // The spawning thread fails only before anything ran; then there is nothing to do.
         if let Ok(setup) = setup_rx.recv() {

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crossbeam::channel::{Receiver, Sender};
+use crate::sync::channel::{Receiver, Sender};
 
 use crate::error::catch_panic;
 use crate::function::{AsyncError, AsyncFunction, ResultFuture};
@@ -75,7 +75,7 @@ impl BlockingPool {
         if queue_capacity == 0 {
             return Err(PoolError::ZeroCapacity);
         }
-        let (tx, rx) = crossbeam::channel::bounded::<Job>(queue_capacity);
+        let (tx, rx) = crate::sync::channel::bounded::<Job>(queue_capacity);
         let workers = (0..threads)
             .map(|i| {
                 let rx: Receiver<Job> = rx.clone();

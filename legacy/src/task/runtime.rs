@@ -9,13 +9,13 @@ use std::sync::Arc as StdArc;
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
-use crossbeam::channel::{Receiver, Sender, unbounded};
 use streamtask_core::channel::InputClosed;
 use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
 use streamtask_core::runtime::{
     Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
     TaskInput, TaskParts, TaskSetup, TriggerMode,
 };
+use streamtask_core::sync::channel::{Receiver, SendError, Sender, unbounded};
 use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
 use streamtask_core::{CheckpointBarrier, OperatorError, TaskOutput, catch_panic};
@@ -382,7 +382,7 @@ impl EventSink for LegacyEvents {
         }
         match self.calls.send(AsyncCall::Event(operator, event)) {
             Ok(()) => Ok(()),
-            Err(crossbeam::channel::SendError(AsyncCall::Event(_, event))) => Err(event),
+            Err(SendError(AsyncCall::Event(_, event))) => Err(event),
             Err(_) => unreachable!("an event send hands back the event it could not send"),
         }
     }

@@ -141,7 +141,7 @@ where
     I: Input<C, W>,
 {
     type Body<I, C, W> = MailboxBody<I, C, W>;
-    let (setup_tx, setup_rx) = crossbeam::channel::bounded::<Setup<Body<I, C, W>>>(1);
+    let (setup_tx, setup_rx) = streamtask_core::sync::channel::bounded::<Setup<Body<I, C, W>>>(1);
     let thread = spawn_named(config.name.clone(), move || {
         // The spawning thread fails only before anything ran; then there is nothing to do.
         if let Ok(setup) = setup_rx.recv() {

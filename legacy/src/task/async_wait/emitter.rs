@@ -19,11 +19,11 @@
 
 use std::fmt;
 
-use crossbeam::channel::{Receiver, Sender};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Operator, TaskOutput};
+use streamtask_core::sync::channel::{Receiver, Sender};
 use streamtask_core::sync::{spawn_named, thread};
 
 use super::Body;

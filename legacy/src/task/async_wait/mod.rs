@@ -221,7 +221,7 @@ where
             fairness,
         } = self;
         let gate = gate.with_metrics(StdArc::clone(&config.metrics));
-        let (to_emitter, inbox) = crossbeam::channel::unbounded();
+        let (to_emitter, inbox) = streamtask_core::sync::channel::unbounded();
         let sink: StdArc<dyn CompletionSink<F::Out>> = StdArc::new(EmitterSink(to_emitter.clone()));
         let chain = Chain::new(head.operator.with_completion_sink(sink), chain);
         runtime::spawn(
