@@ -24,7 +24,7 @@ use streamtask::demo::fault::FaultPlan;
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode};
 use streamtask_core::channel::{InputGate, bounded};
 use streamtask_core::operator::{Discard, OperatorExt};
-use streamtask_core::sink::{CollectHandle, CollectSink};
+use streamtask::sink::{CollectHandle, CollectSink};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord, TaskOutcome};
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_core::function::{KeyedProcessFunction, TimeDomain};
 use streamtask_core::operator::KeyedContext;
-use streamtask_core::sink::CollectHandle;
+use streamtask::sink::CollectHandle;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::{OperatorError, Watermark};
 use streamtask_legacy::{SourceContext, SourceFunction};

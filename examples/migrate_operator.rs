@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_core::operator::{Context, Operator, OperatorEvent};
-use streamtask_core::sink::CollectHandle;
+use streamtask::sink::CollectHandle;
 use streamtask_core::{OperatorError, StreamRecord};
 use streamtask_legacy::{CheckpointLock, Fairness, SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};

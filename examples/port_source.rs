@@ -15,7 +15,7 @@ use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_bridge::HandoffReader;
 use streamtask_bridge::porting::PortingKit;
 use streamtask_core::OperatorError;
-use streamtask_core::sink::CollectHandle;
+use streamtask::sink::CollectHandle;
 use streamtask_core::state::{decode, encode};
 use streamtask_legacy::{SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};

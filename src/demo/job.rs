@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
-use streamtask_core::checkpoint::CheckpointConfig;
+use crate::checkpoint::CheckpointConfig;
 use streamtask_core::function::AsyncError;
 
 use super::data::{DemoData, Order, TotalEvent, expected_output};
@@ -188,7 +188,7 @@ impl DemoJob {
         };
         let result = job.run(&config)?;
         let mut committed =
-            streamtask_core::sink::read_committed(dir.join("output")).map_err(JobError::Sink)?;
+            crate::sink::read_committed(dir.join("output")).map_err(JobError::Sink)?;
         committed.sort_unstable();
         let digest = super::digest(&committed);
         let exactly_once = committed == expected_output(&self.data);

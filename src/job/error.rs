@@ -2,8 +2,8 @@
 
 use streamtask_core::async_io::AsyncConfigError;
 use streamtask_core::channel::{ChannelError, GateError, WriterError};
-use streamtask_core::checkpoint::{ConfigError, CoordinatorError, StorageError};
-use streamtask_core::sink::SinkError;
+use crate::checkpoint::{ConfigError, CoordinatorError, StorageError};
+use crate::sink::SinkError;
 
 use crate::Model;
 

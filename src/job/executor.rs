@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use streamtask_core::checkpoint::{
+use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
     CoordinatorDriver,
 };

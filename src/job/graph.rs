@@ -32,7 +32,7 @@ use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
     BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
 };
-use streamtask_core::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
+use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use streamtask_core::task::TaskConfig;
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
@@ -95,7 +95,7 @@ struct GraphBuilder {
 ///
 /// ```
 /// use streamtask::{JobConfig, Model, StreamEnvironment};
-/// use streamtask_core::sink::CollectHandle;
+/// use streamtask::sink::CollectHandle;
 /// # use streamtask_core::OperatorError;
 /// # use streamtask_legacy::{SourceContext, SourceFunction};
 /// # struct Numbers(u64);
@@ -624,7 +624,7 @@ impl<T: Send + 'static> DataStream<T> {
             .borrow_mut()
             .finalizers
             .push(Box::new(move || {
-                streamtask_core::sink::commit_finished(&finalize_dir)?;
+                crate::sink::commit_finished(&finalize_dir)?;
                 Ok(())
             }));
         let sink_name = name.to_string();

@@ -6,7 +6,7 @@ use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use streamtask_core::TaskSnapshot;
-use streamtask_core::checkpoint::{
+use streamtask::checkpoint::{
     CheckpointStorage, CompletedCheckpoint, Corruption, StorageError,
 };
 

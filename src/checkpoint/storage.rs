@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::sync::{Arc, Mutex};
+use streamtask_core::sync::{Arc, Mutex};
 
 use super::CompletedCheckpoint;
 use super::directory::DirectoryStorage;
@@ -39,7 +39,7 @@ use super::directory::DirectoryStorage;
 /// ```
 /// use std::collections::BTreeMap;
 /// use streamtask_core::TaskSnapshot;
-/// use streamtask_core::checkpoint::{CheckpointStorage, CompletedCheckpoint, StorageError};
+/// use streamtask::checkpoint::{CheckpointStorage, CompletedCheckpoint, StorageError};
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let storage = CheckpointStorage::directory(dir.path(), 2).unwrap();

@@ -1,8 +1,8 @@
 //! Sinks: the exactly-once [`TwoPhaseCommitFileSink`] and the in-memory [`CollectSink`] for
 //! tests.
 //!
-//! A sink is an [`Operator`](crate::operator::Operator) with `Out = ()` at the end of a chain
-//! whose task output is [`Discard`](crate::operator::Discard). Like every operator it runs
+//! A sink is an [`Operator`](streamtask_core::operator::Operator) with `Out = ()` at the end of a chain
+//! whose task output is [`Discard`](streamtask_core::operator::Discard). Like every operator it runs
 //! unchanged under every model: the runtime calls one of its methods at a time.
 //!
 //! # Exactly-once by two-phase commit
@@ -82,7 +82,7 @@
 //! # Examples
 //!
 //! ```
-//! use streamtask_core::sink::{CollectHandle, CollectSink};
+//! use streamtask::sink::{CollectHandle, CollectSink};
 //! use streamtask_core::testing::OperatorHarness;
 //!
 //! let handle = CollectHandle::new();

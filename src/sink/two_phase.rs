@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::SinkError;
-use crate::element::StreamRecord;
-use crate::error::OperatorError;
-use crate::operator::{Context, Operator};
-use crate::state;
+use streamtask_core::StreamRecord;
+use streamtask_core::OperatorError;
+use streamtask_core::operator::{Context, Operator};
+use streamtask_core::state;
 
 /// An exactly-once file sink: one instance per parallel subtask, all writing one line per record
 /// into the same output directory, made visible only when a checkpoint that covers them
@@ -35,7 +35,7 @@ use crate::state;
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::sink::{TwoPhaseCommitFileSink, read_committed};
+/// use streamtask::sink::{TwoPhaseCommitFileSink, read_committed};
 /// use streamtask_core::testing::OperatorHarness;
 ///
 /// let dir = tempfile::tempdir().unwrap();
@@ -433,7 +433,7 @@ impl<T> fmt::Debug for TwoPhaseCommitFileSink<T> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::sink::{TwoPhaseCommitFileSink, commit_finished, read_committed};
+/// use streamtask::sink::{TwoPhaseCommitFileSink, commit_finished, read_committed};
 /// use streamtask_core::testing::OperatorHarness;
 ///
 /// let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ use std::path::Path;
 use proptest::prelude::*;
 use streamtask_core::Operator;
 use streamtask_core::operator::{Map, OperatorExt};
-use streamtask_core::sink::{
+use streamtask::sink::{
     CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink, commit_finished,
     committed_files, read_committed,
 };

@@ -20,8 +20,8 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::state::TaskSnapshot;
-use crate::sync::Mutex;
+use streamtask_core::TaskSnapshot;
+use streamtask_core::sync::Mutex;
 
 use super::CompletedCheckpoint;
 use super::format::{self, FormatError, Manifest, ManifestEntry};
