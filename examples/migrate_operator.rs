@@ -214,7 +214,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         old.len()
     );
 
-    let dir = std::env::temp_dir().join("streamtask-example-operator");
+    // A fresh directory per run: nothing of an earlier run is restored (or refused).
+    let dir = tempfile::tempdir()?;
     for model in Model::ALL {
         let env = StreamEnvironment::new(model);
         let out = CollectHandle::new();
@@ -233,7 +234,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ticker: None,
             })
             .collect_sink("collect", &out);
-        match env.build()?.run(&JobConfig::new(dir.join(model.name()))) {
+        match env.build()?.run(&JobConfig::new(dir.path().join(model.name()))) {
             Ok(_) => {
                 let mut got = out.committed();
                 got.sort_unstable();

@@ -128,8 +128,9 @@ fn run(model: Model, path: &Path, dir: &Path) -> Result<Vec<String>, Box<dyn std
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::temp_dir().join("streamtask-example-port");
-    std::fs::create_dir_all(&dir)?;
+    // A fresh directory per run: nothing of an earlier run is restored (or refused).
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_path_buf();
     let path = dir.join("lines.txt");
     let mut file = File::create(&path)?;
     for i in 0..500 {

@@ -24,7 +24,7 @@ pub mod sink;
 
 pub use crate::job::{
     DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobResult, KeyedStream,
-    ProgressCallback, RestartStrategy, StreamEnvironment, TaskResult,
+    ProgressCallback, RestartStrategy, Restore, StreamEnvironment, TaskResult,
 };
 pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,

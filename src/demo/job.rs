@@ -166,19 +166,18 @@ impl DemoJob {
         env.build()
     }
 
-    /// Runs the job under `model` from a clean model directory and judges its output.
+    /// Runs the job under `model` in its model directory and judges its output.
+    ///
+    /// Where it starts is `config.restore`: by default fresh, which starts over after a
+    /// finished run and refuses an unfinished one's state (resume it with
+    /// [`Restore::Latest`](crate::Restore::Latest) or discard it with
+    /// [`Restore::DiscardState`](crate::Restore::DiscardState)).
     ///
     /// # Errors
     ///
-    /// What the executor reports when the job cannot finish.
+    /// What the executor reports when the job cannot start or finish.
     pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
         let dir = self.model_dir(model);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|source| JobError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-        }
         let job = self.build(model)?;
         let config = JobConfig {
             checkpoint: Some(CheckpointConfig::new(self.checkpoint_interval)),

@@ -93,6 +93,61 @@ pub enum JobError {
         /// The last attempt's first failure.
         last: String,
     },
+    /// A fresh start found an unfinished earlier run's state in the checkpoint directory.
+    #[error(
+        "{} holds the state of an earlier run that did not finish (latest checkpoint: {}); \
+         resume it (--resume, Restore::Latest) or discard it explicitly (--discard-state, \
+         Restore::DiscardState)",
+        dir.display(),
+        latest.map_or_else(|| "none".to_string(), |id| id.to_string())
+    )]
+    UnfinishedRun {
+        /// The checkpoint directory.
+        dir: std::path::PathBuf,
+        /// Its newest completed checkpoint, if any.
+        latest: Option<u64>,
+    },
+    /// A resume found a run that finished: its output is complete.
+    #[error(
+        "the run in {} finished, so there is nothing to resume; run without --resume \
+         (Restore::Fresh) to start over",
+        dir.display()
+    )]
+    NothingToResume {
+        /// The checkpoint directory.
+        dir: std::path::PathBuf,
+    },
+    /// The newest checkpoint cannot be restored, and falling back was not asked for.
+    #[error(
+        "newest checkpoint {id} ({}) cannot be restored: {source}. Nothing was committed. \
+         Repair or remove it, or fall back to an older checkpoint explicitly \
+         (--fallback-to-older-checkpoint, JobConfig::with_fallback_to_older), which rewinds \
+         the sink output committed after that checkpoint",
+        path.display()
+    )]
+    DamagedCheckpoint {
+        /// The checkpoint's id.
+        id: u64,
+        /// Its directory.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: StorageError,
+    },
+    /// A checkpoint does not fit the job: other vertices or another parallelism.
+    #[error(
+        "checkpoint {id} was taken by a job of another shape (tasks missing from it: {missing:?}; \
+         tasks only in it: {unexpected:?}); restore it into the job it was taken with, same \
+         vertices and parallelism (rescaling is not supported yet), or start fresh"
+    )]
+    ShapeMismatch {
+        /// The checkpoint's id.
+        id: u64,
+        /// Tasks of the job the checkpoint has no state for.
+        missing: Vec<String>,
+        /// Tasks in the checkpoint the job does not have.
+        unexpected: Vec<String>,
+    },
     /// The job was cancelled.
     #[error("the job was cancelled")]
     Cancelled,

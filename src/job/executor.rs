@@ -3,7 +3,10 @@
 //!
 //! # One attempt
 //!
-//! 1. The latest intact completed checkpoint is read from the storage (none on a fresh start).
+//! 1. The first attempt starts where the [`Restore`] setting says (see `restore.rs`: a fresh
+//!    start never restores by itself, and refuses an unfinished earlier run's state); a
+//!    restart restores the newest completed checkpoint, or with
+//!    [`JobConfig::fallback_to_older`] the newest intact one.
 //! 2. Fresh channels are made for every edge.
 //! 3. The checkpoint coordinator's driver starts (if checkpoints are on); every task reports to
 //!    it, and its actions are carried out on the tasks: triggers on source tasks, completion
@@ -26,8 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
-    CoordinatorDriver,
+    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
+    CoordinatorAction, CoordinatorDriver,
 };
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::Mutex;
@@ -37,6 +40,7 @@ use streamtask_core::{Clock, OperatorError, TaskError, TaskFailure, TaskOutcome}
 use streamtask_legacy::Fairness;
 
 use super::graph::{JobGraph, SpawnCtx};
+use super::restore::{Restore, write_marker};
 use super::wiring::Wiring;
 use super::{JobError, RunningTask};
 
@@ -88,6 +92,12 @@ pub struct JobConfig {
     pub on_progress: Option<ProgressCallback>,
     /// Set to cancel the job from another thread.
     pub cancel: Arc<AtomicBool>,
+    /// Where the first attempt starts (default: fresh).
+    pub restore: Restore,
+    /// Whether a damaged newest checkpoint may be skipped for an older one (default: no, a
+    /// [`JobError::DamagedCheckpoint`]). The two-phase sinks then rewind the output committed
+    /// after the restored checkpoint, so the committed output stays exactly-once.
+    pub fallback_to_older: bool,
 }
 
 impl JobConfig {
@@ -105,7 +115,27 @@ impl JobConfig {
             fairness: Fairness::default(),
             on_progress: None,
             cancel: Arc::new(AtomicBool::new(false)),
+            restore: Restore::Fresh,
+            fallback_to_older: false,
         }
+    }
+
+    /// Sets where the first attempt starts.
+    pub fn with_restore(mut self, restore: Restore) -> Self {
+        self.restore = restore;
+        self
+    }
+
+    /// Allows (or forbids) falling back past a damaged newest checkpoint.
+    pub fn with_fallback_to_older(mut self, fallback: bool) -> Self {
+        self.fallback_to_older = fallback;
+        self
+    }
+
+    /// Cancels the job when `flag` is set (from a signal handler, another thread).
+    pub fn with_cancel(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = flag;
+        self
     }
 
     /// Sets the checkpoint configuration (`None`: no checkpoints).
@@ -153,6 +183,8 @@ impl std::fmt::Debug for JobConfig {
             .field("restart", &self.restart)
             .field("channel_capacity", &self.channel_capacity)
             .field("fairness", &self.fairness)
+            .field("restore", &self.restore)
+            .field("fallback_to_older", &self.fallback_to_older)
             .finish_non_exhaustive()
     }
 }
@@ -225,7 +257,10 @@ impl JobGraph {
     /// # Errors
     ///
     /// [`JobError::Failed`] when no restart is left, [`JobError::Cancelled`] when
-    /// `config.cancel` was set, and configuration, storage or sink errors.
+    /// `config.cancel` was set; before anything runs, [`JobError::UnfinishedRun`],
+    /// [`JobError::NothingToResume`], [`JobError::DamagedCheckpoint`] and
+    /// [`JobError::ShapeMismatch`] from the restore setting; and configuration, storage or sink
+    /// errors.
     pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
         if config.channel_capacity == 0 {
             return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
@@ -235,16 +270,32 @@ impl JobGraph {
         }
         let storage =
             CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
+        let mut restored = self.first_restore(
+            &config.restore,
+            config.fallback_to_older,
+            &storage,
+            &config.checkpoint_dir,
+        )?;
+        // A restore from elsewhere is the fallback of every restart until this run completes a
+        // checkpoint of its own.
+        let initial = restored.clone();
+        write_marker(&config.checkpoint_dir, false)?;
         let start = Instant::now();
         let mut sampler = Sampler::new(start);
         let mut restarts = 0;
         let mut failures = Vec::new();
-        let mut last_id = 0;
+        // New checkpoints get ids after every stored one and after the restored one.
+        let mut last_id = storage
+            .completed_ids()?
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(restored.as_ref().map_or(0, |c| c.id));
         let mut completed = 0;
         let mut aborted = 0;
         let metrics = JobMetrics::default();
         loop {
-            let end = self.run_attempt(config, &storage, last_id, &mut sampler)?;
+            let end = self.run_attempt(config, &storage, restored.take(), last_id, &mut sampler)?;
             last_id = end.last_checkpoint_id;
             completed += end.completed;
             aborted += end.aborted;
@@ -271,6 +322,8 @@ impl JobGraph {
                     for finalize in &self.finalizers {
                         finalize()?;
                     }
+                    // Only now is the output complete: nothing is left to resume.
+                    write_marker(&config.checkpoint_dir, true)?;
                     let mut metrics = metrics;
                     metrics.threads = end.tasks.iter().map(|(_, _, m)| m.threads.get()).sum();
                     metrics.source_records = end
@@ -311,6 +364,10 @@ impl JobGraph {
                     }
                     restarts += 1;
                     std::thread::sleep(config.restart.delay);
+                    restored = match self.restore_point(config.fallback_to_older, &storage)? {
+                        Some(checkpoint) => Some(checkpoint),
+                        None => initial.clone(),
+                    };
                 }
             }
         }
@@ -323,7 +380,7 @@ impl JobGraph {
             .any(|v| v.is_source && v.name == vertex)
     }
 
-    fn task_names(&self) -> Vec<(usize, usize, String)> {
+    pub(crate) fn task_names(&self) -> Vec<(usize, usize, String)> {
         self.vertices
             .iter()
             .enumerate()
@@ -335,10 +392,10 @@ impl JobGraph {
         &self,
         config: &JobConfig,
         storage: &CheckpointStorage,
+        restored: Option<CompletedCheckpoint>,
         last_id: u64,
         sampler: &mut Sampler,
     ) -> Result<AttemptEnd, JobError> {
-        let restored = storage.latest()?;
         let names = self.task_names();
         let sources: Vec<String> = names
             .iter()
@@ -476,8 +533,11 @@ impl JobGraph {
 
         let (last_checkpoint_id, completed, aborted) = match driver {
             Some(d) => {
-                let stats = d.stats().summary();
+                // Read the counts after the coordinator stopped: a checkpoint it was completing
+                // when the tasks ended still counts.
+                let stats = d.stats();
                 let coordinator = d.stop().map_err(|e| JobError::Config(e.to_string()))?;
+                let stats = stats.summary();
                 (coordinator.last_id(), stats.completed, stats.aborted)
             }
             None => (last_id, 0, 0),

@@ -84,6 +84,7 @@ struct GraphBuilder {
     vertices: Vec<VertexSpec>,
     edges: Vec<EdgeSpec>,
     finalizers: Vec<Finalizer>,
+    sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
     errors: Vec<JobError>,
 }
@@ -147,6 +148,7 @@ impl StreamEnvironment {
                 vertices: Vec::new(),
                 edges: Vec::new(),
                 finalizers: Vec::new(),
+                sink_dirs: Vec::new(),
                 names: HashSet::new(),
                 errors: Vec::new(),
             })),
@@ -301,6 +303,7 @@ impl StreamEnvironment {
             vertices: graph.vertices,
             edges: graph.edges,
             finalizers: graph.finalizers,
+            sink_dirs: graph.sink_dirs,
         })
     }
 }
@@ -322,6 +325,8 @@ pub struct JobGraph {
     pub(crate) vertices: Vec<VertexSpec>,
     pub(crate) edges: Vec<EdgeSpec>,
     pub(crate) finalizers: Vec<Finalizer>,
+    /// The output directories of the two-phase file sinks (cleared when a run starts over).
+    pub(crate) sink_dirs: Vec<PathBuf>,
 }
 
 impl JobGraph {
@@ -619,6 +624,7 @@ impl<T: Send + 'static> DataStream<T> {
     {
         let dir = dir.into();
         let finalize_dir = dir.clone();
+        self.env.graph.borrow_mut().sink_dirs.push(dir.clone());
         self.env
             .graph
             .borrow_mut()

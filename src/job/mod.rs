@@ -3,6 +3,7 @@
 mod error;
 mod executor;
 mod graph;
+mod restore;
 mod runtime;
 mod wiring;
 
@@ -11,4 +12,5 @@ pub use self::executor::{
     JobConfig, JobMetrics, JobResult, ProgressCallback, RestartStrategy, TaskResult,
 };
 pub use self::graph::{DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
