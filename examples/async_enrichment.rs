@@ -21,10 +21,10 @@ use streamtask::Model;
 use streamtask::demo::data::TotalEvent;
 use streamtask::demo::enrich::{create_customer_db, enrichment};
 use streamtask::demo::fault::FaultPlan;
+use streamtask::sink::{CollectHandle, CollectSink};
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode};
 use streamtask_core::channel::{InputGate, bounded};
 use streamtask_core::operator::{Discard, OperatorExt};
-use streamtask::sink::{CollectHandle, CollectSink};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord, TaskOutcome};
 

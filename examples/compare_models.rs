@@ -8,10 +8,10 @@
 use std::task::Waker;
 use std::time::Instant;
 
+use streamtask::sink::CollectHandle;
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_core::function::{KeyedProcessFunction, TimeDomain};
 use streamtask_core::operator::KeyedContext;
-use streamtask::sink::CollectHandle;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::{OperatorError, Watermark};
 use streamtask_legacy::{SourceContext, SourceFunction};

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
+use streamtask::sink::CollectHandle;
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_core::operator::{Context, Operator, OperatorEvent};
-use streamtask::sink::CollectHandle;
 use streamtask_core::{OperatorError, StreamRecord};
 use streamtask_legacy::{CheckpointLock, Fairness, SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
@@ -234,7 +234,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ticker: None,
             })
             .collect_sink("collect", &out);
-        match env.build()?.run(&JobConfig::new(dir.path().join(model.name()))) {
+        match env
+            .build()?
+            .run(&JobConfig::new(dir.path().join(model.name())))
+        {
             Ok(_) => {
                 let mut got = out.committed();
                 got.sort_unstable();

@@ -11,11 +11,11 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::task::Waker;
 
+use streamtask::sink::CollectHandle;
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_bridge::HandoffReader;
 use streamtask_bridge::porting::PortingKit;
 use streamtask_core::OperatorError;
-use streamtask::sink::CollectHandle;
 use streamtask_core::state::{decode, encode};
 use streamtask_legacy::{SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};

@@ -22,12 +22,12 @@ mod plot;
 pub mod report;
 pub mod sink;
 
+pub use crate::checkpoint::{
+    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
+};
 pub use crate::job::{
     DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobResult, KeyedStream,
     ProgressCallback, RestartStrategy, Restore, StreamEnvironment, TaskResult,
-};
-pub use crate::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

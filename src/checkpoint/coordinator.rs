@@ -32,8 +32,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use streamtask_core::CheckpointBarrier;
-use streamtask_core::metrics::{Counter, LatencyHistogram, LatencySummary};
 use streamtask_core::TaskSnapshot;
+use streamtask_core::metrics::{Counter, LatencyHistogram, LatencySummary};
 use streamtask_core::sync::Arc;
 use streamtask_core::task::{DeclineReason, TaskReport};
 

@@ -225,7 +225,10 @@ impl CheckpointStorage {
         let not_one = || StorageError::NotACheckpoint {
             path: path.to_path_buf(),
         };
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(not_one)?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(not_one)?;
         let id = directory::checkpoint_id_of(name).ok_or_else(not_one)?;
         let root = path.parent().ok_or_else(not_one)?.to_path_buf();
         match DirectoryStorage::read_only(root).load(id) {

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
 use crate::checkpoint::CheckpointConfig;
+use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
 use streamtask_core::function::AsyncError;
 
 use super::data::{DemoData, Order, TotalEvent, expected_output};

@@ -1,9 +1,9 @@
 //! Why a job could not be built or run.
 
-use streamtask_core::async_io::AsyncConfigError;
-use streamtask_core::channel::{ChannelError, GateError, WriterError};
 use crate::checkpoint::{ConfigError, CoordinatorError, StorageError};
 use crate::sink::SinkError;
+use streamtask_core::async_io::AsyncConfigError;
+use streamtask_core::channel::{ChannelError, GateError, WriterError};
 
 use crate::Model;
 

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncConfig;
@@ -32,7 +33,6 @@ use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
     BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
 };
-use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use streamtask_core::task::TaskConfig;
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;

@@ -241,9 +241,9 @@ impl JobGraph {
             if let (Some(newest), Some(c)) = (newest, &restored) {
                 if c.id != newest {
                     log::warn!(
-                    "fell back from damaged checkpoint {newest} to checkpoint {} as asked; the \
+                        "fell back from damaged checkpoint {newest} to checkpoint {} as asked; the \
                      sinks rewind the output committed after it",
-                    c.id
+                        c.id
                     );
                 }
             }

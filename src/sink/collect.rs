@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::SinkError;
-use streamtask_core::StreamRecord;
 use streamtask_core::OperatorError;
+use streamtask_core::StreamRecord;
 use streamtask_core::operator::{Context, Operator};
 use streamtask_core::state;
 use streamtask_core::sync::{Arc, Mutex};

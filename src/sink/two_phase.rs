@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::SinkError;
-use streamtask_core::StreamRecord;
 use streamtask_core::OperatorError;
+use streamtask_core::StreamRecord;
 use streamtask_core::operator::{Context, Operator};
 use streamtask_core::state;
 
