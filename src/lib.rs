@@ -26,8 +26,8 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobResult, KeyedStream,
-    ProgressCallback, RestartStrategy, Restore, StreamEnvironment, TaskResult,
+    DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobResult, KeyedStream,
+    PhaseCallback, ProgressCallback, RestartStrategy, Restore, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

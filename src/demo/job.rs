@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::checkpoint::CheckpointConfig;
@@ -111,15 +112,47 @@ impl DemoJob {
     ///
     /// # Errors
     ///
-    /// I/O or SQLite errors, as [`JobError::Io`].
+    /// I/O or SQLite errors, as [`JobError::Io`]; [`JobError::NotEnoughSpace`] if the data
+    /// would not fit the disk.
     pub fn prepare(&self) -> Result<(), JobError> {
+        self.prepare_with(&AtomicBool::new(false), || {})
+    }
+
+    /// Bytes the orders file and one model's output take, estimated.
+    pub fn estimated_bytes(&self) -> u64 {
+        // One output line per order plus window lines, each longer than an order line (the
+        // enriched customer fields): about three order lines per order.
+        self.data
+            .orders
+            .saturating_mul(self.data.estimated_bytes_per_order())
+            .saturating_mul(4)
+    }
+
+    /// [`prepare`](Self::prepare), checking free space first, stopping soon after `cancel` is
+    /// set (the half-written file is removed), and calling `midway` once when half the orders
+    /// are written.
+    ///
+    /// # Errors
+    ///
+    /// As [`prepare`](Self::prepare); an interrupted generation is a [`JobError::Io`] of kind
+    /// `Interrupted`.
+    pub fn prepare_with(&self, cancel: &AtomicBool, midway: impl FnMut()) -> Result<(), JobError> {
         let io = |path: &Path, source: std::io::Error| JobError::Io {
             path: path.to_path_buf(),
             source,
         };
         std::fs::create_dir_all(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
+        let needed = self.estimated_bytes();
+        let available = fs4::available_space(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
+        if needed > available {
+            return Err(JobError::NotEnoughSpace {
+                path: self.work_dir.clone(),
+                needed,
+                available,
+            });
+        }
         self.data
-            .write_orders_file(&self.orders_file())
+            .write_orders_file_with(&self.orders_file(), cancel, midway)
             .map_err(|e| io(&self.orders_file(), e))?;
         create_customer_db(&self.database(), self.data.customers)
             .map_err(|e| io(&self.database(), std::io::Error::other(e)))?;

@@ -148,6 +148,22 @@ pub enum JobError {
         /// Tasks in the checkpoint the job does not have.
         unexpected: Vec<String>,
     },
+    /// The work directory's disk has too little free space for what the job would write.
+    #[error(
+        "{} has {} MiB free, but the job needs about {} MiB; free space, choose another \
+         --work-dir, or lower --records",
+        path.display(),
+        available / (1 << 20),
+        needed.div_ceil(1 << 20)
+    )]
+    NotEnoughSpace {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Bytes needed, estimated.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+    },
     /// The job was cancelled.
     #[error("the job was cancelled")]
     Cancelled,

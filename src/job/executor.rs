@@ -69,6 +69,27 @@ impl RestartStrategy {
 /// Called with the number of records the sources have read so far, a few times a second.
 pub type ProgressCallback = Arc<dyn Fn(u64) + Send + Sync>;
 
+/// A moment of a checkpoint, reported to a [`PhaseCallback`] on the coordinator's thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobPhase {
+    /// Checkpoint `id` was triggered on the sources; its barriers are in flight.
+    CheckpointTriggered {
+        /// The checkpoint's id.
+        id: u64,
+    },
+    /// Checkpoint `id` is stored (every sink pre-committed) and its completion notices, which
+    /// commit the sinks, are about to go out.
+    CheckpointCommitting {
+        /// The checkpoint's id.
+        id: u64,
+    },
+}
+
+/// Called at each [`JobPhase`]; the coordinator waits while it runs (a test can stop the
+/// process at an exact moment of the protocol).
+pub type PhaseCallback = Arc<dyn Fn(JobPhase) + Send + Sync>;
+
 /// How the executor runs a job.
 #[derive(Clone)]
 pub struct JobConfig {
@@ -90,6 +111,8 @@ pub struct JobConfig {
     pub fairness: Fairness,
     /// Progress reports.
     pub on_progress: Option<ProgressCallback>,
+    /// Checkpoint phase reports.
+    pub on_phase: Option<PhaseCallback>,
     /// Set to cancel the job from another thread.
     pub cancel: Arc<AtomicBool>,
     /// Where the first attempt starts (default: fresh).
@@ -114,6 +137,7 @@ impl JobConfig {
             tracer: Tracer::off(),
             fairness: Fairness::default(),
             on_progress: None,
+            on_phase: None,
             cancel: Arc::new(AtomicBool::new(false)),
             restore: Restore::Fresh,
             fallback_to_older: false,
@@ -165,6 +189,12 @@ impl JobConfig {
     /// Sets the checkpoint lock's fairness.
     pub fn with_fairness(mut self, fairness: Fairness) -> Self {
         self.fairness = fairness;
+        self
+    }
+
+    /// Reports checkpoint phases through `callback`.
+    pub fn with_phases(mut self, callback: PhaseCallback) -> Self {
+        self.on_phase = Some(callback);
         self
     }
 
@@ -238,6 +268,8 @@ pub struct JobResult {
     pub throughput_series: Vec<(f64, f64)>,
     /// Each checkpoint's start delay on a source task: (seconds since start, microseconds).
     pub checkpoint_series: Vec<(f64, u64)>,
+    /// The checkpoint the first attempt restored (a resume), if any.
+    pub restored_from: Option<u64>,
 }
 
 const POLL: Duration = Duration::from_millis(2);
@@ -279,6 +311,7 @@ impl JobGraph {
         // A restore from elsewhere is the fallback of every restart until this run completes a
         // checkpoint of its own.
         let initial = restored.clone();
+        let restored_from = restored.as_ref().map(|c| c.id);
         write_marker(&config.checkpoint_dir, false)?;
         let start = Instant::now();
         let mut sampler = Sampler::new(start);
@@ -351,6 +384,7 @@ impl JobGraph {
                         checkpoints_aborted: aborted,
                         throughput_series: sampler.throughput,
                         checkpoint_series: sampler.checkpoints,
+                        restored_from,
                     });
                 }
                 Some(failure) => {
@@ -422,10 +456,23 @@ impl JobGraph {
                 .with_ids_after(last_id);
                 let on_tasks = Arc::clone(&handles);
                 let source_set = sources.clone();
+                let on_phase = config.on_phase.clone();
                 Some(CoordinatorDriver::spawn(
                     coordinator,
                     config.clock.clone(),
-                    move |action| carry_out(action, &on_tasks, &source_set),
+                    move |action| {
+                        if let (Some(report), CoordinatorAction::Complete { id }) =
+                            (&on_phase, action)
+                        {
+                            report(JobPhase::CheckpointCommitting { id: *id });
+                        }
+                        carry_out(action, &on_tasks, &source_set);
+                        if let (Some(report), CoordinatorAction::Trigger(barrier)) =
+                            (&on_phase, action)
+                        {
+                            report(JobPhase::CheckpointTriggered { id: barrier.id });
+                        }
+                    },
                 ))
             }
             None => None,
@@ -529,7 +576,7 @@ impl JobGraph {
         } else {
             first_cause(&names, &outcomes, &cancelled_by_us)
         };
-        sampler.sample_now(&source_metrics, config.on_progress.as_ref());
+        sampler.sample_final(&source_metrics, config.on_progress.as_ref());
 
         let (last_checkpoint_id, completed, aborted) = match driver {
             Some(d) => {
@@ -611,7 +658,8 @@ fn carry_out(
         CoordinatorAction::Trigger(barrier) => {
             for task in running.filter(|t| sources.iter().any(|s| s == t.name())) {
                 if let Err(e) = task.trigger_checkpoint(*barrier) {
-                    log::warn!("{}: {e}", task.name());
+                    // A follow-on of the task's own failure, which the attempt reports once.
+                    log::debug!("{}: {e}", task.name());
                 }
             }
         }
@@ -649,6 +697,23 @@ impl Sampler {
     fn sample(&mut self, sources: &[Arc<TaskMetrics>], progress: Option<&ProgressCallback>) {
         if self.last_at.elapsed() >= SAMPLE_EVERY {
             self.sample_now(sources, progress);
+        }
+    }
+
+    /// The sample at the end of an attempt: progress always, a throughput point only for a
+    /// bucket at least half as long as the others (a short last bucket would plot as a false
+    /// drop).
+    fn sample_final(&mut self, sources: &[Arc<TaskMetrics>], progress: Option<&ProgressCallback>) {
+        if self.last_at.elapsed() >= SAMPLE_EVERY / 2 {
+            self.sample_now(sources, progress);
+        } else if let Some(progress) = progress {
+            let records: u64 = sources.iter().map(|m| m.records_in.get()).sum::<u64>();
+            let base = if records < self.last_records {
+                self.base_records + self.last_records
+            } else {
+                self.base_records
+            };
+            progress(base + records);
         }
     }
 

@@ -9,7 +9,8 @@ mod wiring;
 
 pub use self::error::JobError;
 pub use self::executor::{
-    JobConfig, JobMetrics, JobResult, ProgressCallback, RestartStrategy, TaskResult,
+    JobConfig, JobMetrics, JobPhase, JobResult, PhaseCallback, ProgressCallback, RestartStrategy,
+    TaskResult,
 };
 pub use self::graph::{DataStream, JobGraph, KeyedStream, StreamEnvironment};
 pub use self::restore::Restore;
