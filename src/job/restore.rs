@@ -15,18 +15,7 @@
 //! A directory with checkpoints but no marker (written by an older version) counts as
 //! unfinished.
 //!
-//! # What each setting does with what it finds
-//!
-//! | [`Restore`] | empty | unfinished run | finished run |
-//! |---|---|---|---|
-//! | `Fresh` | start | [`JobError::UnfinishedRun`] | start over (info log) |
-//! | `DiscardState` | start | discard, start over | start over |
-//! | `Latest` | start (info log) | restore its newest checkpoint | [`JobError::NothingToResume`] |
-//! | `From(path)` | restore `path` | restore `path` | restore `path` |
-//!
-//! "Start over" deletes the checkpoints and the two-phase sinks' transaction files, so the new
-//! run's output does not add to the old one's. Every restore logs at info level which
-//! checkpoint it restored from where.
+//! What each [`Restore`] setting does with what it finds is tabled on the type.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -37,8 +26,35 @@ use crate::checkpoint::{CheckpointStorage, CompletedCheckpoint};
 use super::JobError;
 use super::graph::JobGraph;
 
-/// Where a run starts (see the [module table](self) for what each does with an earlier run's
-/// state).
+/// Where a run starts, set with [`JobConfig::with_restore`](crate::JobConfig::with_restore).
+///
+/// The executor keeps a run marker (`_run`, written atomically) in the checkpoint directory:
+/// `running` while a run is under way or after it was killed, `finished` once its sinks
+/// committed everything. A directory with checkpoints and no marker counts as unfinished.
+///
+/// # What each setting does with what an earlier run left
+///
+/// | [`Restore`] | empty | unfinished run | finished run |
+/// |---|---|---|---|
+/// | `Fresh` | start | [`JobError::UnfinishedRun`] | start over (info log) |
+/// | `DiscardState` | start | discard, start over | start over |
+/// | `Latest` | start (info log) | restore its newest checkpoint | [`JobError::NothingToResume`] |
+/// | `From(path)` | restore `path` | restore `path` | restore `path` |
+///
+/// "Start over" deletes the checkpoints and the two-phase sinks' transaction files, so the new
+/// run's output does not add to the old one's. Every restore logs at info level which
+/// checkpoint it restored from where.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask::{JobConfig, Restore};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let config = JobConfig::new(dir.path()).with_restore(Restore::Latest);
+/// assert_eq!(config.restore, Restore::Latest);
+/// assert_eq!(JobConfig::new(dir.path()).restore, Restore::Fresh);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Restore {
