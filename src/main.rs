@@ -403,9 +403,10 @@ fn run_model(
     let run = match job.run(model, config.clone()) {
         // `compare --resume` after a crash in a later model: the earlier models finished.
         Err(JobError::NothingToResume { .. }) if options.resume => {
-            progress.println(format!(
-                "{model}: its earlier run finished; running it again from the start"
-            ));
+            // Not through the progress bar: it is hidden with --quiet.
+            eprintln!(
+                "streamtask: {model}: its earlier run finished; running it again from the start"
+            );
             job.run(model, config.with_restore(Restore::Fresh))
         }
         other => other,
@@ -461,6 +462,17 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
     let plan = options.validate(false)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    // Refuse a work directory that needs --resume or --discard-state before generating data.
+    for &model in models {
+        let config = JobConfig {
+            checkpoint_dir: job.checkpoint_dir(model),
+            ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+        };
+        match config.check_restore() {
+            Ok(()) | Err(JobError::NothingToResume { .. }) => {}
+            Err(e) => return Err(CliError::of_job(model, e)),
+        }
+    }
     prepare(&job, cancel)?;
     let expected = streamtask::demo::digest(&streamtask::demo::data::expected_output(&job.data));
     let mut reports = Vec::new();

@@ -95,10 +95,15 @@ fn a_rerun_over_an_unfinished_run_is_refused_with_exit_2_naming_resume_and_disca
     assert_eq!(code(&streamtask(&run)), 0);
     // What a SIGKILL leaves (tests/process_crash.rs does it for real).
     fs::write(dir.path().join("mailbox/checkpoints/_run"), "running\n").unwrap();
+    fs::remove_file(dir.path().join("orders.csv")).unwrap();
     let out = streamtask(&run);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("--resume"), "{}", stderr(&out));
     assert!(stderr(&out).contains("--discard-state"), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("orders.csv").exists(),
+        "refused before generating data"
+    );
     let out = streamtask(&run_args("mailbox", dir.path(), &["--discard-state"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_exactly_once(dir.path(), "mailbox", "after --discard-state");

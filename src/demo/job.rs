@@ -199,6 +199,11 @@ impl DemoJob {
         env.build()
     }
 
+    /// The checkpoint directory of `model`'s runs.
+    pub fn checkpoint_dir(&self, model: Model) -> PathBuf {
+        self.model_dir(model).join("checkpoints")
+    }
+
     /// Runs the job under `model` in its model directory and judges its output.
     ///
     /// Where it starts is `config.restore`: by default fresh, which starts over after a
@@ -214,7 +219,7 @@ impl DemoJob {
         let job = self.build(model)?;
         let config = JobConfig {
             checkpoint: Some(CheckpointConfig::new(self.checkpoint_interval)),
-            checkpoint_dir: dir.join("checkpoints"),
+            checkpoint_dir: self.checkpoint_dir(model),
             restart: crate::RestartStrategy::fixed_delay(self.restarts, Duration::from_millis(5)),
             ..config
         };

@@ -156,6 +156,22 @@ impl JobConfig {
         self
     }
 
+    /// Checks, before anything is built or generated, that the restore setting fits what an
+    /// earlier run left in the checkpoint directory; [`JobGraph::run`] checks it again.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::UnfinishedRun`] for a fresh start over an unfinished run,
+    /// [`JobError::NothingToResume`] for a resume of a finished run, [`JobError::Storage`] if
+    /// the directory cannot be read.
+    pub fn check_restore(&self) -> Result<(), JobError> {
+        super::restore::check(
+            &self.restore,
+            &self.checkpoint_dir,
+            self.retained_checkpoints,
+        )
+    }
+
     /// Cancels the job when `flag` is set (from a signal handler, another thread).
     pub fn with_cancel(mut self, flag: Arc<AtomicBool>) -> Self {
         self.cancel = flag;

@@ -156,6 +156,25 @@ fn found(dir: &Path, storage: &CheckpointStorage) -> Result<Found, JobError> {
     })
 }
 
+/// What [`JobConfig::check_restore`](crate::JobConfig::check_restore) checks: the refusals
+/// of [`Restore`] that need no job to decide.
+pub(crate) fn check(restore: &Restore, dir: &Path, retained: usize) -> Result<(), JobError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let storage = CheckpointStorage::directory(dir, retained)?;
+    match (restore, found(dir, &storage)?) {
+        (Restore::Fresh, Found::Unfinished { latest }) => Err(JobError::UnfinishedRun {
+            dir: dir.to_path_buf(),
+            latest,
+        }),
+        (Restore::Latest, Found::Finished) => Err(JobError::NothingToResume {
+            dir: dir.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl JobGraph {
     /// Decides where the first attempt starts, clearing an earlier run's state when the
     /// setting says so. Returns the checkpoint to restore, if any.
