@@ -7,7 +7,9 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use common::{Paused, assert_exactly_once, code, run_args, stderr, stdout, streamtask};
+use common::{
+    Paused, assert_exactly_once, code, run_args, stderr, stdout, streamtask, streamtask_default_log,
+};
 use streamtask::checkpoint::CheckpointStorage;
 
 fn args(list: &[&str]) -> Vec<String> {
@@ -186,6 +188,27 @@ fn faults_beyond_the_restart_budget_raise_it_and_say_so() {
         stderr(&out).contains("raised from 10 to 12"),
         "{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn the_default_log_shows_one_line_per_failed_attempt_not_every_tasks_copy() {
+    // Before: follow-on warnings of every task (313 stderr lines for 180 faults).
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask_default_log(&run_args("legacy", dir.path(), &["--faults", "6"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let restarts: usize = stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("restarts"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a restarts row");
+    let err = stderr(&out);
+    let warnings = err.lines().filter(|l| l.contains("WARN")).count();
+    assert_eq!(warnings, restarts, "one warning per failed attempt: {err}");
+    assert!(
+        err.lines()
+            .all(|l| l.contains("attempt") || !l.contains("WARN")),
+        "{err}"
     );
 }
 

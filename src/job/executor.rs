@@ -754,3 +754,37 @@ impl Sampler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_last_bucket_plots_no_false_drop() {
+        // Issue 11: the end-of-attempt sample covered a few milliseconds with no new records
+        // and plotted as a drop to 0 records/s.
+        let start = Instant::now() - Duration::from_secs(1);
+        let mut sampler = Sampler::new(start);
+        sampler.last_at = start;
+        let source = Arc::new(TaskMetrics::new("orders#0"));
+        source.records_in.add(1_000);
+        sampler.sample_now(std::slice::from_ref(&source), None);
+        assert_eq!(sampler.throughput.len(), 1);
+        // Immediately after: a bucket far shorter than SAMPLE_EVERY.
+        sampler.sample_final(std::slice::from_ref(&source), None);
+        assert_eq!(sampler.throughput.len(), 1, "no point for a partial bucket");
+        assert!(sampler.throughput.iter().all(|&(_, rate)| rate > 0.0));
+    }
+
+    #[test]
+    fn the_final_sample_still_reports_progress() {
+        let mut sampler = Sampler::new(Instant::now());
+        let source = Arc::new(TaskMetrics::new("orders#0"));
+        source.records_in.add(7);
+        let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let report = Arc::clone(&seen);
+        let progress: ProgressCallback = Arc::new(move |n| report.store(n, Ordering::SeqCst));
+        sampler.sample_final(std::slice::from_ref(&source), Some(&progress));
+        assert_eq!(seen.load(Ordering::SeqCst), 7);
+    }
+}

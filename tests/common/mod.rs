@@ -62,6 +62,16 @@ pub fn streamtask(args: &[String]) -> Output {
         .expect("the streamtask binary starts")
 }
 
+/// Runs the binary to the end with its default log filter (no `RUST_LOG`).
+pub fn streamtask_default_log(args: &[String]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the streamtask binary starts")
+}
+
 /// The exit code (a signal death has none: -1).
 pub fn code(output: &Output) -> i32 {
     output.status.code().unwrap_or(-1)
