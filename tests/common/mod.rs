@@ -12,20 +12,27 @@ use streamtask::sink::read_committed;
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_streamtask");
 
-/// The data a child run of `model` generates: small (a debug build runs it in well under a
-/// second), long enough for a few checkpoints.
-pub fn data(_model: &str) -> DemoData {
+/// The data a child run generates: small (a debug build runs it in well under a second).
+pub fn data(orders: u64) -> DemoData {
     DemoData {
-        orders: 12_000,
+        orders,
         // Few keys hold checkpoints back (every barrier waits behind the same hot keys).
         customers: 500,
         seed: 7,
     }
 }
 
-/// `run --model <model>` on [`data`] in `dir`, plus `extra`.
+/// Orders of the usual child run.
+pub const ORDERS: u64 = 12_000;
+
+/// `run --model <model>` on [`data`]`(`[`ORDERS`]`)` in `dir`, plus `extra`.
 pub fn run_args(model: &str, dir: &Path, extra: &[&str]) -> Vec<String> {
-    let data = data(model);
+    run_args_sized(model, dir, ORDERS, extra)
+}
+
+/// `run --model <model>` on [`data`]`(orders)` in `dir`, plus `extra`.
+pub fn run_args_sized(model: &str, dir: &Path, orders: u64, extra: &[&str]) -> Vec<String> {
+    let data = data(orders);
     let mut args: Vec<String> = [
         "run",
         "--model",
@@ -87,11 +94,16 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The model's committed output equals the reference, as multisets.
+/// The model's committed output equals the reference of the usual run, as multisets.
 pub fn assert_exactly_once(dir: &Path, model: &str, context: &str) {
+    assert_exactly_once_sized(dir, model, ORDERS, context);
+}
+
+/// The model's committed output equals the reference of `orders` orders, as multisets.
+pub fn assert_exactly_once_sized(dir: &Path, model: &str, orders: u64, context: &str) {
     let mut committed = read_committed(dir.join(model).join("output")).unwrap();
     committed.sort_unstable();
-    let mut expected = expected_output(&data(model));
+    let mut expected = expected_output(&data(orders));
     expected.sort_unstable();
     assert_eq!(
         committed.len(),
