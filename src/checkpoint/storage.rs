@@ -335,8 +335,8 @@ pub enum StorageError {
     },
     /// A file is shorter than it should be (an interrupted or lost write).
     #[error(
-        "{} is truncated ({actual} of {expected} bytes); this checkpoint cannot be restored, \
-         restore from an older one (latest skips it)",
+        "{} is truncated ({actual} of {expected} bytes): that checkpoint cannot be restored, \
+         only an older one",
         path.display()
     )]
     Truncated {
@@ -349,8 +349,7 @@ pub enum StorageError {
     },
     /// A file's content is wrong.
     #[error(
-        "{} is corrupted: {reason}; this checkpoint cannot be restored, restore from an older one \
-         (latest skips it)",
+        "{} is corrupted ({reason}): that checkpoint cannot be restored, only an older one",
         path.display()
     )]
     Corrupted {
@@ -361,8 +360,7 @@ pub enum StorageError {
     },
     /// A file the manifest lists does not exist.
     #[error(
-        "{} is missing; this checkpoint cannot be restored, restore from an older one (latest \
-         skips it)",
+        "{} is missing: that checkpoint cannot be restored, only an older one",
         path.display()
     )]
     MissingFile {

@@ -119,7 +119,7 @@ pub enum JobError {
     },
     /// The newest checkpoint cannot be restored, and falling back was not asked for.
     #[error(
-        "newest checkpoint {id} ({}) cannot be restored: {source}. Nothing was committed. \
+        "newest checkpoint {id} ({}) is damaged: {source}. Nothing was committed. \
          Repair or remove it, or fall back to an older checkpoint explicitly \
          (--fallback-to-older-checkpoint, JobConfig::with_fallback_to_older), which rewinds \
          the sink output committed after that checkpoint",

@@ -327,6 +327,12 @@ impl JobGraph {
         // A restore from elsewhere is the fallback of every restart until this run completes a
         // checkpoint of its own.
         let initial = restored.clone();
+        let initial_path = match &config.restore {
+            Restore::From(path) => Some(path.clone()),
+            _ => restored
+                .as_ref()
+                .and_then(|c| storage.checkpoint_path(c.id)),
+        };
         let restored_from = restored.as_ref().map(|c| c.id);
         write_marker(&config.checkpoint_dir, false)?;
         let start = Instant::now();
@@ -414,10 +420,28 @@ impl JobGraph {
                     }
                     restarts += 1;
                     std::thread::sleep(config.restart.delay);
-                    restored = match self.restore_point(config.fallback_to_older, &storage)? {
-                        Some(checkpoint) => Some(checkpoint),
-                        None => initial.clone(),
-                    };
+                    let (checkpoint, from) =
+                        match self.restore_point(config.fallback_to_older, &storage)? {
+                            Some(c) => {
+                                let path = storage.checkpoint_path(c.id);
+                                (Some(c), path)
+                            }
+                            None => (initial.clone(), initial_path.clone()),
+                        };
+                    restored = checkpoint;
+                    match &restored {
+                        Some(c) => log::info!(
+                            "attempt {} restores checkpoint {} from {}",
+                            restarts + 1,
+                            c.id,
+                            from.unwrap_or_else(|| config.checkpoint_dir.clone())
+                                .display()
+                        ),
+                        None => log::info!(
+                            "attempt {} starts from the beginning (no checkpoint completed)",
+                            restarts + 1
+                        ),
+                    }
                 }
             }
         }
