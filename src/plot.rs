@@ -38,7 +38,7 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     let mut chart = ChartBuilder::on(&top)
         .caption("throughput (records/s)", ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(32)
+        .x_label_area_size(48)
         .y_label_area_size(70)
         // Headroom above the highest line keeps the legend (upper right) clear of the lines.
         .build_cartesian_2d(0.0..max_t * 1.02, 0.0..max_rate * 1.45)
@@ -67,6 +67,8 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     }
     chart
         .configure_series_labels()
+        // In the headroom above the data (see the y ranges), never over a line.
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()
@@ -80,10 +82,10 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     let mut chart = ChartBuilder::on(&bottom)
         .caption("checkpoint start delay (µs, log scale)", ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(32)
+        .x_label_area_size(48)
         .y_label_area_size(70)
-        // A decade and a half of headroom keeps the legend clear of the points.
-        .build_cartesian_2d(0.0..max_t * 1.02, (1.0..max_delay * 30.0).log_scale())
+        // Two decades of headroom keep the legend clear of the points.
+        .build_cartesian_2d(0.0..max_t * 1.02, (1.0..max_delay * 100.0).log_scale())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
@@ -108,6 +110,8 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     }
     chart
         .configure_series_labels()
+        // In the headroom above the data (see the y ranges), never over a line.
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()
