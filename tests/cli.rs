@@ -35,6 +35,15 @@ fn exit_code_0_for_a_successful_run_twice_in_a_row() {
         let out = streamtask(&run_args("mailbox", dir.path(), &[]));
         assert_eq!(code(&out), 0, "round {round}: {}", stderr(&out));
         assert_exactly_once(dir.path(), "mailbox", &format!("round {round}"));
+        if round == 1 {
+            // It says that it starts over, and restored nothing.
+            assert!(
+                stderr(&out).contains("finished; starting over"),
+                "{}",
+                stderr(&out)
+            );
+            assert!(!stderr(&out).contains("resuming"), "{}", stderr(&out));
+        }
     }
 }
 
