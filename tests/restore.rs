@@ -287,3 +287,64 @@ fn a_restore_from_a_path_restores_that_checkpoint() {
         .unwrap();
     assert!(run.exactly_once);
 }
+
+/// The orders through keyed totals of `parallelism` into a file sink, under the mailbox model.
+fn keyed_job(job: &DemoJob, parallelism: usize) -> streamtask::JobGraph {
+    use streamtask::StreamEnvironment;
+    use streamtask::demo::data::{Order, TotalEvent};
+    use streamtask::demo::source::OrdersFileReader;
+    use streamtask::demo::totals::RunningTotals;
+
+    let env = StreamEnvironment::new(Model::Mailbox);
+    let orders = job.orders_file();
+    env.add_reader("orders", move |_| {
+        OrdersFileReader::new(orders.clone(), Arc::new(FaultPlan::none()))
+    })
+    .key_by(|o: &Order| o.customer)
+    .process("totals", parallelism, |_| {
+        RunningTotals::new(Arc::new(FaultPlan::none()))
+    })
+    .two_phase_file_sink(
+        "sink",
+        job.work_dir.join("keyed-output"),
+        |e: &TotalEvent| format!("{e:?}"),
+    );
+    env.build().unwrap()
+}
+
+#[test]
+fn a_resume_with_another_keyed_parallelism_is_refused_not_a_silent_loss_of_state() {
+    // Before: restore by `<vertex>#<subtask>` silently dropped the keyed state of keys that
+    // moved to another subtask, and returned Ok.
+    let dir = tempfile::tempdir().unwrap();
+    let job = demo(dir.path());
+    let cfg = JobConfig {
+        checkpoint_dir: dir.path().join("keyed-checkpoints"),
+        ..config(&job)
+    }
+    .with_checkpoints(Some(streamtask::CheckpointConfig::new(
+        Duration::from_millis(1),
+    )));
+    let two = keyed_job(&job, 2);
+    let mut stored = false;
+    for _ in 0..20 {
+        two.run(&cfg.clone().with_restore(Restore::DiscardState))
+            .unwrap();
+        let storage = CheckpointStorage::directory(&cfg.checkpoint_dir, 3).unwrap();
+        if !storage.completed_ids().unwrap().is_empty() {
+            stored = true;
+            break;
+        }
+    }
+    assert!(stored, "20 runs completed no checkpoint");
+    fs::write(cfg.checkpoint_dir.join("_run"), "running\n").unwrap();
+    let err = keyed_job(&job, 3)
+        .run(&cfg.clone().with_restore(Restore::Latest))
+        .unwrap_err();
+    match &err {
+        JobError::ShapeMismatch { missing, .. } => {
+            assert!(missing.contains(&"totals#2".to_string()), "{err}")
+        }
+        other => panic!("expected a shape mismatch, got {other}"),
+    }
+}
