@@ -21,10 +21,10 @@ use streamtask::Model;
 use streamtask::demo::data::TotalEvent;
 use streamtask::demo::enrich::{create_customer_db, enrichment};
 use streamtask::demo::fault::FaultPlan;
+use streamtask::sink::{CollectHandle, CollectSink};
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode};
 use streamtask_core::channel::{InputGate, bounded};
 use streamtask_core::operator::{Discard, OperatorExt};
-use streamtask_core::sink::{CollectHandle, CollectSink};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord, TaskOutcome};
 
@@ -49,10 +49,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         outputs.push(lines);
     }
-    println!(
-        "same enriched output, in input order, under both models: {}",
-        outputs[0] == outputs[1]
+    // What is printed is asserted.
+    assert_eq!(
+        outputs[0], outputs[1],
+        "same enriched output under both models"
     );
+    println!("same enriched output, in input order, under both models: true");
     Ok(())
 }
 

@@ -8,10 +8,10 @@
 use std::task::Waker;
 use std::time::Instant;
 
+use streamtask::sink::CollectHandle;
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_core::function::{KeyedProcessFunction, TimeDomain};
 use streamtask_core::operator::KeyedContext;
-use streamtask_core::sink::CollectHandle;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::{OperatorError, Watermark};
 use streamtask_legacy::{SourceContext, SourceFunction};
@@ -115,7 +115,9 @@ impl KeyedProcessFunction for SumPerKey {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::temp_dir().join("streamtask-example-compare");
+    // A fresh directory per run: nothing of an earlier run is restored (or refused).
+    let dir = tempfile::tempdir()?;
+    let mut all_sums = Vec::new();
     for model in Model::ALL {
         let env = StreamEnvironment::new(model);
         // The legacy and bridge models run the SourceFunction; the mailbox model its port.
@@ -130,11 +132,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect_sink("collect", &out);
         let job = env.build()?;
         let started = Instant::now();
-        let result = job.run(&JobConfig::new(dir.join(model.name())))?;
+        let result = job.run(&JobConfig::new(dir.path().join(model.name())))?;
         let mut sums = out.committed();
         sums.sort();
+        // What is printed is asserted: ten keys, every record summed once.
+        assert_eq!(sums.len(), 10, "{model}: one sum per key");
+        assert_eq!(
+            sums.iter().map(|(_, s)| *s).sum::<u64>(),
+            (0..RECORDS).sum::<u64>(),
+            "{model}: every record counted once"
+        );
+        assert_eq!(result.restarts, 0, "{model}: no restarts");
+        all_sums.push(sums.clone());
         println!(
-            "{model:>8}: {:>7.0} records/s, {} checkpoints, lock wait p99 {} us, mailbox latency p99 {} us, sums {:?}",
+            "{model:>8}: {:>7.0} records/s, {} checkpoints, lock wait p99 {} µs, mailbox latency p99 {} µs, sums {:?}",
             RECORDS as f64 / started.elapsed().as_secs_f64(),
             result.checkpoints_completed,
             result.metrics.lock_wait.summary().p99,
@@ -142,5 +153,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &sums[..3],
         );
     }
+    assert!(
+        all_sums.windows(2).all(|w| w[0] == w[1]),
+        "every model sums the same"
+    );
     Ok(())
 }

@@ -11,11 +11,11 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::task::Waker;
 
+use streamtask::sink::CollectHandle;
 use streamtask::{JobConfig, Model, StreamEnvironment};
 use streamtask_bridge::HandoffReader;
 use streamtask_bridge::porting::PortingKit;
 use streamtask_core::OperatorError;
-use streamtask_core::sink::CollectHandle;
 use streamtask_core::state::{decode, encode};
 use streamtask_legacy::{SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
@@ -128,8 +128,9 @@ fn run(model: Model, path: &Path, dir: &Path) -> Result<Vec<String>, Box<dyn std
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::temp_dir().join("streamtask-example-port");
-    std::fs::create_dir_all(&dir)?;
+    // A fresh directory per run: nothing of an earlier run is restored (or refused).
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_path_buf();
     let path = dir.join("lines.txt");
     let mut file = File::create(&path)?;
     for i in 0..500 {

@@ -6,20 +6,31 @@
 //! report that the `streamtask` binary prints. The models themselves live in
 //! `streamtask-legacy`, `streamtask-mailbox` and `streamtask-bridge`, on top of
 //! `streamtask-core`.
+//!
+//! The job layer also owns what only jobs need: the checkpoint coordinator and checkpoint
+//! storage ([`checkpoint`]) and the sinks ([`sink`]). No model crate uses them, so they live
+//! here rather than in `streamtask-core`, which keeps what every model runs on (the task's side
+//! of a checkpoint: barriers, snapshots, [`TaskReport`](streamtask_core::task::TaskReport)).
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod demo;
 mod job;
 mod model;
 mod plot;
 pub mod report;
+pub mod sink;
 
+pub use crate::checkpoint::{
+    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
+};
 pub use crate::job::{
-    DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobResult, KeyedStream,
-    ProgressCallback, RestartStrategy, StreamEnvironment, TaskResult,
+    DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobResult, KeyedStream,
+    PhaseCallback, ProgressCallback, RestartStrategy, Restore, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
+pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};
 
 /// The migration guide, run as doc tests.
 #[cfg(doctest)]

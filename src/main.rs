@@ -2,9 +2,11 @@
 //! compares them side by side (the default), runs one model, or soaks the exactly-once
 //! guarantee under many fault seeds.
 
-use std::path::PathBuf;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -13,7 +15,7 @@ use streamtask::demo::data::DemoData;
 use streamtask::demo::fault::FaultPlan;
 use streamtask::demo::job::{DemoJob, DemoRun};
 use streamtask::report::{CompareReport, ModelReport};
-use streamtask::{JobConfig, Model};
+use streamtask::{JobConfig, JobError, JobPhase, Model, Restore};
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
@@ -101,6 +103,69 @@ struct Options {
     /// No progress bar.
     #[arg(long, global = true)]
     quiet: bool,
+    /// Resume each model from the latest completed checkpoint of an earlier, unfinished run in
+    /// the work directory (a model whose run finished is run again from the start).
+    #[arg(long, global = true, conflicts_with = "discard_state")]
+    resume: bool,
+    /// Delete an earlier run's checkpoints and output in the work directory and start over.
+    #[arg(long, global = true)]
+    discard_state: bool,
+    /// With --resume: if the newest checkpoint is damaged, restore the newest intact older one;
+    /// the sink then removes (rewinds) the output committed after it, and lists the files.
+    #[arg(long, global = true, requires = "resume")]
+    fallback_to_older_checkpoint: bool,
+}
+
+/// Restarts a run may use when `--faults` does not ask for more.
+const DEFAULT_RESTARTS: u32 = 10;
+
+/// Why the command did not succeed, and so its exit code.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// The command line or the work directory needs a change before anything runs: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// The job failed, was interrupted, or its verdict is false: exit 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Usage(_) => ExitCode::from(2),
+            CliError::Failed(_) => ExitCode::from(1),
+        }
+    }
+
+    /// Refusals that a changed command line fixes are usage errors; the rest are failures.
+    fn of_job(model: Model, error: JobError) -> CliError {
+        let text = format!("{model}: {error}");
+        match error {
+            JobError::UnfinishedRun { .. }
+            | JobError::NothingToResume { .. }
+            | JobError::ShapeMismatch { .. }
+            | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
+            JobError::Cancelled => CliError::Failed(format!(
+                "{model}: stopped by a signal; its state is kept: rerun with --resume to \
+                 continue, or with --discard-state to start over"
+            )),
+            JobError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted => {
+                CliError::Failed(
+                    "stopped by a signal while generating data; the partial file \
+                                  was removed"
+                        .to_string(),
+                )
+            }
+            _ => CliError::Failed(text),
+        }
+    }
+}
+
+/// What `validate` checked and derived.
+#[derive(Debug)]
+struct Plan {
+    restarts: u32,
 }
 
 impl Options {
@@ -115,8 +180,60 @@ impl Options {
             .clone()
             .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"));
         let mut job = DemoJob::new(data, dir);
-        job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms.max(1));
+        // `validate` refused 0, so the interval printed is the interval used.
+        job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
         job
+    }
+
+    fn restore(&self) -> Restore {
+        if self.resume {
+            Restore::Latest
+        } else if self.discard_state {
+            Restore::DiscardState
+        } else {
+            Restore::Fresh
+        }
+    }
+
+    /// Checks every option before anything runs, so a bad one costs no run.
+    fn validate(&self, soak: bool) -> Result<Plan, CliError> {
+        let usage = |m: String| Err(CliError::Usage(m));
+        if self.records == 0 {
+            return usage("--records must be at least 1".into());
+        }
+        if self.customers == 0 {
+            return usage("--customers must be at least 1 (every order needs a customer)".into());
+        }
+        if self.checkpoint_interval_ms == 0 {
+            return usage("--checkpoint-interval-ms must be at least 1".into());
+        }
+        if soak {
+            for (flag, set) in [
+                ("--json", self.json.is_some()),
+                ("--trace", self.trace.is_some()),
+                ("--plot", self.plot.is_some()),
+                ("--resume", self.resume),
+            ] {
+                if set {
+                    return usage(format!(
+                        "soak does not support {flag} (it writes no report and starts every \
+                         seed over); use it with run or compare"
+                    ));
+                }
+            }
+        }
+        check_output(self.plot.as_deref(), "--plot", "svg")?;
+        check_output(self.json.as_deref(), "--json", "json")?;
+        check_output(self.trace.as_deref(), "--trace", "json")?;
+        let restarts = DEFAULT_RESTARTS.max(self.faults.max(u32::from(soak)));
+        if restarts > DEFAULT_RESTARTS {
+            eprintln!(
+                "streamtask: note: {} injected faults need as many restarts; the restart \
+                 budget is raised from {DEFAULT_RESTARTS} to {restarts}",
+                self.faults
+            );
+        }
+        Ok(Plan { restarts })
     }
 
     fn fairness(&self) -> Fairness {
@@ -128,33 +245,99 @@ impl Options {
     }
 }
 
+/// An output file must have the right extension and a writable parent directory.
+fn check_output(path: Option<&Path>, flag: &str, extension: &str) -> Result<(), CliError> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    if path.extension().and_then(|e| e.to_str()) != Some(extension) {
+        return Err(CliError::Usage(format!(
+            "{flag} {} must end in .{extension}",
+            path.display()
+        )));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{flag} {}: directory {} does not exist; create it or choose another path",
+            path.display(),
+            parent.display()
+        )));
+    }
+    let probe = parent.join(format!(".streamtask-write-check-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(CliError::Usage(format!(
+            "{flag} {}: cannot write into {}: {e}",
+            path.display(),
+            parent.display()
+        ))),
+    }
+}
+
+/// Set by Ctrl-C or SIGTERM: the job stops cleanly and keeps its state.
+fn install_signal_handler() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let on_signal = Arc::clone(&flag);
+    if let Err(e) = ctrlc::set_handler(move || on_signal.store(true, Ordering::Release)) {
+        log::warn!("cannot handle Ctrl-C/SIGTERM ({e}); a signal ends the process at once");
+    }
+    flag
+}
+
+/// A hidden hook for the process-crash test (`tests/process_crash.rs`): with
+/// `STREAMTASK_PAUSE_AT_PHASES=1`, each phase is announced on stderr as
+/// `streamtask-phase <name>` and the process waits for a line on stdin before going on, so the
+/// test can SIGKILL it at exactly that moment.
+fn pause_at_phases() -> bool {
+    std::env::var_os("STREAMTASK_PAUSE_AT_PHASES").is_some_and(|v| v == "1")
+}
+
+fn announce(phase: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "streamtask-phase {phase}");
+    let _ = err.flush();
+    drop(err);
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+}
+
 fn main() -> ExitCode {
-    // The executor's warnings (one line per failed attempt) are what a user wants to see; the
-    // tasks' own failure logs repeat them. RUST_LOG overrides.
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("error,streamtask=warn"),
-    )
+    // The executor's warnings (one line per failed attempt, the root cause) and its restore
+    // decisions are what a user wants to see; the model crates' task logs repeat the causes
+    // (`streamtask` alone would match `streamtask_core` etc. too). RUST_LOG overrides.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
+        "error,streamtask=warn,streamtask::job::restore=info,streamtask_core=error,\
+         streamtask_legacy=error,streamtask_mailbox=error,streamtask_bridge=error",
+    ))
     .init();
     quiet_injected_panics();
+    // Usage errors from clap exit with 2 already.
     let cli = Cli::parse();
+    let cancel = install_signal_handler();
     let result = match cli.command.unwrap_or(Command::Compare) {
-        Command::Compare => compare(&cli.options, &Model::ALL),
-        Command::Run { model } => compare(&cli.options, &[model]),
+        Command::Compare => compare(&cli.options, &Model::ALL, &cancel),
+        Command::Run { model } => compare(&cli.options, &[model], &cancel),
         Command::Soak { seeds, model } => {
             let models = if model.is_empty() {
                 Model::ALL.to_vec()
             } else {
                 model
             };
-            soak(&cli.options, seeds, &models)
+            soak(&cli.options, seeds, &models, &cancel)
         }
     };
     match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(message) => {
-            eprintln!("streamtask: {message}");
-            ExitCode::from(2)
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("streamtask: {error}");
+            error.exit_code()
         }
     }
 }
@@ -184,7 +367,8 @@ fn run_model(
     job: &DemoJob,
     model: Model,
     tracer: Tracer,
-) -> Result<DemoRun, String> {
+    cancel: &Arc<AtomicBool>,
+) -> Result<DemoRun, CliError> {
     let progress = if options.quiet {
         ProgressBar::hidden()
     } else {
@@ -202,15 +386,45 @@ fn run_model(
         let total = job.data.orders;
         Arc::new(move |records: u64| bar.set_position(records.min(total)))
     };
-    let config = JobConfig::new(&job.work_dir)
+    let mut config = JobConfig::new(&job.work_dir)
         .with_fairness(options.fairness())
         .with_tracer(tracer)
-        .with_progress(on_progress);
-    let run = job
-        .run(model, config)
-        .map_err(|e| format!("{model}: {e}"))?;
+        .with_progress(on_progress)
+        .with_cancel(Arc::clone(cancel))
+        .with_restore(options.restore())
+        .with_fallback_to_older(options.fallback_to_older_checkpoint);
+    if pause_at_phases() {
+        config = config.with_phases(Arc::new(|phase| match phase {
+            JobPhase::CheckpointTriggered { id } => announce(&format!("trigger {id}")),
+            JobPhase::CheckpointCommitting { id } => announce(&format!("commit {id}")),
+            _ => {}
+        }));
+    }
+    let run = match job.run(model, config.clone()) {
+        // `compare --resume` after a crash in a later model: the earlier models finished.
+        Err(JobError::NothingToResume { .. }) if options.resume => {
+            // Not through the progress bar: it is hidden with --quiet.
+            eprintln!(
+                "streamtask: {model}: its earlier run finished; running it again from the start"
+            );
+            job.run(model, config.with_restore(Restore::Fresh))
+        }
+        other => other,
+    };
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => {
+            progress.abandon();
+            return Err(CliError::of_job(model, e));
+        }
+    };
+    let resumed = run
+        .result
+        .restored_from
+        .map(|id| format!(", resumed from checkpoint {id}"))
+        .unwrap_or_default();
     progress.finish_with_message(format!(
-        "done in {:.2} s, {} restart(s)",
+        "done in {:.2} s, {} restart(s){resumed}",
         run.result.elapsed.as_secs_f64(),
         run.result.restarts
     ));
@@ -225,7 +439,11 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
         output_digest: run.digest.clone(),
         output_lines: run.committed.len() as u64,
         exactly_once: run.exactly_once,
-        records_per_sec: job.data.orders as f64 / secs,
+        // A resumed run read only the orders after its checkpoint: count what it read.
+        records_per_sec: match r.restored_from {
+            Some(_) => r.metrics.source_records as f64 / secs,
+            None => job.data.orders as f64 / secs,
+        },
         elapsed_ms: r.elapsed.as_millis() as u64,
         checkpoint_delay_us: r.metrics.checkpoint_delay.summary(),
         timer_lateness_us: r.metrics.timer_lateness.summary(),
@@ -240,9 +458,22 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
     }
 }
 
-fn compare(options: &Options, models: &[Model]) -> Result<bool, String> {
-    let job = options.demo();
-    job.prepare().map_err(|e| e.to_string())?;
+fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Result<(), CliError> {
+    let plan = options.validate(false)?;
+    let mut job = options.demo();
+    job.restarts = plan.restarts;
+    // Refuse a work directory that needs --resume or --discard-state before generating data.
+    for &model in models {
+        let config = JobConfig {
+            checkpoint_dir: job.checkpoint_dir(model),
+            ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+        };
+        match config.check_restore() {
+            Ok(()) | Err(JobError::NothingToResume { .. }) => {}
+            Err(e) => return Err(CliError::of_job(model, e)),
+        }
+    }
+    prepare(&job, cancel)?;
     let expected = streamtask::demo::digest(&streamtask::demo::data::expected_output(&job.data));
     let mut reports = Vec::new();
     let mut traces: Vec<(Model, Arc<TraceLog>)> = Vec::new();
@@ -259,7 +490,7 @@ fn compare(options: &Options, models: &[Model]) -> Result<bool, String> {
         } else {
             Tracer::off()
         };
-        let run = run_model(options, &job, model, tracer)?;
+        let run = run_model(options, &job, model, tracer, cancel)?;
         reports.push(report_of(&job, &run));
         traces.push((model, log));
     }
@@ -271,37 +502,87 @@ fn compare(options: &Options, models: &[Model]) -> Result<bool, String> {
         reports,
     );
     println!("{}", report.table());
+    let write_error = |path: &Path, e: &dyn std::fmt::Display| {
+        CliError::Failed(format!("cannot write {}: {e}", path.display()))
+    };
     if let Some(path) = &options.json {
-        report
-            .write_json(path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        report.write_json(path).map_err(|e| write_error(path, &e))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &options.plot {
-        report
-            .write_plot(path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        report.write_plot(path).map_err(|e| write_error(path, &e))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &options.trace {
         let logs: Vec<(&str, &TraceLog)> =
             traces.iter().map(|(m, l)| (m.name(), l.as_ref())).collect();
         std::fs::write(path, TraceLog::to_chrome_json_multi(&logs))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .map_err(|e| write_error(path, &e))?;
         eprintln!(
             "wrote {} (open it in https://ui.perfetto.dev)",
             path.display()
         );
     }
-    Ok(report.identical && report.models.iter().all(|m| m.exactly_once))
+    if report.identical && report.models.iter().all(|m| m.exactly_once) {
+        Ok(())
+    } else {
+        Err(CliError::Failed(
+            "the verdict is false: committed output differs (see the table)".to_string(),
+        ))
+    }
 }
 
-fn soak(options: &Options, seeds: u64, models: &[Model]) -> Result<bool, String> {
+/// Generates the data, announcing the midpoint to the crash test when asked.
+fn prepare(job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
+    let pause = pause_at_phases();
+    let result = job.prepare_with(cancel, || {
+        if pause {
+            announce("generate");
+        }
+    });
+    result.map_err(|e| match e {
+        JobError::NotEnoughSpace { .. } => CliError::Usage(e.to_string()),
+        JobError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted => {
+            CliError::Failed(
+                "stopped by a signal while generating data; the partial file was removed"
+                    .to_string(),
+            )
+        }
+        other => CliError::Failed(other.to_string()),
+    })
+}
+
+fn soak(
+    options: &Options,
+    seeds: u64,
+    models: &[Model],
+    cancel: &Arc<AtomicBool>,
+) -> Result<(), CliError> {
+    let plan = options.validate(true)?;
     let mut job = options.demo();
-    job.prepare().map_err(|e| e.to_string())?;
+    job.restarts = plan.restarts;
+    prepare(&job, cancel)?;
     let faults = options.faults.max(1);
+    if options.faults == 0 {
+        eprintln!(
+            "streamtask: note: soak injects faults; --faults 0 raised to 1 per run (give \
+             --faults N for more)"
+        );
+    }
     let mut ok = true;
     for &model in models {
+        let progress = if options.quiet {
+            ProgressBar::hidden()
+        } else {
+            let bar = ProgressBar::new(seeds);
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>8} [{bar:40}] seed {pos}/{len} {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(model.name());
+            bar
+        };
         let mut restarts = 0;
         let mut failed = Vec::new();
         for seed in 0..seeds {
@@ -310,13 +591,24 @@ fn soak(options: &Options, seeds: u64, models: &[Model]) -> Result<bool, String>
                 faults,
                 job.data.orders,
             ));
-            let config = JobConfig::new(&job.work_dir).with_fairness(options.fairness());
+            // Every seed starts over: an earlier seed that failed leaves its state behind.
+            let config = JobConfig::new(&job.work_dir)
+                .with_fairness(options.fairness())
+                .with_cancel(Arc::clone(cancel))
+                .with_restore(Restore::DiscardState);
             match job.run(model, config) {
                 Ok(run) if run.exactly_once => restarts += run.result.restarts,
                 Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),
+                Err(JobError::Cancelled) => {
+                    progress.abandon();
+                    return Err(CliError::of_job(model, JobError::Cancelled));
+                }
                 Err(e) => failed.push(format!("seed {seed}: {e}")),
             }
+            progress.inc(1);
+            progress.set_message(format!("{} failure(s)", failed.len()));
         }
+        progress.finish_and_clear();
         println!(
             "{model:>8}: {} seed(s), {} fault(s) each, {restarts} restart(s), {} failure(s)",
             seeds,
@@ -328,5 +620,11 @@ fn soak(options: &Options, seeds: u64, models: &[Model]) -> Result<bool, String>
         }
         ok &= failed.is_empty();
     }
-    Ok(ok)
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::Failed(
+            "exactly-once did not hold for every seed (see above)".to_string(),
+        ))
+    }
 }

@@ -38,13 +38,18 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     let mut chart = ChartBuilder::on(&top)
         .caption("throughput (records/s)", ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(32)
+        .x_label_area_size(48)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max_t * 1.02, 0.0..max_rate * 1.1)
+        // Headroom above the highest line keeps the legend (upper right) clear of the lines.
+        .build_cartesian_2d(0.0..max_t * 1.02, 0.0..max_rate * 1.45)
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("seconds since the run started")
+        .y_desc("records/s")
+        .axis_desc_style(("sans-serif", 15))
+        .label_style(("sans-serif", 13))
+        .y_label_formatter(&|v| si(*v))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, m) in report.models.iter().enumerate() {
@@ -62,6 +67,8 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     }
     chart
         .configure_series_labels()
+        // In the headroom above the data (see the y ranges), never over a line.
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()
@@ -73,15 +80,20 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
         .flat_map(|m| m.checkpoint_series.iter().map(|p| p.1))
         .fold(10_u64, u64::max) as f64;
     let mut chart = ChartBuilder::on(&bottom)
-        .caption("checkpoint start delay (us, log scale)", ("sans-serif", 20))
+        .caption("checkpoint start delay (µs, log scale)", ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(32)
+        .x_label_area_size(48)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max_t * 1.02, (1.0..max_delay * 2.0).log_scale())
+        // Two decades of headroom keep the legend clear of the points.
+        .build_cartesian_2d(0.0..max_t * 1.02, (1.0..max_delay * 100.0).log_scale())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("seconds since the run started")
+        .y_desc("µs")
+        .axis_desc_style(("sans-serif", 15))
+        .label_style(("sans-serif", 13))
+        .y_label_formatter(&|v| si(*v))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, m) in report.models.iter().enumerate() {
@@ -98,11 +110,28 @@ pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     }
     chart
         .configure_series_labels()
+        // In the headroom above the data (see the y ranges), never over a line.
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// `1200000.0` as `1.2M`: axis labels stay short and readable.
+fn si(value: f64) -> String {
+    let (scaled, suffix) = match value.abs() {
+        v if v >= 1e9 => (value / 1e9, "G"),
+        v if v >= 1e6 => (value / 1e6, "M"),
+        v if v >= 1e3 => (value / 1e3, "k"),
+        _ => (value, ""),
+    };
+    if scaled.fract().abs() < 1e-9 {
+        format!("{scaled:.0}{suffix}")
+    } else {
+        format!("{scaled:.1}{suffix}")
+    }
 }
 
 #[cfg(test)]
@@ -138,5 +167,14 @@ mod tests {
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("legacy") && svg.contains("mailbox"));
+        assert!(svg.contains("records/s") && svg.contains("µs"));
+        assert!(!svg.contains("(us"), "units are µs, not us");
+    }
+
+    #[test]
+    fn axis_labels_are_short() {
+        assert_eq!(si(1_200_000.0), "1.2M");
+        assert_eq!(si(5_000.0), "5k");
+        assert_eq!(si(12.0), "12");
     }
 }

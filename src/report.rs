@@ -110,12 +110,14 @@ impl CompareReport {
 
     /// The side-by-side table.
     pub fn table(&self) -> String {
+        let single = self.models.len() == 1;
         let mut rows: Vec<(&str, Vec<String>)> = vec![
             (
                 "committed output digest",
                 self.col(|m| m.output_digest.clone()),
             ),
             (
+                // Dropped below for a single model: there are no other models to match.
                 "matches the other models",
                 self.col(|m| {
                     let same = self
@@ -165,6 +167,9 @@ impl CompareReport {
             ("restarts", self.col(|m| m.restarts.to_string())),
             ("threads used", self.col(|m| m.threads.to_string())),
         ];
+        if single {
+            rows.retain(|(label, _)| *label != "matches the other models");
+        }
         let header: Vec<String> = self.models.iter().map(|m| m.model.clone()).collect();
         rows.insert(0, ("", header));
         let label_width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
@@ -189,13 +194,19 @@ impl CompareReport {
         }
         let _ = writeln!(
             out,
-            "\n{} records, checkpoint every {} ms, {} injected fault(s) per model; reference digest {}",
-            self.records, self.checkpoint_interval_ms, self.faults, self.expected_digest
+            "\n{} records, checkpoint every {} ms, {} injected fault(s){}; reference digest {}",
+            self.records,
+            self.checkpoint_interval_ms,
+            self.faults,
+            if single { "" } else { " per model" },
+            self.expected_digest
         );
-        let verdict = if self.identical && self.models.iter().all(|m| m.exactly_once) {
-            "identical committed output across models, exactly-once held"
-        } else {
-            "MISMATCH: see the rows marked NO / FALSE"
+        let exactly_once = self.models.iter().all(|m| m.exactly_once);
+        let verdict = match (single, self.identical && exactly_once) {
+            (true, true) => "committed output equals the reference, exactly-once held",
+            (true, false) => "MISMATCH: committed output differs from the reference",
+            (false, true) => "identical committed output across models, exactly-once held",
+            (false, false) => "MISMATCH: see the rows marked NO / FALSE",
         };
         let _ = writeln!(out, "{verdict}");
         out
@@ -236,7 +247,7 @@ fn us(value: u64, count: u64) -> String {
     } else if value >= 10_000 {
         format!("{:.1} ms", value as f64 / 1000.0)
     } else {
-        format!("{value} us")
+        format!("{value} µs")
     }
 }
 
@@ -288,7 +299,7 @@ mod tests {
         let t = r.table();
         assert!(t.contains("legacy"));
         assert!(t.contains("20.0 ms"));
-        assert!(t.contains("5 us"));
+        assert!(t.contains("5 µs"));
         assert!(t.contains("exactly-once held"));
     }
 

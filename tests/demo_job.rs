@@ -70,3 +70,33 @@ fn injected_faults_restart_the_job_without_losing_or_duplicating_output() {
         }
     }
 }
+
+#[test]
+fn checkpoints_completed_counts_every_checkpoint_the_run_stored() {
+    // Issue 11: the count was read before the coordinator stopped, so a checkpoint it completed
+    // while the tasks ended was stored but not counted. With retention large enough to keep
+    // every checkpoint, the count equals what the storage holds.
+    for model in Model::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let mut job = DemoJob::new(small(), dir.path());
+        job.checkpoint_interval = std::time::Duration::from_millis(2);
+        job.prepare().unwrap();
+        let config = JobConfig {
+            retained_checkpoints: 100_000,
+            ..JobConfig::new(&job.work_dir)
+        };
+        let run = job
+            .run(model, config)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let storage = streamtask::CheckpointStorage::directory(
+            job.model_dir(model).join("checkpoints"),
+            100_000,
+        )
+        .unwrap();
+        assert_eq!(
+            run.result.checkpoints_completed,
+            storage.completed_ids().unwrap().len() as u64,
+            "{model}"
+        );
+    }
+}

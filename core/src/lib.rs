@@ -1,7 +1,10 @@
 //! The vocabulary every streamtask model shares: stream elements, operators and chains, user
-//! functions, state snapshots, checkpoint storage and coordination, channels between tasks,
-//! processing time, sinks, metrics, the task-runtime kit every model's tasks are built on, and the
-//! synchronization facade.
+//! functions, state snapshots, what a task reports for a checkpoint, channels between tasks,
+//! processing time, metrics, the task-runtime kit every model's tasks are built on (`runtime`),
+//! and the synchronization facade.
+//!
+//! Core keeps what every model runs on. Job-level machinery that no model needs (the checkpoint
+//! coordinator, checkpoint storage and the sinks) lives in the root crate `streamtask`.
 //!
 //! Nothing here knows about checkpoint locks or mailboxes: an operator written against this crate
 //! runs unchanged under `streamtask-legacy`, `streamtask-mailbox` and `streamtask-bridge`.
@@ -39,12 +42,10 @@ mod error;
 
 pub mod async_io;
 pub mod channel;
-pub mod checkpoint;
 pub mod function;
 pub mod metrics;
 pub mod operator;
 pub mod runtime;
-pub mod sink;
 pub mod state;
 pub mod sync;
 pub mod task;
@@ -52,9 +53,6 @@ pub mod testing;
 pub mod time;
 pub mod trace;
 
-pub use crate::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
-};
 pub use crate::element::{
     CheckpointBarrier, CheckpointKind, StreamElement, StreamRecord, StreamStatus, Watermark,
 };

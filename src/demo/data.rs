@@ -12,7 +12,26 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::{Deserialize, Serialize};
+
+/// Removes a temporary file when dropped, unless disarmed (it was renamed into place).
+struct RemoveOnDrop(Option<std::path::PathBuf>);
+
+impl RemoveOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
 
 /// Event time of the first order (2023-11-14T22:13:20Z), in milliseconds.
 pub const EPOCH_MS: i64 = 1_700_000_000_000;
@@ -154,15 +173,60 @@ impl DemoData {
     ///
     /// Any I/O error.
     pub fn write_orders_file(&self, path: &Path) -> io::Result<()> {
+        self.write_orders_file_with(path, &AtomicBool::new(false), || {})
+    }
+
+    /// Bytes per order line, estimated from the first orders (for a free-space check before
+    /// writing).
+    pub fn estimated_bytes_per_order(&self) -> u64 {
+        const SAMPLE: u64 = 1_000;
+        let sample = self.orders.clamp(1, SAMPLE);
+        let bytes: u64 = DemoData {
+            orders: sample,
+            ..*self
+        }
+        .orders()
+        .map(|o| o.to_line().len() as u64 + 1)
+        .sum();
+        // Ids grow longer than the sample's; round up generously.
+        bytes.div_ceil(sample) + self.orders.to_string().len() as u64
+    }
+
+    /// [`write_orders_file`](Self::write_orders_file), stopping with
+    /// [`io::ErrorKind::Interrupted`] soon after `cancel` is set, and calling `midway` once
+    /// when half the orders are written. The temporary file is removed on every error.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error, or `Interrupted` when cancelled.
+    pub fn write_orders_file_with(
+        &self,
+        path: &Path,
+        cancel: &AtomicBool,
+        mut midway: impl FnMut(),
+    ) -> io::Result<()> {
         let tmp = path.with_extension("tmp");
+        let guard = RemoveOnDrop(Some(tmp.clone()));
         {
             let mut out = BufWriter::new(File::create(&tmp)?);
+            let half = self.orders / 2;
             for order in self.orders() {
+                if order.id % 4096 == 0 && cancel.load(Ordering::Relaxed) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        "data generation was interrupted",
+                    ));
+                }
+                if order.id == half {
+                    out.flush()?;
+                    midway();
+                }
                 writeln!(out, "{}", order.to_line())?;
             }
             out.into_inner()?.sync_all()?;
         }
         fs::rename(&tmp, path)?;
+        guard.disarm();
         if let Some(dir) = path.parent() {
             File::open(dir)?.sync_all()?;
         }

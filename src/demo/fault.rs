@@ -100,6 +100,21 @@ impl FaultPlan {
         }
     }
 
+    /// Exactly these faults: each `(kind, occurrence)` fires once.
+    pub fn at(faults: &[(FaultKind, u64)]) -> Self {
+        FaultPlan {
+            faults: faults
+                .iter()
+                .map(|&(kind, at)| Fault {
+                    kind,
+                    at,
+                    fired: AtomicBool::new(false),
+                })
+                .collect(),
+            seen: Default::default(),
+        }
+    }
+
     /// Whether any fault is planned.
     pub fn is_active(&self) -> bool {
         !self.faults.is_empty()

@@ -13,10 +13,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use crate::checkpoint::CheckpointConfig;
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
-use streamtask_core::checkpoint::CheckpointConfig;
 use streamtask_core::function::AsyncError;
 
 use super::data::{DemoData, Order, TotalEvent, expected_output};
@@ -111,15 +112,47 @@ impl DemoJob {
     ///
     /// # Errors
     ///
-    /// I/O or SQLite errors, as [`JobError::Io`].
+    /// I/O or SQLite errors, as [`JobError::Io`]; [`JobError::NotEnoughSpace`] if the data
+    /// would not fit the disk.
     pub fn prepare(&self) -> Result<(), JobError> {
+        self.prepare_with(&AtomicBool::new(false), || {})
+    }
+
+    /// Bytes the orders file and one model's output take, estimated.
+    pub fn estimated_bytes(&self) -> u64 {
+        // One output line per order plus window lines, each longer than an order line (the
+        // enriched customer fields): about three order lines per order.
+        self.data
+            .orders
+            .saturating_mul(self.data.estimated_bytes_per_order())
+            .saturating_mul(4)
+    }
+
+    /// [`prepare`](Self::prepare), checking free space first, stopping soon after `cancel` is
+    /// set (the half-written file is removed), and calling `midway` once when half the orders
+    /// are written.
+    ///
+    /// # Errors
+    ///
+    /// As [`prepare`](Self::prepare); an interrupted generation is a [`JobError::Io`] of kind
+    /// `Interrupted`.
+    pub fn prepare_with(&self, cancel: &AtomicBool, midway: impl FnMut()) -> Result<(), JobError> {
         let io = |path: &Path, source: std::io::Error| JobError::Io {
             path: path.to_path_buf(),
             source,
         };
         std::fs::create_dir_all(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
+        let needed = self.estimated_bytes();
+        let available = fs4::available_space(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
+        if needed > available {
+            return Err(JobError::NotEnoughSpace {
+                path: self.work_dir.clone(),
+                needed,
+                available,
+            });
+        }
         self.data
-            .write_orders_file(&self.orders_file())
+            .write_orders_file_with(&self.orders_file(), cancel, midway)
             .map_err(|e| io(&self.orders_file(), e))?;
         create_customer_db(&self.database(), self.data.customers)
             .map_err(|e| io(&self.database(), std::io::Error::other(e)))?;
@@ -166,29 +199,33 @@ impl DemoJob {
         env.build()
     }
 
-    /// Runs the job under `model` from a clean model directory and judges its output.
+    /// The checkpoint directory of `model`'s runs.
+    pub fn checkpoint_dir(&self, model: Model) -> PathBuf {
+        self.model_dir(model).join("checkpoints")
+    }
+
+    /// Runs the job under `model` in its model directory and judges its output.
+    ///
+    /// Where it starts is `config.restore`: by default fresh, which starts over after a
+    /// finished run and refuses an unfinished one's state (resume it with
+    /// [`Restore::Latest`](crate::Restore::Latest) or discard it with
+    /// [`Restore::DiscardState`](crate::Restore::DiscardState)).
     ///
     /// # Errors
     ///
-    /// What the executor reports when the job cannot finish.
+    /// What the executor reports when the job cannot start or finish.
     pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
         let dir = self.model_dir(model);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|source| JobError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-        }
         let job = self.build(model)?;
         let config = JobConfig {
             checkpoint: Some(CheckpointConfig::new(self.checkpoint_interval)),
-            checkpoint_dir: dir.join("checkpoints"),
+            checkpoint_dir: self.checkpoint_dir(model),
             restart: crate::RestartStrategy::fixed_delay(self.restarts, Duration::from_millis(5)),
             ..config
         };
         let result = job.run(&config)?;
         let mut committed =
-            streamtask_core::sink::read_committed(dir.join("output")).map_err(JobError::Sink)?;
+            crate::sink::read_committed(dir.join("output")).map_err(JobError::Sink)?;
         committed.sort_unstable();
         let digest = super::digest(&committed);
         let exactly_once = committed == expected_output(&self.data);

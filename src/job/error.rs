@@ -1,9 +1,9 @@
 //! Why a job could not be built or run.
 
+use crate::checkpoint::{ConfigError, CoordinatorError, StorageError};
+use crate::sink::SinkError;
 use streamtask_core::async_io::AsyncConfigError;
 use streamtask_core::channel::{ChannelError, GateError, WriterError};
-use streamtask_core::checkpoint::{ConfigError, CoordinatorError, StorageError};
-use streamtask_core::sink::SinkError;
 
 use crate::Model;
 
@@ -92,6 +92,77 @@ pub enum JobError {
         attempts: u32,
         /// The last attempt's first failure.
         last: String,
+    },
+    /// A fresh start found an unfinished earlier run's state in the checkpoint directory.
+    #[error(
+        "{} holds the state of an earlier run that did not finish (latest checkpoint: {}); \
+         resume it (--resume, Restore::Latest) or discard it explicitly (--discard-state, \
+         Restore::DiscardState)",
+        dir.display(),
+        latest.map_or_else(|| "none".to_string(), |id| id.to_string())
+    )]
+    UnfinishedRun {
+        /// The checkpoint directory.
+        dir: std::path::PathBuf,
+        /// Its newest completed checkpoint, if any.
+        latest: Option<u64>,
+    },
+    /// A resume found a run that finished: its output is complete.
+    #[error(
+        "the run in {} finished, so there is nothing to resume; run without --resume \
+         (Restore::Fresh) to start over",
+        dir.display()
+    )]
+    NothingToResume {
+        /// The checkpoint directory.
+        dir: std::path::PathBuf,
+    },
+    /// The newest checkpoint cannot be restored, and falling back was not asked for.
+    #[error(
+        "newest checkpoint {id} ({}) is damaged: {source}. Nothing was committed. \
+         Repair or remove it, or fall back to an older checkpoint explicitly \
+         (--fallback-to-older-checkpoint, JobConfig::with_fallback_to_older), which rewinds \
+         the sink output committed after that checkpoint",
+        path.display()
+    )]
+    DamagedCheckpoint {
+        /// The checkpoint's id.
+        id: u64,
+        /// Its directory.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: StorageError,
+    },
+    /// A checkpoint does not fit the job: other vertices or another parallelism.
+    #[error(
+        "checkpoint {id} was taken by a job of another shape (tasks missing from it: {missing:?}; \
+         tasks only in it: {unexpected:?}); restore it into the job it was taken with, same \
+         vertices and parallelism (rescaling is not supported yet), or start fresh"
+    )]
+    ShapeMismatch {
+        /// The checkpoint's id.
+        id: u64,
+        /// Tasks of the job the checkpoint has no state for.
+        missing: Vec<String>,
+        /// Tasks in the checkpoint the job does not have.
+        unexpected: Vec<String>,
+    },
+    /// The work directory's disk has too little free space for what the job would write.
+    #[error(
+        "{} has {} MiB free, but the job needs about {} MiB; free space, choose another \
+         --work-dir, or lower --records",
+        path.display(),
+        available / (1 << 20),
+        needed.div_ceil(1 << 20)
+    )]
+    NotEnoughSpace {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Bytes needed, estimated.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
     },
     /// The job was cancelled.
     #[error("the job was cancelled")]

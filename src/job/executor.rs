@@ -3,7 +3,10 @@
 //!
 //! # One attempt
 //!
-//! 1. The latest intact completed checkpoint is read from the storage (none on a fresh start).
+//! 1. The first attempt starts where the [`Restore`] setting says (see `restore.rs`: a fresh
+//!    start never restores by itself, and refuses an unfinished earlier run's state); a
+//!    restart restores the newest completed checkpoint, or with
+//!    [`JobConfig::fallback_to_older`] the newest intact one.
 //! 2. Fresh channels are made for every edge.
 //! 3. The checkpoint coordinator's driver starts (if checkpoints are on); every task reports to
 //!    it, and its actions are carried out on the tasks: triggers on source tasks, completion
@@ -25,9 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use streamtask_core::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
-    CoordinatorDriver,
+use crate::checkpoint::{
+    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
+    CoordinatorAction, CoordinatorDriver,
 };
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::Mutex;
@@ -37,6 +40,7 @@ use streamtask_core::{Clock, TaskFailure, TaskOutcome};
 use streamtask_legacy::Fairness;
 
 use super::graph::{JobGraph, SpawnCtx};
+use super::restore::{Restore, write_marker};
 use super::wiring::Wiring;
 use super::{JobError, RunningTask};
 
@@ -65,6 +69,27 @@ impl RestartStrategy {
 /// Called with the number of records the sources have read so far, a few times a second.
 pub type ProgressCallback = Arc<dyn Fn(u64) + Send + Sync>;
 
+/// A moment of a checkpoint, reported to a [`PhaseCallback`] on the coordinator's thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobPhase {
+    /// Checkpoint `id` was triggered on the sources; its barriers are in flight.
+    CheckpointTriggered {
+        /// The checkpoint's id.
+        id: u64,
+    },
+    /// Checkpoint `id` is stored (every sink pre-committed) and its completion notices, which
+    /// commit the sinks, are about to go out.
+    CheckpointCommitting {
+        /// The checkpoint's id.
+        id: u64,
+    },
+}
+
+/// Called at each [`JobPhase`]; the coordinator waits while it runs (a test can stop the
+/// process at an exact moment of the protocol).
+pub type PhaseCallback = Arc<dyn Fn(JobPhase) + Send + Sync>;
+
 /// How the executor runs a job.
 #[derive(Clone)]
 pub struct JobConfig {
@@ -86,8 +111,16 @@ pub struct JobConfig {
     pub fairness: Fairness,
     /// Progress reports.
     pub on_progress: Option<ProgressCallback>,
+    /// Checkpoint phase reports.
+    pub on_phase: Option<PhaseCallback>,
     /// Set to cancel the job from another thread.
     pub cancel: Arc<AtomicBool>,
+    /// Where the first attempt starts (default: fresh).
+    pub restore: Restore,
+    /// Whether a damaged newest checkpoint may be skipped for an older one (default: no, a
+    /// [`JobError::DamagedCheckpoint`]). The two-phase sinks then rewind the output committed
+    /// after the restored checkpoint, so the committed output stays exactly-once.
+    pub fallback_to_older: bool,
 }
 
 impl JobConfig {
@@ -104,8 +137,45 @@ impl JobConfig {
             tracer: Tracer::off(),
             fairness: Fairness::default(),
             on_progress: None,
+            on_phase: None,
             cancel: Arc::new(AtomicBool::new(false)),
+            restore: Restore::Fresh,
+            fallback_to_older: false,
         }
+    }
+
+    /// Sets where the first attempt starts.
+    pub fn with_restore(mut self, restore: Restore) -> Self {
+        self.restore = restore;
+        self
+    }
+
+    /// Allows (or forbids) falling back past a damaged newest checkpoint.
+    pub fn with_fallback_to_older(mut self, fallback: bool) -> Self {
+        self.fallback_to_older = fallback;
+        self
+    }
+
+    /// Checks, before anything is built or generated, that the restore setting fits what an
+    /// earlier run left in the checkpoint directory; [`JobGraph::run`] checks it again.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::UnfinishedRun`] for a fresh start over an unfinished run,
+    /// [`JobError::NothingToResume`] for a resume of a finished run, [`JobError::Storage`] if
+    /// the directory cannot be read.
+    pub fn check_restore(&self) -> Result<(), JobError> {
+        super::restore::check(
+            &self.restore,
+            &self.checkpoint_dir,
+            self.retained_checkpoints,
+        )
+    }
+
+    /// Cancels the job when `flag` is set (from a signal handler, another thread).
+    pub fn with_cancel(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = flag;
+        self
     }
 
     /// Sets the checkpoint configuration (`None`: no checkpoints).
@@ -138,6 +208,12 @@ impl JobConfig {
         self
     }
 
+    /// Reports checkpoint phases through `callback`.
+    pub fn with_phases(mut self, callback: PhaseCallback) -> Self {
+        self.on_phase = Some(callback);
+        self
+    }
+
     /// Reports progress through `callback`.
     pub fn with_progress(mut self, callback: ProgressCallback) -> Self {
         self.on_progress = Some(callback);
@@ -153,6 +229,8 @@ impl std::fmt::Debug for JobConfig {
             .field("restart", &self.restart)
             .field("channel_capacity", &self.channel_capacity)
             .field("fairness", &self.fairness)
+            .field("restore", &self.restore)
+            .field("fallback_to_older", &self.fallback_to_older)
             .finish_non_exhaustive()
     }
 }
@@ -206,6 +284,8 @@ pub struct JobResult {
     pub throughput_series: Vec<(f64, f64)>,
     /// Each checkpoint's start delay on a source task: (seconds since start, microseconds).
     pub checkpoint_series: Vec<(f64, u64)>,
+    /// The checkpoint the first attempt restored (a resume), if any.
+    pub restored_from: Option<u64>,
 }
 
 const POLL: Duration = Duration::from_millis(2);
@@ -225,7 +305,10 @@ impl JobGraph {
     /// # Errors
     ///
     /// [`JobError::Failed`] when no restart is left, [`JobError::Cancelled`] when
-    /// `config.cancel` was set, and configuration, storage or sink errors.
+    /// `config.cancel` was set; before anything runs, [`JobError::UnfinishedRun`],
+    /// [`JobError::NothingToResume`], [`JobError::DamagedCheckpoint`] and
+    /// [`JobError::ShapeMismatch`] from the restore setting; and configuration, storage or sink
+    /// errors.
     pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
         if config.channel_capacity == 0 {
             return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
@@ -235,16 +318,39 @@ impl JobGraph {
         }
         let storage =
             CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
+        let mut restored = self.first_restore(
+            &config.restore,
+            config.fallback_to_older,
+            &storage,
+            &config.checkpoint_dir,
+        )?;
+        // A restore from elsewhere is the fallback of every restart until this run completes a
+        // checkpoint of its own.
+        let initial = restored.clone();
+        let initial_path = match &config.restore {
+            Restore::From(path) => Some(path.clone()),
+            _ => restored
+                .as_ref()
+                .and_then(|c| storage.checkpoint_path(c.id)),
+        };
+        let restored_from = restored.as_ref().map(|c| c.id);
+        write_marker(&config.checkpoint_dir, false)?;
         let start = Instant::now();
         let mut sampler = Sampler::new(start);
         let mut restarts = 0;
         let mut failures = Vec::new();
-        let mut last_id = 0;
+        // New checkpoints get ids after every stored one and after the restored one.
+        let mut last_id = storage
+            .completed_ids()?
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(restored.as_ref().map_or(0, |c| c.id));
         let mut completed = 0;
         let mut aborted = 0;
         let metrics = JobMetrics::default();
         loop {
-            let end = self.run_attempt(config, &storage, last_id, &mut sampler)?;
+            let end = self.run_attempt(config, &storage, restored.take(), last_id, &mut sampler)?;
             last_id = end.last_checkpoint_id;
             completed += end.completed;
             aborted += end.aborted;
@@ -271,6 +377,8 @@ impl JobGraph {
                     for finalize in &self.finalizers {
                         finalize()?;
                     }
+                    // Only now is the output complete: nothing is left to resume.
+                    write_marker(&config.checkpoint_dir, true)?;
                     let mut metrics = metrics;
                     metrics.threads = end.tasks.iter().map(|(_, _, m)| m.threads.get()).sum();
                     metrics.source_records = end
@@ -298,6 +406,7 @@ impl JobGraph {
                         checkpoints_aborted: aborted,
                         throughput_series: sampler.throughput,
                         checkpoint_series: sampler.checkpoints,
+                        restored_from,
                     });
                 }
                 Some(failure) => {
@@ -311,6 +420,28 @@ impl JobGraph {
                     }
                     restarts += 1;
                     std::thread::sleep(config.restart.delay);
+                    let (checkpoint, from) =
+                        match self.restore_point(config.fallback_to_older, &storage)? {
+                            Some(c) => {
+                                let path = storage.checkpoint_path(c.id);
+                                (Some(c), path)
+                            }
+                            None => (initial.clone(), initial_path.clone()),
+                        };
+                    restored = checkpoint;
+                    match &restored {
+                        Some(c) => log::info!(
+                            "attempt {} restores checkpoint {} from {}",
+                            restarts + 1,
+                            c.id,
+                            from.unwrap_or_else(|| config.checkpoint_dir.clone())
+                                .display()
+                        ),
+                        None => log::info!(
+                            "attempt {} starts from the beginning (no checkpoint completed)",
+                            restarts + 1
+                        ),
+                    }
                 }
             }
         }
@@ -323,7 +454,7 @@ impl JobGraph {
             .any(|v| v.is_source && v.name == vertex)
     }
 
-    fn task_names(&self) -> Vec<(usize, usize, String)> {
+    pub(crate) fn task_names(&self) -> Vec<(usize, usize, String)> {
         self.vertices
             .iter()
             .enumerate()
@@ -335,10 +466,10 @@ impl JobGraph {
         &self,
         config: &JobConfig,
         storage: &CheckpointStorage,
+        restored: Option<CompletedCheckpoint>,
         last_id: u64,
         sampler: &mut Sampler,
     ) -> Result<AttemptEnd, JobError> {
-        let restored = storage.latest()?;
         let names = self.task_names();
         let sources: Vec<String> = names
             .iter()
@@ -365,10 +496,23 @@ impl JobGraph {
                 .with_ids_after(last_id);
                 let on_tasks = Arc::clone(&handles);
                 let source_set = sources.clone();
+                let on_phase = config.on_phase.clone();
                 Some(CoordinatorDriver::spawn(
                     coordinator,
                     config.clock.clone(),
-                    move |action| carry_out(action, &on_tasks, &source_set),
+                    move |action| {
+                        if let (Some(report), CoordinatorAction::Complete { id }) =
+                            (&on_phase, action)
+                        {
+                            report(JobPhase::CheckpointCommitting { id: *id });
+                        }
+                        carry_out(action, &on_tasks, &source_set);
+                        if let (Some(report), CoordinatorAction::Trigger(barrier)) =
+                            (&on_phase, action)
+                        {
+                            report(JobPhase::CheckpointTriggered { id: barrier.id });
+                        }
+                    },
                 ))
             }
             None => None,
@@ -472,12 +616,15 @@ impl JobGraph {
         } else {
             first_cause(&names, &outcomes, &cancelled_by_us)
         };
-        sampler.sample_now(&source_metrics, config.on_progress.as_ref());
+        sampler.sample_final(&source_metrics, config.on_progress.as_ref());
 
         let (last_checkpoint_id, completed, aborted) = match driver {
             Some(d) => {
-                let stats = d.stats().summary();
+                // Read the counts after the coordinator stopped: a checkpoint it was completing
+                // when the tasks ended still counts.
+                let stats = d.stats();
                 let coordinator = d.stop().map_err(|e| JobError::Config(e.to_string()))?;
+                let stats = stats.summary();
                 (coordinator.last_id(), stats.completed, stats.aborted)
             }
             None => (last_id, 0, 0),
@@ -544,7 +691,8 @@ fn carry_out(
         CoordinatorAction::Trigger(barrier) => {
             for task in running.filter(|t| sources.iter().any(|s| s == t.name())) {
                 if let Err(e) = task.trigger_checkpoint(*barrier) {
-                    log::warn!("{}: {e}", task.name());
+                    // A follow-on of the task's own failure, which the attempt reports once.
+                    log::debug!("{}: {e}", task.name());
                 }
             }
         }
@@ -585,6 +733,23 @@ impl Sampler {
         }
     }
 
+    /// The sample at the end of an attempt: progress always, a throughput point only for a
+    /// bucket at least half as long as the others (a short last bucket would plot as a false
+    /// drop).
+    fn sample_final(&mut self, sources: &[Arc<TaskMetrics>], progress: Option<&ProgressCallback>) {
+        if self.last_at.elapsed() >= SAMPLE_EVERY / 2 {
+            self.sample_now(sources, progress);
+        } else if let Some(progress) = progress {
+            let records: u64 = sources.iter().map(|m| m.records_in.get()).sum::<u64>();
+            let base = if records < self.last_records {
+                self.base_records + self.last_records
+            } else {
+                self.base_records
+            };
+            progress(base + records);
+        }
+    }
+
     fn sample_now(&mut self, sources: &[Arc<TaskMetrics>], progress: Option<&ProgressCallback>) {
         let now = Instant::now();
         let records: u64 = sources.iter().map(|m| m.records_in.get()).sum::<u64>();
@@ -604,5 +769,39 @@ impl Sampler {
         if let Some(progress) = progress {
             progress(self.base_records + records);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_last_bucket_plots_no_false_drop() {
+        // Issue 11: the end-of-attempt sample covered a few milliseconds with no new records
+        // and plotted as a drop to 0 records/s.
+        let start = Instant::now() - Duration::from_secs(1);
+        let mut sampler = Sampler::new(start);
+        sampler.last_at = start;
+        let source = Arc::new(TaskMetrics::new("orders#0"));
+        source.records_in.add(1_000);
+        sampler.sample_now(std::slice::from_ref(&source), None);
+        assert_eq!(sampler.throughput.len(), 1);
+        // Immediately after: a bucket far shorter than SAMPLE_EVERY.
+        sampler.sample_final(std::slice::from_ref(&source), None);
+        assert_eq!(sampler.throughput.len(), 1, "no point for a partial bucket");
+        assert!(sampler.throughput.iter().all(|&(_, rate)| rate > 0.0));
+    }
+
+    #[test]
+    fn the_final_sample_still_reports_progress() {
+        let mut sampler = Sampler::new(Instant::now());
+        let source = Arc::new(TaskMetrics::new("orders#0"));
+        source.records_in.add(7);
+        let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let report = Arc::clone(&seen);
+        let progress: ProgressCallback = Arc::new(move |n| report.store(n, Ordering::SeqCst));
+        sampler.sample_final(std::slice::from_ref(&source), Some(&progress));
+        assert_eq!(seen.load(Ordering::SeqCst), 7);
     }
 }

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncConfig;
@@ -32,7 +33,6 @@ use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
     BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
 };
-use streamtask_core::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use streamtask_core::task::TaskConfig;
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
@@ -84,6 +84,7 @@ struct GraphBuilder {
     vertices: Vec<VertexSpec>,
     edges: Vec<EdgeSpec>,
     finalizers: Vec<Finalizer>,
+    sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
     errors: Vec<JobError>,
 }
@@ -95,7 +96,7 @@ struct GraphBuilder {
 ///
 /// ```
 /// use streamtask::{JobConfig, Model, StreamEnvironment};
-/// use streamtask_core::sink::CollectHandle;
+/// use streamtask::sink::CollectHandle;
 /// # use streamtask_core::OperatorError;
 /// # use streamtask_legacy::{SourceContext, SourceFunction};
 /// # struct Numbers(u64);
@@ -147,6 +148,7 @@ impl StreamEnvironment {
                 vertices: Vec::new(),
                 edges: Vec::new(),
                 finalizers: Vec::new(),
+                sink_dirs: Vec::new(),
                 names: HashSet::new(),
                 errors: Vec::new(),
             })),
@@ -301,6 +303,7 @@ impl StreamEnvironment {
             vertices: graph.vertices,
             edges: graph.edges,
             finalizers: graph.finalizers,
+            sink_dirs: graph.sink_dirs,
         })
     }
 }
@@ -322,6 +325,8 @@ pub struct JobGraph {
     pub(crate) vertices: Vec<VertexSpec>,
     pub(crate) edges: Vec<EdgeSpec>,
     pub(crate) finalizers: Vec<Finalizer>,
+    /// The output directories of the two-phase file sinks (cleared when a run starts over).
+    pub(crate) sink_dirs: Vec<PathBuf>,
 }
 
 impl JobGraph {
@@ -619,12 +624,13 @@ impl<T: Send + 'static> DataStream<T> {
     {
         let dir = dir.into();
         let finalize_dir = dir.clone();
+        self.env.graph.borrow_mut().sink_dirs.push(dir.clone());
         self.env
             .graph
             .borrow_mut()
             .finalizers
             .push(Box::new(move || {
-                streamtask_core::sink::commit_finished(&finalize_dir)?;
+                crate::sink::commit_finished(&finalize_dir)?;
                 Ok(())
             }));
         let sink_name = name.to_string();

@@ -3,12 +3,15 @@
 mod error;
 mod executor;
 mod graph;
+mod restore;
 mod runtime;
 mod wiring;
 
 pub use self::error::JobError;
 pub use self::executor::{
-    JobConfig, JobMetrics, JobResult, ProgressCallback, RestartStrategy, TaskResult,
+    JobConfig, JobMetrics, JobPhase, JobResult, PhaseCallback, ProgressCallback, RestartStrategy,
+    TaskResult,
 };
 pub use self::graph::{DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;

@@ -5,12 +5,12 @@ use std::fs;
 use std::path::Path;
 
 use proptest::prelude::*;
+use streamtask::sink::{
+    CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink, commit_finished,
+    committed_files, discard_output, read_committed,
+};
 use streamtask_core::Operator;
 use streamtask_core::operator::{Map, OperatorExt};
-use streamtask_core::sink::{
-    CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink, commit_finished,
-    committed_files, read_committed,
-};
 use streamtask_core::testing::OperatorHarness;
 use streamtask_core::{OperatorError, TaskSnapshot};
 
@@ -174,6 +174,80 @@ fn restore_from_an_earlier_checkpoint_aborts_later_pending_transactions() {
     h.snapshot(3).unwrap();
     h.notify_checkpoint_complete(3).unwrap();
     assert_eq!(committed(dir.path()), vec!["a", "b"]);
+}
+
+#[test]
+fn falling_back_to_an_older_checkpoint_rewinds_the_output_committed_after_it() {
+    // Issue 11: the newest checkpoint is damaged and the restore falls back to an older one;
+    // the output checkpoint 2 committed must go, or its records (replayed) would appear twice.
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path(), 0);
+    h.process("a").unwrap();
+    let first = h.snapshot(1).unwrap();
+    h.notify_checkpoint_complete(1).unwrap();
+    h.process("b").unwrap();
+    h.snapshot(2).unwrap();
+    h.notify_checkpoint_complete(2).unwrap(); // committed "b"; then checkpoint 2 is damaged
+    drop(h);
+    assert_eq!(committed(dir.path()), vec!["a", "b"]);
+
+    let mut h = restored(dir.path(), 0, &first);
+    assert_eq!(
+        committed(dir.path()),
+        vec!["a"],
+        "checkpoint 2's output rewound"
+    );
+    h.process("b").unwrap(); // replayed
+    h.snapshot(3).unwrap();
+    h.notify_checkpoint_complete(3).unwrap();
+    assert_eq!(committed(dir.path()), vec!["a", "b"]);
+}
+
+#[test]
+fn a_restore_of_a_finished_run_rewinds_its_final_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path(), 0);
+    h.process("a").unwrap();
+    let first = h.snapshot(1).unwrap();
+    h.notify_checkpoint_complete(1).unwrap();
+    h.process("b").unwrap();
+    h.end_input().unwrap();
+    h.close().unwrap();
+    drop(h);
+    commit_finished(dir.path()).unwrap();
+    assert_eq!(committed(dir.path()), vec!["a", "b"]);
+
+    let mut h = restored(dir.path(), 0, &first);
+    assert_eq!(committed(dir.path()), vec!["a"]);
+    h.process("b").unwrap();
+    h.end_input().unwrap();
+    h.close().unwrap();
+    commit_finished(dir.path()).unwrap();
+    assert_eq!(committed(dir.path()), vec!["a", "b"]);
+}
+
+#[test]
+fn discard_output_removes_every_transaction_file_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path(), 0);
+    h.process("a").unwrap();
+    h.snapshot(1).unwrap();
+    h.notify_checkpoint_complete(1).unwrap();
+    h.process("b").unwrap();
+    h.snapshot(2).unwrap();
+    h.process("c").unwrap();
+    drop(h);
+    fs::write(dir.path().join("README"), "not ours").unwrap();
+    let removed = discard_output(dir.path()).unwrap();
+    assert_eq!(removed.len(), 3, "{removed:?}");
+    assert!(committed(dir.path()).is_empty());
+    assert!(hidden(dir.path()).is_empty());
+    assert!(dir.path().join("README").exists());
+    assert!(
+        discard_output(dir.path().join("missing"))
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! (stop, task finished), or a move of a manual clock, whichever comes first:
 //!
 //! 1. Before its first clock read it subscribes to the clock ([`Clock::subscribe`]); each move
-//!    of a [`ManualClock`](crate::ManualClock) puts a token into a one-slot `wake` channel (a
+//!    of a [`ManualClock`](streamtask_core::ManualClock) puts a token into a one-slot `wake` channel (a
 //!    full slot already means "look again").
 //! 2. Each round it reads `now`, polls the coordinator, and computes the next deadline.
 //! 3. It selects over reports, control and `wake`; with the system clock the select times out
@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use crossbeam::channel::{self, Receiver, Select, Sender, TrySendError};
 
-use crate::error::catch_panic;
-use crate::sync::{Arc, thread};
-use crate::task::{CheckpointResponder, TaskReport};
-use crate::time::Clock;
+use streamtask_core::catch_panic;
+use streamtask_core::sync::{Arc, spawn_named, thread};
+use streamtask_core::task::{CheckpointResponder, TaskReport};
+use streamtask_core::time::Clock;
 
 use super::{CheckpointCoordinator, CheckpointStats, CoordinatorAction};
 
@@ -45,7 +45,7 @@ use super::{CheckpointCoordinator, CheckpointStats, CoordinatorAction};
 /// ```
 /// use std::sync::mpsc;
 /// use std::time::Duration;
-/// use streamtask_core::checkpoint::{
+/// use streamtask::checkpoint::{
 ///     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
 ///     CoordinatorDriver,
 /// };
@@ -285,23 +285,5 @@ fn run(
                 let _ = operation.recv(&wake);
             }
         }
-    }
-}
-
-fn spawn_named<T: Send + 'static>(
-    name: &str,
-    body: impl FnOnce() -> T + Send + 'static,
-) -> thread::JoinHandle<T> {
-    #[cfg(not(loom))]
-    {
-        thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(body)
-            .expect("the OS refused to start the checkpoint coordinator thread")
-    }
-    #[cfg(loom)]
-    {
-        let _ = name;
-        thread::spawn(body)
     }
 }

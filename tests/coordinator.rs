@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use streamtask_core::checkpoint::{
+use streamtask::checkpoint::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
     ConfigError, CoordinatorAction, CoordinatorDriver, CoordinatorError, DriverError,
 };

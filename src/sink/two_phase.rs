@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::SinkError;
-use crate::element::StreamRecord;
-use crate::error::OperatorError;
-use crate::operator::{Context, Operator};
-use crate::state;
+use streamtask_core::OperatorError;
+use streamtask_core::StreamRecord;
+use streamtask_core::operator::{Context, Operator};
+use streamtask_core::state;
 
 /// An exactly-once file sink: one instance per parallel subtask, all writing one line per record
 /// into the same output directory, made visible only when a checkpoint that covers them
@@ -35,7 +35,7 @@ use crate::state;
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::sink::{TwoPhaseCommitFileSink, read_committed};
+/// use streamtask::sink::{TwoPhaseCommitFileSink, read_committed};
 /// use streamtask_core::testing::OperatorHarness;
 ///
 /// let dir = tempfile::tempdir().unwrap();
@@ -179,15 +179,15 @@ impl<T> TwoPhaseCommitFileSink<T> {
     /// this subtask and continues numbering past everything this subtask committed.
     fn restore(&mut self, state: Option<SinkState>) -> Result<(), SinkError> {
         fs::create_dir_all(&self.dir).map_err(|e| io_error("create", &self.dir, e))?;
-        let (mut next_txn, pending) = match state {
+        let (mut next_txn, pending, rewind_from) = match state {
             Some(s) if s.subtask != self.subtask => {
                 return Err(SinkError::SubtaskMismatch {
                     expected: self.subtask,
                     found: s.subtask,
                 });
             }
-            Some(s) => (s.next_txn, s.pending),
-            None => (0, Vec::new()),
+            Some(s) => (s.next_txn, s.pending, Some(s.next_txn)),
+            None => (0, Vec::new(), None),
         };
         // Recommit first: afterwards no file the state names is still uncommitted, so every
         // remaining uncommitted file of this subtask is a leftover of the failed attempt.
@@ -198,11 +198,30 @@ impl<T> TwoPhaseCommitFileSink<T> {
             }
         }
         let mut aborted = 0;
+        let mut rewound = 0;
         for (file, path) in list(&self.dir)? {
             if file.subtask != self.subtask {
                 continue; // another subtask's business, whatever its state
             }
             match file.kind {
+                // Numbered at or after the restored state's counter: committed by a checkpoint
+                // after the restored one (a fall back past newer checkpoints, or a restore of a
+                // finished run). Its records are replayed, so it goes (see "Rewinding").
+                FileKind::Committed if rewind_from.is_some_and(|from| file.txn >= from) => {
+                    match fs::remove_file(&path) {
+                        Ok(()) => {
+                            rewound += 1;
+                            log::warn!(
+                                "sink {}: rewound {} (committed after the restored checkpoint; \
+                                 its records are written again)",
+                                self.name,
+                                path.display()
+                            );
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(io_error("rewind (delete)", &path, e)),
+                    }
+                }
                 FileKind::Committed => next_txn = next_txn.max(file.txn + 1),
                 FileKind::InProgress | FileKind::Pending(_) | FileKind::Final => {
                     match fs::remove_file(&path) {
@@ -214,11 +233,12 @@ impl<T> TwoPhaseCommitFileSink<T> {
                 }
             }
         }
-        if recommitted + aborted > 0 {
+        if recommitted + aborted + rewound > 0 {
             sync_dir(&self.dir)?;
         }
         log::debug!(
-            "sink {} subtask {}: restored {} pending, recommitted {recommitted}, aborted {aborted}",
+            "sink {} subtask {}: restored {} pending, recommitted {recommitted}, aborted {aborted}, \
+             rewound {rewound}",
             self.name,
             self.subtask,
             pending.len()
@@ -430,7 +450,7 @@ impl<T> fmt::Debug for TwoPhaseCommitFileSink<T> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::sink::{TwoPhaseCommitFileSink, commit_finished, read_committed};
+/// use streamtask::sink::{TwoPhaseCommitFileSink, commit_finished, read_committed};
 /// use streamtask_core::testing::OperatorHarness;
 ///
 /// let dir = tempfile::tempdir().unwrap();
@@ -466,6 +486,34 @@ pub fn commit_finished(dir: impl AsRef<Path>) -> Result<usize, SinkError> {
         sync_dir(dir)?;
     }
     Ok(committed)
+}
+
+/// Deletes every transaction file in `dir` (committed or not, of every subtask) and returns
+/// the paths deleted; other files are left alone. A missing `dir` has nothing to delete.
+///
+/// The executor calls this when a run starts over: after a finished run, or when an unfinished
+/// run's state is discarded explicitly. Without it the new run's output would add to the old.
+///
+/// # Errors
+///
+/// [`SinkError::Io`] if the directory cannot be listed or a file cannot be deleted.
+pub fn discard_output(dir: impl AsRef<Path>) -> Result<Vec<PathBuf>, SinkError> {
+    let dir = dir.as_ref();
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut removed = Vec::new();
+    for (_, path) in list(dir)? {
+        match fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("discard (delete)", &path, e)),
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(removed)
 }
 
 /// The committed (visible) files in `dir`, of every subtask, sorted by name: by subtask, then

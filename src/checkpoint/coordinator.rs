@@ -2,9 +2,9 @@
 //! reports, and completes or aborts each checkpoint.
 //!
 //! It never reads a clock and never blocks: every call takes the current processing time
-//! (`now`, milliseconds from a [`Clock`](crate::Clock)) and returns the
+//! (`now`, milliseconds from a [`Clock`](streamtask_core::Clock)) and returns the
 //! [`CoordinatorAction`]s the executor must carry out. That keeps it deterministic under a
-//! [`ManualClock`](crate::ManualClock); [`CoordinatorDriver`](super::CoordinatorDriver) runs it
+//! [`ManualClock`](streamtask_core::ManualClock); [`CoordinatorDriver`](super::CoordinatorDriver) runs it
 //! on a thread against a real clock.
 //!
 //! # The coordinator's states
@@ -31,11 +31,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::element::CheckpointBarrier;
-use crate::metrics::{Counter, LatencyHistogram, LatencySummary};
-use crate::state::TaskSnapshot;
-use crate::sync::Arc;
-use crate::task::{DeclineReason, TaskReport};
+use streamtask_core::CheckpointBarrier;
+use streamtask_core::TaskSnapshot;
+use streamtask_core::metrics::{Counter, LatencyHistogram, LatencySummary};
+use streamtask_core::sync::Arc;
+use streamtask_core::task::{DeclineReason, TaskReport};
 
 use super::{CheckpointStorage, CompletedCheckpoint, StorageError};
 
@@ -45,7 +45,7 @@ use super::{CheckpointStorage, CompletedCheckpoint, StorageError};
 ///
 /// ```
 /// use std::time::Duration;
-/// use streamtask_core::checkpoint::{CheckpointConfig, ConfigError};
+/// use streamtask::checkpoint::{CheckpointConfig, ConfigError};
 ///
 /// let config = CheckpointConfig::new(Duration::from_secs(1))
 ///     .with_min_pause(Duration::from_millis(500))
@@ -328,7 +328,7 @@ pub struct CheckpointStatsSummary {
 /// ```
 /// use std::time::Duration;
 /// use streamtask_core::TaskSnapshot;
-/// use streamtask_core::checkpoint::{
+/// use streamtask::checkpoint::{
 ///     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
 /// };
 /// use streamtask_core::task::TaskReport;

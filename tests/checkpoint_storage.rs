@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 
+use streamtask::checkpoint::{CheckpointStorage, CompletedCheckpoint, Corruption, StorageError};
 use streamtask_core::TaskSnapshot;
-use streamtask_core::checkpoint::{
-    CheckpointStorage, CompletedCheckpoint, Corruption, StorageError,
-};
 
 /// A checkpoint `id` of two tasks whose state depends on `id`.
 fn checkpoint(id: u64) -> CompletedCheckpoint {
@@ -194,7 +192,7 @@ fn clones_share_one_storage() {
 }
 
 #[test]
-fn leftovers_of_an_interrupted_write_are_ignored_and_removed_on_open() {
+fn leftovers_of_an_interrupted_write_are_removed_on_open_but_damaged_checkpoints_stay() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     {
@@ -208,11 +206,13 @@ fn leftovers_of_an_interrupted_write_are_ignored_and_removed_on_open() {
     fs::write(temp.join("task-0.state"), b"STKS\x01").unwrap();
     // A crash while deleting an old checkpoint.
     fs::create_dir(root.join("chk-00000000000000000000.discard-123-1")).unwrap();
-    // A checkpoint directory without a manifest (its files made it, the manifest did not).
+    // A checkpoint directory without a manifest. A `chk-<id>` name appears by one rename after
+    // the manifest was fsynced, so this is damage, not an interrupted write (issue 11: removing
+    // it silently fell back to an older checkpoint and duplicated committed output).
     let no_manifest = checkpoint_dir(root, 3);
     fs::create_dir(&no_manifest).unwrap();
     fs::write(no_manifest.join("task-0.state"), b"STKS").unwrap();
-    // A checkpoint whose manifest was cut short.
+    // A checkpoint whose manifest was cut short: damage too.
     let partial = checkpoint_dir(root, 4).join("_manifest");
     let len = fs::metadata(&partial).unwrap().len();
     truncate(&partial, len / 2);
@@ -220,7 +220,19 @@ fn leftovers_of_an_interrupted_write_are_ignored_and_removed_on_open() {
     fs::write(root.join("README"), b"not a checkpoint").unwrap();
 
     let storage = CheckpointStorage::directory(root, 5).unwrap();
-    assert_eq!(storage.completed_ids().unwrap(), vec![1]);
+    assert_eq!(storage.completed_ids().unwrap(), vec![1, 3, 4]);
+    // The strict restore names the damaged newest checkpoint; only the explicit fall back
+    // skips it.
+    let err = storage.newest().unwrap_err();
+    assert!(matches!(err, StorageError::Truncated { .. }), "{err}");
+    assert!(
+        err.to_string().contains("chk-00000000000000000004"),
+        "{err}"
+    );
+    assert!(matches!(
+        storage.load(3),
+        Err(StorageError::MissingFile { .. })
+    ));
     assert_eq!(storage.latest().unwrap(), Some(checkpoint(1)));
     let mut names: Vec<String> = fs::read_dir(root)
         .unwrap()
@@ -229,25 +241,54 @@ fn leftovers_of_an_interrupted_write_are_ignored_and_removed_on_open() {
     names.sort();
     assert_eq!(
         names,
-        vec!["README".to_string(), "chk-00000000000000000001".to_string()]
+        vec![
+            "README".to_string(),
+            "chk-00000000000000000001".to_string(),
+            "chk-00000000000000000003".to_string(),
+            "chk-00000000000000000004".to_string(),
+        ]
     );
-    // The ids of the leftovers are free again.
+    // The id of the leftover is free again.
     storage.store(&checkpoint(2)).unwrap();
-    assert_eq!(storage.completed_ids().unwrap(), vec![1, 2]);
+    assert_eq!(storage.completed_ids().unwrap(), vec![1, 2, 3, 4]);
 }
 
 #[test]
-fn a_directory_without_manifest_is_not_listed_before_reopening_either() {
+fn a_checkpoint_directory_without_its_manifest_is_damage_not_absence() {
     let dir = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::directory(dir.path(), 5).unwrap();
     storage.store(&checkpoint(1)).unwrap();
     fs::create_dir(checkpoint_dir(dir.path(), 2)).unwrap();
-    assert_eq!(storage.completed_ids().unwrap(), vec![1]);
+    assert_eq!(storage.completed_ids().unwrap(), vec![1, 2]);
     assert!(matches!(
         storage.load(2),
-        Err(StorageError::UnknownCheckpoint { id: 2 })
+        Err(StorageError::MissingFile { .. })
+    ));
+    assert!(matches!(
+        storage.newest(),
+        Err(StorageError::MissingFile { .. })
     ));
     assert_eq!(storage.latest().unwrap().unwrap().id, 1);
+}
+
+#[test]
+fn load_path_reads_a_checkpoint_directory_and_discard_all_empties_the_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::directory(dir.path(), 5).unwrap();
+    storage.store(&checkpoint(1)).unwrap();
+    storage.store(&checkpoint(2)).unwrap();
+    let path = storage.checkpoint_path(2).unwrap();
+    assert_eq!(CheckpointStorage::load_path(&path).unwrap(), checkpoint(2));
+    assert!(matches!(
+        CheckpointStorage::load_path(dir.path()),
+        Err(StorageError::NotACheckpoint { .. })
+    ));
+    assert_eq!(storage.discard_all().unwrap(), vec![1, 2]);
+    assert!(storage.completed_ids().unwrap().is_empty());
+    assert!(matches!(
+        CheckpointStorage::load_path(&path),
+        Err(StorageError::NotACheckpoint { .. })
+    ));
 }
 
 #[test]
@@ -271,10 +312,7 @@ fn a_flipped_byte_is_a_corrupted_error_and_latest_skips_the_checkpoint() {
         other => panic!("expected a checksum mismatch, got {other:?}"),
     }
     assert!(err.is_damage());
-    assert!(
-        err.to_string().contains("restore from an older one"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("only an older one"), "{err}");
     assert_eq!(storage.latest().unwrap(), Some(checkpoint(1)));
     // Damaged, not interrupted: reopening keeps it, so it can be inspected.
     let reopened = CheckpointStorage::directory(dir.path(), 5).unwrap();

@@ -20,8 +20,8 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::state::TaskSnapshot;
-use crate::sync::Mutex;
+use streamtask_core::TaskSnapshot;
+use streamtask_core::sync::Mutex;
 
 use super::CompletedCheckpoint;
 use super::format::{self, FormatError, Manifest, ManifestEntry};
@@ -75,6 +75,14 @@ fn classify(name: &str) -> Entry {
     }
 }
 
+/// The id of a completed checkpoint's directory name `chk-<id>`; `None` for any other name.
+pub(super) fn checkpoint_id_of(name: &str) -> Option<u64> {
+    match classify(name) {
+        Entry::Checkpoint(id) => Some(id),
+        _ => None,
+    }
+}
+
 fn dir_name(id: u64) -> String {
     format!("{PREFIX}{id:0width$}", width = ID_DIGITS)
 }
@@ -92,6 +100,37 @@ impl DirectoryStorage {
         Ok(storage)
     }
 
+    /// A storage over `root` that only reads: no directory is created, nothing is cleaned.
+    pub(super) fn read_only(root: PathBuf) -> Self {
+        DirectoryStorage {
+            root,
+            retained: usize::MAX,
+            writes: Mutex::new(0),
+        }
+    }
+
+    /// The directory of checkpoint `id` (whether or not it exists).
+    pub(super) fn checkpoint_dir(&self, id: u64) -> PathBuf {
+        self.root.join(dir_name(id))
+    }
+
+    /// Removes every checkpoint and leftover this storage owns; returns the removed ids.
+    pub(super) fn discard_all(&self) -> Result<Vec<u64>, StorageError> {
+        let _writes = self.writes.lock();
+        let mut ids = Vec::new();
+        for (name, entry) in self.entries()? {
+            match entry {
+                Entry::Checkpoint(id) => ids.push(id),
+                Entry::Leftover => {}
+                Entry::Foreign => continue,
+            }
+            remove_path(&self.root.join(name))?;
+        }
+        sync_dir(&self.root)?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
     pub(super) fn root(&self) -> &Path {
         &self.root
     }
@@ -104,19 +143,11 @@ impl DirectoryStorage {
         let mut removed = false;
         for (name, entry) in self.entries()? {
             let path = self.root.join(&name);
-            let leftover = match entry {
-                Entry::Leftover => true,
-                Entry::Checkpoint(_) => match fs::read(path.join(MANIFEST)) {
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => true,
-                    Err(e) => return Err(StorageError::io(path.join(MANIFEST))(e)),
-                    // A partly written manifest: the write of this checkpoint never finished.
-                    Ok(bytes) => matches!(
-                        format::decode_manifest(&bytes),
-                        Err(FormatError::Truncated { .. })
-                    ),
-                },
-                Entry::Foreign => false,
-            };
+            // Only names of unfinished writes and deletes are leftovers. A `chk-<id>`
+            // directory appears by one rename after its manifest was fsynced, so one without
+            // an intact manifest is damage, not an interrupted write: it stays, and `load`
+            // reports it (never a silent fall back to an older checkpoint).
+            let leftover = entry == Entry::Leftover;
             if leftover {
                 log::info!(
                     "removing {}, left over by an interrupted write",
@@ -152,7 +183,7 @@ impl DirectoryStorage {
             .entries()?
             .into_iter()
             .filter_map(|(name, entry)| match entry {
-                Entry::Checkpoint(id) if self.root.join(name).join(MANIFEST).is_file() => Some(id),
+                Entry::Checkpoint(id) if self.root.join(name).is_dir() => Some(id),
                 _ => None,
             })
             .collect();
@@ -229,7 +260,12 @@ impl DirectoryStorage {
         let manifest_path = dir.join(MANIFEST);
         let manifest_bytes = match fs::read(&manifest_path) {
             Ok(bytes) => bytes,
-            // No directory, or one whose write never finished: not a completed checkpoint.
+            // The directory exists but its manifest is gone: damage (see `remove_leftovers`).
+            Err(e) if e.kind() == io::ErrorKind::NotFound && dir.is_dir() => {
+                return Err(StorageError::MissingFile {
+                    path: manifest_path,
+                });
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StorageError::UnknownCheckpoint { id });
             }

@@ -22,7 +22,7 @@
 //! Decoding tells a short input ([`FormatError::Truncated`], the signature of an interrupted
 //! write) from wrong content ([`FormatError::Corrupted`]).
 
-use crate::state::TaskSnapshot;
+use streamtask_core::TaskSnapshot;
 
 use super::storage::Corruption;
 

@@ -5,11 +5,11 @@
 //! # How a checkpoint runs
 //!
 //! 1. The coordinator's interval elapses: it hands out a [`CoordinatorAction::Trigger`] with a
-//!    new [`CheckpointBarrier`](crate::CheckpointBarrier); the executor calls
+//!    new [`CheckpointBarrier`](streamtask_core::CheckpointBarrier); the executor calls
 //!    `trigger_checkpoint` on the source tasks, and the barrier flows through the channels.
 //! 2. Every task snapshots its state when the barrier reaches it and reports a
-//!    [`TaskReport`](crate::task::TaskReport) through its
-//!    [`CheckpointResponder`](crate::task::CheckpointResponder): an acknowledgement carrying its
+//!    [`TaskReport`](streamtask_core::task::TaskReport) through its
+//!    [`CheckpointResponder`](streamtask_core::task::CheckpointResponder): an acknowledgement carrying its
 //!    [`TaskSnapshot`], or a decline.
 //! 3. Once every task acknowledged, the coordinator stores a [`CompletedCheckpoint`] and hands
 //!    out [`CoordinatorAction::Complete`]; the executor forwards `notify_checkpoint_complete` to
@@ -41,7 +41,7 @@ mod storage;
 
 use std::collections::BTreeMap;
 
-use crate::state::TaskSnapshot;
+use streamtask_core::TaskSnapshot;
 
 pub use self::coordinator::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStats, CheckpointStatsSummary,

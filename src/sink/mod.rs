@@ -1,8 +1,8 @@
 //! Sinks: the exactly-once [`TwoPhaseCommitFileSink`] and the in-memory [`CollectSink`] for
 //! tests.
 //!
-//! A sink is an [`Operator`](crate::operator::Operator) with `Out = ()` at the end of a chain
-//! whose task output is [`Discard`](crate::operator::Discard). Like every operator it runs
+//! A sink is an [`Operator`](streamtask_core::operator::Operator) with `Out = ()` at the end of a chain
+//! whose task output is [`Discard`](streamtask_core::operator::Discard). Like every operator it runs
 //! unchanged under every model: the runtime calls one of its methods at a time.
 //!
 //! # Exactly-once by two-phase commit
@@ -62,6 +62,21 @@
 //! Every committed file name is used once: a restore continues the transaction counter past the
 //! highest committed transaction of its subtask, so an attempt never overwrites committed output.
 //!
+//! ## Rewinding
+//!
+//! A restore commits what its state lists and continues numbering from the state's counter;
+//! a committed file of the subtask numbered at or after that counter was committed by a
+//! checkpoint *after* the restored one. That happens only when a restore deliberately falls
+//! back past newer checkpoints (the executor's `fallback_to_older` setting, taken when the newest
+//! checkpoint is damaged) or restores a finished run's checkpoint. Such files are *rewound*:
+//! deleted, each logged at warn level, before the sink takes a record; the sources replay their
+//! records, so the committed output stays exactly-once.
+//!
+//! The trade-off: a reader may already have seen a rewound file. Exactly-once holds for the
+//! directory's final contents, not for what a reader saw in between; a consumer that must never
+//! see output withdrawn should refuse the fall back (the default) and repair or discard the
+//! damaged checkpoint instead.
+//!
 //! ## End of input
 //!
 //! A finished task takes no further checkpoints, so `finish()` pre-commits the last transaction
@@ -82,7 +97,7 @@
 //! # Examples
 //!
 //! ```
-//! use streamtask_core::sink::{CollectHandle, CollectSink};
+//! use streamtask::sink::{CollectHandle, CollectSink};
 //! use streamtask_core::testing::OperatorHarness;
 //!
 //! let handle = CollectHandle::new();
@@ -104,7 +119,7 @@ use std::path::PathBuf;
 
 pub use self::collect::{CollectHandle, CollectSink};
 pub use self::two_phase::{
-    TwoPhaseCommitFileSink, commit_finished, committed_files, read_committed,
+    TwoPhaseCommitFileSink, commit_finished, committed_files, discard_output, read_committed,
 };
 
 /// Why a sink could not write, pre-commit, commit or restore.

@@ -5,10 +5,10 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::sync::{Arc, Mutex};
+use streamtask_core::sync::{Arc, Mutex};
 
 use super::CompletedCheckpoint;
-use super::directory::DirectoryStorage;
+use super::directory::{self, DirectoryStorage};
 
 /// Where completed checkpoints are kept: in memory (tests, single-process runs) or in a
 /// directory (survives the process).
@@ -39,7 +39,7 @@ use super::directory::DirectoryStorage;
 /// ```
 /// use std::collections::BTreeMap;
 /// use streamtask_core::TaskSnapshot;
-/// use streamtask_core::checkpoint::{CheckpointStorage, CompletedCheckpoint, StorageError};
+/// use streamtask::checkpoint::{CheckpointStorage, CompletedCheckpoint, StorageError};
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let storage = CheckpointStorage::directory(dir.path(), 2).unwrap();
@@ -154,10 +154,37 @@ impl CheckpointStorage {
         }
     }
 
-    /// The newest intact checkpoint, the one to restore from; `None` if there is none.
+    /// The newest checkpoint, the one to restore from; `None` if there is none.
+    ///
+    /// Unlike [`latest`](Self::latest) this never falls back: a damaged newest checkpoint is an
+    /// error, because the sinks may already have committed the output of that checkpoint, and
+    /// restoring an older one would commit it again.
+    ///
+    /// # Errors
+    ///
+    /// What [`load`](Self::load) reports for the newest checkpoint ([`StorageError::Truncated`],
+    /// [`StorageError::Corrupted`], [`StorageError::MissingFile`], [`StorageError::Io`]), or
+    /// [`StorageError::Io`] if the storage cannot be listed.
+    pub fn newest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
+        loop {
+            let Some(&id) = self.completed_ids()?.last() else {
+                return Ok(None);
+            };
+            match self.load(id) {
+                Ok(checkpoint) => return Ok(Some(checkpoint)),
+                // Removed by retention between listing and loading: list again.
+                Err(StorageError::UnknownCheckpoint { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// The newest intact checkpoint, falling back past damaged ones; `None` if there is none.
     ///
     /// A newer checkpoint that is truncated, corrupted or missing a file is skipped with a
-    /// warning in the log, and the next older one is tried.
+    /// warning in the log, and the next older one is tried. Only restore from it with sinks that
+    /// rewind (see the executor's fallback setting): the skipped checkpoints' output may have
+    /// been committed. [`newest`](Self::newest) is the strict form.
     ///
     /// # Errors
     ///
@@ -177,6 +204,54 @@ impl CheckpointStorage {
             }
         }
         Ok(None)
+    }
+
+    /// The directory of checkpoint `id` in a directory storage; `None` in memory.
+    pub fn checkpoint_path(&self, id: u64) -> Option<PathBuf> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Directory(d) => Some(d.checkpoint_dir(id)),
+        }
+    }
+
+    /// Loads the checkpoint in directory `path` (a `chk-<id>` directory a directory storage
+    /// wrote), without opening or cleaning the storage around it.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::NotACheckpoint`] if `path` is not named `chk-<id>`; otherwise what
+    /// [`load`](Self::load) reports.
+    pub fn load_path(path: &Path) -> Result<CompletedCheckpoint, StorageError> {
+        let not_one = || StorageError::NotACheckpoint {
+            path: path.to_path_buf(),
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(not_one)?;
+        let id = directory::checkpoint_id_of(name).ok_or_else(not_one)?;
+        let root = path.parent().ok_or_else(not_one)?.to_path_buf();
+        match DirectoryStorage::read_only(root).load(id) {
+            Err(StorageError::UnknownCheckpoint { .. }) => Err(not_one()),
+            other => other,
+        }
+    }
+
+    /// Deletes every stored checkpoint; returns the ids deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Io`] if a checkpoint cannot be deleted.
+    pub fn discard_all(&self) -> Result<Vec<u64>, StorageError> {
+        match &self.backend {
+            Backend::Memory(m) => {
+                let mut checkpoints = m.checkpoints.lock();
+                let ids = checkpoints.keys().copied().collect();
+                checkpoints.clear();
+                Ok(ids)
+            }
+            Backend::Directory(d) => d.discard_all(),
+        }
     }
 
     /// The ids of the completed checkpoints, oldest first (damaged ones included: only
@@ -260,8 +335,8 @@ pub enum StorageError {
     },
     /// A file is shorter than it should be (an interrupted or lost write).
     #[error(
-        "{} is truncated ({actual} of {expected} bytes); this checkpoint cannot be restored, \
-         restore from an older one (latest skips it)",
+        "{} is truncated ({actual} of {expected} bytes): that checkpoint cannot be restored, \
+         only an older one",
         path.display()
     )]
     Truncated {
@@ -274,8 +349,7 @@ pub enum StorageError {
     },
     /// A file's content is wrong.
     #[error(
-        "{} is corrupted: {reason}; this checkpoint cannot be restored, restore from an older one \
-         (latest skips it)",
+        "{} is corrupted ({reason}): that checkpoint cannot be restored, only an older one",
         path.display()
     )]
     Corrupted {
@@ -286,12 +360,21 @@ pub enum StorageError {
     },
     /// A file the manifest lists does not exist.
     #[error(
-        "{} is missing; this checkpoint cannot be restored, restore from an older one (latest \
-         skips it)",
+        "{} is missing: that checkpoint cannot be restored, only an older one",
         path.display()
     )]
     MissingFile {
         /// The missing file.
+        path: PathBuf,
+    },
+    /// A path given to restore from is not a checkpoint directory.
+    #[error(
+        "{} is not a completed checkpoint; give a `chk-<id>` directory of a checkpoint \
+         directory (one that holds a `_manifest`)",
+        path.display()
+    )]
+    NotACheckpoint {
+        /// The path.
         path: PathBuf,
     },
     /// Reading or writing a path failed.

@@ -8,11 +8,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::SinkError;
-use crate::element::StreamRecord;
-use crate::error::OperatorError;
-use crate::operator::{Context, Operator};
-use crate::state;
-use crate::sync::{Arc, Mutex};
+use streamtask_core::OperatorError;
+use streamtask_core::StreamRecord;
+use streamtask_core::operator::{Context, Operator};
+use streamtask_core::state;
+use streamtask_core::sync::{Arc, Mutex};
 
 /// A cloneable, `Send` view of what [`CollectSink`]s collected; it outlives the sinks, so it
 /// sees the output of every attempt of a job.
@@ -29,7 +29,7 @@ use crate::sync::{Arc, Mutex};
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::sink::{CollectHandle, CollectSink};
+/// use streamtask::sink::{CollectHandle, CollectSink};
 /// use streamtask_core::testing::OperatorHarness;
 ///
 /// let handle = CollectHandle::new();

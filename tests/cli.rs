@@ -1,0 +1,320 @@
+//! The `streamtask` command line (issue 11): exit codes (0 success, 1 job failed or verdict
+//! false, 2 usage error), options validated before anything runs, restore options, signals,
+//! single-model output, soak's honesty, and the data generation's temporary file.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{
+    Paused, assert_exactly_once, code, run_args, stderr, stdout, streamtask, streamtask_default_log,
+};
+use streamtask::checkpoint::CheckpointStorage;
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn work(dir: &Path) -> String {
+    dir.to_str().unwrap().to_string()
+}
+
+#[test]
+fn smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&run_args("mailbox", dir.path(), &[]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_exactly_once(dir.path(), "mailbox", "smoke");
+}
+
+#[test]
+fn exit_code_0_for_a_successful_run_twice_in_a_row() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..2 {
+        let out = streamtask(&run_args("mailbox", dir.path(), &[]));
+        assert_eq!(code(&out), 0, "round {round}: {}", stderr(&out));
+        assert_exactly_once(dir.path(), "mailbox", &format!("round {round}"));
+        if round == 1 {
+            // It says that it starts over, and restored nothing.
+            assert!(
+                stderr(&out).contains("finished; starting over"),
+                "{}",
+                stderr(&out)
+            );
+            assert!(!stderr(&out).contains("resuming"), "{}", stderr(&out));
+        }
+    }
+}
+
+#[test]
+fn exit_code_2_for_usage_errors_found_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = work(dir.path());
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--model", "mailbox", "--customers", "0"],
+            "--customers",
+        ),
+        (
+            &["run", "--model", "mailbox", "--checkpoint-interval-ms", "0"],
+            "--checkpoint-interval-ms",
+        ),
+        (&["run", "--model", "mailbox", "--plot", "x.png"], ".svg"),
+        (
+            &[
+                "run",
+                "--model",
+                "mailbox",
+                "--json",
+                "/nonexistent/dir/x.json",
+            ],
+            "does not exist",
+        ),
+        (
+            &["soak", "--seeds", "1", "--json", "x.json"],
+            "soak does not support --json",
+        ),
+        (
+            &["soak", "--seeds", "1", "--plot", "x.svg"],
+            "soak does not support --plot",
+        ),
+        (&["run", "--model", "nosuchmodel"], "nosuchmodel"),
+        (
+            &["run", "--model", "mailbox", "--resume", "--discard-state"],
+            "cannot be used",
+        ),
+    ];
+    for (case, needle) in cases {
+        let mut a = args(case);
+        a.extend(args(&["--work-dir", &w, "--quiet"]));
+        let out = streamtask(&a);
+        assert_eq!(code(&out), 2, "{case:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{case:?}: {}", stderr(&out));
+        // Nothing ran: no data was generated.
+        assert!(
+            !dir.path().join("orders.csv").exists(),
+            "{case:?} generated data"
+        );
+    }
+}
+
+#[test]
+fn a_rerun_over_an_unfinished_run_is_refused_with_exit_2_naming_resume_and_discard() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_args("mailbox", dir.path(), &[]);
+    assert_eq!(code(&streamtask(&run)), 0);
+    // What a SIGKILL leaves (tests/process_crash.rs does it for real).
+    fs::write(dir.path().join("mailbox/checkpoints/_run"), "running\n").unwrap();
+    fs::remove_file(dir.path().join("orders.csv")).unwrap();
+    let out = streamtask(&run);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--resume"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--discard-state"), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("orders.csv").exists(),
+        "refused before generating data"
+    );
+    let out = streamtask(&run_args("mailbox", dir.path(), &["--discard-state"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_exactly_once(dir.path(), "mailbox", "after --discard-state");
+}
+
+/// A finished run marked unfinished whose newest checkpoint's manifest is cut short (rerun
+/// until a run completed two checkpoints: how many complete depends on the machine).
+fn damage_newest(dir: &Path, model: &str) -> u64 {
+    let checkpoints = dir.join(model).join("checkpoints");
+    for _ in 0..20 {
+        let out = streamtask(&run_args(model, dir, &["--discard-state"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let storage = CheckpointStorage::directory(&checkpoints, 3).unwrap();
+        let ids = storage.completed_ids().unwrap();
+        if ids.len() >= 2 {
+            fs::write(checkpoints.join("_run"), "running\n").unwrap();
+            let newest = *ids.last().unwrap();
+            let manifest = storage.checkpoint_path(newest).unwrap().join("_manifest");
+            let len = fs::metadata(&manifest).unwrap().len();
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&manifest)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+            return newest;
+        }
+    }
+    panic!("{model}: 20 runs completed fewer than two checkpoints each");
+}
+
+#[test]
+fn exit_code_1_for_a_damaged_newest_checkpoint_and_0_with_the_explicit_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let newest = damage_newest(dir.path(), "mailbox");
+    let out = streamtask(&run_args("mailbox", dir.path(), &["--resume"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("newest checkpoint {newest}")),
+        "{err}"
+    );
+    assert!(err.contains("--fallback-to-older-checkpoint"), "{err}");
+
+    let out = streamtask(&run_args(
+        "mailbox",
+        dir.path(),
+        &["--resume", "--fallback-to-older-checkpoint"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("rewound"),
+        "the rewound files are listed: {err}"
+    );
+    assert_exactly_once(dir.path(), "mailbox", "after the fallback");
+}
+
+#[test]
+fn a_single_model_run_makes_no_cross_model_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&run_args("bridge", dir.path(), &[]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(!table.contains("matches the other models"), "{table}");
+    assert!(!table.contains("across models"), "{table}");
+    assert!(
+        !table.lines().any(|l| l.trim_end().ends_with(" us")),
+        "units are µs: {table}"
+    );
+    assert!(table.contains("exactly-once held"), "{table}");
+}
+
+#[test]
+fn faults_beyond_the_restart_budget_raise_it_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&run_args("mailbox", dir.path(), &["--faults", "12"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("raised from 10 to 12"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_default_log_shows_one_line_per_failed_attempt_not_every_tasks_copy() {
+    // Before: follow-on warnings of every task (313 stderr lines for 180 faults).
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask_default_log(&run_args("legacy", dir.path(), &["--faults", "6"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let restarts: usize = stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("restarts"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a restarts row");
+    let err = stderr(&out);
+    let warnings = err.lines().filter(|l| l.contains("WARN")).count();
+    assert_eq!(warnings, restarts, "one warning per failed attempt: {err}");
+    assert!(
+        err.lines()
+            .all(|l| l.contains("attempt") || !l.contains("WARN")),
+        "{err}"
+    );
+}
+
+#[test]
+fn soak_says_what_it_changed_and_reports_per_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = work(dir.path());
+    let out = streamtask(&args(&[
+        "soak",
+        "--seeds",
+        "2",
+        "--model",
+        "mailbox",
+        "--records",
+        "2000",
+        "--quiet",
+        "--work-dir",
+        &w,
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--faults 0 raised to 1"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("2 seed(s)"), "{}", stdout(&out));
+}
+
+#[test]
+fn a_records_count_that_does_not_fit_the_disk_is_refused_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&args(&[
+        "run",
+        "--model",
+        "mailbox",
+        "--records",
+        "1000000000000000",
+        "--quiet",
+        "--work-dir",
+        &work(dir.path()),
+    ]));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("MiB free"), "{}", stderr(&out));
+    assert!(!dir.path().join("orders.tmp").exists());
+    assert!(!dir.path().join("orders.csv").exists());
+}
+
+#[test]
+fn sigterm_during_data_generation_removes_the_temporary_file_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    // Long enough that generation checks for the signal after the midpoint.
+    let mut a = run_args("mailbox", dir.path(), &[]);
+    let records = a.iter().position(|s| s == "--records").unwrap() + 1;
+    a[records] = "100000".into();
+    let mut child = Paused::spawn(&a);
+    assert_eq!(child.next_phase().as_deref(), Some("generate"));
+    assert!(dir.path().join("orders.tmp").exists(), "half written");
+    let (code, log) = child.terminate();
+    assert_eq!(code, 1, "{log:?}");
+    assert!(
+        log.iter().any(|l| l.contains("stopped by a signal")),
+        "{log:?}"
+    );
+    assert!(
+        !dir.path().join("orders.tmp").exists(),
+        "temporary file removed"
+    );
+}
+
+#[test]
+fn sigterm_mid_run_stops_cleanly_and_resume_completes_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_args("mailbox", dir.path(), &[]);
+    let mut child = Paused::spawn(&run);
+    // Past data generation, at the first checkpoint's trigger.
+    loop {
+        match child.next_phase() {
+            Some(p) if p.starts_with("trigger") => break,
+            Some(_) => child.resume(),
+            None => panic!("the run ended before its first checkpoint"),
+        }
+    }
+    let (code, log) = child.terminate();
+    if code == 0 {
+        // The signal came as the job finished: nothing was left to stop.
+        assert_exactly_once(
+            dir.path(),
+            "mailbox",
+            "finished before the signal took effect",
+        );
+        return;
+    }
+    assert_eq!(code, 1, "{log:?}");
+    assert!(log.iter().any(|l| l.contains("--resume")), "{log:?}");
+    let mut resume = run.clone();
+    resume.push("--resume".into());
+    let out = streamtask(&resume);
+    assert_eq!(common::code(&out), 0, "{}", stderr(&out));
+    assert_exactly_once(dir.path(), "mailbox", "after SIGTERM and --resume");
+}
