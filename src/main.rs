@@ -449,6 +449,8 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
         timer_lateness_us: r.metrics.timer_lateness.summary(),
         lock_wait_us: r.metrics.lock_wait.summary(),
         mailbox_latency_us: r.metrics.mailbox_latency.summary(),
+        idle_ms: r.metrics.idle.as_millis() as u64,
+        backpressured_ms: r.metrics.backpressured.as_millis() as u64,
         checkpoints_completed: r.checkpoints_completed,
         checkpoints_aborted: r.checkpoints_aborted,
         restarts: r.restarts,

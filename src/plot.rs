@@ -153,6 +153,8 @@ mod tests {
             timer_lateness_us: LatencySummary::default(),
             lock_wait_us: LatencySummary::default(),
             mailbox_latency_us: LatencySummary::default(),
+            idle_ms: 0,
+            backpressured_ms: 0,
             checkpoints_completed: 0,
             checkpoints_aborted: 0,
             restarts: 0,

@@ -55,6 +55,11 @@ pub struct ModelReport {
     pub lock_wait_us: LatencySummary,
     /// From a mail's enqueue to its run (mailbox and bridge).
     pub mailbox_latency_us: LatencySummary,
+    /// Time the tasks waited for input, summed over the tasks, in milliseconds.
+    pub idle_ms: u64,
+    /// Time the tasks were backpressured (a full output, a chain that took no input), summed
+    /// over the tasks, in milliseconds.
+    pub backpressured_ms: u64,
     /// Checkpoints completed.
     pub checkpoints_completed: u64,
     /// Checkpoints aborted (declined or timed out).
@@ -163,6 +168,14 @@ impl CompareReport {
             (
                 "mailbox latency p99",
                 self.col(|m| us(m.mailbox_latency_us.p99, m.mailbox_latency_us.count)),
+            ),
+            (
+                "idle time (all tasks)",
+                self.col(|m| format!("{} ms", m.idle_ms)),
+            ),
+            (
+                "backpressured time (all tasks)",
+                self.col(|m| format!("{} ms", m.backpressured_ms)),
             ),
             ("restarts", self.col(|m| m.restarts.to_string())),
             ("threads used", self.col(|m| m.threads.to_string())),
@@ -274,6 +287,8 @@ mod tests {
             timer_lateness_us: LatencySummary::default(),
             lock_wait_us: LatencySummary::default(),
             mailbox_latency_us: LatencySummary::default(),
+            idle_ms: 0,
+            backpressured_ms: 0,
             checkpoints_completed: 3,
             checkpoints_aborted: 0,
             restarts: 0,

@@ -274,7 +274,9 @@ impl SchedulerState {
         match v {
             0 => SchedulerState::Alive,
             1 => SchedulerState::Quiesced,
-            _ => SchedulerState::ShutDown,
+            2 => SchedulerState::ShutDown,
+            // Only `SchedulerState as u8` is ever stored.
+            other => panic!("impossible SchedulerState byte {other}"),
         }
     }
 }

@@ -31,7 +31,9 @@ impl TimerStatus {
         match v {
             0 => TimerStatus::Alive,
             1 => TimerStatus::Quiesced,
-            _ => TimerStatus::ShutDown,
+            2 => TimerStatus::ShutDown,
+            // Only `TimerStatus as u8` is ever stored.
+            other => panic!("impossible TimerStatus byte {other}"),
         }
     }
 }

@@ -33,7 +33,9 @@ impl MailboxState {
         match value {
             0 => MailboxState::Open,
             1 => MailboxState::Quiesced,
-            _ => MailboxState::Closed,
+            2 => MailboxState::Closed,
+            // Only `MailboxState as u8` is ever stored.
+            other => panic!("impossible mailbox state byte {other}"),
         }
     }
 }

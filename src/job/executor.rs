@@ -257,6 +257,10 @@ pub struct JobMetrics {
     pub lock_wait: LatencyHistogram,
     /// Mailbox latency, all tasks.
     pub mailbox_latency: LatencyHistogram,
+    /// Time the tasks spent waiting for input, summed over every task of every attempt.
+    pub idle: Duration,
+    /// Time the tasks spent blocked on a full output or a chain that took no input, summed.
+    pub backpressured: Duration,
     /// Threads the tasks of the final attempt started.
     pub threads: u64,
     /// Records the sources read, final attempt.
@@ -348,7 +352,7 @@ impl JobGraph {
             .max(restored.as_ref().map_or(0, |c| c.id));
         let mut completed = 0;
         let mut aborted = 0;
-        let metrics = JobMetrics::default();
+        let mut metrics = JobMetrics::default();
         loop {
             let end = self.run_attempt(config, &storage, restored.take(), last_id, &mut sampler)?;
             last_id = end.last_checkpoint_id;
@@ -367,6 +371,8 @@ impl JobGraph {
                 }
                 metrics.timer_lateness.merge(&m.timer_lateness);
                 metrics.lock_wait.merge(&m.lock_wait);
+                metrics.idle += Duration::from_micros(m.idle_micros.get());
+                metrics.backpressured += Duration::from_micros(m.backpressured_micros.get());
                 metrics.mailbox_latency.merge(&m.mailbox_latency);
             }
             if config.cancel.load(Ordering::Acquire) {

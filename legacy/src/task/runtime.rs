@@ -10,6 +10,7 @@ use std::task::{Wake, Waker};
 use std::time::Instant;
 
 use streamtask_core::channel::InputClosed;
+use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
 use streamtask_core::runtime::{
     Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
@@ -280,7 +281,14 @@ impl<B: LockedBody> Parts<B> {
         let mut guard = self.lock.lock();
         if !guard.body().accepts_input() {
             let cancel = &self.cancel;
+            // Waiting for the chain is backpressure (`backpressured_micros`, as the mailbox's
+            // backpressure suspensions; a full output channel adds its own in the writer).
+            let waited = Instant::now();
             guard.wait_until(|b| b.body().accepts_input() || cancel.is_cancelled());
+            self.task
+                .metrics
+                .backpressured_micros
+                .add(micros_since(waited));
             if !guard.body().accepts_input() {
                 return None;
             }
@@ -403,7 +411,7 @@ where
     C: streamtask_core::runtime::TaskChain + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
-    let reader = GateReader::new(&parts.cancel, &parts.aborts);
+    let reader = GateReader::new(&parts.cancel, &parts.aborts, &parts.task.metrics);
     while let Some(event) = reader.next(&mut gate)? {
         let mut body = if event.needs_room() {
             match parts.lock_with_room() {
@@ -428,6 +436,11 @@ where
     Ok(()) // cancelled
 }
 
+/// Whole microseconds since `start`, saturating.
+fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 /// Unparks the task thread.
 struct Unpark(thread::Thread);
 
@@ -449,11 +462,17 @@ pub(crate) struct GateReader<'a> {
     _unpark_on_cancel: crate::cancel::CancelHook,
     cancel: CancellationToken,
     aborts: &'a Receiver<u64>,
+    /// Where the time parked for input goes (`idle_micros`, as the mailbox's idle suspensions).
+    metrics: &'a TaskMetrics,
 }
 
 impl<'a> GateReader<'a> {
     /// A reader for the calling thread.
-    pub(crate) fn new(cancel: &CancellationToken, aborts: &'a Receiver<u64>) -> Self {
+    pub(crate) fn new(
+        cancel: &CancellationToken,
+        aborts: &'a Receiver<u64>,
+        metrics: &'a TaskMetrics,
+    ) -> Self {
         let me = thread::current();
         let on_cancel = me.clone();
         GateReader {
@@ -461,6 +480,7 @@ impl<'a> GateReader<'a> {
             _unpark_on_cancel: cancel.on_cancel(move || on_cancel.unpark()),
             cancel: cancel.clone(),
             aborts,
+            metrics,
         }
     }
 
@@ -490,7 +510,10 @@ impl<'a> GateReader<'a> {
             if !self.aborts.is_empty() {
                 continue;
             }
+            // Clock reads only around a park, never per record.
+            let parked = Instant::now();
             thread::park();
+            self.metrics.idle_micros.add(micros_since(parked));
         }
     }
 }
