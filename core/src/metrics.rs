@@ -259,6 +259,9 @@ pub struct TaskMetrics {
     pub backpressured_micros: Counter,
     /// Threads the task started (task thread included).
     pub threads: Counter,
+    /// The checkpoint lock the task's state lives under and its fairness (`"unfair"`,
+    /// `"eventual"`, `"fair"`), set by the lock-model runtimes; `None` in the mailbox model.
+    pub checkpoint_lock: crate::sync::Mutex<Option<&'static str>>,
 }
 
 impl TaskMetrics {
@@ -288,6 +291,7 @@ impl TaskMetrics {
             idle_micros: self.idle_micros.get(),
             backpressured_micros: self.backpressured_micros.get(),
             threads: self.threads.get(),
+            checkpoint_lock: self.checkpoint_lock.lock().map(str::to_string),
         }
     }
 }
@@ -311,6 +315,7 @@ pub struct MetricsSummary {
     pub idle_micros: u64,
     pub backpressured_micros: u64,
     pub threads: u64,
+    pub checkpoint_lock: Option<String>,
 }
 
 #[cfg(test)]

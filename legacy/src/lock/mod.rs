@@ -83,6 +83,17 @@ pub enum Fairness {
     Fair,
 }
 
+impl Fairness {
+    /// The setting's name, as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fairness::Unfair => "unfair",
+            Fairness::Eventual => "eventual",
+            Fairness::Fair => "fair",
+        }
+    }
+}
+
 /// The mutex, by fairness.
 enum LockMutex<T> {
     Barging(BargingMutex<T>),
@@ -152,6 +163,7 @@ impl<T> CheckpointLock<T> {
 
     /// Records every acquirer's wait into `metrics.lock_wait`.
     pub fn with_metrics(mut self, metrics: StdArc<TaskMetrics>) -> Self {
+        *metrics.checkpoint_lock.lock() = Some(self.shared.fairness.name());
         self.shared.metrics = Some(metrics);
         self
     }
