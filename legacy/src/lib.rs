@@ -16,19 +16,22 @@
 //! | [`SourceOutput`], [`SourceCell`], [`run_source`] | the backend a context emits into, what the lock owns for a source, the source driver |
 //! | [`CancellationToken`], [`CancelHook`] | cancellation that reaches a source blocked in a wait or I/O |
 //! | [`SystemProcessingTimeService`] | the timer thread; every timer fires under the lock |
-//! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] | the tasks (builders ending in `spawn`) |
-//! | [`TaskHandle`], [`TaskState`] | the control surface every model's task offers, and the lifecycle |
+//! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] ([`InputStreamTask`]), [`SourceTaskParts`] | the tasks (builders ending in `spawn`) |
+//! | [`TaskHandle`], [`TaskState`] | the kit's one handle and lifecycle (`streamtask_core::runtime`), as every model's tasks return them |
 //! | [`AsyncWaitStreamTask`], [`AsyncHead`], [`NoChain`], [`AsyncChainError`] | async I/O: an input task headed by an async operator, with its emitter thread (always the head: FLINK-13063) |
 //!
-//! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]); the task
-//! lifecycle table and the thread layout are on [`TaskHandle`]'s module, repeated in short here:
+//! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]). What every task
+//! does (the checkpoint order, end of input with drains, close, the lifecycle on [`TaskState`]
+//! and the cancel/join contract on [`TaskHandle`]) is the kit's, `streamtask_core::runtime`;
+//! this crate supplies who holds the state (the checkpoint lock, around the kit's `ChainBody`)
+//! and how calls reach it:
 //!
-//! | state | moves to |
+//! | thread | runs, under the lock |
 //! |---|---|
-//! | `Initializing` (restore + open under the lock) | `Running`, `Cancelling`, `Failing` |
-//! | `Running` (triggers snapshot) | `Finishing`, `Cancelling`, `Failing` |
-//! | `Finishing` (finish, quiesce timers, end output) | `Finished`, `Cancelling`, `Failing` |
-//! | `Cancelling` / `Failing` (threads stopping) | `Cancelled` / `Failed` |
+//! | task | restore + open; the source's `run` or one gate event at a time; end of input; teardown |
+//! | timer (`<task>-timer`) | every processing-time timer |
+//! | async calls (`<task>-async-calls`) | checkpoint triggers (source tasks), notices, operator events |
+//! | emitter (`<task>-async-emitter`, async tasks) | completions, as typed calls to the async operator |
 //!
 //! # Name families
 //!

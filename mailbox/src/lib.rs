@@ -13,7 +13,7 @@
 //! | [`MailboxExecutor`], [`SubmitHandle`] | execute and submit from any thread; yield on the owner | `MailboxExecutorImpl` |
 //! | [`MailboxTimerService`], [`MailboxEvents`], [`OperatorMails`] | timers and operator events as mails at the operator's priority | `ProcessingTimeServiceImpl` |
 //! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
-//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks behind the control surface every model shares | `StreamTask` |
+//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks on the kit (`streamtask_core::runtime`) behind the one handle every model shares | `StreamTask` |
 //!
 //! Protocols are written out where they live: the mailbox states and the lost-wakeup argument in
 //! [`TaskMailbox`]'s module, the loop, suspension and poison protocols in
@@ -111,6 +111,10 @@ pub use crate::processor::{
 };
 pub use crate::services::{MailboxEvents, MailboxTimerService, OperatorMails};
 pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
-pub use crate::task::{OneInputTask, SourceTask, TaskHandle, TwoInputTask};
+/// The kit's task handle, as every model's tasks return it; how this model's tasks run:
+///
+#[doc = include_str!("task/task.md")]
+pub use crate::task::TaskHandle;
+pub use crate::task::{OneInputTask, SourceTask, TwoInputTask};
 #[doc = include_str!("async_wait.md")]
 pub use streamtask_core::async_io::AsyncWaitOperator;

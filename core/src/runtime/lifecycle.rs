@@ -230,10 +230,19 @@ impl Lifecycle {
                 },
             ));
         }
-        let state = self.state();
-        if state != TaskState::Failing {
-            self.state
-                .store(TaskState::Failing as u8, Ordering::Release);
+        // Whatever it was stopping as, it now ends failed; a CAS loop, so a concurrent
+        // transition is never overwritten blindly.
+        let mut current = self.state();
+        while current != TaskState::Failing && !current.is_terminal() {
+            match self.state.compare_exchange(
+                current as u8,
+                TaskState::Failing as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = TaskState::from_u8(actual),
+            }
         }
     }
 
@@ -253,18 +262,33 @@ impl Lifecycle {
     /// The task thread is about to end, every other thread of the task joined: the state becomes
     /// terminal and joiners wake. Returns the terminal state.
     pub fn complete(&self) -> TaskState {
-        let terminal = match self.state() {
-            TaskState::Finishing | TaskState::Finished => TaskState::Finished,
-            TaskState::Cancelling | TaskState::Cancelled => TaskState::Cancelled,
-            TaskState::Failing | TaskState::Failed => TaskState::Failed,
-            state @ (TaskState::Initializing | TaskState::Running) => {
-                self.fail(self.name.clone(), TaskError::Ended { state });
-                TaskState::Failed
+        let mut current = self.state();
+        let terminal = loop {
+            let terminal = match current {
+                TaskState::Finishing | TaskState::Finished => TaskState::Finished,
+                TaskState::Cancelling | TaskState::Cancelled => TaskState::Cancelled,
+                TaskState::Failing | TaskState::Failed => TaskState::Failed,
+                state @ (TaskState::Initializing | TaskState::Running) => {
+                    self.fail(self.name.clone(), TaskError::Ended { state });
+                    current = self.state();
+                    continue;
+                }
+            };
+            // A compare-exchange, not a store: a cancel or failure that lands between the read
+            // and the write (Finishing -> Cancelling) decides the outcome instead of being
+            // overwritten (the loom model `cancel_racing_start_and_finish...` found this).
+            // Release: whoever sees the terminal state sees the teardown before it.
+            match self.state.compare_exchange(
+                current as u8,
+                terminal as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break terminal,
+                Err(actual) => current = TaskState::from_u8(actual),
             }
         };
         let mut latch = self.latch.lock();
-        // Release: whoever sees the terminal state (or the latch) sees the teardown before it.
-        self.state.store(terminal as u8, Ordering::Release);
         latch.done = true;
         self.latch_changed.notify_all();
         terminal
