@@ -72,3 +72,41 @@ fn cancel_wakes_a_waiter() {
         assert!(token.is_cancelled());
     });
 }
+
+/// `SystemProcessingTimeService`: quiesce (holding the checkpoint lock) racing a due timer on
+/// its way to the lock. Whatever the interleaving, nothing fires after `quiesce` returns: a
+/// timer that was already waiting for the lock sees the new status inside it.
+#[test]
+fn quiesce_racing_a_timer_waiting_for_the_lock_fires_nothing_after_it() {
+    use streamtask_core::task::TaskConfig;
+    use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+    use streamtask_legacy::{SystemProcessingTimeService, TimerStatus};
+
+    loom::model(|| {
+        let clock = ManualClock::new(10);
+        let config = TaskConfig::new("loom").with_clock(Clock::Manual(clock.clone()));
+        let timers = SystemProcessingTimeService::spawn(&config, |_error| {});
+        let lock = Arc::new(CheckpointLock::new(0u32, Fairness::Eventual));
+        timers.bind(Arc::clone(&lock), |fired: &mut u32, _t: Timer| {
+            *fired += 1;
+            Ok(())
+        });
+        // In the past: due at once, so the timer thread races the quiesce below.
+        timers
+            .register_timer(Timer {
+                operator: 0,
+                timestamp: 0,
+                tag: 1,
+            })
+            .unwrap();
+        let at_quiesce = {
+            let held = lock.lock();
+            timers.quiesce(&held);
+            *held
+        };
+        assert_eq!(timers.status(), TimerStatus::Quiesced);
+        timers.shutdown(); // joins the timer thread
+        assert!(at_quiesce <= 1);
+        assert_eq!(*lock.lock(), at_quiesce, "a timer fired after quiesce");
+    });
+}
