@@ -164,3 +164,64 @@ fn the_lock_and_its_guards_are_send_and_sync() {
     send_sync::<CheckpointLock<Vec<u8>>>();
     send_sync::<streamtask_legacy::CancellationToken>();
 }
+
+/// Whether the kernel reports thread `tid` of this process asleep (state `S`: blocked).
+fn is_sleeping(tid: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    let after_comm = &stat[stat.rfind(')').expect("stat has a comm") + 1..];
+    after_comm.split_whitespace().next() == Some("S")
+}
+
+/// This thread's kernel id (Linux), from `/proc/thread-self`.
+fn own_tid() -> String {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self is readable");
+    link.file_name()
+        .expect("/proc/thread-self ends in the tid")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `Fair` hands the lock to the thread waiting for it on every release: in a fixed schedule
+/// (a waiter blocked on the lock, then the holder releases and at once tries to take it back)
+/// the holder never gets it back first, round after round. With `Eventual` the release leaves
+/// the lock free and the holder's immediate `try_lock` barges in ahead of the waiter (which
+/// still has to wake up), so a `Fair` that behaved like `Eventual` would count fewer hand-offs.
+/// Nothing here is timed: the waiter is known to be blocked because the kernel says it sleeps.
+#[test]
+fn fair_hands_the_lock_to_the_waiter_on_every_release() {
+    const ROUNDS: u32 = 20;
+    let lock = Arc::new(CheckpointLock::new(0u32, Fairness::Fair));
+    let mut handoffs = 0;
+    for _ in 0..ROUNDS {
+        let held = lock.lock();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let waiter = {
+            let lock = Arc::clone(&lock);
+            thread::spawn(move || {
+                tid_tx.send(own_tid()).unwrap();
+                let mut got = lock.lock(); // blocks: the holder has it
+                *got += 1;
+                // Keep it until the holder has tried to take it back, so the outcome of that
+                // try depends only on who the release gave the lock to.
+                release_rx.recv().unwrap();
+            })
+        };
+        let tid = tid_rx.recv().unwrap();
+        // The waiter's only blocking step after sending is taking the lock.
+        while !is_sleeping(&tid) {
+            thread::yield_now();
+        }
+        drop(held);
+        match lock.try_lock() {
+            None => handoffs += 1, // handed over: the waiter owns it
+            Some(barged) => drop(barged),
+        }
+        release_tx.send(()).unwrap();
+        waiter.join().unwrap();
+    }
+    assert_eq!(handoffs, ROUNDS, "every release handed the lock to the waiter");
+    assert_eq!(*lock.lock(), ROUNDS);
+}
