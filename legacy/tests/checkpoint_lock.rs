@@ -191,7 +191,7 @@ fn own_tid() -> String {
 /// Nothing here is timed: the waiter is known to be blocked because the kernel says it sleeps.
 #[test]
 fn fair_hands_the_lock_to_the_waiter_on_every_release() {
-    const ROUNDS: u32 = 20;
+    const ROUNDS: u32 = 200;
     let lock = Arc::new(CheckpointLock::new(0u32, Fairness::Fair));
     let mut handoffs = 0;
     for _ in 0..ROUNDS {
