@@ -100,7 +100,7 @@ where
     F: SourceFunction,
     C: Operator<In = F::Out> + 'static,
     W: TaskOutput<C::Out> + 'static,
-    R: SourceReader,
+    R: SourceReader<F::Out>,
 {
     send::<LegacySourceStreamTask<F, C, W>>();
     send::<HandoffReader<F>>();

@@ -256,9 +256,7 @@ mod timer_scheduler {
 
     use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
     use streamtask_core::sync::{Arc, Condvar, Mutex, thread};
-    use streamtask_core::{
-        Clock, ManualClock, Timer, TimerHandle, TimerScheduler, TimerService,
-    };
+    use streamtask_core::{Clock, ManualClock, Timer, TimerHandle, TimerScheduler, TimerService};
 
     fn timer(timestamp: i64, tag: u64) -> Timer {
         Timer {
@@ -369,7 +367,11 @@ mod timer_scheduler {
             scheduler.register_timer(timer(0, 1)).unwrap();
             scheduler.shutdown();
             let started = entered.load(Ordering::SeqCst);
-            assert_eq!(started, exited.load(Ordering::SeqCst), "a fire still running");
+            assert_eq!(
+                started,
+                exited.load(Ordering::SeqCst),
+                "a fire still running"
+            );
             assert!(started <= 1);
             // Nothing fires after shutdown, even when the clock moves on.
             clock.set(100);

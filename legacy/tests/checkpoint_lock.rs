@@ -222,6 +222,9 @@ fn fair_hands_the_lock_to_the_waiter_on_every_release() {
         release_tx.send(()).unwrap();
         waiter.join().unwrap();
     }
-    assert_eq!(handoffs, ROUNDS, "every release handed the lock to the waiter");
+    assert_eq!(
+        handoffs, ROUNDS,
+        "every release handed the lock to the waiter"
+    );
     assert_eq!(*lock.lock(), ROUNDS);
 }

@@ -78,16 +78,26 @@ use streamtask_legacy::{
 };
 
 // Handles the executor holds and passes between threads.
-send_sync!(TaskHandle, TaskState, CancellationToken, CancelHook, Cancelled);
+send_sync!(
+    TaskHandle,
+    TaskState,
+    CancellationToken,
+    CancelHook,
+    Cancelled
+);
 
 // The lock and the timer service: shared by the source, task, timer and async-calls threads.
 send_sync!(
     CheckpointLock<Vec<u8>>,
-    CheckpointGuard<'static, Vec<u8>>,
     Fairness,
     SystemProcessingTimeService,
     TimerStatus,
 );
+
+// A guard is a mutex guard: it must be released on the thread that took the lock (so !Send,
+// as std's and parking_lot's guards), and can be shared by reference.
+not_send!(CheckpointGuard<'static, Vec<u8>>);
+const _: () = sync::<CheckpointGuard<'static, Vec<u8>>>();
 
 // Source-side types.
 send_sync!(
@@ -101,11 +111,11 @@ send_sync!(
 // Errors.
 send_sync!(ContextConfigError, AsyncChainError);
 
-// The context and guard a source runs with borrow the lock through a `dyn` trait object with no
-// `Send`/`Sync` bound: they live on the source thread only, for the duration of `run`. Not a
-// problem (nothing should move them), but worth knowing.
-not_send!(SourceContext<'static, u64, ()>);
-not_sync!(SourceContext<'static, u64, ()>);
+// The context a source runs with only borrows the lock and the token, so it is both.
+send_sync!(SourceContext<'static, u64, ()>);
+// The guard a source holds a section with is a checkpoint-lock guard (so !Send), over the cell
+// with its output erased to a `dyn` object without a `Sync` bound (so !Sync). It lives on the
+// source thread for one section; nothing should move or share it.
 not_send!(SourceGuard<'static, u64, ()>);
 not_sync!(SourceGuard<'static, u64, ()>);
 
@@ -118,6 +128,8 @@ where
     C: Operator<In = F::Out> + 'static,
     O: TaskOutput<C::Out> + 'static,
     H: TwoInputOperator + 'static,
+    H::In1: Send + 'static,
+    H::In2: Send + 'static,
     T: Operator<In = H::Out> + 'static,
     A: AsyncFunction,
 {

@@ -111,7 +111,10 @@ fn after_quiesce_nothing_fires_even_a_timer_already_waiting_for_the_lock() {
         // is the path the test is named for, every run (not only when the thread is quick).
         let waited = std::time::Instant::now();
         while timers.pending() > 0 {
-            assert!(waited.elapsed() < HANG_GUARD, "the timer thread never took the due timer");
+            assert!(
+                waited.elapsed() < HANG_GUARD,
+                "the timer thread never took the due timer"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         timers.quiesce(&held);

@@ -300,9 +300,7 @@ mod timer_mails {
 /// thread reaches a waiter on another thread, and a dropped mail cancels it.
 mod submit_slot {
     use loom::thread;
-    use streamtask_mailbox::{
-        Immediate, MailboxProcessor, Priority, SubmitError, TaskMailbox,
-    };
+    use streamtask_mailbox::{Immediate, MailboxProcessor, Priority, SubmitError, TaskMailbox};
 
     /// A waiter that blocks before the mail runs, or checks after: either way it gets the
     /// result (a completion between its check and its wait would be a lost wakeup, which loom
@@ -337,10 +335,11 @@ mod submit_slot {
             let mut processor: MailboxProcessor<u32, ()> =
                 MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
             let executor = processor.mailbox_executor(Priority::MIN);
-            let submitter = thread::spawn(move || match executor.submit("one", |_: &mut u32| Ok(1)) {
-                Ok(handle) => Some(handle.wait()),
-                Err(_rejected) => None,
-            });
+            let submitter =
+                thread::spawn(move || match executor.submit("one", |_: &mut u32| Ok(1)) {
+                    Ok(handle) => Some(handle.wait()),
+                    Err(_rejected) => None,
+                });
             processor.prepare_close().unwrap();
             let dropped = processor.close().unwrap();
             match submitter.join().unwrap() {

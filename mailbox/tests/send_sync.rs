@@ -68,11 +68,11 @@ fn smoke() {
 
 use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_mailbox::{
-    AsyncWaitOperator, Controller, Exclusive, Immediate, Letter, LoopError, Mail,
-    MailboxEvents, MailboxExecutor, MailboxProcessor, MailboxState, MailboxTimerService,
-    OneInputTask, Priority, ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected,
-    SourceTask, SubmitError, SubmitHandle, SuspendCause, Suspension, TakeError, TaskHandle,
-    TaskMailbox, TwoInputTask, WrongThread, YieldError,
+    AsyncWaitOperator, Controller, Exclusive, Immediate, Letter, LoopError, Mail, MailboxEvents,
+    MailboxExecutor, MailboxProcessor, MailboxState, MailboxTimerService, OneInputTask, Priority,
+    ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected, SourceTask, SubmitError,
+    SubmitHandle, SuspendCause, Suspension, TakeError, TaskHandle, TaskMailbox, TwoInputTask,
+    WrongThread, YieldError,
 };
 
 /// A task state as the model's tasks have: owned by the mailbox thread, `Send`.
@@ -121,8 +121,12 @@ send_only!(MailboxProcessor<State, Error>, ProcessorBuilder<State, Error>);
 send_only!(Letter<State, Error>);
 not_sync!(Letter<State, Error>);
 
-// Borrowed views that exist only on the mailbox thread during one call.
+// Borrowed views that exist only on the mailbox thread during one call: the controller, the
+// exclusive view of the mailbox (it holds the queue's lock guard, which must be released on the
+// thread that took it), and a reader's output (a `&mut dyn Output` with no `Send` bound).
 not_send!(Controller<'static>);
 not_sync!(Controller<'static>);
-const _: () = send_sync::<Exclusive<'static, u64>>();
-const _: () = send_sync::<ReaderOutput<'static, u64>>();
+not_send!(Exclusive<'static, u64>);
+const _: () = sync::<Exclusive<'static, u64>>();
+not_send!(ReaderOutput<'static, u64>);
+not_sync!(ReaderOutput<'static, u64>);

@@ -389,7 +389,13 @@ fn two_input_tasks_refuse_triggers_and_can_be_cancelled() {
     let task = TwoInputTask::spawn(
         TaskConfig::new("two-cancel"),
         TwoInputGate::new(vec![rx1], vec![rx2]).unwrap(),
-        TwoInputChain::new(Either { log: log(), seen: 0 }, Map::new("id", |s: String| s)),
+        TwoInputChain::new(
+            Either {
+                log: log(),
+                seen: 0,
+            },
+            Map::new("id", |s: String| s),
+        ),
         SharedOutput::new(),
     );
     assert_eq!(
