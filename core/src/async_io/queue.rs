@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn an_unordered_queue_drained_to_empty_still_takes_records() {
-        // Draining the only segment must keep it: records always go to the last segment.
+        // Drained to empty (its only segment emptied), it takes records again.
         let mut q: ElementQueue<u32, u32> = ElementQueue::new(OutputMode::Unordered, 2);
         let a = q.try_put_record(rec(1)).unwrap();
         q.complete(a, vec![1]);
