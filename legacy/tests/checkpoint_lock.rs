@@ -98,6 +98,54 @@ fn a_bounded_wait_gives_up_and_keeps_the_lock() {
     }
 }
 
+/// A bounded wait that is notified before its deadline returns `true` (also with a timeout so
+/// long that the deadline saturates). The notifier changes the value only once the waiter is
+/// asleep in the wait (the kernel says so), so the wait is really woken, not skipped.
+#[test]
+fn a_bounded_wait_woken_before_its_deadline_returns_true() {
+    for timeout in [Duration::from_secs(30), Duration::MAX] {
+        let lock = Arc::new(CheckpointLock::new(false, Fairness::Eventual));
+        let returned = Arc::new(AtomicBool::new(false));
+        let waiter_tid = own_tid();
+        let notifier = {
+            let (lock, returned) = (Arc::clone(&lock), Arc::clone(&returned));
+            thread::spawn(move || {
+                // Stop looking if the wait returned without sleeping (the bug this catches).
+                while !is_sleeping(&waiter_tid) && !returned.load(Ordering::SeqCst) {
+                    thread::yield_now();
+                }
+                *lock.lock() = true;
+                lock.notify_all();
+            })
+        };
+        let mut guard = lock.lock();
+        let woken = guard.wait_until_for(timeout, |ready| *ready);
+        returned.store(true, Ordering::SeqCst);
+        drop(guard);
+        notifier.join().unwrap();
+        assert!(woken, "a wait of {timeout:?} gave up before its deadline");
+    }
+}
+
+#[test]
+fn guards_report_the_fairness_and_debug_names_it() {
+    for fairness in ALL {
+        let lock = CheckpointLock::new((), fairness);
+        let guard = lock.lock();
+        assert_eq!(guard.fairness(), fairness);
+        let expected = format!("fairness: {fairness:?}");
+        let (of_guard, of_lock) = (format!("{guard:?}"), format!("{lock:?}"));
+        assert!(
+            of_guard.contains("CheckpointGuard") && of_guard.contains(&expected),
+            "{of_guard}"
+        );
+        assert!(
+            of_lock.contains("CheckpointLock") && of_lock.contains(&expected),
+            "{of_lock}"
+        );
+    }
+}
+
 #[test]
 fn a_flag_changed_outside_the_lock_wakes_a_waiter_that_notifies_after_it() {
     let lock = Arc::new(CheckpointLock::new((), Fairness::Eventual));
