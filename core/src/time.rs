@@ -352,7 +352,7 @@ impl TimerScheduler {
         let thread_shared = Arc::clone(&shared);
         let thread_clock = clock.clone();
         let body = move || {
-            let waker = Waker::from(std::sync::Arc::new(EpochWaker(downgrade(&thread_shared))));
+            let waker = Waker::from(std::sync::Arc::new(EpochWaker(Arc::clone(&thread_shared))));
             let _subscription = thread_clock.subscribe(waker);
             if let Err(e) = run_scheduler(&thread_shared, &thread_clock, &mut fire) {
                 on_error(e);
@@ -525,8 +525,13 @@ fn run_scheduler<E>(
     }
 }
 
-// Wakes the scheduler thread when a manual clock moves, without keeping it alive.
-struct EpochWaker(crate::sync::Weak<SchedulerShared>);
+// Wakes the scheduler thread when a manual clock moves.
+//
+// A strong reference is no cycle that outlives the thread: the clock holds this waker only
+// through the thread's `ClockSubscription`, which the thread drops when it ends, so the
+// scheduler's shared state is freed with the thread either way. (It used to be a `Weak`, which
+// loom's `Arc` does not have, so manual clocks could not drive the scheduler under loom.)
+struct EpochWaker(Arc<SchedulerShared>);
 
 impl std::task::Wake for EpochWaker {
     fn wake(self: std::sync::Arc<Self>) {
@@ -534,23 +539,10 @@ impl std::task::Wake for EpochWaker {
     }
 
     fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        if let Some(shared) = self.0.upgrade() {
-            let mut queue = shared.queue.lock();
-            queue.epoch += 1;
-            shared.changed.notify_all();
-        }
+        let mut queue = self.0.queue.lock();
+        queue.epoch += 1;
+        self.0.changed.notify_all();
     }
-}
-
-#[cfg(not(loom))]
-fn downgrade(shared: &Arc<SchedulerShared>) -> crate::sync::Weak<SchedulerShared> {
-    Arc::downgrade(shared)
-}
-
-#[cfg(loom)]
-fn downgrade(_shared: &Arc<SchedulerShared>) -> crate::sync::Weak<SchedulerShared> {
-    // loom's Arc has no weak references; under loom only system clocks drive the scheduler.
-    crate::sync::Weak::new()
 }
 
 #[cfg(all(test, not(loom)))]

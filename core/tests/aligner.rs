@@ -307,6 +307,41 @@ fn smoke() {
     model.check_end();
 }
 
+/// An abort from outside of a checkpoint older than the pending one leaves the pending
+/// alignment alone (its channels stay held); aborting the pending one releases them.
+#[test]
+fn aborting_an_older_checkpoint_keeps_the_pending_alignment() {
+    let now = Instant::now();
+    let mut aligner = BarrierAligner::new(2);
+    assert!(matches!(
+        aligner.on_barrier(0, CheckpointBarrier::new(2, 0), now),
+        AlignerAction::Block
+    ));
+    assert_eq!(aligner.abort(1), None, "checkpoint 1 is not pending");
+    assert!(aligner.is_blocked(0), "checkpoint 2's alignment goes on");
+    assert_eq!(aligner.abort(2).map(|b| b.id), Some(2));
+    assert!(!aligner.is_blocked(0));
+    assert!(aligner.is_readable(0));
+}
+
+/// End of input marks just that channel ended (no longer readable), and shows in `Debug`.
+#[test]
+fn end_of_input_ends_only_its_channel() {
+    let now = Instant::now();
+    let mut aligner = BarrierAligner::new(2);
+    assert!(!aligner.is_ended(0));
+    assert!(aligner.on_end_of_input(0, now).is_none());
+    assert!(aligner.is_ended(0));
+    assert!(!aligner.is_readable(0));
+    assert!(!aligner.is_ended(1));
+    assert!(!aligner.all_ended());
+    let debug = format!("{aligner:?}");
+    assert!(
+        debug.contains("BarrierAligner") && debug.contains("Ended"),
+        "{debug}"
+    );
+}
+
 proptest! {
     #[test]
     fn the_aligner_keeps_every_invariant(

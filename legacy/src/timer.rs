@@ -12,7 +12,7 @@ use streamtask_core::{
     Clock, OperatorError, Timer, TimerError, TimerHandle, TimerScheduler, TimerService, catch_panic,
 };
 
-use crate::lock::{CheckpointGuard, CheckpointLock};
+use crate::lock::{CheckpointGuard, CheckpointLock, LockId};
 
 /// The status of a [`SystemProcessingTimeService`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,9 @@ pub struct SystemProcessingTimeService {
     scheduler: TimerScheduler,
     status: Arc<AtomicU8>,
     target: Arc<Mutex<Option<Fire>>>,
+    // The lock the bound target fires under (the fire closure keeps it alive), so `quiesce` can
+    // check that its proof is a guard of that lock; `None` until bound and after shutdown.
+    bound_lock: Mutex<Option<LockId>>,
     clock: Clock,
     metrics: std::sync::Arc<TaskMetrics>,
     tracer: Tracer,
@@ -106,6 +109,7 @@ impl SystemProcessingTimeService {
             scheduler,
             status: Arc::new(AtomicU8::new(TimerStatus::Alive as u8)),
             target,
+            bound_lock: Mutex::new(None),
             clock: config.clock.clone(),
             metrics: std::sync::Arc::clone(&config.metrics),
             tracer: config.tracer.clone(),
@@ -120,6 +124,7 @@ impl SystemProcessingTimeService {
         lock: Arc<CheckpointLock<X>>,
         mut target: impl FnMut(&mut X, Timer) -> Result<(), OperatorError> + Send + 'static,
     ) {
+        let lock_id = lock.id();
         let status = Arc::clone(&self.status);
         let clock = self.clock.clone();
         let metrics = std::sync::Arc::clone(&self.metrics);
@@ -148,6 +153,7 @@ impl SystemProcessingTimeService {
             }
         });
         *self.target.lock() = Some(fire);
+        *self.bound_lock.lock() = Some(lock_id);
     }
 
     /// The service's status.
@@ -158,8 +164,19 @@ impl SystemProcessingTimeService {
     /// Stops firing, for good: later registrations return a handle that never fires. `held` is
     /// the guard of the checkpoint lock this service fires under: holding it means no timer
     /// runs now, and every later one sees the new status inside the lock.
+    ///
+    /// # Panics
+    ///
+    /// If `held` is a guard of another lock than the one the service was
+    /// [bound](Self::bind) to: it would prove nothing, and a timer could fire while this runs.
     pub fn quiesce<X: ?Sized>(&self, held: &CheckpointGuard<'_, X>) {
-        let _ = held;
+        if let Some(bound) = *self.bound_lock.lock() {
+            assert!(
+                held.lock_id() == bound,
+                "SystemProcessingTimeService::quiesce needs a guard of the checkpoint lock the \
+                 service was bound to; quiesce while holding that lock"
+            );
+        }
         let _ = self.status.compare_exchange(
             TimerStatus::Alive as u8,
             TimerStatus::Quiesced as u8,
@@ -192,8 +209,9 @@ impl SystemProcessingTimeService {
         self.status
             .store(TimerStatus::ShutDown as u8, Ordering::Release);
         self.scheduler.shutdown();
-        // Drop the target, and with it the lock it holds.
+        // Drop the target, and with it the lock it holds (its id means nothing after that).
         self.target.lock().take();
+        self.bound_lock.lock().take();
     }
 
     /// Number of timers waiting to fire.

@@ -228,15 +228,54 @@ fn cancel_reaches_an_input_task_waiting_for_input() {
     drop(tx);
 }
 
+/// The threads of this process whose name starts with `prefix` and that are not already
+/// exiting, from `/proc/self/task` (Linux). A joined thread can stay listed for a moment after
+/// `join` returns, but by then the kernel has marked it exiting (`PF_EXITING`), so it is not
+/// counted; a thread that is still running user code is.
+fn live_threads_named(prefix: &str) -> usize {
+    const PF_EXITING: u64 = 0x4;
+    let mut count = 0;
+    for entry in std::fs::read_dir("/proc/self/task").expect("/proc/self/task is readable") {
+        let dir = entry.expect("a task entry").path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue; // the thread ended while we looked
+        };
+        // stat is "tid (comm) state ppid pgrp session tty tpgid flags ..."; comm may hold spaces.
+        let after_comm = &stat[stat.rfind(')').expect("stat has a comm") + 1..];
+        let flags: u64 = after_comm
+            .split_whitespace()
+            .nth(6)
+            .and_then(|f| f.parse().ok())
+            .expect("stat has flags");
+        if comm.trim_end().starts_with(prefix) && flags & PF_EXITING == 0 {
+            count += 1;
+        }
+    }
+    count
+}
+
 #[test]
 fn dropping_a_handle_cancels_and_joins_the_task() {
+    // A name no other test uses: its threads are "dropjoin", "dropjoin-timer", ...
     let task = SourceStreamTask::new(
-        TaskConfig::new("dropped"),
+        TaskConfig::new("dropjoin"),
         Waits,
         Map::new("id", |n: u64| n),
         Discard,
     )
     .spawn();
     wait_running(&task);
+    assert!(
+        live_threads_named("dropjoin") > 0,
+        "the running task's threads are visible"
+    );
     drop(task); // must not hang or leave threads behind
+    assert_eq!(
+        live_threads_named("dropjoin"),
+        0,
+        "dropping the handle left a thread of the task running"
+    );
 }

@@ -98,6 +98,54 @@ fn a_bounded_wait_gives_up_and_keeps_the_lock() {
     }
 }
 
+/// A bounded wait that is notified before its deadline returns `true` (also with a timeout so
+/// long that the deadline saturates). The notifier changes the value only once the waiter is
+/// asleep in the wait (the kernel says so), so the wait is really woken, not skipped.
+#[test]
+fn a_bounded_wait_woken_before_its_deadline_returns_true() {
+    for timeout in [Duration::from_secs(30), Duration::MAX] {
+        let lock = Arc::new(CheckpointLock::new(false, Fairness::Eventual));
+        let returned = Arc::new(AtomicBool::new(false));
+        let waiter_tid = own_tid();
+        let notifier = {
+            let (lock, returned) = (Arc::clone(&lock), Arc::clone(&returned));
+            thread::spawn(move || {
+                // Stop looking if the wait returned without sleeping (the bug this catches).
+                while !is_sleeping(&waiter_tid) && !returned.load(Ordering::SeqCst) {
+                    thread::yield_now();
+                }
+                *lock.lock() = true;
+                lock.notify_all();
+            })
+        };
+        let mut guard = lock.lock();
+        let woken = guard.wait_until_for(timeout, |ready| *ready);
+        returned.store(true, Ordering::SeqCst);
+        drop(guard);
+        notifier.join().unwrap();
+        assert!(woken, "a wait of {timeout:?} gave up before its deadline");
+    }
+}
+
+#[test]
+fn guards_report_the_fairness_and_debug_names_it() {
+    for fairness in ALL {
+        let lock = CheckpointLock::new((), fairness);
+        let guard = lock.lock();
+        assert_eq!(guard.fairness(), fairness);
+        let expected = format!("fairness: {fairness:?}");
+        let (of_guard, of_lock) = (format!("{guard:?}"), format!("{lock:?}"));
+        assert!(
+            of_guard.contains("CheckpointGuard") && of_guard.contains(&expected),
+            "{of_guard}"
+        );
+        assert!(
+            of_lock.contains("CheckpointLock") && of_lock.contains(&expected),
+            "{of_lock}"
+        );
+    }
+}
+
 #[test]
 fn a_flag_changed_outside_the_lock_wakes_a_waiter_that_notifies_after_it() {
     let lock = Arc::new(CheckpointLock::new((), Fairness::Eventual));
@@ -163,4 +211,68 @@ fn the_lock_and_its_guards_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<CheckpointLock<Vec<u8>>>();
     send_sync::<streamtask_legacy::CancellationToken>();
+}
+
+/// Whether the kernel reports thread `tid` of this process asleep (state `S`: blocked).
+fn is_sleeping(tid: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    let after_comm = &stat[stat.rfind(')').expect("stat has a comm") + 1..];
+    after_comm.split_whitespace().next() == Some("S")
+}
+
+/// This thread's kernel id (Linux), from `/proc/thread-self`.
+fn own_tid() -> String {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self is readable");
+    link.file_name()
+        .expect("/proc/thread-self ends in the tid")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `Fair` hands the lock to the thread waiting for it on every release: in a fixed schedule
+/// (a waiter blocked on the lock, then the holder releases and at once tries to take it back)
+/// the holder never gets it back first, round after round. With `Eventual` the release leaves
+/// the lock free and the holder's immediate `try_lock` barges in ahead of the waiter (which
+/// still has to wake up), so a `Fair` that behaved like `Eventual` would count fewer hand-offs.
+/// Nothing here is timed: the waiter is known to be blocked because the kernel says it sleeps.
+#[test]
+fn fair_hands_the_lock_to_the_waiter_on_every_release() {
+    const ROUNDS: u32 = 200;
+    let lock = Arc::new(CheckpointLock::new(0u32, Fairness::Fair));
+    let mut handoffs = 0;
+    for _ in 0..ROUNDS {
+        let held = lock.lock();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let waiter = {
+            let lock = Arc::clone(&lock);
+            thread::spawn(move || {
+                tid_tx.send(own_tid()).unwrap();
+                let mut got = lock.lock(); // blocks: the holder has it
+                *got += 1;
+                // Keep it until the holder has tried to take it back, so the outcome of that
+                // try depends only on who the release gave the lock to.
+                release_rx.recv().unwrap();
+            })
+        };
+        let tid = tid_rx.recv().unwrap();
+        // The waiter's only blocking step after sending is taking the lock.
+        while !is_sleeping(&tid) {
+            thread::yield_now();
+        }
+        drop(held);
+        match lock.try_lock() {
+            None => handoffs += 1, // handed over: the waiter owns it
+            Some(barged) => drop(barged),
+        }
+        release_tx.send(()).unwrap();
+        waiter.join().unwrap();
+    }
+    assert_eq!(
+        handoffs, ROUNDS,
+        "every release handed the lock to the waiter"
+    );
+    assert_eq!(*lock.lock(), ROUNDS);
 }

@@ -104,7 +104,19 @@ fn after_quiesce_nothing_fires_even_a_timer_already_waiting_for_the_lock() {
     timers.register_timer(timer(5, 1)).unwrap();
     {
         let held = lock.lock();
-        clock.set(10); // due: the timer thread now waits for the lock (or soon will)
+        clock.set(10);
+        // The scheduler takes a due timer off its queue and then, with nothing in between that
+        // could stop it, calls the target, which blocks on the lock we hold. So once the queue
+        // is empty the timer is past every check but the status check inside the lock: this
+        // is the path the test is named for, every run (not only when the thread is quick).
+        let waited = std::time::Instant::now();
+        while timers.pending() > 0 {
+            assert!(
+                waited.elapsed() < HANG_GUARD,
+                "the timer thread never took the due timer"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         timers.quiesce(&held);
         assert_eq!(timers.status(), TimerStatus::Quiesced);
         assert_eq!(timers.register_timer(timer(20, 2)), Ok(TimerHandle::NEVER));
@@ -112,6 +124,29 @@ fn after_quiesce_nothing_fires_even_a_timer_already_waiting_for_the_lock() {
     clock.set(100);
     timers.shutdown(); // joins the timer thread: whatever it was going to do is done
     assert_eq!(*lock.lock(), 0);
+}
+
+#[test]
+#[should_panic(expected = "needs a guard of the checkpoint lock the service was bound to")]
+fn quiesce_with_a_guard_of_another_lock_panics() {
+    let clock = ManualClock::new(0);
+    let (timers, _errors) = service(&clock);
+    let bound = Arc::new(CheckpointLock::new(0u32, Fairness::Eventual));
+    timers.bind(Arc::clone(&bound), |_: &mut u32, _t| Ok(()));
+    let other = CheckpointLock::new((), Fairness::Eventual);
+    // A guard of another lock proves nothing about the bound one: a timer could be running.
+    timers.quiesce(&other.lock());
+}
+
+#[test]
+fn quiesce_with_a_guard_of_the_bound_lock_is_accepted() {
+    let clock = ManualClock::new(0);
+    let (timers, _errors) = service(&clock);
+    let bound = Arc::new(CheckpointLock::new(0u32, Fairness::Fair));
+    timers.bind(Arc::clone(&bound), |_: &mut u32, _t| Ok(()));
+    timers.quiesce(&bound.lock());
+    assert_eq!(timers.status(), TimerStatus::Quiesced);
+    timers.shutdown();
 }
 
 #[test]

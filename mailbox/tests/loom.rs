@@ -161,24 +161,41 @@ fn resume_racing_the_suspension() {
 }
 
 /// A stale resume racing a newer suspension cannot resume it; the newer one's own resume does.
+///
+/// The resumer raises `second_resumed` just before the newer suspension's own resume, and the
+/// step after the newer suspension checks it: if the stale resume woke the loop, some schedule
+/// runs that step before the flag is raised. (The step count alone is 3 either way.)
 #[test]
 fn a_stale_resume_racing_a_newer_suspension() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
     loom::model(|| {
         let mut processor: MailboxProcessor<u32, ()> =
             MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
         let (tx, rx) = loom::sync::mpsc::channel();
-        let resumer = thread::spawn(move || {
-            let first: streamtask_mailbox::Suspension = rx.recv().unwrap();
-            first.resume();
-            let second: streamtask_mailbox::Suspension = rx.recv().unwrap();
-            first.resume(); // stale: must not count
-            second.resume();
-        });
+        let second_resumed = Arc::new(AtomicBool::new(false));
+        let resumer = {
+            let second_resumed = Arc::clone(&second_resumed);
+            thread::spawn(move || {
+                let first: streamtask_mailbox::Suspension = rx.recv().unwrap();
+                first.resume();
+                let second: streamtask_mailbox::Suspension = rx.recv().unwrap();
+                first.resume(); // stale: must not count
+                // SeqCst: the resume mail below is put after this store, and the loop reads the
+                // flag after taking that mail (the mailbox's lock orders them too).
+                second_resumed.store(true, Ordering::SeqCst);
+                second.resume();
+            })
+        };
         let mut action = |steps: &mut u32, c: &mut Controller<'_>| -> Result<(), ()> {
             *steps += 1;
             if *steps <= 2 {
                 tx.send(c.suspend_default_action()).unwrap();
             } else {
+                assert!(
+                    second_resumed.load(Ordering::SeqCst),
+                    "the stale resume resumed the newer suspension"
+                );
                 c.all_actions_completed();
             }
             Ok(())
@@ -204,4 +221,135 @@ fn a_poison_racing_close_is_harmless() {
         assert!(dropped <= 1);
         assert_eq!(processor.mailbox().state(), MailboxState::Closed);
     });
+}
+
+/// `MailboxTimerService`: the timer thread turning a due timer into a mail, racing `quiesce`
+/// and `close` on the mailbox thread.
+mod timer_mails {
+    use streamtask_core::operator::OperatorEvent;
+    use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+    use streamtask_mailbox::{
+        Immediate, MailboxState, MailboxTimerService, OperatorMails, Priority, ProcessorBuilder,
+        TaskMailbox,
+    };
+
+    #[derive(Default)]
+    struct Fired(u32);
+
+    impl OperatorMails<()> for Fired {
+        fn on_timer(&mut self, _timer: Timer) -> Result<(), ()> {
+            self.0 += 1;
+            Ok(())
+        }
+        fn on_event(&mut self, _: usize, _: OperatorEvent) -> Result<(), ()> {
+            Ok(())
+        }
+    }
+
+    fn due_now() -> Timer {
+        // In the past: due at once, so the timer thread races what the test does next.
+        Timer {
+            operator: 0,
+            timestamp: 0,
+            tag: 1,
+        }
+    }
+
+    /// A timer mail enqueued before `quiesce` and run after it does nothing, and the timer
+    /// thread enqueues nothing that runs after it: no timer callback runs after `quiesce`.
+    #[test]
+    fn a_timer_mail_racing_quiesce_does_nothing_after_it() {
+        loom::model(|| {
+            let builder = ProcessorBuilder::<Fired, ()>::new(TaskMailbox::new());
+            let clock = ManualClock::new(10);
+            let timers =
+                MailboxTimerService::new("loom-timers", Clock::Manual(clock), &builder.handle());
+            let processor = builder.build(Immediate::new(Fired::default()));
+            let executor = processor.mailbox_executor(Priority::operator(0));
+            timers.register_timer(due_now()).unwrap();
+            timers.quiesce();
+            timers.shutdown(); // joins the timer thread: every mail it enqueues is queued now
+            let mut fired = Fired::default();
+            while executor.try_yield(&mut fired).unwrap() {}
+            assert_eq!(fired.0, 0, "a timer ran after quiesce");
+        });
+    }
+
+    /// A timer mail racing `close`: the mail is refused (and dropped) or among the mails close
+    /// dropped; it never runs, nothing panics, and the timer thread is joined.
+    #[test]
+    fn a_timer_mail_racing_close_is_refused_or_dropped() {
+        loom::model(|| {
+            let builder = ProcessorBuilder::<Fired, ()>::new(TaskMailbox::new());
+            let clock = ManualClock::new(10);
+            let timers =
+                MailboxTimerService::new("loom-timers", Clock::Manual(clock), &builder.handle());
+            let mut processor = builder.build(Immediate::new(Fired::default()));
+            timers.register_timer(due_now()).unwrap();
+            processor.prepare_close().unwrap();
+            let dropped = processor.close().unwrap();
+            timers.shutdown();
+            assert!(dropped <= 1);
+            assert_eq!(processor.mailbox().state(), MailboxState::Closed);
+            assert_eq!(processor.action_executor().state().0, 0);
+        });
+    }
+}
+
+/// The submit handle's completion slot (`executor::SubmitHandle`): a result set by the mailbox
+/// thread reaches a waiter on another thread, and a dropped mail cancels it.
+mod submit_slot {
+    use loom::thread;
+    use streamtask_mailbox::{Immediate, MailboxProcessor, Priority, SubmitError, TaskMailbox};
+
+    /// A waiter that blocks before the mail runs, or checks after: either way it gets the
+    /// result (a completion between its check and its wait would be a lost wakeup, which loom
+    /// reports as a deadlock).
+    #[test]
+    fn a_result_set_while_the_submitter_waits_reaches_it() {
+        loom::model(|| {
+            let processor: MailboxProcessor<u32, ()> =
+                MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
+            let handle = processor
+                .mailbox_executor(Priority::MIN)
+                .submit("double", |n: &mut u32| {
+                    *n += 21;
+                    Ok(*n * 2)
+                })
+                .unwrap();
+            let waiter = thread::spawn(move || handle.wait());
+            let mut state = 0u32;
+            processor
+                .mailbox_executor(Priority::MIN)
+                .yield_now(&mut state)
+                .unwrap();
+            assert_eq!(waiter.join().unwrap().unwrap(), 42);
+        });
+    }
+
+    /// A submit racing the mailbox's close: it is rejected, or accepted and then either run
+    /// or cancelled when close drops it; the waiter never hangs.
+    #[test]
+    fn a_submit_racing_close_is_rejected_run_or_cancelled() {
+        loom::model(|| {
+            let mut processor: MailboxProcessor<u32, ()> =
+                MailboxProcessor::new(TaskMailbox::new(), Immediate::new(0));
+            let executor = processor.mailbox_executor(Priority::MIN);
+            let submitter =
+                thread::spawn(move || match executor.submit("one", |_: &mut u32| Ok(1)) {
+                    Ok(handle) => Some(handle.wait()),
+                    Err(_rejected) => None,
+                });
+            processor.prepare_close().unwrap();
+            let dropped = processor.close().unwrap();
+            match submitter.join().unwrap() {
+                // Accepted: close dropped it without running it (nothing runs mails here).
+                Some(result) => {
+                    assert!(matches!(result, Err(SubmitError::Cancelled)));
+                    assert_eq!(dropped, 1);
+                }
+                None => assert_eq!(dropped, 0),
+            }
+        });
+    }
 }

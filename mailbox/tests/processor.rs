@@ -518,10 +518,15 @@ fn blocked_time_while_suspended_goes_to_the_named_cause() {
         ProcessorBuilder::with_metrics(TaskMailbox::new(), Arc::clone(&metrics), Tracer::off());
     let mut processor = builder.build(Immediate::new(Vec::<String>::new()));
     let (tx, rx) = mpsc::channel::<Suspension>();
+    // The loop runs on this thread; the resumer resumes only once the kernel reports it asleep,
+    // which on the suspended loop's path happens only inside the blocking take (so the wait
+    // is recorded whatever the scheduling, and no timing is asserted).
+    let loop_thread = own_tid();
     let resumer = thread::spawn(move || {
         let suspension = rx.recv().unwrap();
-        // Give the loop time to block; the assertion below does not depend on how long.
-        thread::sleep(Duration::from_millis(5));
+        while !is_sleeping(&loop_thread) {
+            thread::sleep(Duration::from_millis(1));
+        }
         suspension.resume();
     });
     let mut steps = 0;
@@ -537,8 +542,30 @@ fn blocked_time_while_suspended_goes_to_the_named_cause() {
     };
     processor.run_mailbox_loop(&mut action).unwrap();
     resumer.join().unwrap();
-    // Whatever the loop waited (not asserted: timing), none of it was idle time.
+    // The loop blocked while suspended for backpressure: that wait (its length is not
+    // asserted) is backpressured time, and none of it is idle time.
+    assert!(
+        metrics.backpressured_micros.get() > 0,
+        "the blocked time went to the named cause"
+    );
     assert_eq!(metrics.idle_micros.get(), 0, "nothing was idle");
+}
+
+/// This thread's kernel id (Linux), from `/proc/thread-self`.
+fn own_tid() -> String {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self is readable");
+    link.file_name()
+        .expect("/proc/thread-self ends in the tid")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Whether the kernel reports thread `tid` of this process asleep (state `S`: blocked).
+fn is_sleeping(tid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .expect("the loop thread is alive");
+    let after_comm = &stat[stat.rfind(')').expect("stat has a comm") + 1..];
+    after_comm.split_whitespace().next() == Some("S")
 }
 
 #[test]

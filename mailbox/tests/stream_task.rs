@@ -281,9 +281,10 @@ fn a_restored_input_task_gets_its_operator_state_back() {
     assert_eq!(entries(&log)[0], "p: init seen=41");
 }
 
-/// Joins two inputs and logs their ends.
+/// Joins two inputs, counts the records it saw (its snapshot), and logs their ends.
 struct Either {
     log: Log,
+    seen: u64,
 }
 
 impl TwoInputOperator for Either {
@@ -298,6 +299,7 @@ impl TwoInputOperator for Either {
         record: StreamRecord<u64>,
         ctx: &mut Context<'_, String>,
     ) -> Result<(), OperatorError> {
+        self.seen += 1;
         ctx.collect(record.map(|n| n.to_string()))
     }
     fn process_element2(
@@ -305,10 +307,11 @@ impl TwoInputOperator for Either {
         record: StreamRecord<String>,
         ctx: &mut Context<'_, String>,
     ) -> Result<(), OperatorError> {
+        self.seen += 1;
         ctx.collect(record)
     }
     fn snapshot_state(&mut self, _id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
-        Ok(Some(b"either".to_vec()))
+        Ok(Some(self.seen.to_le_bytes().to_vec()))
     }
     fn end_input(
         &mut self,
@@ -330,25 +333,37 @@ fn a_two_input_task_reads_both_inputs_and_aligns_over_both() {
     let (responder, reports) = responder("two");
     let (numbers, rx1) = channel::<u64>();
     let (words, rx2) = channel::<String>();
+    // Everything before the barriers is queued before the task starts, so what it reads does not
+    // depend on thread timing. Input 1's barrier comes early and record 100 follows it; input 2
+    // has four records before its barrier. Aligned, 100 waits until input 2's barrier arrived
+    // (snapshot: 5 records). Without alignment any gate that reads both inputs would take 100
+    // while input 2 still has records before its barrier (snapshot: 6).
+    numbers.send(record(1)).unwrap();
+    numbers.send(barrier(1)).unwrap();
+    numbers.send(record(100)).unwrap();
+    for word in ["a", "b", "c", "d"] {
+        words.send(record(word.to_string())).unwrap();
+    }
+    words.send(barrier(1)).unwrap();
     let output = SharedOutput::new();
     let task = TwoInputTask::spawn(
         TaskConfig::new("two").with_responder(responder),
         TwoInputGate::new(vec![rx1], vec![rx2]).unwrap(),
         TwoInputChain::new(
-            Either { log: log.clone() },
+            Either {
+                log: log.clone(),
+                seen: 0,
+            },
             Map::new("upper", |s: String| s.to_uppercase()),
         ),
         output.clone(),
     );
-    numbers.send(record(1)).unwrap();
-    words.send(record("a".to_string())).unwrap();
-    numbers.send(barrier(1)).unwrap();
-    words.send(barrier(1)).unwrap();
     match next_report(&reports) {
         TaskReport::Acknowledged { snapshot, .. } => {
             assert_eq!(
                 snapshot.get(&TaskSnapshot::operator_key(0)),
-                Some(&b"either"[..])
+                Some(&5u64.to_le_bytes()[..]),
+                "exactly the five records before the barriers, not 100 after input 1's"
             );
         }
         other => panic!("unexpected {other:?}"),
@@ -357,12 +372,12 @@ fn a_two_input_task_reads_both_inputs_and_aligns_over_both() {
     wait_for("input 1 ended", || {
         entries(&log).contains(&"end_input 1".to_string())
     });
-    words.send(record("b".to_string())).unwrap();
+    words.send(record("e".to_string())).unwrap();
     words.send(StreamElement::EndOfInput).unwrap();
     assert!(task.join().is_finished());
     let mut values = output.values();
     values.sort();
-    assert_eq!(values, vec!["1", "A", "B"]);
+    assert_eq!(values, vec!["1", "100", "A", "B", "C", "D", "E"]);
     assert_eq!(entries(&log), vec!["end_input 1", "end_input 2", "finish"]);
     assert_eq!(output.emitted().last(), Some(&Emitted::EndOfInput));
 }
@@ -374,7 +389,13 @@ fn two_input_tasks_refuse_triggers_and_can_be_cancelled() {
     let task = TwoInputTask::spawn(
         TaskConfig::new("two-cancel"),
         TwoInputGate::new(vec![rx1], vec![rx2]).unwrap(),
-        TwoInputChain::new(Either { log: log() }, Map::new("id", |s: String| s)),
+        TwoInputChain::new(
+            Either {
+                log: log(),
+                seen: 0,
+            },
+            Map::new("id", |s: String| s),
+        ),
         SharedOutput::new(),
     );
     assert_eq!(

@@ -499,6 +499,56 @@ mod tests {
     }
 
     #[test]
+    fn has_completed_is_true_exactly_while_an_element_may_leave() {
+        for mode in [OutputMode::Ordered, OutputMode::Unordered] {
+            let mut q: ElementQueue<u32, u32> = ElementQueue::new(mode, 4);
+            assert!(!q.has_completed(), "{mode:?}: empty");
+            let a = q.try_put_record(rec(1)).unwrap();
+            assert!(!q.has_completed(), "{mode:?}: only an incomplete element");
+            assert!(q.complete(a, vec![10]));
+            assert!(q.has_completed(), "{mode:?}: a completed element");
+            assert_eq!(drain(&mut q), vec!["[10]"]);
+            assert!(!q.has_completed(), "{mode:?}: drained");
+        }
+    }
+
+    #[test]
+    fn an_unordered_queue_drained_to_empty_still_takes_records() {
+        // Drained to empty (its only segment emptied), it takes records again.
+        let mut q: ElementQueue<u32, u32> = ElementQueue::new(OutputMode::Unordered, 2);
+        let a = q.try_put_record(rec(1)).unwrap();
+        q.complete(a, vec![1]);
+        assert_eq!(drain(&mut q), vec!["[1]"]);
+        let b = q.try_put_record(rec(2)).unwrap();
+        assert!(q.complete(b, vec![2]));
+        assert_eq!(drain(&mut q), vec!["[2]"]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn debug_and_display_name_what_they_show() {
+        let mut q: ElementQueue<u32, u32> = ElementQueue::new(OutputMode::Unordered, 2);
+        let full = loop {
+            match q.try_put_record(rec(1)) {
+                Ok(_) => {}
+                Err(full) => break full,
+            }
+        };
+        assert_eq!(format!("{full:?}"), "QueueFull(..)");
+        assert_eq!(
+            full.to_string(),
+            "the async queue is full; wait for a completion to free a slot"
+        );
+        let debug = format!("{q:?}");
+        assert!(
+            debug.contains("ElementQueue")
+                && debug.contains("len: 2")
+                && debug.contains("capacity: 2"),
+            "{debug}"
+        );
+    }
+
+    #[test]
     fn watermarks_count_against_capacity() {
         let mut q: ElementQueue<u32, u32> = ElementQueue::new(OutputMode::Unordered, 2);
         q.try_put_record(rec(1)).unwrap();

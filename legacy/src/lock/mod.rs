@@ -94,6 +94,18 @@ impl Fairness {
     }
 }
 
+/// Which [`CheckpointLock`] a guard belongs to: the address of the lock's shared part, which
+/// every guard of the lock borrows. Meaningful only while that lock is alive (whoever compares
+/// ids keeps the lock alive meanwhile); no pointer is ever dereferenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockId(usize);
+
+impl LockId {
+    fn of(shared: &LockShared) -> Self {
+        LockId(std::ptr::from_ref(shared).addr())
+    }
+}
+
 /// The mutex, by fairness.
 enum LockMutex<T> {
     Barging(BargingMutex<T>),
@@ -177,6 +189,11 @@ impl<T> CheckpointLock<T> {
     /// The fairness setting.
     pub fn fairness(&self) -> Fairness {
         self.shared.fairness
+    }
+
+    /// This lock's identity, to check that a guard given as proof is one of this lock's.
+    pub(crate) fn id(&self) -> LockId {
+        LockId::of(&self.shared)
     }
 
     /// Takes the lock, blocking until it is free.
@@ -381,6 +398,11 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// The lock's fairness setting.
     pub fn fairness(&self) -> Fairness {
         self.shared.fairness
+    }
+
+    /// The identity of the lock this guard holds (see [`CheckpointLock::id`]).
+    pub(crate) fn lock_id(&self) -> LockId {
+        LockId::of(self.shared)
     }
 
     fn release(&mut self) {
