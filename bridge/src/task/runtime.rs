@@ -182,7 +182,7 @@ where
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
     }
-    TaskHandle::new(task, TriggerMode::Source, Arc::new(remote), thread)
+    TaskHandle::new(task, TriggerMode::Source, StdArc::new(remote), thread)
 }
 
 /// The task (mailbox) thread: open under the lock, start the source thread, take mails until

@@ -63,7 +63,8 @@ pub struct TaskHandle {
     metrics: StdArc<TaskMetrics>,
     mode: TriggerMode,
     lifecycle: Arc<Lifecycle>,
-    control: Arc<dyn TaskControl>,
+    // std's `Arc`: a model's control is coerced to `dyn TaskControl`, which loom's cannot do.
+    control: StdArc<dyn TaskControl>,
     responder: CheckpointResponder,
     thread: Mutex<Option<thread::JoinHandle<()>>>,
     grace: Duration,
@@ -75,7 +76,7 @@ impl TaskHandle {
     pub fn new(
         parts: super::TaskParts,
         mode: TriggerMode,
-        control: Arc<dyn TaskControl>,
+        control: StdArc<dyn TaskControl>,
         thread: thread::JoinHandle<()>,
     ) -> Self {
         let super::TaskParts {

@@ -183,7 +183,7 @@ where
         aborts: aborts_tx,
         task_thread: task_thread.thread().clone(),
     };
-    TaskHandle::new(task, mode, Arc::new(control), task_thread)
+    TaskHandle::new(task, mode, StdArc::new(control), task_thread)
 }
 
 /// The task thread: restore and open under the lock, run `main`, record its failure, tear

@@ -15,7 +15,7 @@ use streamtask_core::TaskOutput;
 use streamtask_core::runtime::{
     ChainBody, TaskChain, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode,
 };
-use streamtask_core::sync::{Arc, spawn_named};
+use streamtask_core::sync::spawn_named;
 use streamtask_core::task::{DeclineReason, TaskConfig};
 use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
 
@@ -194,7 +194,7 @@ where
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
     }
-    TaskHandle::new(parts, mode, Arc::new(remote), thread)
+    TaskHandle::new(parts, mode, std::sync::Arc::new(remote), thread)
 }
 
 /// The default action of every task: one step of its body.
