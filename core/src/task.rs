@@ -17,7 +17,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sync::channel::Sender;
+// crossbeam's channel in every build (not the facade's): the coordinator's driver selects over
+// this and its control channel with crossbeam's `Select`, which has no loom counterpart. A send
+// on it never blocks (unbounded), so it is no part of any task protocol loom models.
+use crossbeam::channel::Sender;
 
 use crate::error::OperatorError;
 use crate::metrics::TaskMetrics;
