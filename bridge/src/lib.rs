@@ -119,3 +119,8 @@ pub use crate::executor::CheckpointLockExecutor;
 pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader};
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};
 pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
+
+/// The source-exit latch, visible to the loom models only (`--cfg loom`): not part of the API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::task::SourceExit;

@@ -250,3 +250,28 @@ fn the_handoff_reader_is_woken_for_what_it_did_not_see() {
         assert_eq!(records, vec![7]);
     });
 }
+
+/// The source-exit latch decides who closes the chain once the source thread stops: the task
+/// thread (it saw the source end) or the source thread itself (the task thread gave up on it
+/// after the grace). Raced here with a deadline that has already passed, so the give-up path is
+/// live: exactly one side cleans up, whatever the interleaving.
+#[test]
+fn the_source_exit_latch_gives_the_clean_up_to_exactly_one_side() {
+    use std::time::Instant;
+    use streamtask_bridge::SourceExit;
+
+    loom::model(|| {
+        let exit = Arc::new(SourceExit::new());
+        let source = {
+            let exit = Arc::clone(&exit);
+            // `true`: the task thread will clean up; `false`: abandoned, clean up here.
+            thread::spawn(move || exit.source_ended())
+        };
+        let task_saw_the_end = exit.wait_ended_until(Instant::now());
+        let task_cleans_up = source.join().unwrap();
+        assert_eq!(
+            task_saw_the_end, task_cleans_up,
+            "exactly one of the two threads closes the chain"
+        );
+    });
+}

@@ -10,6 +10,9 @@ mod builder;
 mod runtime;
 mod shared;
 
+#[cfg(loom)]
+pub use self::shared::SourceExit;
+#[cfg(not(loom))]
 pub(crate) use self::shared::SourceExit;
 
 pub use self::builder::{ChainingError, LegacySourceStreamTask};

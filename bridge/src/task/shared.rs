@@ -25,7 +25,9 @@ pub(crate) fn after(timeout: Duration) -> Instant {
 ///
 /// Both moves happen under one mutex, so exactly one side does the clean-up that needs the
 /// source to have stopped (closing the chain, shutting the context's timers down).
-pub(crate) struct SourceExit {
+// `pub` for the loom models, which get it re-exported under `cfg(loom)` only.
+#[allow(unreachable_pub)]
+pub struct SourceExit {
     state: Mutex<ExitState>,
     changed: Condvar,
 }
@@ -37,8 +39,9 @@ enum ExitState {
     Abandoned,
 }
 
+#[allow(unreachable_pub)]
 impl SourceExit {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         SourceExit {
             state: Mutex::new(ExitState::Running),
             changed: Condvar::new(),
@@ -47,7 +50,7 @@ impl SourceExit {
 
     /// The source thread's last step: marks it ended and returns `true`, or returns `false` if
     /// the waiter abandoned it (the caller then cleans up itself).
-    pub(crate) fn source_ended(&self) -> bool {
+    pub fn source_ended(&self) -> bool {
         let mut state = self.state.lock();
         if *state == ExitState::Abandoned {
             return false;
@@ -59,13 +62,13 @@ impl SourceExit {
 
     /// Waits up to `grace` for the source thread to end; returns `true` if it did, `false` if
     /// it is abandoned (it cleans up after itself if it ever returns).
-    pub(crate) fn wait_ended(&self, grace: Duration) -> bool {
+    pub fn wait_ended(&self, grace: Duration) -> bool {
         self.wait_ended_until(after(grace))
     }
 
     /// Waits until `deadline` at most for the source thread to end; see
     /// [`wait_ended`](Self::wait_ended).
-    pub(crate) fn wait_ended_until(&self, deadline: Instant) -> bool {
+    pub fn wait_ended_until(&self, deadline: Instant) -> bool {
         let mut state = self.state.lock();
         loop {
             match *state {
