@@ -345,10 +345,12 @@ impl Wake for WakeMail {
     }
 }
 
+/// A pending call: not `Send`, so it stays on the thread that made it.
+type ParkedCall = Pin<Box<dyn Future<Output = ()>>>;
+
 thread_local! {
     /// Pending calls of this thread's async operators, by key.
-    static PARKED: RefCell<HashMap<u64, Pin<Box<dyn Future<Output = ()>>>>> =
-        RefCell::new(HashMap::new());
+    static PARKED: RefCell<HashMap<u64, ParkedCall>> = RefCell::new(HashMap::new());
 }
 
 /// Keys for [`PARKED`], unique in the process.
@@ -369,6 +371,9 @@ struct Snapshot<I> {
 }
 
 type Finished<A> = (Box<A>, Result<(), OperatorError>);
+
+/// The running call's input, and the operator's state from before it (what a checkpoint takes).
+type Running<I> = (CallInput<I>, Option<Vec<u8>>);
 
 /// Runs an [`AsyncOperator`] as an [`Operator`] in a task (see the module doc).
 ///
@@ -408,7 +413,7 @@ pub struct AsyncOperatorTask<A: AsyncOperator> {
     timers: Option<std::sync::Arc<dyn TimerService>>,
     operator: usize,
     /// The running call's input, and the operator's state from before it.
-    running: Option<(CallInput<A::In>, Option<Vec<u8>>)>,
+    running: Option<Running<A::In>>,
     /// Inputs waiting for the running call (timers, restored calls).
     backlog: VecDeque<CallInput<A::In>>,
     /// Restored state for the operator, kept until `open`.
