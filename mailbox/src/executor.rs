@@ -20,6 +20,11 @@
 //! mails use soft backpressure instead ([`Operator::accepts_input`](streamtask_core::Operator::accepts_input)
 //! returns `false`; the task suspends its default action and the completion mail resumes it),
 //! so checkpoints keep flowing while they wait (FLINK-39835).
+//!
+//! An operator that must wait *inside* its handler is an
+//! [`AsyncOperator`](crate::AsyncOperator): it `.await`s, and
+//! [`AsyncContext::yield_now`](crate::AsyncContext::yield_now) is `yield()` without the
+//! re-entrancy (the operator is inside its own pending future, not under a borrow).
 
 use std::fmt;
 use std::time::{Duration, Instant};
