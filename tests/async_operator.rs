@@ -504,3 +504,110 @@ fn a_wake_after_the_call_finished_or_after_the_task_ended_is_dropped() {
     std::thread::spawn(move || first.wake()).join().unwrap();
     assert_eq!(output.records(), vec![7]);
 }
+
+// ---- in a job, every model ----------------------------------------------------------------------
+
+/// Counts to `limit` (a legacy source; the mailbox model runs it through the handoff reader).
+struct Count {
+    limit: u64,
+}
+
+impl streamtask_legacy::SourceFunction for Count {
+    type Out = u64;
+    type State = u64;
+    fn run(
+        &mut self,
+        ctx: &mut streamtask_legacy::SourceContext<'_, u64, u64>,
+    ) -> Result<(), OperatorError> {
+        while !ctx.is_cancelled() {
+            let mut locked = ctx.lock();
+            let n = *locked.state();
+            if n == self.limit {
+                return Ok(());
+            }
+            locked.collect(n)?;
+            *locked.state_mut() = n + 1;
+        }
+        Ok(())
+    }
+}
+
+/// Squares each record after a reply from another thread and a yield.
+struct Square;
+
+impl AsyncOperator for Square {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "square"
+    }
+    async fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        cx: &mut AsyncContext<u64>,
+    ) -> Result<(), OperatorError> {
+        let (tx, rx) = oneshot::channel();
+        let x = record.value;
+        let service = std::thread::spawn(move || tx.send(x * x).unwrap());
+        let squared = rx.await.unwrap();
+        service.join().unwrap();
+        cx.yield_now().await;
+        cx.collect(record.map(|_| squared));
+        Ok(())
+    }
+}
+
+/// Runs count -> square -> sink under `model` (with a new chain before `square` if `new_chain`).
+fn square_job(model: streamtask::Model, new_chain: bool) -> Result<Vec<u64>, streamtask::JobError> {
+    use streamtask::{JobConfig, Model, RestartStrategy, StreamEnvironment};
+    let env = StreamEnvironment::new(model);
+    let out = streamtask::CollectHandle::new();
+    let mut numbers = match model {
+        Model::Legacy | Model::Bridge => env.add_source("count", |_| Count { limit: 50 }),
+        Model::Mailbox => env.add_reader("count", |_| {
+            streamtask_bridge::HandoffReader::new(Count { limit: 50 })
+        }),
+    };
+    if new_chain {
+        numbers = numbers.start_new_chain("square");
+    }
+    numbers
+        .operator(|_| AsyncOperatorTask::new(Square))
+        .collect_sink("out", &out);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = JobConfig::new(dir.path());
+    config.restart = RestartStrategy::NONE;
+    env.build()?.run(&config)?;
+    Ok(out.committed())
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    std::iter::successors(Some(error), |e| e.source())
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+#[test]
+fn in_a_job_it_runs_under_the_mailbox_and_bridge_models_and_is_refused_under_the_lock_model() {
+    use streamtask::Model;
+    let squares: Vec<u64> = (0..50).map(|x| x * x).collect();
+    // Mailbox: chained behind the reader.
+    assert_eq!(square_job(Model::Mailbox, false).unwrap(), squares);
+    // Bridge: an operator that waits for its own events cannot run on a legacy source's
+    // thread, and the bridge says so (naming start_new_chain); in a task of its own it runs,
+    // as in the mailbox model.
+    let refused = square_job(Model::Bridge, false).expect_err("refused behind a legacy source");
+    assert!(
+        error_chain(&refused).contains("start_new_chain"),
+        "{}",
+        error_chain(&refused)
+    );
+    assert_eq!(square_job(Model::Bridge, true).unwrap(), squares);
+    // Legacy: wakes arrive on the task's other threads: refused, naming the mailbox model.
+    for new_chain in [false, true] {
+        let refused = square_job(Model::Legacy, new_chain).expect_err("refused under the lock");
+        let chain = error_chain(&refused);
+        assert!(chain.contains("under the mailbox model"), "{chain}");
+    }
+}

@@ -48,7 +48,8 @@
 //!
 //! A future that is not `Send` may be polled only on the thread that made it. The mailbox model
 //! (and the bridge's tasks with inputs, which run as mailbox tasks) polls every call on the
-//! task thread. The checkpoint-lock model delivers events and timers on other threads (the
+//! task thread. The bridge does not chain it behind a legacy source (it waits for its own
+//! events, like async I/O), and says so naming `start_new_chain`. The checkpoint-lock model delivers events and timers on other threads (the
 //! async-calls and timer threads): there the first wake or timer of a pending call fails the
 //! task with [`AsyncOperatorError::ForeignThread`], which names the fix.
 
