@@ -611,3 +611,118 @@ fn in_a_job_it_runs_under_the_mailbox_and_bridge_models_and_is_refused_under_the
         assert!(chain.contains("under the mailbox model"), "{chain}");
     }
 }
+
+// ---- the waker-to-mail path under stress --------------------------------------------------------
+
+/// Per record: ready once `rounds` flags were raised by other threads, each raised *then*
+/// woken (the lost-wakeup shape: a wake that found a mail "already queued" and was dropped
+/// while no mail was queued would leave the call pending forever).
+struct Flags {
+    raised: Arc<std::sync::atomic::AtomicU64>,
+    wakers: crossbeam::channel::Sender<std::task::Waker>,
+    rounds: u64,
+}
+
+impl AsyncOperator for Flags {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "flags"
+    }
+    async fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        cx: &mut AsyncContext<u64>,
+    ) -> Result<(), OperatorError> {
+        let target = (record.value + 1) * self.rounds;
+        let raised = Arc::clone(&self.raised);
+        let wakers = self.wakers.clone();
+        std::future::poll_fn(|w| {
+            if raised.load(std::sync::atomic::Ordering::SeqCst) >= target {
+                std::task::Poll::Ready(())
+            } else {
+                // Hand the waker to the wakers after the check: a flag raised from now on is
+                // followed by a wake that must reach us.
+                wakers.send(w.waker().clone()).unwrap();
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        cx.collect(record);
+        Ok(())
+    }
+}
+
+#[test]
+fn concurrent_wakes_racing_the_mailbox_thread_never_lose_the_last_one() {
+    const RECORDS: u64 = 200;
+    const THREADS: u64 = 4;
+    let raised = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (wakers_tx, wakers_rx) = crossbeam::channel::unbounded::<std::task::Waker>();
+    let config = TaskConfig::new("flags");
+    let (input, rx) = bounded(256).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let output = Collected::default();
+    let task = streamtask_mailbox::OneInputTask::spawn(
+        config,
+        gate,
+        AsyncOperatorTask::new(Flags {
+            raised: Arc::clone(&raised),
+            wakers: wakers_tx,
+            rounds: THREADS,
+        }),
+        output.clone(),
+    );
+    // Each record needs THREADS flags; each waker thread raises one per record it is handed a
+    // waker for, then wakes every waker it holds.
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let raised = Arc::clone(&raised);
+            let wakers = wakers_rx.clone();
+            let output = output.clone();
+            std::thread::spawn(move || {
+                let mut done = 0;
+                while done < RECORDS {
+                    let Ok(waker) = wakers.recv_timeout(GUARD) else {
+                        panic!("no waker within the guard, or the task ended early");
+                    };
+                    // One flag per record per thread: raise it once this record's target
+                    // is not yet met by the flags raised so far.
+                    let emitted = output.records().len() as u64;
+                    if emitted >= RECORDS {
+                        break;
+                    }
+                    if raised.load(std::sync::atomic::Ordering::SeqCst) < (emitted + 1) * THREADS
+                        && done <= emitted
+                    {
+                        raised.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        done = emitted + 1;
+                    }
+                    waker.wake();
+                }
+            })
+        })
+        .collect();
+    for x in 0..RECORDS {
+        input
+            .send(StreamElement::Record(StreamRecord::new(x)))
+            .unwrap();
+    }
+    input.send(StreamElement::EndOfInput).unwrap();
+    let got = output.wait_records(RECORDS as usize);
+    drop(wakers_rx);
+    assert!(task.join().is_finished());
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(got, (0..RECORDS).collect::<Vec<_>>());
+}
+
+#[test]
+fn public_types_are_send() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<AsyncOperatorTask<Enrich>>();
+    send_sync::<AsyncOperatorError>();
+    send_sync::<streamtask_core::async_io::TokioRuntime>();
+}
