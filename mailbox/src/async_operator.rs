@@ -417,8 +417,6 @@ pub struct AsyncOperatorTask<A: AsyncOperator> {
     running: Option<Running<A::In>>,
     /// Inputs waiting for the running call (timers, restored calls).
     backlog: VecDeque<CallInput<A::In>>,
-    /// Restored state for the operator, kept until `open`.
-    restored_state: Option<Option<Vec<u8>>>,
     home: Option<std::thread::ThreadId>,
 }
 
@@ -440,7 +438,6 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
             operator: 0,
             running: None,
             backlog: VecDeque::new(),
-            restored_state: None,
             home: None,
         }
     }
@@ -583,12 +580,10 @@ where
                 operator: self.name.clone(),
                 source: Box::new(e),
             })?;
-        self.restored_state = Some(snapshot.state);
-        let restored = self.restored_state.as_ref().and_then(|s| s.as_deref());
         self.idle
             .as_mut()
             .expect("idle before open")
-            .initialize_state(restored)?;
+            .initialize_state(snapshot.state.as_deref())?;
         // Calls that were pending or queued at the checkpoint run again after open.
         self.backlog.extend(snapshot.calls);
         Ok(())
