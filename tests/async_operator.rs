@@ -612,6 +612,91 @@ fn in_a_job_it_runs_under_the_mailbox_and_bridge_models_and_is_refused_under_the
     }
 }
 
+/// Counts to `limit`, pausing a millisecond every 5 records (outside the lock) so checkpoints
+/// fall inside the run.
+struct SlowCount {
+    limit: u64,
+}
+
+impl streamtask_legacy::SourceFunction for SlowCount {
+    type Out = u64;
+    type State = u64;
+    fn run(
+        &mut self,
+        ctx: &mut streamtask_legacy::SourceContext<'_, u64, u64>,
+    ) -> Result<(), OperatorError> {
+        while !ctx.is_cancelled() {
+            let n = {
+                let mut locked = ctx.lock();
+                let n = *locked.state();
+                if n == self.limit {
+                    return Ok(());
+                }
+                locked.collect(n)?;
+                *locked.state_mut() = n + 1;
+                n
+            };
+            if n % 5 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`Square`] that fails once, while awaiting, at record 300.
+struct FailingSquare(Arc<std::sync::atomic::AtomicBool>);
+
+impl AsyncOperator for FailingSquare {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "square"
+    }
+    async fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        cx: &mut AsyncContext<u64>,
+    ) -> Result<(), OperatorError> {
+        let (tx, rx) = oneshot::channel();
+        let x = record.value;
+        let service = std::thread::spawn(move || tx.send(x * x).unwrap());
+        let squared = rx.await.unwrap();
+        service.join().unwrap();
+        cx.yield_now().await;
+        if x == 300 && self.0.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(OperatorError::User {
+                operator: "square".into(),
+                source: "injected failure".into(),
+            });
+        }
+        cx.collect(record.map(|_| squared));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_job_with_an_async_operator_is_exactly_once_through_a_failure() {
+    use streamtask::{CheckpointConfig, JobConfig, Model, RestartStrategy, StreamEnvironment};
+    let env = StreamEnvironment::new(Model::Mailbox);
+    let out = streamtask::CollectHandle::new();
+    let fail_once = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    env.add_reader("count", |_| {
+        streamtask_bridge::HandoffReader::new(SlowCount { limit: 600 })
+    })
+    .operator(move |_| AsyncOperatorTask::new(FailingSquare(Arc::clone(&fail_once))))
+    .collect_sink("out", &out);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = JobConfig::new(dir.path());
+    config.checkpoint = Some(CheckpointConfig::new(Duration::from_millis(10)));
+    config.restart = RestartStrategy::fixed_delay(3, Duration::from_millis(10));
+    let result = env.build().unwrap().run(&config).unwrap();
+    assert_eq!(result.restarts, 1, "{:?}", result.failures);
+    let mut got = out.committed();
+    got.sort_unstable();
+    assert_eq!(got, (0..600).map(|x| x * x).collect::<Vec<u64>>());
+}
+
 // ---- the waker-to-mail path under stress --------------------------------------------------------
 
 /// Per record: ready once `rounds` flags were raised by other threads, each raised *then*
