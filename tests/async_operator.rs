@@ -811,3 +811,80 @@ fn public_types_are_send() {
     send_sync::<AsyncOperatorError>();
     send_sync::<streamtask_core::async_io::TokioRuntime>();
 }
+
+// ---- awaiting a mailbox executor's submit ------------------------------------------------------
+
+type SideExecutor = streamtask_mailbox::MailboxExecutor<u64, String>;
+
+/// Adds each record to a running total kept by another mailbox (a side processor) and emits the
+/// total: the submit's handle is `.await`ed, not waited on, so this task's mailbox thread runs
+/// its other mails meanwhile.
+struct AskSide(SideExecutor);
+
+impl AsyncOperator for AskSide {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "ask-side"
+    }
+    async fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        cx: &mut AsyncContext<u64>,
+    ) -> Result<(), OperatorError> {
+        let x = record.value;
+        let handle = self
+            .0
+            .submit("add", move |total: &mut u64| {
+                *total += x;
+                Ok(*total)
+            })
+            .unwrap_or_else(|_| panic!("the side mailbox is open"));
+        let total = handle.await.expect("the side mail ran");
+        cx.collect(record.map(|_| total));
+        Ok(())
+    }
+}
+
+#[test]
+fn an_operator_awaits_a_mailbox_executors_submit() {
+    use streamtask_mailbox::{Controller, Immediate, MailboxProcessor, Priority, TaskMailbox};
+    let (parts_tx, parts_rx) = crossbeam::channel::bounded(1);
+    let side = std::thread::spawn(move || {
+        let mut processor =
+            MailboxProcessor::<u64, String, _>::new(TaskMailbox::new(), Immediate::new(0));
+        parts_tx
+            .send((
+                processor.mailbox_executor(Priority::MIN),
+                processor.handle(),
+            ))
+            .unwrap();
+        // Only mails run: the default action suspends itself.
+        let mut step = |_: &mut u64, c: &mut Controller<'_>| {
+            let _ = c.suspend_default_action();
+            Ok(())
+        };
+        processor.run_mailbox_loop(&mut step)
+    });
+    let (executor, side_handle) = parts_rx.recv().unwrap();
+    let config = TaskConfig::new("ask-side");
+    let (input, rx) = bounded(16).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let output = Collected::default();
+    let task = streamtask_mailbox::OneInputTask::spawn(
+        config,
+        gate,
+        AsyncOperatorTask::new(AskSide(executor)),
+        output.clone(),
+    );
+    for x in 1..=4 {
+        input
+            .send(StreamElement::Record(StreamRecord::new(x)))
+            .unwrap();
+    }
+    input.send(StreamElement::EndOfInput).unwrap();
+    assert!(task.join().is_finished());
+    side_handle.all_actions_completed();
+    side.join().unwrap().unwrap();
+    assert_eq!(output.records(), vec![1, 3, 6, 10]);
+}
