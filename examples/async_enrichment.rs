@@ -9,21 +9,27 @@
 //! - mailbox: an `AsyncWaitOperator` chained into a `OneInputTask`; each result comes back as a
 //!   mail, and a full queue suspends the task's input (soft backpressure).
 //!
+//! Then the same enrichment, futures-based: a `FutureAsyncFunction` on a `TokioRuntime` the
+//! example owns asks a tokio TCP customer service on 127.0.0.1 (started here, holding the same
+//! rows) over pooled connections, in the same position under both models. SQLite itself stays
+//! on the blocking pool (MIGRATION.md says why). All four runs must give the same lines.
+//!
 //! ```sh
 //! cargo run --example async_enrichment
 //! ```
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use streamtask::Model;
+use streamtask::demo::customer_service::{CustomerService, remote_enrichment};
 use streamtask::demo::data::TotalEvent;
 use streamtask::demo::enrich::{create_customer_db, enrichment};
 use streamtask::demo::fault::FaultPlan;
 use streamtask::sink::{CollectHandle, CollectSink};
-use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode};
+use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, TokioRuntime};
 use streamtask_core::channel::{InputGate, bounded};
+use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Discard, OperatorExt};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord, TaskOutcome};
@@ -40,33 +46,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut outputs = Vec::new();
     for model in [Model::Legacy, Model::Mailbox] {
         let started = Instant::now();
-        let (outcome, lines) = enrich(model, &db)?;
-        println!(
-            "{model:<8} {outcome}: {} lines in {:.0?}, e.g. {:?}",
-            lines.len(),
-            started.elapsed(),
-            lines.first().map(String::as_str).unwrap_or("-")
-        );
+        // Four workers, each with its own read-only connection; at most 64 lookups queued.
+        let pool = BlockingPool::new("sqlite", 4, 64)?;
+        let function = enrichment(Arc::clone(&pool), &db, Arc::new(FaultPlan::none()));
+        let (outcome, lines) = enrich(model, function)?;
+        pool.shutdown(); // joins the workers
+        report("sqlite", model, &outcome, &lines, started);
         outputs.push(lines);
     }
+    // The futures-based form: one runtime for the run, shut down (threads joined) at its end.
+    let runtime = TokioRuntime::new("enrich-io", 2)?;
+    let mut service = CustomerService::start(&runtime, CUSTOMERS, Duration::ZERO)?;
+    println!("customer service on {}", service.addr());
+    for model in [Model::Legacy, Model::Mailbox] {
+        let started = Instant::now();
+        let function = remote_enrichment(Arc::clone(&runtime), service.addr());
+        let (outcome, lines) = enrich(model, function)?;
+        report("tokio", model, &outcome, &lines, started);
+        outputs.push(lines);
+    }
+    service.shutdown();
+    runtime.shutdown();
     // What is printed is asserted.
-    assert_eq!(
-        outputs[0], outputs[1],
-        "same enriched output under both models"
+    for (i, lines) in outputs.iter().enumerate().skip(1) {
+        assert_eq!(&outputs[0], lines, "run {i} differs from the first");
+    }
+    println!(
+        "same enriched output, in input order, under both models, from SQLite and from the tokio \
+         service: true"
     );
-    println!("same enriched output, in input order, under both models: true");
     Ok(())
 }
 
-/// Runs the enrichment of [`EVENTS`] order totals under `model`; returns how the task ended
+fn report(client: &str, model: Model, outcome: &TaskOutcome, lines: &[String], started: Instant) {
+    println!(
+        "{client:<6} {model:<8} {outcome}: {} lines in {:.0?}, e.g. {:?}",
+        lines.len(),
+        started.elapsed(),
+        lines.first().map(String::as_str).unwrap_or("-")
+    );
+}
+
+/// Runs the enrichment of [`EVENTS`] order totals by `function` under `model`; returns how the
+/// task ended
 /// and what reached the sink.
-fn enrich(
+fn enrich<F>(
     model: Model,
-    db: &Path,
-) -> Result<(TaskOutcome, Vec<String>), Box<dyn std::error::Error>> {
-    // Four workers, each with its own read-only connection; at most 64 lookups queued.
-    let pool = BlockingPool::new("sqlite", 4, 64)?;
-    let function = enrichment(Arc::clone(&pool), db, Arc::new(FaultPlan::none()));
+    function: F,
+) -> Result<(TaskOutcome, Vec<String>), Box<dyn std::error::Error>>
+where
+    F: AsyncFunction<In = TotalEvent, Out = String>,
+{
     let config = AsyncConfig::new(OutputMode::Ordered, 32).with_timeout(Duration::from_secs(10));
     let collected = CollectHandle::new();
     let sink = CollectSink::new("sink", &collected);
@@ -115,7 +145,6 @@ fn enrich(
         Task::Legacy(task) => task.join(),
         Task::Mailbox(task) => task.join(),
     };
-    pool.shutdown(); // joins the workers
     Ok((outcome, collected.received()))
 }
 

@@ -12,14 +12,20 @@
 //! mailbox FIFO at the operator's priority; one emitter channel). Where a test must know that a
 //! completion was applied before it moves the clock, it completes a second record of an
 //! unordered queue afterwards (a *probe*) and waits for the probe's result.
+//!
+//! The last part runs the same behaviours with a `FutureAsyncFunction` on a `TokioRuntime` the
+//! test owns (its futures await oneshot channels the test resolves, or complete at once), so the
+//! futures-based function is shown to go through the same engine in both models.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, OutputMode, RetryPolicy};
+use streamtask_core::async_io::{
+    AsyncConfig, AsyncConfigError, FutureAsyncFunction, OutputMode, RetryPolicy, TokioRuntime,
+};
 use streamtask_core::channel::{InputGate, Sender, bounded};
-use streamtask_core::function::AsyncError;
+use streamtask_core::function::{AsyncError, AsyncFunction};
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
@@ -195,6 +201,23 @@ fn start_with(
     restore: Option<TaskSnapshot>,
 ) -> AsyncTask {
     let calls = function.calls();
+    AsyncTask {
+        calls,
+        ..start_function(model, config, function, restore)
+    }
+}
+
+/// An async operator running any `function` (its `calls` are unused unless the function is a
+/// `ManualAsyncFunction`: see [`start_with`]).
+fn start_function<F>(
+    model: Model,
+    config: AsyncConfig<u64>,
+    function: F,
+    restore: Option<TaskSnapshot>,
+) -> AsyncTask
+where
+    F: AsyncFunction<In = u64, Out = u64>,
+{
     let clock = ManualClock::new(0);
     let (reports_tx, reports) = crossbeam::channel::unbounded();
     let task_config = TaskConfig::new("async")
@@ -230,7 +253,7 @@ fn start_with(
     AsyncTask {
         input,
         output,
-        calls,
+        calls: ManualAsyncFunction::new().calls(),
         clock,
         reports,
         handle,
@@ -871,5 +894,190 @@ fn invalid_configurations_are_typed_errors_in_both_models() {
             config,
         );
         assert_eq!(mailbox.err(), Some(expected));
+    }
+}
+
+// ---- the futures-based function on a tokio runtime ---------------------------------------------
+
+/// Futures the test resolves: each call registers a oneshot under its input and its future
+/// awaits it; `resolve` sends the values of the latest call for an input.
+#[derive(Clone, Default)]
+#[allow(clippy::type_complexity)]
+struct Pending(
+    Arc<(
+        Mutex<Vec<(u64, Option<tokio::sync::oneshot::Sender<Vec<u64>>>)>>,
+        Condvar,
+    )>,
+);
+
+impl Pending {
+    fn function(
+        &self,
+        runtime: &Arc<TokioRuntime>,
+    ) -> impl AsyncFunction<In = u64, Out = u64> + use<> {
+        let pending = self.clone();
+        FutureAsyncFunction::new(Arc::clone(runtime), move |x: u64| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            pending.0.0.lock().unwrap().push((x, Some(tx)));
+            pending.0.1.notify_all();
+            async move {
+                rx.await
+                    .map_err(|_| AsyncError::failed("the test dropped the call"))
+            }
+        })
+    }
+
+    /// Waits until `n` calls were made; returns their inputs in call order.
+    fn invoked(&self, n: usize) -> Vec<u64> {
+        let deadline = Instant::now() + GUARD;
+        let mut calls = self.0.0.lock().unwrap();
+        while calls.len() < n {
+            let now = Instant::now();
+            assert!(now < deadline, "waited for {n} calls, have {}", calls.len());
+            calls = self.0.1.wait_timeout(calls, deadline - now).unwrap().0;
+        }
+        calls.iter().map(|(x, _)| *x).collect()
+    }
+
+    fn resolve(&self, input: u64, values: Vec<u64>) {
+        let mut calls = self.0.0.lock().unwrap();
+        let (_, tx) = calls
+            .iter_mut()
+            .rev()
+            .find(|(x, _)| *x == input)
+            .unwrap_or_else(|| panic!("no call for {input}"));
+        let tx = tx
+            .take()
+            .unwrap_or_else(|| panic!("{input} resolved before"));
+        tx.send(values).unwrap();
+    }
+}
+
+fn io_runtime() -> Arc<TokioRuntime> {
+    TokioRuntime::new("async-io-test", 2).unwrap()
+}
+
+#[test]
+fn a_futures_based_function_gives_the_same_ordered_output_in_both_models() {
+    let mut outputs = Vec::new();
+    for model in MODELS {
+        let runtime = io_runtime();
+        let function = FutureAsyncFunction::new(Arc::clone(&runtime), |x: u64| async move {
+            // Later inputs finish first more often than not; ordered output hides it.
+            for _ in 0..(100 - x % 100) % 7 {
+                tokio::task::yield_now().await;
+            }
+            Ok(vec![x * 10])
+        });
+        let t = start_function(model, ordered(8), function, None);
+        for x in 0..200 {
+            t.record(x, x as i64);
+            if x % 50 == 49 {
+                t.watermark(x as i64);
+            }
+        }
+        t.end();
+        let out = finished(model, t.join());
+        runtime.shutdown();
+        let mut expected = Vec::new();
+        for x in 0..200u64 {
+            expected.push(rec(x * 10, x as i64));
+            if x % 50 == 49 {
+                expected.push(wm(x as i64));
+            }
+        }
+        assert_eq!(out, expected, "{model:?}");
+        outputs.push(out);
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}
+
+#[test]
+fn a_futures_based_function_emits_unordered_results_in_completion_order() {
+    for model in MODELS {
+        let runtime = io_runtime();
+        let pending = Pending::default();
+        let t = start_function(model, unordered(4), pending.function(&runtime), None);
+        t.plain(1);
+        t.plain(2);
+        t.plain(3);
+        assert_eq!(pending.invoked(3), vec![1, 2, 3]);
+        pending.resolve(3, vec![30]);
+        t.output.wait_len(1);
+        pending.resolve(1, vec![10]);
+        t.output.wait_len(2);
+        pending.resolve(2, vec![20]);
+        t.end();
+        let out = finished(model, t.join());
+        runtime.shutdown();
+        assert_eq!(out, vec![plain(30), plain(10), plain(20)], "{model:?}");
+    }
+}
+
+#[test]
+fn a_futures_based_call_times_out_and_fails_the_task_naming_the_input() {
+    for model in MODELS {
+        let runtime = io_runtime();
+        let pending = Pending::default();
+        let config = ordered(4).with_timeout(Duration::from_millis(10));
+        let t = start_function(model, config, pending.function(&runtime), None);
+        t.record(7, 1);
+        pending.invoked(1);
+        t.advance(11);
+        let (outcome, _) = t.join();
+        let message = async_failure(model, &outcome);
+        assert!(message.contains("timed out"), "{model:?}: {message}");
+        assert!(message.contains('7'), "{model:?}: {message}");
+        runtime.shutdown();
+    }
+}
+
+#[test]
+fn a_futures_based_call_is_retried_by_the_policy() {
+    for model in MODELS {
+        let runtime = io_runtime();
+        let pending = Pending::default();
+        let config = ordered(4)
+            .with_timeout(Duration::from_secs(3600))
+            .with_retry(retry_on_empty(3, 5));
+        let t = start_function(model, config, pending.function(&runtime), None);
+        t.record(4, 1);
+        pending.invoked(1);
+        pending.resolve(4, vec![]); // empty: retried after 5 ms of processing time
+        advance_until(&t, || pending.0.0.lock().unwrap().len() == 2);
+        pending.resolve(4, vec![40]);
+        t.end();
+        let out = finished(model, t.join());
+        runtime.shutdown();
+        assert_eq!(out, vec![rec(40, 1)], "{model:?}");
+    }
+}
+
+#[test]
+fn in_flight_futures_based_calls_are_in_the_checkpoint_and_re_run_on_restore() {
+    for model in MODELS {
+        let runtime = io_runtime();
+        let pending = Pending::default();
+        let first = start_function(model, ordered(4), pending.function(&runtime), None);
+        for x in 1..=3 {
+            first.record(x, x as i64);
+        }
+        pending.invoked(3);
+        pending.resolve(1, vec![10]);
+        first.output.wait_len(1);
+        // 2 and 3 are still awaiting their futures when the barrier comes.
+        let snapshot = first.snapshot(1);
+        first.cancel();
+
+        let immediate =
+            FutureAsyncFunction::new(
+                Arc::clone(&runtime),
+                |x: u64| async move { Ok(vec![x * 10]) },
+            );
+        let second = start_function(model, ordered(4), immediate, Some(snapshot));
+        second.end();
+        let out = finished(model, second.join());
+        runtime.shutdown();
+        assert_eq!(out, vec![rec(20, 2), rec(30, 3)], "{model:?}");
     }
 }

@@ -4,7 +4,7 @@
 //! | call | from | does |
 //! |---|---|---|
 //! | [`execute`](MailboxExecutor::execute) | any thread | enqueues an action at the executor's priority; its error ends the loop |
-//! | [`submit`](MailboxExecutor::submit) | any thread | the same, with a handle to wait on; its error goes to the handle, not the loop |
+//! | [`submit`](MailboxExecutor::submit) | any thread | the same, with a handle to wait on (or `.await`: it is a future); its error goes to the handle, not the loop |
 //! | [`yield_now`](MailboxExecutor::yield_now) | mailbox thread | runs the next mail of priority `>=` the executor's, blocking until one comes |
 //! | [`try_yield`](MailboxExecutor::try_yield) | mailbox thread | the same without blocking |
 //! | [`is_idle`](MailboxExecutor::is_idle) | mailbox thread | default action suspended, no mail waiting, mailbox open |
@@ -20,8 +20,16 @@
 //! mails use soft backpressure instead ([`Operator::accepts_input`](streamtask_core::Operator::accepts_input)
 //! returns `false`; the task suspends its default action and the completion mail resumes it),
 //! so checkpoints keep flowing while they wait (FLINK-39835).
+//!
+//! An operator that must wait *inside* its handler is an
+//! [`AsyncOperator`](crate::AsyncOperator): it `.await`s, and
+//! [`AsyncContext::yield_now`](crate::AsyncContext::yield_now) is `yield()` without the
+//! re-entrancy (the operator is inside its own pending future, not under a borrow).
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use streamtask_core::sync::{Arc, Condvar, Mutex};
@@ -110,7 +118,7 @@ impl<S: 'static, E: 'static> MailboxExecutor<S, E> {
         E: Send,
     {
         let slot = Arc::new(Slot {
-            state: Mutex::new(SlotState::Pending),
+            state: Mutex::new(SlotState::Pending(None)),
             done: Condvar::new(),
         });
         let mail = SubmitMail {
@@ -254,7 +262,8 @@ struct Slot<R, E> {
 }
 
 enum SlotState<R, E> {
-    Pending,
+    /// Not run yet; the waker of a task `.await`ing the handle, if one is.
+    Pending(Option<Waker>),
     Ready(Result<R, SubmitError<E>>),
     Taken,
 }
@@ -267,8 +276,16 @@ struct Completer<R, E> {
 impl<R, E> Completer<R, E> {
     fn finish(&mut self, result: Result<R, SubmitError<E>>) {
         if let Some(slot) = self.slot.take() {
-            *slot.state.lock() = SlotState::Ready(result);
+            // Set the result and take the waker under the lock `poll` registers it under, so a
+            // poll either sees the result or leaves a waker that is woken here.
+            let waker = match std::mem::replace(&mut *slot.state.lock(), SlotState::Ready(result)) {
+                SlotState::Pending(waker) => waker,
+                SlotState::Ready(_) | SlotState::Taken => None,
+            };
             slot.done.notify_all();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
         }
     }
 }
@@ -308,7 +325,7 @@ pub struct SubmitHandle<R, E> {
 impl<R, E> SubmitHandle<R, E> {
     /// Whether the result is there (the mail ran or was dropped).
     pub fn is_done(&self) -> bool {
-        !matches!(*self.slot.state.lock(), SlotState::Pending)
+        !matches!(*self.slot.state.lock(), SlotState::Pending(_))
     }
 
     /// Waits for the result.
@@ -319,7 +336,7 @@ impl<R, E> SubmitHandle<R, E> {
     /// was dropped without running.
     pub fn wait(self) -> Result<R, SubmitError<E>> {
         let mut state = self.slot.state.lock();
-        while matches!(*state, SlotState::Pending) {
+        while matches!(*state, SlotState::Pending(_)) {
             self.slot.done.wait(&mut state);
         }
         take(&mut state)
@@ -334,14 +351,14 @@ impl<R, E> SubmitHandle<R, E> {
         let deadline = Instant::now() + timeout;
         {
             let mut state = self.slot.state.lock();
-            while matches!(*state, SlotState::Pending) {
+            while matches!(*state, SlotState::Pending(_)) {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
                 }
                 self.slot.done.wait_for(&mut state, deadline - now);
             }
-            if !matches!(*state, SlotState::Pending) {
+            if !matches!(*state, SlotState::Pending(_)) {
                 return Ok(take(&mut state));
             }
         }
@@ -352,8 +369,32 @@ impl<R, E> SubmitHandle<R, E> {
 fn take<R, E>(state: &mut SlotState<R, E>) -> Result<R, SubmitError<E>> {
     match std::mem::replace(state, SlotState::Taken) {
         SlotState::Ready(result) => result,
-        SlotState::Pending | SlotState::Taken => {
+        SlotState::Pending(_) | SlotState::Taken => {
             unreachable!("a handle takes its result once, after it is ready")
+        }
+    }
+}
+
+/// A handle is also a future of the result, for async code (an
+/// [`AsyncOperator`](crate::AsyncOperator) handed an executor of another mailbox): `.await`
+/// does not block the thread, and the mail's completion wakes the awaiting task.
+///
+/// # Panics
+///
+/// If polled again after it returned the result.
+impl<R, E> Future for SubmitHandle<R, E> {
+    type Output = Result<R, SubmitError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.slot.state.lock();
+        match &mut *state {
+            // Registered under the lock `finish` sets the result under: no lost wake.
+            SlotState::Pending(waker) => {
+                *waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            SlotState::Ready(_) => Poll::Ready(take(&mut state)),
+            SlotState::Taken => panic!("a SubmitHandle was polled after it returned its result"),
         }
     }
 }

@@ -91,6 +91,9 @@
 #![deny(unreachable_pub)]
 
 mod action;
+// Its thread-local parking and static key counter have no loom model; not in loom builds.
+#[cfg(not(loom))]
+mod async_operator;
 mod executor;
 mod letter;
 mod mail;
@@ -101,6 +104,10 @@ mod source;
 mod task;
 
 pub use crate::action::{ActionExecutor, Immediate};
+#[cfg(not(loom))]
+pub use crate::async_operator::{
+    AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask,
+};
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
 pub use crate::letter::Letter;
 pub use crate::mail::{Mail, Priority};

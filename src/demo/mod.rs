@@ -1,6 +1,8 @@
 //! The built-in demo job `streamtask compare` runs: generated orders, keyed running totals with
-//! timers, async enrichment from SQLite, and an exactly-once file sink.
+//! timers, async enrichment from SQLite (or, futures-based, from a tokio TCP customer service),
+//! and an exactly-once file sink.
 
+pub mod customer_service;
 pub mod data;
 pub mod enrich;
 pub mod fault;
