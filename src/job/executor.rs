@@ -33,7 +33,7 @@ use crate::checkpoint::{
     CoordinatorAction, CoordinatorDriver,
 };
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
-use streamtask_core::sync::Mutex;
+use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
 use streamtask_core::trace::Tracer;
 use streamtask_core::{Clock, TaskFailure, TaskOutcome};
@@ -490,6 +490,12 @@ impl JobGraph {
         let wiring = Wiring::new(edges);
 
         let handles: Arc<Mutex<Vec<Option<RunningTask>>>> = Arc::new(Mutex::new(Vec::new()));
+        // The driver exists before the tasks (their responders come from it), but a trigger
+        // carried out while they are being spawned would miss the sources not started yet, and
+        // the checkpoint would wait for their acknowledgements until it expired, holding every
+        // later one back: triggers wait until every task of the attempt was spawned (or the
+        // attempt gave up spawning).
+        let spawned = Arc::new(SpawnedLatch::default());
         let driver = match &config.checkpoint {
             Some(cp) => {
                 let coordinator = CheckpointCoordinator::new(
@@ -503,10 +509,14 @@ impl JobGraph {
                 let on_tasks = Arc::clone(&handles);
                 let source_set = sources.clone();
                 let on_phase = config.on_phase.clone();
+                let spawned = Arc::clone(&spawned);
                 Some(CoordinatorDriver::spawn(
                     coordinator,
                     config.clock.clone(),
                     move |action| {
+                        if matches!(action, CoordinatorAction::Trigger(_)) {
+                            spawned.wait();
+                        }
                         if let (Some(report), CoordinatorAction::Complete { id }) =
                             (&on_phase, action)
                         {
@@ -548,6 +558,7 @@ impl JobGraph {
                 Ok(task) => handles.lock().push(Some(task)),
                 Err(e) => {
                     // Tear down what started, then report the build problem (not restartable).
+                    spawned.open();
                     let started: Vec<RunningTask> = handles.lock().drain(..).flatten().collect();
                     started.iter().for_each(RunningTask::cancel);
                     started.into_iter().for_each(|t| drop(t.join()));
@@ -559,6 +570,7 @@ impl JobGraph {
             }
         }
         drop(wiring);
+        spawned.open();
 
         let source_metrics: Vec<Arc<TaskMetrics>> = names
             .iter()
@@ -684,6 +696,27 @@ fn first_cause(
 /// Whether a task failed only because another one did (its channels closed under it).
 fn is_consequence(failure: &TaskFailure) -> bool {
     failure.error.is_consequence()
+}
+
+/// Opened once every task of an attempt was spawned; the coordinator's triggers wait for it.
+#[derive(Debug, Default)]
+struct SpawnedLatch {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl SpawnedLatch {
+    fn open(&self) {
+        *self.open.lock() = true;
+        self.opened.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.open.lock();
+        while !*open {
+            self.opened.wait(&mut open);
+        }
+    }
 }
 
 fn carry_out(
