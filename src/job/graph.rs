@@ -5,8 +5,8 @@
 //!
 //! | rule | legacy | mailbox | bridge |
 //! |---|---|---|---|
-//! | legacy `SourceFunction` | on the task thread | refused: use the bridge or a `HandoffReader` | on its own thread, mails under the lock |
-//! | `SourceReader` | refused: use a `ReaderSource` or another model | on the task thread | on the task thread |
+//! | legacy `SourceFunction` | on the task thread | on its own thread through a `HandoffReader` (the plan says so) | on its own thread, mails under the lock |
+//! | `SourceReader` (also `from_iter`, `from_sequence`) | polled under the lock through a `ReaderSource` (the plan says so) | on the task thread | on the task thread |
 //! | async operator | always the head of a new chain (FLINK-13063) | chains anywhere | chains anywhere except behind a legacy source (FLINK-16219) |
 //! | `key_by` / parallelism change | a new task behind hash-partitioned channels | same | same |
 //! | [`DataStream::start_new_chain`] | a new task behind forward channels | same | same |
@@ -37,6 +37,8 @@ use streamtask_core::task::TaskConfig;
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 
+use super::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
+use super::sources::IterReader;
 use super::wiring::{ChannelOutput, ChannelWriter, EdgeChannels, EdgePattern, Wiring};
 use super::{JobError, RunningTask};
 use crate::Model;
@@ -67,6 +69,7 @@ pub(crate) struct VertexSpec {
     pub(crate) parallelism: usize,
     pub(crate) is_source: bool,
     pub(crate) spawn: Spawner,
+    pub(crate) plan: PlannedTask,
 }
 
 /// One edge between two vertices; `create` makes its channels for an attempt.
@@ -178,16 +181,20 @@ impl StreamEnvironment {
     }
 
     /// Adds a legacy source with parallelism 1; `factory(subtask)` makes the function (again
-    /// for every attempt).
+    /// for every attempt). It runs under every model: on the task thread (legacy), on its own
+    /// thread with mails under the lock (bridge), or through a
+    /// [`HandoffReader`](streamtask_bridge::HandoffReader) (mailbox), which the
+    /// [plan](JobGraph::plan) names.
     pub fn add_source<F, FF>(&self, name: &str, factory: FF) -> DataStream<F::Out>
     where
         F: SourceFunction,
+        F::Out: Serialize + DeserializeOwned,
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.add_source_parallel(name, 1, factory)
     }
 
-    /// Adds a legacy source with `parallelism` subtasks.
+    /// Adds a legacy source with `parallelism` subtasks; see [`add_source`](Self::add_source).
     pub fn add_source_parallel<F, FF>(
         &self,
         name: &str,
@@ -196,27 +203,31 @@ impl StreamEnvironment {
     ) -> DataStream<F::Out>
     where
         F: SourceFunction,
+        F::Out: Serialize + DeserializeOwned,
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.claim_name(name);
-        if self.model == Model::Mailbox {
-            self.fail(JobError::LegacySourceUnderMailbox {
-                source_name: name.to_string(),
-            });
-        }
+        let (runtime, adapter) = match self.model {
+            Model::Legacy => ("legacy SourceStreamTask", None),
+            Model::Bridge => ("bridge LegacySourceStreamTask", None),
+            Model::Mailbox => ("mailbox SourceTask", Some(SourceAdapter::HandoffReader)),
+        };
         self.stream(
             name,
             parallelism,
             Head::LegacySource,
+            source_plan(name, runtime, adapter),
             Box::new(LegacySourceSegment {
-                name: name.to_string(),
                 context: self.graph.borrow().source_context,
                 factory: Arc::new(factory),
             }),
         )
     }
 
-    /// Adds a new-style source with parallelism 1; `factory(subtask)` makes the reader.
+    /// Adds a new-style source with parallelism 1; `factory(subtask)` makes the reader. It runs
+    /// under every model: on the task thread (mailbox, bridge), or through a
+    /// [`ReaderSource`](streamtask_bridge::ReaderSource) with an event-time context (legacy),
+    /// which the [plan](JobGraph::plan) names.
     pub fn add_reader<T, R, RF>(&self, name: &str, factory: RF) -> DataStream<T>
     where
         T: Send + 'static,
@@ -226,7 +237,7 @@ impl StreamEnvironment {
         self.add_reader_parallel(name, 1, factory)
     }
 
-    /// Adds a new-style source with `parallelism` subtasks.
+    /// Adds a new-style source with `parallelism` subtasks; see [`add_reader`](Self::add_reader).
     pub fn add_reader_parallel<T, R, RF>(
         &self,
         name: &str,
@@ -239,15 +250,15 @@ impl StreamEnvironment {
         RF: Fn(usize) -> R + Send + Sync + 'static,
     {
         self.claim_name(name);
-        if self.model == Model::Legacy {
-            self.fail(JobError::ReaderUnderLegacy {
-                source_name: name.to_string(),
-            });
-        }
+        let (runtime, adapter) = match self.model {
+            Model::Legacy => ("legacy SourceStreamTask", Some(SourceAdapter::ReaderSource)),
+            Model::Mailbox | Model::Bridge => ("mailbox SourceTask", None),
+        };
         self.stream(
             name,
             parallelism,
             Head::Reader,
+            source_plan(name, runtime, adapter),
             Box::new(ReaderSegment {
                 factory: Arc::new(factory),
                 _types: std::marker::PhantomData,
@@ -255,11 +266,50 @@ impl StreamEnvironment {
         )
     }
 
+    /// A bounded source of the items of `items`, with parallelism 1, for small jobs and
+    /// tests. Checkpointed: its position (items emitted) is in every snapshot, and a restore
+    /// skips that many items of a fresh `items.into_iter()`, so `items` must yield the same
+    /// items in the same order every time. The records carry no timestamps. It is a
+    /// new-style reader (through `ReaderSource` under the legacy model).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let out = CollectHandle::new();
+    /// env.from_iter("words", vec!["a", "b", "c"])
+    ///     .map("upper", |w: &str| w.to_uppercase())
+    ///     .collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// assert_eq!(out.committed(), ["A", "B", "C"]);
+    /// ```
+    pub fn from_iter<I>(&self, name: &str, items: I) -> DataStream<I::Item>
+    where
+        I: IntoIterator + Clone + Send + Sync + 'static,
+        I::IntoIter: Send + 'static,
+        I::Item: Send + 'static,
+    {
+        let reader_name = name.to_string();
+        self.add_reader(name, move |_| {
+            IterReader::new(reader_name.clone(), items.clone().into_iter())
+        })
+    }
+
+    /// The numbers of `range`, in order, with parallelism 1: [`from_iter`](Self::from_iter)
+    /// over a range, checkpointed the same way.
+    pub fn from_sequence(&self, name: &str, range: std::ops::Range<u64>) -> DataStream<u64> {
+        self.from_iter(name, range)
+    }
+
     fn stream<T: Send + 'static>(
         &self,
         name: &str,
         parallelism: usize,
         head: Head,
+        mut plan: PlannedTask,
         segment: Box<dyn Segment<T>>,
     ) -> DataStream<T> {
         if parallelism == 0 {
@@ -267,6 +317,7 @@ impl StreamEnvironment {
                 vertex: name.to_string(),
             });
         }
+        plan.parallelism = parallelism.max(1);
         DataStream {
             env: self.clone(),
             segment: Some(segment),
@@ -275,6 +326,7 @@ impl StreamEnvironment {
             head,
             is_source: matches!(head, Head::LegacySource | Head::Reader),
             bare_input: None,
+            plan,
         }
     }
 
@@ -282,8 +334,8 @@ impl StreamEnvironment {
     ///
     /// # Errors
     ///
-    /// The first problem met while building: a source the model cannot run (naming the
-    /// adapter), a parallelism of 0, a duplicate name, no sink.
+    /// The first problem met while building: a parallelism of 0, a duplicate name, an
+    /// invalid async configuration, no sink.
     pub fn build(self) -> Result<JobGraph, JobError> {
         let graph = Rc::try_unwrap(self.graph)
             .map_err(|_| {
@@ -347,6 +399,15 @@ impl JobGraph {
     pub fn edge_count(&self) -> usize {
         self.edges.len()
     }
+
+    /// The job's plan: its tasks, the runtime and source adapter each uses under the job's
+    /// model, their chains and the partitioning of their inputs. Print it with `{}`.
+    pub fn plan(&self) -> JobPlan {
+        JobPlan {
+            model: self.model,
+            tasks: self.vertices.iter().map(|v| v.plan.clone()).collect(),
+        }
+    }
 }
 
 impl fmt::Debug for JobGraph {
@@ -378,6 +439,8 @@ pub struct DataStream<T> {
     is_source: bool,
     /// The edge feeding the segment, while nothing is chained behind its input yet.
     bare_input: Option<usize>,
+    /// What the plan says about the vertex being built.
+    plan: PlannedTask,
 }
 
 impl<T: Send + 'static> DataStream<T> {
@@ -386,8 +449,10 @@ impl<T: Send + 'static> DataStream<T> {
         self.parallelism
     }
 
-    fn then<U: Send + 'static>(mut self, op: OpFactory<T, U>) -> DataStream<U> {
+    fn then<U: Send + 'static>(mut self, name: &str, op: OpFactory<T, U>) -> DataStream<U> {
         let inner = self.segment.take().expect("an open stream has a segment");
+        let mut plan = self.plan.clone();
+        plan.chain.push(name.to_string());
         DataStream {
             env: self.env.clone(),
             segment: Some(Box::new(ThenSegment { inner, op })),
@@ -396,6 +461,7 @@ impl<T: Send + 'static> DataStream<T> {
             head: self.head,
             is_source: self.is_source,
             bare_input: None,
+            plan,
         }
     }
 
@@ -405,9 +471,9 @@ impl<T: Send + 'static> DataStream<T> {
         U: Send + 'static,
         F: Fn(T) -> U + Clone + Send + Sync + 'static,
     {
-        let name = name.to_string();
-        self.then(Arc::new(move |_| {
-            Box::new(Map::new(name.clone(), f.clone()))
+        let name_owned = name.to_string();
+        self.then(name, Arc::new(move |_| {
+            Box::new(Map::new(name_owned.clone(), f.clone()))
         }))
     }
 
@@ -416,9 +482,9 @@ impl<T: Send + 'static> DataStream<T> {
     where
         F: Fn(&T) -> bool + Clone + Send + Sync + 'static,
     {
-        let name = name.to_string();
-        self.then(Arc::new(move |_| {
-            Box::new(Filter::new(name.clone(), predicate.clone()))
+        let name_owned = name.to_string();
+        self.then(name, Arc::new(move |_| {
+            Box::new(Filter::new(name_owned.clone(), predicate.clone()))
         }))
     }
 
@@ -428,9 +494,9 @@ impl<T: Send + 'static> DataStream<T> {
         U: Send + 'static,
         F: Fn(T, &mut Vec<U>) + Clone + Send + Sync + 'static,
     {
-        let name = name.to_string();
-        self.then(Arc::new(move |_| {
-            Box::new(FlatMap::new(name.clone(), f.clone()))
+        let name_owned = name.to_string();
+        self.then(name, Arc::new(move |_| {
+            Box::new(FlatMap::new(name_owned.clone(), f.clone()))
         }))
     }
 
@@ -441,7 +507,10 @@ impl<T: Send + 'static> DataStream<T> {
         O::Out: Send + 'static,
         OF: Fn(usize) -> O + Send + Sync + 'static,
     {
-        self.then(Arc::new(move |ctx| Box::new(factory(ctx.subtask))))
+        self.then(
+            short_type_name::<O>(),
+            Arc::new(move |ctx| Box::new(factory(ctx.subtask))),
+        )
     }
 
     /// Calls `function` asynchronously for every value, with at most `config.capacity` calls
@@ -476,6 +545,7 @@ impl<T: Send + 'static> DataStream<T> {
                         self = self.shuffle(
                             name,
                             EdgePattern::Forward,
+                            "forward",
                             parallelism,
                             Arc::new(|| Partitioner::Forward),
                         );
@@ -484,6 +554,9 @@ impl<T: Send + 'static> DataStream<T> {
                 };
                 // The bare input segment is replaced by the async head's.
                 let _ = self.segment.take();
+                let mut plan = self.plan.clone();
+                plan.runtime = "legacy AsyncWaitStreamTask";
+                plan.chain.push(name_owned.clone());
                 DataStream {
                     env: self.env.clone(),
                     segment: Some(Box::new(LegacyAsyncSegment {
@@ -497,13 +570,14 @@ impl<T: Send + 'static> DataStream<T> {
                     head: Head::Input,
                     is_source: false,
                     bare_input: None,
+                    plan,
                 }
             }
             Model::Mailbox | Model::Bridge => {
                 if self.env.model == Model::Bridge && self.head == Head::LegacySource {
                     self = self.start_new_chain(name);
                 }
-                self.then(Arc::new(move |ctx| {
+                self.then(name, Arc::new(move |ctx| {
                     Box::new(
                         streamtask_mailbox::AsyncWaitOperator::new(
                             name_owned.clone(),
@@ -524,6 +598,7 @@ impl<T: Send + 'static> DataStream<T> {
         self.shuffle(
             name,
             EdgePattern::Forward,
+            "forward",
             parallelism,
             Arc::new(|| Partitioner::Forward),
         )
@@ -546,6 +621,7 @@ impl<T: Send + 'static> DataStream<T> {
         mut self,
         next_vertex: &str,
         pattern: EdgePattern,
+        partitioning: &'static str,
         parallelism: usize,
         partitioner: Arc<dyn Fn() -> Partitioner<T> + Send + Sync>,
     ) -> DataStream<T> {
@@ -575,6 +651,20 @@ impl<T: Send + 'static> DataStream<T> {
             }),
         });
         self.env.claim_name(next_vertex);
+        let plan = PlannedTask {
+            name: next_vertex.to_string(),
+            parallelism: down,
+            runtime: match self.env.model {
+                Model::Legacy => "legacy OneInputStreamTask",
+                Model::Mailbox | Model::Bridge => "mailbox OneInputTask",
+            },
+            adapter: None,
+            inputs: vec![PlannedInput {
+                from: self.vertex.clone(),
+                partitioning,
+            }],
+            chain: Vec::new(),
+        };
         DataStream {
             env: self.env.clone(),
             segment: Some(Box::new(InputSegment::<T> {
@@ -586,17 +676,21 @@ impl<T: Send + 'static> DataStream<T> {
             head: Head::Input,
             is_source: false,
             bare_input: Some(edge),
+            plan,
         }
     }
 
     fn finish_vertex(&mut self, tail: Tail<T>) {
         let segment = self.segment.take().expect("an open stream has a segment");
         let spawn = segment.finish(tail);
+        let mut plan = self.plan.clone();
+        plan.parallelism = self.parallelism;
         self.env.graph.borrow_mut().vertices.push(VertexSpec {
             name: self.vertex.clone(),
             parallelism: self.parallelism,
             is_source: self.is_source,
             spawn,
+            plan,
         });
     }
 
@@ -608,6 +702,7 @@ impl<T: Send + 'static> DataStream<T> {
         OF: Fn(usize) -> O + Send + Sync + 'static,
     {
         self.env.claim_name(name);
+        self.plan.chain.push(name.to_string());
         let tail: Tail<T> = Arc::new(move |ctx| {
             let op: BoxOperator<T, ()> = Box::new(factory(ctx.subtask));
             Ok((op, Box::new(Discard) as Box<dyn TaskOutput<()>>))
@@ -702,6 +797,7 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
         let stream = self.stream.shuffle(
             next_vertex,
             EdgePattern::AllToAll,
+            "hash",
             parallelism,
             Arc::new(move || {
                 let k = Arc::clone(&part_key);
@@ -721,11 +817,11 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         let (stream, key) = self.partitioned(name, parallelism);
-        let name = name.to_string();
-        stream.then(Arc::new(move |ctx| {
+        let name_owned = name.to_string();
+        stream.then(name, Arc::new(move |ctx| {
             let key = Arc::clone(&key);
             Box::new(KeyedProcessOperator::new(
-                name.clone(),
+                name_owned.clone(),
                 move |v: &T| key(v),
                 factory(ctx.subtask),
             ))
@@ -777,7 +873,6 @@ impl<X: Send + 'static, Y: Send + 'static> Segment<Y> for ThenSegment<X, Y> {
 }
 
 struct LegacySourceSegment<FF> {
-    name: String,
     context: SourceContextConfig,
     factory: Arc<FF>,
 }
@@ -785,11 +880,11 @@ struct LegacySourceSegment<FF> {
 impl<F, FF> Segment<F::Out> for LegacySourceSegment<FF>
 where
     F: SourceFunction,
+    F::Out: Serialize + DeserializeOwned,
     FF: Fn(usize) -> F + Send + Sync + 'static,
 {
     fn finish(self: Box<Self>, tail: Tail<F::Out>) -> Spawner {
         let factory = self.factory;
-        let name = self.name;
         let context = self.context;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
@@ -801,9 +896,19 @@ where
                 .with_context(context)
                 .with_fairness(ctx.fairness)
                 .spawn()),
-                Model::Mailbox => Err(JobError::LegacySourceUnderMailbox {
-                    source_name: name.clone(),
-                }),
+                Model::Mailbox => {
+                    // The function keeps its loop on a thread of its own; its records reach
+                    // the task thread through the handoff, which every checkpoint holds.
+                    let reader = streamtask_bridge::HandoffReader::new(source)
+                        .with_context(context)
+                        .with_clock(config.clock.clone())
+                        .with_metrics(Arc::clone(&config.metrics))
+                        .with_tracer(config.tracer.clone())
+                        .with_cancel_grace(config.cancel_grace);
+                    Ok(streamtask_mailbox::SourceTask::spawn(
+                        config, reader, chain, output,
+                    ))
+                }
                 Model::Bridge => Ok(streamtask_bridge::LegacySourceStreamTask::new(
                     config, source, chain, output,
                 )
@@ -835,9 +940,17 @@ where
                 Model::Mailbox | Model::Bridge => Ok(streamtask_mailbox::SourceTask::spawn(
                     config, reader, chain, output,
                 )),
-                Model::Legacy => Err(JobError::ReaderUnderLegacy {
-                    source_name: config.name.clone(),
-                }),
+                // Polled under the checkpoint lock; an event-time context passes the reader's
+                // own timestamps and watermarks through unchanged.
+                Model::Legacy => Ok(streamtask_legacy::SourceStreamTask::new(
+                    config,
+                    streamtask_bridge::ReaderSource::new(reader),
+                    chain,
+                    output,
+                )
+                .with_context(SourceContextConfig::event_time())
+                .with_fairness(ctx.fairness)
+                .spawn()),
             }
         })
     }
@@ -920,5 +1033,29 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
                 }
             })
         })
+    }
+}
+
+/// The last path segment of `O`'s type name, without generics: a plan's label for an operator
+/// added with [`DataStream::operator`].
+fn short_type_name<O>() -> &'static str {
+    let full = std::any::type_name::<O>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
+/// The plan of a source vertex before anything is chained behind the source.
+fn source_plan(
+    name: &str,
+    runtime: &'static str,
+    adapter: Option<SourceAdapter>,
+) -> PlannedTask {
+    PlannedTask {
+        name: name.to_string(),
+        parallelism: 1,
+        runtime,
+        adapter,
+        inputs: Vec::new(),
+        chain: vec![name.to_string()],
     }
 }

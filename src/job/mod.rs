@@ -3,8 +3,10 @@
 mod error;
 mod executor;
 mod graph;
+mod plan;
 mod restore;
 mod runtime;
+mod sources;
 mod wiring;
 
 pub use self::error::JobError;
@@ -13,5 +15,6 @@ pub use self::executor::{
     TaskResult,
 };
 pub use self::graph::{DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
