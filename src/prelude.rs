@@ -21,7 +21,9 @@ pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};
 pub use streamtask_core::async_io::AsyncConfig;
 pub use streamtask_core::channel::Partitioner;
-pub use streamtask_core::function::{AsyncFunction, KeyedProcessFunction, ResultFuture, TimeDomain};
+pub use streamtask_core::function::{
+    AsyncFunction, KeyedProcessFunction, ResultFuture, TimeDomain,
+};
 pub use streamtask_core::operator::KeyedContext;
 pub use streamtask_core::{Clock, Context, Operator, OperatorError, StreamRecord, Watermark};
 pub use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};

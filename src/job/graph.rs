@@ -472,9 +472,10 @@ impl<T: Send + 'static> DataStream<T> {
         F: Fn(T) -> U + Clone + Send + Sync + 'static,
     {
         let name_owned = name.to_string();
-        self.then(name, Arc::new(move |_| {
-            Box::new(Map::new(name_owned.clone(), f.clone()))
-        }))
+        self.then(
+            name,
+            Arc::new(move |_| Box::new(Map::new(name_owned.clone(), f.clone()))),
+        )
     }
 
     /// Keeps the values `predicate` accepts.
@@ -483,9 +484,10 @@ impl<T: Send + 'static> DataStream<T> {
         F: Fn(&T) -> bool + Clone + Send + Sync + 'static,
     {
         let name_owned = name.to_string();
-        self.then(name, Arc::new(move |_| {
-            Box::new(Filter::new(name_owned.clone(), predicate.clone()))
-        }))
+        self.then(
+            name,
+            Arc::new(move |_| Box::new(Filter::new(name_owned.clone(), predicate.clone()))),
+        )
     }
 
     /// Turns every value into zero or more.
@@ -495,9 +497,10 @@ impl<T: Send + 'static> DataStream<T> {
         F: Fn(T, &mut Vec<U>) + Clone + Send + Sync + 'static,
     {
         let name_owned = name.to_string();
-        self.then(name, Arc::new(move |_| {
-            Box::new(FlatMap::new(name_owned.clone(), f.clone()))
-        }))
+        self.then(
+            name,
+            Arc::new(move |_| Box::new(FlatMap::new(name_owned.clone(), f.clone()))),
+        )
     }
 
     /// Chains any operator; `factory(subtask)` makes it for every task and attempt.
@@ -577,16 +580,19 @@ impl<T: Send + 'static> DataStream<T> {
                 if self.env.model == Model::Bridge && self.head == Head::LegacySource {
                     self = self.start_new_chain(name);
                 }
-                self.then(name, Arc::new(move |ctx| {
-                    Box::new(
-                        streamtask_mailbox::AsyncWaitOperator::new(
-                            name_owned.clone(),
-                            factory(ctx.subtask),
-                            config.clone(),
+                self.then(
+                    name,
+                    Arc::new(move |ctx| {
+                        Box::new(
+                            streamtask_mailbox::AsyncWaitOperator::new(
+                                name_owned.clone(),
+                                factory(ctx.subtask),
+                                config.clone(),
+                            )
+                            .expect("the async configuration was validated when the job was built"),
                         )
-                        .expect("the async configuration was validated when the job was built"),
-                    )
-                }))
+                    }),
+                )
             }
         }
     }
@@ -818,14 +824,17 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
     {
         let (stream, key) = self.partitioned(name, parallelism);
         let name_owned = name.to_string();
-        stream.then(name, Arc::new(move |ctx| {
-            let key = Arc::clone(&key);
-            Box::new(KeyedProcessOperator::new(
-                name_owned.clone(),
-                move |v: &T| key(v),
-                factory(ctx.subtask),
-            ))
-        }))
+        stream.then(
+            name,
+            Arc::new(move |ctx| {
+                let key = Arc::clone(&key);
+                Box::new(KeyedProcessOperator::new(
+                    name_owned.clone(),
+                    move |v: &T| key(v),
+                    factory(ctx.subtask),
+                ))
+            }),
+        )
     }
 
     /// Applies `f` in `parallelism` tasks behind the hash partitioning (no keyed state).
@@ -1045,11 +1054,7 @@ fn short_type_name<O>() -> &'static str {
 }
 
 /// The plan of a source vertex before anything is chained behind the source.
-fn source_plan(
-    name: &str,
-    runtime: &'static str,
-    adapter: Option<SourceAdapter>,
-) -> PlannedTask {
+fn source_plan(name: &str, runtime: &'static str, adapter: Option<SourceAdapter>) -> PlannedTask {
     PlannedTask {
         name: name.to_string(),
         parallelism: 1,
