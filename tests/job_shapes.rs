@@ -54,7 +54,9 @@ impl SourceFunction for Count {
     }
 }
 
-/// Checkpoints every 10 ms (counted into `committed`), up to 10 restarts 1 ms apart, small
+/// Checkpoints every 10 ms (counted into `committed`) that expire after 250 ms (under load a
+/// checkpoint triggered while the tasks start may never complete; expiring it lets the next
+/// one run), up to 10 restarts 1 ms apart, small
 /// channels (barriers wait behind little data), and a fair checkpoint lock: the legacy model's
 /// default eventual fairness lets a hot source starve the checkpoint trigger for a whole short
 /// run.
@@ -66,7 +68,10 @@ fn config(dir: &std::path::Path, committed: &Arc<AtomicU64>) -> JobConfig {
                 committed.fetch_add(1, Ordering::AcqRel);
             }
         }))
-        .with_checkpoints(Some(CheckpointConfig::new(Duration::from_millis(10))))
+        .with_checkpoints(Some(
+            CheckpointConfig::new(Duration::from_millis(10))
+                .with_timeout(Duration::from_millis(250)),
+        ))
         .with_restart(RestartStrategy::fixed_delay(10, Duration::from_millis(1)))
         .with_channel_capacity(16)
         .with_fairness(streamtask_legacy::Fairness::Fair)
@@ -276,4 +281,119 @@ fn the_plan_lists_chains_and_partitioning() {
     assert_eq!(second.inputs[0].from, "numbers");
     assert_eq!(second.inputs[0].partitioning, "hash");
     assert_eq!(second.chain, ["plus one", "collect"]);
+}
+
+#[test]
+fn union_merges_inputs_of_any_parallelism_exactly_once() {
+    let mut expected: Vec<u64> = (0..1_000).collect();
+    expected.extend(10_000..10_500);
+    expected.extend(20_000..20_500);
+    exactly_once_everywhere(
+        &expected,
+        &[(FaultKind::Operator, 400), (FaultKind::Source, 800)],
+        |s| {
+            let (faults, committed) = (Arc::clone(&s.faults), Arc::clone(&s.committed));
+            let legacy = s.env.add_source("count", move |_| Count {
+                end: 1_000,
+                faults: Arc::clone(&faults),
+                committed: Arc::clone(&committed),
+            });
+            let reader = s.env.from_sequence("reader", 10_000..10_500);
+            let spread = s
+                .env
+                .from_sequence("third", 20_000..20_500)
+                .rebalance("third spread", 2);
+            let faults = Arc::clone(&s.faults);
+            legacy
+                .union("all", [reader, spread])
+                .map("fault", move |n: u64| {
+                    faults.check(FaultKind::Operator);
+                    n
+                })
+                .collect_sink("collect", s.out);
+        },
+    );
+}
+
+#[test]
+fn every_partitioner_keeps_every_record_exactly_once() {
+    let expected: Vec<u64> = (0..4_000).collect();
+    exactly_once_everywhere(
+        &expected,
+        &[(FaultKind::Operator, 1_000), (FaultKind::Operator, 5_500)],
+        |s| {
+            let (first, second) = (Arc::clone(&s.faults), Arc::clone(&s.faults));
+            s.env
+                .from_sequence("numbers", 0..4_000)
+                .rebalance("rebalanced", 3)
+                .map("fault", move |n: u64| {
+                    first.check(FaultKind::Operator);
+                    n
+                })
+                .rescale("rescaled", 2)
+                .shuffle_random("shuffled", 3)
+                .partition_custom("custom", 2, |n: &u64, parallelism| {
+                    (*n as usize) % parallelism
+                })
+                .map("fault again", move |n: u64| {
+                    second.check(FaultKind::Operator);
+                    n
+                })
+                .global("global")
+                .collect_sink("collect", s.out);
+        },
+    );
+}
+
+#[test]
+fn broadcast_copies_every_record_to_every_subtask_exactly_once() {
+    let expected: Vec<u64> = (0..1_000).flat_map(|n| [n, n, n]).collect();
+    exactly_once_everywhere(&expected, &[(FaultKind::Operator, 1_200)], |s| {
+        let faults = Arc::clone(&s.faults);
+        s.env
+            .from_sequence("numbers", 0..1_000)
+            .broadcast("copies", 3)
+            .map("fault", move |n: u64| {
+                faults.check(FaultKind::Operator);
+                n
+            })
+            .rescale("wide", 6)
+            .collect_sink("collect", s.out);
+    });
+}
+
+#[test]
+fn the_plan_names_every_partitioning() {
+    let env = StreamEnvironment::new(Model::Legacy);
+    let out = CollectHandle::new();
+    let other = env.from_sequence("other", 0..1);
+    env.from_sequence("numbers", 0..1)
+        .union("both", [other.rebalance("spread", 2)])
+        .rescale("rescaled", 2)
+        .shuffle_random("shuffled", 2)
+        .broadcast("copies", 2)
+        .partition_custom("custom", 2, |_: &u64, _| 0)
+        .global("global")
+        .collect_sink("collect", &out);
+    let plan = env.build().unwrap().plan();
+    let input = |task: &str| {
+        plan.task(task)
+            .unwrap()
+            .inputs
+            .iter()
+            .map(|i| (i.from.as_str(), i.partitioning))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(input("spread"), [("other", "rebalance")]);
+    assert_eq!(
+        input("both"),
+        [("numbers", "forward"), ("spread", "rebalance")]
+    );
+    assert_eq!(input("rescaled"), [("both", "rescale")]);
+    assert_eq!(input("shuffled"), [("rescaled", "shuffle")]);
+    assert_eq!(input("copies"), [("shuffled", "broadcast")]);
+    assert_eq!(input("custom"), [("copies", "custom")]);
+    assert_eq!(input("global"), [("custom", "global")]);
+    assert_eq!(plan.task("global").unwrap().parallelism, 1);
+    assert_eq!(plan.task("global").unwrap().chain, ["collect"]);
 }

@@ -22,6 +22,15 @@ pub enum JobError {
         "two parts of the job are named {0:?}; give every source, process and sink its own name"
     )]
     DuplicateName(String),
+    /// A union of streams built in different environments.
+    #[error(
+        "the union {vertex:?} joins a stream of another StreamEnvironment; build every stream of \
+         a job in one environment"
+    )]
+    UnionAcrossJobs {
+        /// The union's vertex.
+        vertex: String,
+    },
     /// The job has no sink.
     #[error("the job has no sink; end every stream in a sink")]
     NoSink,

@@ -62,6 +62,8 @@ type OpFactory<I, O> = Arc<dyn Fn(&SpawnCtx<'_>) -> BoxOperator<I, O> + Send + S
 type EdgeFactory =
     Box<dyn Fn(EdgePattern, usize, usize, usize) -> Result<EdgeChannels, JobError> + Send + Sync>;
 type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+/// Makes the partitioner of upstream subtask `n` of an edge.
+type PartitionerFactory<T> = Arc<dyn Fn(usize) -> Partitioner<T> + Send + Sync>;
 
 /// One task vertex: `parallelism` tasks named `<name>#<subtask>`.
 pub(crate) struct VertexSpec {
@@ -550,7 +552,7 @@ impl<T: Send + 'static> DataStream<T> {
                             EdgePattern::Forward,
                             "forward",
                             parallelism,
-                            Arc::new(|| Partitioner::Forward),
+                            Arc::new(|_| Partitioner::Forward),
                         );
                         self.bare_input.expect("a shuffle starts a bare input")
                     }
@@ -606,7 +608,7 @@ impl<T: Send + 'static> DataStream<T> {
             EdgePattern::Forward,
             "forward",
             parallelism,
-            Arc::new(|| Partitioner::Forward),
+            Arc::new(|_| Partitioner::Forward),
         )
     }
 
@@ -623,31 +625,27 @@ impl<T: Send + 'static> DataStream<T> {
         }
     }
 
-    fn shuffle(
+    /// Ends the vertex being built in the channels of a new edge into `next_vertex`
+    /// (`down` subtasks), and says how the plan shows that input.
+    fn edge_into(
         mut self,
         next_vertex: &str,
         pattern: EdgePattern,
         partitioning: &'static str,
-        parallelism: usize,
-        partitioner: Arc<dyn Fn() -> Partitioner<T> + Send + Sync>,
-    ) -> DataStream<T> {
+        down: usize,
+        partitioner: PartitionerFactory<T>,
+    ) -> (usize, PlannedInput) {
         let edge = self.env.graph.borrow().edges.len();
         let writer_name = format!("{} -> {next_vertex}", self.vertex);
         let tail: Tail<T> = Arc::new(move |ctx| {
             let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
             let output = ChannelOutput::new(senders.clone())?;
-            let writer = RecordWriter::new(senders, partitioner())?;
+            let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?;
             let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
         let up = self.parallelism;
         self.finish_vertex(tail);
-        if parallelism == 0 {
-            self.env.fail(JobError::ZeroParallelism {
-                vertex: next_vertex.to_string(),
-            });
-        }
-        let down = parallelism.max(1);
         self.env.graph.borrow_mut().edges.push(EdgeSpec {
             pattern,
             up,
@@ -656,34 +654,189 @@ impl<T: Send + 'static> DataStream<T> {
                 EdgeChannels::create::<T>(pattern, up, down, capacity)
             }),
         });
-        self.env.claim_name(next_vertex);
+        let input = PlannedInput {
+            from: self.vertex.clone(),
+            partitioning,
+        };
+        (edge, input)
+    }
+
+    /// A new task vertex `next_vertex` of `parallelism` subtasks reading `inputs`.
+    fn input_vertex(
+        env: StreamEnvironment,
+        next_vertex: &str,
+        parallelism: usize,
+        edges: Vec<usize>,
+        inputs: Vec<PlannedInput>,
+    ) -> DataStream<T> {
+        env.claim_name(next_vertex);
         let plan = PlannedTask {
             name: next_vertex.to_string(),
-            parallelism: down,
-            runtime: match self.env.model {
+            parallelism,
+            runtime: match env.model {
                 Model::Legacy => "legacy OneInputStreamTask",
                 Model::Mailbox | Model::Bridge => "mailbox OneInputTask",
             },
             adapter: None,
-            inputs: vec![PlannedInput {
-                from: self.vertex.clone(),
-                partitioning,
-            }],
+            inputs,
             chain: Vec::new(),
         };
+        // Only a single input may become a legacy async head's input (it reads one edge).
+        let bare_input = match edges[..] {
+            [edge] => Some(edge),
+            _ => None,
+        };
         DataStream {
-            env: self.env.clone(),
+            env,
             segment: Some(Box::new(InputSegment::<T> {
-                edge,
+                edges,
                 _types: std::marker::PhantomData,
             })),
             vertex: next_vertex.to_string(),
-            parallelism: down,
+            parallelism,
             head: Head::Input,
             is_source: false,
-            bare_input: Some(edge),
+            bare_input,
             plan,
         }
+    }
+
+    fn shuffle(
+        self,
+        next_vertex: &str,
+        pattern: EdgePattern,
+        partitioning: &'static str,
+        parallelism: usize,
+        partitioner: PartitionerFactory<T>,
+    ) -> DataStream<T> {
+        if parallelism == 0 {
+            self.env.fail(JobError::ZeroParallelism {
+                vertex: next_vertex.to_string(),
+            });
+        }
+        let down = parallelism.max(1);
+        let env = self.env.clone();
+        let (edge, input) = self.edge_into(next_vertex, pattern, partitioning, down, partitioner);
+        Self::input_vertex(env, next_vertex, down, vec![edge], vec![input])
+    }
+
+    /// Merges this stream and `others` (streams of the same type from the same job) into one,
+    /// read by a new task vertex `name` with this stream's parallelism, as Flink's `union`.
+    /// An input with the same parallelism feeds it through forward channels, any other through
+    /// round robin (the plan shows which). Barriers are aligned across all inputs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Bridge);
+    /// let out = CollectHandle::new();
+    /// let evens = env.from_iter("evens", vec![0u64, 2, 4]);
+    /// let odds = env.from_iter("odds", vec![1u64, 3]);
+    /// evens.union("all", [odds]).collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// let mut got = out.committed();
+    /// got.sort();
+    /// assert_eq!(got, [0, 1, 2, 3, 4]);
+    /// ```
+    pub fn union(
+        self,
+        name: &str,
+        others: impl IntoIterator<Item = DataStream<T>>,
+    ) -> DataStream<T> {
+        let env = self.env.clone();
+        let down = self.parallelism;
+        let mut edges = Vec::new();
+        let mut inputs = Vec::new();
+        for stream in std::iter::once(self).chain(others) {
+            if !Rc::ptr_eq(&stream.env.graph, &env.graph) {
+                env.fail(JobError::UnionAcrossJobs {
+                    vertex: name.to_string(),
+                });
+            }
+            let (pattern, partitioning, partitioner): (_, _, PartitionerFactory<T>) =
+                if stream.parallelism == down {
+                    (
+                        EdgePattern::Forward,
+                        "forward",
+                        Arc::new(|_| Partitioner::Forward),
+                    )
+                } else {
+                    (
+                        EdgePattern::AllToAll,
+                        "rebalance",
+                        Arc::new(|_| Partitioner::RoundRobin),
+                    )
+                };
+            let (edge, input) = stream.edge_into(name, pattern, partitioning, down, partitioner);
+            edges.push(edge);
+            inputs.push(input);
+        }
+        Self::input_vertex(env, name, down, edges, inputs)
+    }
+
+    /// Redistributes the records round robin over a new task vertex `name` of `parallelism`
+    /// subtasks, as Flink's `rebalance`.
+    pub fn rebalance(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "rebalance",
+            parallelism,
+            Arc::new(|_| Partitioner::RoundRobin),
+        )
+    }
+
+    /// Round robin within local groups, as Flink's `rescale`: each subtask writes only to the
+    /// subtasks of `name` it is grouped with (fewer channels than [`rebalance`](Self::rebalance)).
+    pub fn rescale(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::Pointwise,
+            "rescale",
+            parallelism,
+            Arc::new(|_| Partitioner::RoundRobin),
+        )
+    }
+
+    /// Sends every record to a random subtask of `name`, as Flink's `shuffle`; each upstream
+    /// subtask draws from its own generator, seeded with its index, so runs are reproducible.
+    pub fn shuffle_random(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "shuffle",
+            parallelism,
+            Arc::new(|subtask| Partitioner::shuffle(subtask as u64)),
+        )
+    }
+
+    /// Sends every record to one task `name` (parallelism 1), as Flink's `global`.
+    pub fn global(self, name: &str) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "global",
+            1,
+            Arc::new(|_| Partitioner::global()),
+        )
+    }
+
+    /// Sends every record to the subtask of `name` that `pick(value, parallelism)` names (an
+    /// index past the last wraps around), as Flink's `partitionCustom`.
+    pub fn partition_custom<P>(self, name: &str, parallelism: usize, pick: P) -> DataStream<T>
+    where
+        P: Fn(&T, usize) -> usize + Clone + Send + Sync + 'static,
+    {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "custom",
+            parallelism,
+            Arc::new(move |_| Partitioner::custom(pick.clone())),
+        )
     }
 
     fn finish_vertex(&mut self, tail: Tail<T>) {
@@ -766,6 +919,20 @@ where
     }
 }
 
+impl<T: Clone + Send + 'static> DataStream<T> {
+    /// Sends a copy of every record to every subtask of a new task vertex `name`, as Flink's
+    /// `broadcast()` partitioning.
+    pub fn broadcast(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "broadcast",
+            parallelism,
+            Arc::new(|_| Partitioner::broadcast()),
+        )
+    }
+}
+
 impl<T> fmt::Debug for DataStream<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DataStream")
@@ -805,7 +972,7 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
             EdgePattern::AllToAll,
             "hash",
             parallelism,
-            Arc::new(move || {
+            Arc::new(move |_| {
                 let k = Arc::clone(&part_key);
                 Partitioner::by_key(move |v: &T| k(v))
             }),
@@ -968,10 +1135,13 @@ where
 /// The input gate of subtask `ctx.subtask` over edge `edge`, recording into the task's metrics.
 fn input_gate<T: Send + 'static>(
     ctx: &SpawnCtx<'_>,
-    edge: usize,
+    edges: &[usize],
     config: &TaskConfig,
 ) -> Result<InputGate<T>, JobError> {
-    let receivers = ctx.wiring.take_receivers::<T>(edge, ctx.subtask);
+    let receivers = edges
+        .iter()
+        .flat_map(|&edge| ctx.wiring.take_receivers::<T>(edge, ctx.subtask))
+        .collect();
     Ok(InputGate::new(receivers)?.with_metrics(Arc::clone(&config.metrics)))
 }
 
@@ -997,7 +1167,7 @@ where
         } = *self;
         Box::new(move |ctx, task_config| {
             let (chain, output) = tail(ctx)?;
-            let gate = input_gate::<F::In>(ctx, edge, &task_config)?;
+            let gate = input_gate::<F::In>(ctx, &[edge], &task_config)?;
             let head = streamtask_legacy::AsyncHead::new(
                 name.clone(),
                 factory(ctx.subtask),
@@ -1021,16 +1191,17 @@ where
 }
 
 struct InputSegment<T> {
-    edge: usize,
+    /// The edges read, all into one gate (more than one after a union).
+    edges: Vec<usize>,
     _types: std::marker::PhantomData<fn() -> T>,
 }
 
 impl<T: Send + 'static> Segment<T> for InputSegment<T> {
     fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner {
-        let edge = self.edge;
+        let edges = self.edges;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
-            let gate = input_gate::<T>(ctx, edge, &config)?;
+            let gate = input_gate::<T>(ctx, &edges, &config)?;
             Ok(match ctx.model {
                 Model::Legacy => {
                     streamtask_legacy::OneInputStreamTask::new(config, gate, chain, output)
