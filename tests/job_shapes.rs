@@ -15,9 +15,9 @@ use streamtask::prelude::*;
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 
 /// A checkpointed legacy source: `0..end`, state and emit in one locked section; it checks
-/// for an injected source fault before every record. Before record `end / 2` it waits, outside
-/// the lock, until a checkpoint has been committed, so the faults after it restore a real
-/// position rather than start over.
+/// for an injected source fault before every record. Before record `end / 2` it waits a little,
+/// outside the lock, for a checkpoint to be committed, so the faults after it usually restore a
+/// real position rather than start over (the assertions do not depend on it).
 struct Count {
     end: u64,
     faults: Arc<FaultPlan>,
@@ -40,10 +40,16 @@ impl SourceFunction for Count {
                 return Ok(());
             }
             if n == self.end / 2 && self.committed.load(Ordering::Acquire) == 0 {
+                // Give a checkpoint a chance (outside the lock) before the second half, so the
+                // faults after it usually restore a real position; bounded, never a hang.
                 drop(locked);
-                while self.committed.load(Ordering::Acquire) == 0 && !ctx.is_cancelled() {
+                for _ in 0..50 {
+                    if self.committed.load(Ordering::Acquire) > 0 || ctx.is_cancelled() {
+                        break;
+                    }
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                self.committed.fetch_max(1, Ordering::AcqRel);
                 continue;
             }
             self.faults.check(FaultKind::Source);
