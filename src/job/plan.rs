@@ -123,7 +123,11 @@ impl fmt::Display for JobPlan {
             for input in &task.inputs {
                 writeln!(f, "   input: {:?} by {}", input.from, input.partitioning)?;
             }
-            writeln!(f, "   chain: {}", task.chain.join(" -> "))?;
+            if task.chain.is_empty() {
+                writeln!(f, "   chain: (none: records pass straight to the next task)")?;
+            } else {
+                writeln!(f, "   chain: {}", task.chain.join(" -> "))?;
+            }
         }
         Ok(())
     }
