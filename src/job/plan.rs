@@ -124,7 +124,10 @@ impl fmt::Display for JobPlan {
                 writeln!(f, "   input: {:?} by {}", input.from, input.partitioning)?;
             }
             if task.chain.is_empty() {
-                writeln!(f, "   chain: (none: records pass straight to the next task)")?;
+                writeln!(
+                    f,
+                    "   chain: (none: records pass straight to the next task)"
+                )?;
             } else {
                 writeln!(f, "   chain: {}", task.chain.join(" -> "))?;
             }

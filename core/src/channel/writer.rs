@@ -28,8 +28,11 @@ pub enum Partitioner<T> {
     Broadcast(fn(&T) -> T),
     /// The channel a function picks from the value and the channel count (build it with
     /// [`Partitioner::custom`]); an index past the last channel wraps around (modulo).
-    Custom(Box<dyn FnMut(&T, usize) -> usize + Send>),
+    Custom(PickChannel<T>),
 }
+
+/// A custom partitioner's choice: `(value, channels) -> channel`.
+pub type PickChannel<T> = Box<dyn FnMut(&T, usize) -> usize + Send>;
 
 impl<T> Partitioner<T> {
     /// Hash partitioning by `hash`.
