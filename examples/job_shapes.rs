@@ -1,6 +1,6 @@
 //! One job written once, run under the legacy, mailbox and bridge models with checkpoints and
 //! injected faults: a legacy `SourceFunction` and a `from_sequence` source (each model picks
-//! its adapter), a union, key_by, rebalance, rescale, broadcast, shuffle, a custom partitioner
+//! its adapter), a fan-out, a union, key_by, rebalance, rescale, broadcast, shuffle, a custom partitioner
 //! and global. The committed output must be identical under the three models and equal to the
 //! output of a run without faults; the example asserts it and prints each model's plan.
 //!
@@ -49,10 +49,17 @@ fn build(model: Model, faults: &Arc<FaultPlan>, out: &CollectHandle<u64>) -> Job
         end: 3_000,
         faults: Arc::clone(&source_faults),
     });
-    let sequence = env.from_sequence("sequence", 100_000..101_000);
+    let mut branches = env
+        .from_sequence("sequence", 100_000..101_000)
+        .fan_out(&["as is", "shifted"]);
+    let shifted = branches
+        .pop()
+        .expect("two branches")
+        .map("plus 100000", |n: u64| n + 100_000);
+    let sequence = branches.pop().expect("two branches");
     let (first, second) = (Arc::clone(faults), Arc::clone(faults));
     counted
-        .union("both", [sequence])
+        .union("all", [sequence, shifted])
         .map("fault", move |n: u64| {
             first.check(FaultKind::Operator);
             n
@@ -109,7 +116,10 @@ fn main() {
         }
     }));
 
-    let mut expected: Vec<u64> = (0..3_000).chain(100_000..101_000).collect();
+    let mut expected: Vec<u64> = (0..3_000)
+        .chain(100_000..101_000)
+        .chain(200_000..201_000)
+        .collect();
     expected.retain(|n| n % 2 == 0);
     let mut expected: Vec<u64> = expected.iter().flat_map(|&n| [n + 1, n + 1]).collect();
     expected.sort_unstable();

@@ -403,3 +403,30 @@ fn the_plan_names_every_partitioning() {
     assert_eq!(plan.task("global").unwrap().parallelism, 1);
     assert_eq!(plan.task("global").unwrap().chain, ["collect"]);
 }
+
+#[test]
+fn fan_out_feeds_several_pipelines_from_one_stream_exactly_once() {
+    let expected: Vec<u64> = (0..3_000).collect();
+    exactly_once_everywhere(
+        &expected,
+        &[(FaultKind::Source, 300), (FaultKind::Operator, 1_000)],
+        |s| {
+            let (faults, committed) = (Arc::clone(&s.faults), Arc::clone(&s.committed));
+            let mut branches = s
+                .env
+                .add_source("count", move |_| Count {
+                    end: 1_500,
+                    faults: Arc::clone(&faults),
+                    committed: Arc::clone(&committed),
+                })
+                .fan_out(&["evens", "odds"]);
+            let odds = branches.pop().unwrap().map("2n+1", |n: u64| 2 * n + 1);
+            let faults = Arc::clone(&s.faults);
+            let evens = branches.pop().unwrap().map("2n", move |n: u64| {
+                faults.check(FaultKind::Operator);
+                2 * n
+            });
+            evens.union("joined", [odds]).collect_sink("collect", s.out);
+        },
+    );
+}

@@ -34,6 +34,7 @@ use streamtask_core::operator::{
     BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
 };
 use streamtask_core::task::TaskConfig;
+use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 
@@ -920,6 +921,77 @@ where
 }
 
 impl<T: Clone + Send + 'static> DataStream<T> {
+    /// Fan-out: every record of this stream goes to each of `names.len()` new task vertices,
+    /// one per name, with this stream's parallelism and forward channels, so several
+    /// downstream pipelines consume one stream (each ending in its own sink).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Legacy);
+    /// let (doubled, negated) = (CollectHandle::new(), CollectHandle::new());
+    /// let mut branches = env.from_sequence("numbers", 0..3).fan_out(&["double", "negate"]);
+    /// let second = branches.pop().unwrap();
+    /// let first = branches.pop().unwrap();
+    /// first.map("x2", |n: u64| n * 2).collect_sink("doubled", &doubled);
+    /// second.map("neg", |n: u64| -(n as i64)).collect_sink("negated", &negated);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// assert_eq!(doubled.committed(), [0, 2, 4]);
+    /// assert_eq!(negated.committed(), [0, -1, -2]);
+    /// ```
+    pub fn fan_out(mut self, names: &[&str]) -> Vec<DataStream<T>> {
+        if names.is_empty() {
+            self.env.fail(JobError::NoSink);
+            let _ = self.segment.take();
+            return Vec::new();
+        }
+        let first_edge = self.env.graph.borrow().edges.len();
+        let edges: Vec<usize> = (first_edge..first_edge + names.len()).collect();
+        let writer_name = format!("{} -> fan-out", self.vertex);
+        let tail_edges = edges.clone();
+        let tail: Tail<T> = Arc::new(move |ctx| {
+            let mut writers = Vec::new();
+            let mut all = Vec::new();
+            for &edge in &tail_edges {
+                let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
+                all.extend(senders.iter().cloned());
+                writers.push(RecordWriter::new(senders, Partitioner::Forward)?);
+            }
+            let output = ChannelOutput::new(all)?;
+            let op: BoxOperator<T, ()> = Box::new(FanOutWriter {
+                name: writer_name.clone(),
+                writers,
+            });
+            Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
+        });
+        let parallelism = self.parallelism;
+        let from = self.vertex.clone();
+        let env = self.env.clone();
+        self.finish_vertex(tail);
+        names
+            .iter()
+            .zip(edges)
+            .map(|(name, edge)| {
+                env.graph.borrow_mut().edges.push(EdgeSpec {
+                    pattern: EdgePattern::Forward,
+                    up: parallelism,
+                    down: parallelism,
+                    create: Box::new(|pattern, up, down, capacity| {
+                        EdgeChannels::create::<T>(pattern, up, down, capacity)
+                    }),
+                });
+                let input = PlannedInput {
+                    from: from.clone(),
+                    partitioning: "forward (fan-out)",
+                };
+                Self::input_vertex(env.clone(), name, parallelism, vec![edge], vec![input])
+            })
+            .collect()
+    }
+
     /// Sends a copy of every record to every subtask of a new task vertex `name`, as Flink's
     /// `broadcast()` partitioning.
     pub fn broadcast(self, name: &str, parallelism: usize) -> DataStream<T> {
@@ -1213,6 +1285,63 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
                 }
             })
         })
+    }
+}
+
+/// The last operator of a chain that fans out: a copy of every record (and every watermark and
+/// status) into each branch's writer.
+struct FanOutWriter<T> {
+    name: String,
+    writers: Vec<RecordWriter<T>>,
+}
+
+impl<T: Clone + Send> Operator for FanOutWriter<T> {
+    type In = T;
+    type Out = ();
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<T>,
+        _ctx: &mut streamtask_core::Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        let (last, rest) = self.writers.split_last_mut().expect("at least one branch");
+        for writer in rest {
+            writer.collect(record.clone())?;
+        }
+        last.collect(record)
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        _ctx: &mut streamtask_core::Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.emit_watermark(watermark))
+    }
+
+    fn process_status(
+        &mut self,
+        status: StreamStatus,
+        _ctx: &mut streamtask_core::Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.emit_status(status))
+    }
+}
+
+impl<T> fmt::Debug for FanOutWriter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FanOutWriter")
+            .field("name", &self.name)
+            .field("branches", &self.writers.len())
+            .finish()
     }
 }
 
