@@ -430,3 +430,61 @@ fn fan_out_feeds_several_pipelines_from_one_stream_exactly_once() {
         },
     );
 }
+
+#[test]
+fn connect_with_a_co_map_aligns_both_inputs_exactly_once() {
+    let mut expected: Vec<u64> = (0..1_500).map(|n| 2 * n).collect();
+    expected.extend((0..500).map(|n| 2 * n + 1));
+    exactly_once_everywhere(
+        &expected,
+        &[(FaultKind::Source, 200), (FaultKind::Operator, 900)],
+        |s| {
+            let (faults, committed) = (Arc::clone(&s.faults), Arc::clone(&s.committed));
+            let numbers = s.env.add_source("count", move |_| Count {
+                end: 1_500,
+                faults: Arc::clone(&faults),
+                committed: Arc::clone(&committed),
+            });
+            let words = s
+                .env
+                .from_iter(
+                    "words",
+                    (0..500).map(|n| format!("w{n}")).collect::<Vec<_>>(),
+                )
+                .rebalance("spread words", 2);
+            let faults = Arc::clone(&s.faults);
+            numbers
+                .connect(words)
+                .map(
+                    "either",
+                    move |n: u64| {
+                        faults.check(FaultKind::Operator);
+                        2 * n
+                    },
+                    |w: String| 2 * w[1..].parse::<u64>().unwrap() + 1,
+                )
+                .collect_sink("collect", s.out);
+        },
+    );
+}
+
+#[test]
+fn the_plan_shows_a_two_input_task() {
+    for (model, runtime) in [
+        (Model::Legacy, "legacy TwoInputStreamTask"),
+        (Model::Mailbox, "mailbox TwoInputTask"),
+        (Model::Bridge, "mailbox TwoInputTask"),
+    ] {
+        let env = StreamEnvironment::new(model);
+        let out = CollectHandle::new();
+        env.from_sequence("a", 0..1)
+            .connect(env.from_iter("b", vec![1i64]))
+            .map("co", |n: u64| n as i64, |n: i64| n)
+            .collect_sink("collect", &out);
+        let plan = env.build().unwrap().plan();
+        let co = plan.task("co").unwrap();
+        assert_eq!(co.runtime, runtime);
+        assert_eq!(co.chain, ["co", "collect"]);
+        assert_eq!(co.inputs.len(), 2);
+    }
+}

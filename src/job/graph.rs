@@ -28,10 +28,11 @@ use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncConfig;
-use streamtask_core::channel::{InputGate, Partitioner, RecordWriter};
+use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
-    BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
+    BoxOperator, Chain, CoMap, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator,
+    TaskOutput, TwoInputChain, TwoInputOperator,
 };
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
@@ -662,6 +663,28 @@ impl<T: Send + 'static> DataStream<T> {
         (edge, input)
     }
 
+    /// [`edge_into`](Self::edge_into) with forward channels when the parallelism matches,
+    /// round robin otherwise.
+    fn edge_into_matching(self, next_vertex: &str, down: usize) -> (usize, PlannedInput) {
+        if self.parallelism == down {
+            self.edge_into(
+                next_vertex,
+                EdgePattern::Forward,
+                "forward",
+                down,
+                Arc::new(|_| Partitioner::Forward),
+            )
+        } else {
+            self.edge_into(
+                next_vertex,
+                EdgePattern::AllToAll,
+                "rebalance",
+                down,
+                Arc::new(|_| Partitioner::RoundRobin),
+            )
+        }
+    }
+
     /// A new task vertex `next_vertex` of `parallelism` subtasks reading `inputs`.
     fn input_vertex(
         env: StreamEnvironment,
@@ -917,6 +940,106 @@ where
         self.sink(name, move |subtask| {
             CollectSink::new(sink_name.clone(), &handle).with_subtask(subtask)
         });
+    }
+}
+
+impl<A: Send + 'static> DataStream<A> {
+    /// Connects this stream with `other` (of another type, from the same job) for a two-input
+    /// operator, as Flink's `connect`: see [`ConnectedStreams::map`]. The two-input task aligns
+    /// barriers across both inputs.
+    pub fn connect<B: Send + 'static>(self, other: DataStream<B>) -> ConnectedStreams<A, B> {
+        ConnectedStreams {
+            first: self,
+            second: other,
+        }
+    }
+}
+
+/// Two streams connected for a two-input operator; built by [`DataStream::connect`].
+#[must_use = "connected streams do nothing until processed"]
+pub struct ConnectedStreams<A, B> {
+    first: DataStream<A>,
+    second: DataStream<B>,
+}
+
+impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
+    /// Applies `f1` to the first stream's values and `f2` to the second's (Flink's `CoMap`),
+    /// in a new two-input task vertex `name` with the first stream's parallelism; each input
+    /// arrives through forward channels when its parallelism matches, round robin otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Legacy);
+    /// let out = CollectHandle::new();
+    /// let numbers = env.from_iter("numbers", vec![1u32, 2]);
+    /// let words = env.from_iter("words", vec!["abc".to_string()]);
+    /// numbers
+    ///     .connect(words)
+    ///     .map("either", |n: u32| n as usize, |w: String| w.len())
+    ///     .collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// let mut got = out.committed();
+    /// got.sort();
+    /// assert_eq!(got, [1, 2, 3]);
+    /// ```
+    pub fn map<O, F1, F2>(self, name: &str, f1: F1, f2: F2) -> DataStream<O>
+    where
+        O: Send + 'static,
+        F1: Fn(A) -> O + Clone + Send + Sync + 'static,
+        F2: Fn(B) -> O + Clone + Send + Sync + 'static,
+    {
+        let ConnectedStreams { first, second } = self;
+        let env = first.env.clone();
+        if !Rc::ptr_eq(&first.env.graph, &second.env.graph) {
+            env.fail(JobError::UnionAcrossJobs {
+                vertex: name.to_string(),
+            });
+        }
+        let down = first.parallelism;
+        let (edge1, input1) = first.edge_into_matching(name, down);
+        let (edge2, input2) = second.edge_into_matching(name, down);
+        env.claim_name(name);
+        let op_name = name.to_string();
+        let plan = PlannedTask {
+            name: name.to_string(),
+            parallelism: down,
+            runtime: match env.model {
+                Model::Legacy => "legacy TwoInputStreamTask",
+                Model::Mailbox | Model::Bridge => "mailbox TwoInputTask",
+            },
+            adapter: None,
+            inputs: vec![input1, input2],
+            chain: vec![name.to_string()],
+        };
+        DataStream {
+            env,
+            segment: Some(Box::new(TwoInputSegment {
+                edges: (edge1, edge2),
+                head: Arc::new(move |_: &SpawnCtx<'_>| {
+                    CoMap::new(op_name.clone(), f1.clone(), f2.clone())
+                }),
+                _types: std::marker::PhantomData,
+            })),
+            vertex: name.to_string(),
+            parallelism: down,
+            head: Head::Input,
+            is_source: false,
+            bare_input: None,
+            plan,
+        }
+    }
+}
+
+impl<A, B> fmt::Debug for ConnectedStreams<A, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectedStreams")
+            .field("first", &self.first)
+            .field("second", &self.second)
+            .finish()
     }
 }
 
@@ -1258,6 +1381,42 @@ where
                 fix: "start a new chain before the second async operator",
             })?;
             Ok(task.with_fairness(ctx.fairness).spawn())
+        })
+    }
+}
+
+struct TwoInputSegment<H: TwoInputOperator> {
+    edges: (usize, usize),
+    head: Arc<dyn Fn(&SpawnCtx<'_>) -> H + Send + Sync>,
+    _types: std::marker::PhantomData<fn() -> H>,
+}
+
+impl<H> Segment<H::Out> for TwoInputSegment<H>
+where
+    H: TwoInputOperator + 'static,
+    H::In1: Send + 'static,
+    H::In2: Send + 'static,
+    H::Out: Send + 'static,
+{
+    fn finish(self: Box<Self>, tail: Tail<H::Out>) -> Spawner {
+        let (edge1, edge2) = self.edges;
+        let head = self.head;
+        Box::new(move |ctx, config| {
+            let (rest, output) = tail(ctx)?;
+            let chain = TwoInputChain::new(head(ctx), rest);
+            let first = ctx.wiring.take_receivers::<H::In1>(edge1, ctx.subtask);
+            let second = ctx.wiring.take_receivers::<H::In2>(edge2, ctx.subtask);
+            let gate = TwoInputGate::new(first, second)?.with_metrics(Arc::clone(&config.metrics));
+            Ok(match ctx.model {
+                Model::Legacy => {
+                    streamtask_legacy::TwoInputStreamTask::new(config, gate, chain, output)
+                        .with_fairness(ctx.fairness)
+                        .spawn()
+                }
+                Model::Mailbox | Model::Bridge => {
+                    streamtask_mailbox::TwoInputTask::spawn(config, gate, chain, output)
+                }
+            })
         })
     }
 }
