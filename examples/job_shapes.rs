@@ -1,6 +1,6 @@
 //! One job written once, run under the legacy, mailbox and bridge models with checkpoints and
 //! injected faults: a legacy `SourceFunction` and a `from_sequence` source (each model picks
-//! its adapter), a fan-out, a union, key_by, rebalance, rescale, broadcast, shuffle, a custom partitioner
+//! its adapter), connect with a co-map, a fan-out, a union, key_by, rebalance, rescale, broadcast, shuffle, a custom partitioner
 //! and global. The committed output must be identical under the three models and equal to the
 //! output of a run without faults; the example asserts it and prints each model's plan.
 //!
@@ -57,8 +57,15 @@ fn build(model: Model, faults: &Arc<FaultPlan>, out: &CollectHandle<u64>) -> Job
         .expect("two branches")
         .map("plus 100000", |n: u64| n + 100_000);
     let sequence = branches.pop().expect("two branches");
+    let words: Vec<String> = (300_000..300_500).map(|n: u64| n.to_string()).collect();
     let (first, second) = (Arc::clone(faults), Arc::clone(faults));
     counted
+        .connect(env.from_iter("words", words))
+        .map(
+            "numbers and words",
+            |n: u64| n,
+            |w: String| w.parse::<u64>().expect("the words are numbers"),
+        )
         .union("all", [sequence, shifted])
         .map("fault", move |n: u64| {
             first.check(FaultKind::Operator);
@@ -119,6 +126,7 @@ fn main() {
     let mut expected: Vec<u64> = (0..3_000)
         .chain(100_000..101_000)
         .chain(200_000..201_000)
+        .chain(300_000..300_500)
         .collect();
     expected.retain(|n| n % 2 == 0);
     let mut expected: Vec<u64> = expected.iter().flat_map(|&n| [n + 1, n + 1]).collect();
