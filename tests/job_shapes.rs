@@ -488,3 +488,28 @@ fn the_plan_shows_a_two_input_task() {
         assert_eq!(co.inputs.len(), 2);
     }
 }
+
+#[test]
+fn connect_with_a_co_flat_map_is_exactly_once() {
+    let mut expected: Vec<u64> = (0..1_000).flat_map(|n| [n, n]).collect();
+    expected.extend((0..300).map(|n| 10_000 + n).filter(|n| n % 2 == 0));
+    exactly_once_everywhere(&expected, &[(FaultKind::Operator, 700)], |s| {
+        let faults = Arc::clone(&s.faults);
+        s.env
+            .from_sequence("twice", 0..1_000)
+            .connect(s.env.from_sequence("evens", 10_000..10_300))
+            .flat_map(
+                "both",
+                move |n: u64, out: &mut Vec<u64>| {
+                    faults.check(FaultKind::Operator);
+                    out.extend([n, n]);
+                },
+                |n: u64, out: &mut Vec<u64>| {
+                    if n % 2 == 0 {
+                        out.push(n);
+                    }
+                },
+            )
+            .collect_sink("collect", s.out);
+    });
+}

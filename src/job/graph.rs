@@ -31,8 +31,8 @@ use streamtask_core::async_io::AsyncConfig;
 use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
-    BoxOperator, Chain, CoMap, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator,
-    TaskOutput, TwoInputChain, TwoInputOperator,
+    BoxOperator, Chain, CoFlatMap, CoMap, Discard, Filter, FlatMap, KeyedProcessOperator, Map,
+    Operator, TaskOutput, TwoInputChain, TwoInputOperator,
 };
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
@@ -992,6 +992,40 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
         F1: Fn(A) -> O + Clone + Send + Sync + 'static,
         F2: Fn(B) -> O + Clone + Send + Sync + 'static,
     {
+        let op_name = name.to_string();
+        self.two_input(
+            name,
+            Arc::new(move |_: &SpawnCtx<'_>| CoMap::new(op_name.clone(), f1.clone(), f2.clone())),
+        )
+    }
+
+    /// Turns each value of the first stream with `f1` and of the second with `f2` into zero
+    /// or more values (Flink's `CoFlatMap`), in a new two-input task vertex `name`, as
+    /// [`map`](Self::map).
+    pub fn flat_map<O, F1, F2>(self, name: &str, f1: F1, f2: F2) -> DataStream<O>
+    where
+        O: Send + 'static,
+        F1: Fn(A, &mut Vec<O>) + Clone + Send + Sync + 'static,
+        F2: Fn(B, &mut Vec<O>) + Clone + Send + Sync + 'static,
+    {
+        let op_name = name.to_string();
+        self.two_input(
+            name,
+            Arc::new(move |_: &SpawnCtx<'_>| {
+                CoFlatMap::new(op_name.clone(), f1.clone(), f2.clone())
+            }),
+        )
+    }
+
+    fn two_input<H>(
+        self,
+        name: &str,
+        head: Arc<dyn Fn(&SpawnCtx<'_>) -> H + Send + Sync>,
+    ) -> DataStream<H::Out>
+    where
+        H: TwoInputOperator<In1 = A, In2 = B> + 'static,
+        H::Out: Send + 'static,
+    {
         let ConnectedStreams { first, second } = self;
         let env = first.env.clone();
         if !Rc::ptr_eq(&first.env.graph, &second.env.graph) {
@@ -1003,7 +1037,6 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
         let (edge1, input1) = first.edge_into_matching(name, down);
         let (edge2, input2) = second.edge_into_matching(name, down);
         env.claim_name(name);
-        let op_name = name.to_string();
         let plan = PlannedTask {
             name: name.to_string(),
             parallelism: down,
@@ -1019,9 +1052,7 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
             env,
             segment: Some(Box::new(TwoInputSegment {
                 edges: (edge1, edge2),
-                head: Arc::new(move |_: &SpawnCtx<'_>| {
-                    CoMap::new(op_name.clone(), f1.clone(), f2.clone())
-                }),
+                head,
                 _types: std::marker::PhantomData,
             })),
             vertex: name.to_string(),
