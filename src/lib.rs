@@ -19,6 +19,7 @@ pub mod demo;
 mod job;
 mod model;
 mod plot;
+pub mod prelude;
 pub mod report;
 pub mod sink;
 
@@ -26,8 +27,9 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobResult, KeyedStream,
-    PhaseCallback, ProgressCallback, RestartStrategy, Restore, StreamEnvironment, TaskResult,
+    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan,
+    JobResult, KeyedStream, PhaseCallback, PlannedInput, PlannedTask, ProgressCallback,
+    RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

@@ -37,7 +37,13 @@ fn smoke() {
         mailbox.exactly_once,
         "mailbox output differs from the reference"
     );
+    let bridge = run(Model::Bridge, &job);
+    assert!(
+        bridge.exactly_once,
+        "bridge output differs from the reference"
+    );
     assert_eq!(legacy.digest, mailbox.digest);
+    assert_eq!(legacy.digest, bridge.digest);
 }
 
 #[test]

@@ -873,6 +873,43 @@ fn round_robin_takes_turns() {
 }
 
 #[test]
+fn a_custom_partitioner_picks_the_channel_and_wraps_past_the_last() {
+    let (tx, rx): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(8).unwrap()).unzip();
+    let mut writer =
+        RecordWriter::new(tx, Partitioner::custom(|v: &u32, _channels| *v as usize)).unwrap();
+    for v in [2, 0, 4] {
+        writer.collect(StreamRecord::new(v)).unwrap();
+    }
+    assert_eq!(queued(&rx[0]), [rec(0)]);
+    assert_eq!(queued(&rx[1]), [rec(4)]);
+    assert_eq!(queued(&rx[2]), [rec(2)]);
+}
+
+#[test]
+fn global_sends_everything_to_the_first_channel_and_shuffle_is_seeded() {
+    let (tx, rx): (Vec<_>, Vec<_>) = (0..2).map(|_| bounded(8).unwrap()).unzip();
+    let mut writer = RecordWriter::new(tx, Partitioner::global()).unwrap();
+    for v in 0..3 {
+        writer.collect(StreamRecord::new(v)).unwrap();
+    }
+    assert_eq!(queued(&rx[0]), [rec(0), rec(1), rec(2)]);
+    assert!(queued(&rx[1]).is_empty());
+
+    let draw = |seed| {
+        let (tx, rx): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(64).unwrap()).unzip();
+        let mut writer = RecordWriter::new(tx, Partitioner::shuffle(seed)).unwrap();
+        for v in 0..30 {
+            writer.collect(StreamRecord::new(v)).unwrap();
+        }
+        rx.iter().map(|rx| queued(rx).len()).collect::<Vec<_>>()
+    };
+    let counts = draw(7);
+    assert_eq!(counts.iter().sum::<usize>(), 30);
+    assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
+    assert_eq!(draw(7), counts, "the same seed draws the same channels");
+}
+
+#[test]
 fn broadcast_copies_every_record_to_every_channel() {
     let (tx, rx): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(8).unwrap()).unzip();
     let metrics = Arc::new(TaskMetrics::new("b"));

@@ -11,26 +11,6 @@ use crate::Model;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JobError {
-    /// A legacy `SourceFunction` under the mailbox model.
-    #[error(
-        "source {source_name:?} is a legacy SourceFunction, which the mailbox model cannot run on \
-         its task thread; run the job with Model::Bridge, or wrap the function in \
-         streamtask_bridge::HandoffReader and add it with add_reader"
-    )]
-    LegacySourceUnderMailbox {
-        /// The source's name.
-        source_name: String,
-    },
-    /// A new-style `SourceReader` under the legacy model.
-    #[error(
-        "source {source_name:?} is a new-style SourceReader, which the legacy model cannot drive; \
-         run the job with Model::Mailbox or Model::Bridge, or wrap the reader in \
-         streamtask_bridge::ReaderSource and add it with add_source"
-    )]
-    ReaderUnderLegacy {
-        /// The source's name.
-        source_name: String,
-    },
     /// A parallelism of zero.
     #[error("{vertex:?} has parallelism 0; give every operator at least 1")]
     ZeroParallelism {
@@ -42,6 +22,15 @@ pub enum JobError {
         "two parts of the job are named {0:?}; give every source, process and sink its own name"
     )]
     DuplicateName(String),
+    /// A union of streams built in different environments.
+    #[error(
+        "the union {vertex:?} joins a stream of another StreamEnvironment; build every stream of \
+         a job in one environment"
+    )]
+    UnionAcrossJobs {
+        /// The union's vertex.
+        vertex: String,
+    },
     /// The job has no sink.
     #[error("the job has no sink; end every stream in a sink")]
     NoSink,

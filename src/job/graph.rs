@@ -5,8 +5,8 @@
 //!
 //! | rule | legacy | mailbox | bridge |
 //! |---|---|---|---|
-//! | legacy `SourceFunction` | on the task thread | refused: use the bridge or a `HandoffReader` | on its own thread, mails under the lock |
-//! | `SourceReader` | refused: use a `ReaderSource` or another model | on the task thread | on the task thread |
+//! | legacy `SourceFunction` | on the task thread | on its own thread through a `HandoffReader` (the plan says so) | on its own thread, mails under the lock |
+//! | `SourceReader` (also `from_iter`, `from_sequence`) | polled under the lock through a `ReaderSource` (the plan says so) | on the task thread | on the task thread |
 //! | async operator | always the head of a new chain (FLINK-13063) | chains anywhere | chains anywhere except behind a legacy source (FLINK-16219) |
 //! | `key_by` / parallelism change | a new task behind hash-partitioned channels | same | same |
 //! | [`DataStream::start_new_chain`] | a new task behind forward channels | same | same |
@@ -28,15 +28,19 @@ use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncConfig;
-use streamtask_core::channel::{InputGate, Partitioner, RecordWriter};
+use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
-    BoxOperator, Chain, Discard, Filter, FlatMap, KeyedProcessOperator, Map, Operator, TaskOutput,
+    BoxOperator, Chain, CoFlatMap, CoMap, Discard, Filter, FlatMap, KeyedProcessOperator, Map,
+    Operator, TaskOutput, TwoInputChain, TwoInputOperator,
 };
 use streamtask_core::task::TaskConfig;
+use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 
+use super::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
+use super::sources::IterReader;
 use super::wiring::{ChannelOutput, ChannelWriter, EdgeChannels, EdgePattern, Wiring};
 use super::{JobError, RunningTask};
 use crate::Model;
@@ -60,6 +64,8 @@ type OpFactory<I, O> = Arc<dyn Fn(&SpawnCtx<'_>) -> BoxOperator<I, O> + Send + S
 type EdgeFactory =
     Box<dyn Fn(EdgePattern, usize, usize, usize) -> Result<EdgeChannels, JobError> + Send + Sync>;
 type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+/// Makes the partitioner of upstream subtask `n` of an edge.
+type PartitionerFactory<T> = Arc<dyn Fn(usize) -> Partitioner<T> + Send + Sync>;
 
 /// One task vertex: `parallelism` tasks named `<name>#<subtask>`.
 pub(crate) struct VertexSpec {
@@ -67,6 +73,7 @@ pub(crate) struct VertexSpec {
     pub(crate) parallelism: usize,
     pub(crate) is_source: bool,
     pub(crate) spawn: Spawner,
+    pub(crate) plan: PlannedTask,
 }
 
 /// One edge between two vertices; `create` makes its channels for an attempt.
@@ -178,16 +185,20 @@ impl StreamEnvironment {
     }
 
     /// Adds a legacy source with parallelism 1; `factory(subtask)` makes the function (again
-    /// for every attempt).
+    /// for every attempt). It runs under every model: on the task thread (legacy), on its own
+    /// thread with mails under the lock (bridge), or through a
+    /// [`HandoffReader`](streamtask_bridge::HandoffReader) (mailbox), which the
+    /// [plan](JobGraph::plan) names.
     pub fn add_source<F, FF>(&self, name: &str, factory: FF) -> DataStream<F::Out>
     where
         F: SourceFunction,
+        F::Out: Serialize + DeserializeOwned,
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.add_source_parallel(name, 1, factory)
     }
 
-    /// Adds a legacy source with `parallelism` subtasks.
+    /// Adds a legacy source with `parallelism` subtasks; see [`add_source`](Self::add_source).
     pub fn add_source_parallel<F, FF>(
         &self,
         name: &str,
@@ -196,27 +207,31 @@ impl StreamEnvironment {
     ) -> DataStream<F::Out>
     where
         F: SourceFunction,
+        F::Out: Serialize + DeserializeOwned,
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.claim_name(name);
-        if self.model == Model::Mailbox {
-            self.fail(JobError::LegacySourceUnderMailbox {
-                source_name: name.to_string(),
-            });
-        }
+        let (runtime, adapter) = match self.model {
+            Model::Legacy => ("legacy SourceStreamTask", None),
+            Model::Bridge => ("bridge LegacySourceStreamTask", None),
+            Model::Mailbox => ("mailbox SourceTask", Some(SourceAdapter::HandoffReader)),
+        };
         self.stream(
             name,
             parallelism,
             Head::LegacySource,
+            source_plan(name, runtime, adapter),
             Box::new(LegacySourceSegment {
-                name: name.to_string(),
                 context: self.graph.borrow().source_context,
                 factory: Arc::new(factory),
             }),
         )
     }
 
-    /// Adds a new-style source with parallelism 1; `factory(subtask)` makes the reader.
+    /// Adds a new-style source with parallelism 1; `factory(subtask)` makes the reader. It runs
+    /// under every model: on the task thread (mailbox, bridge), or through a
+    /// [`ReaderSource`](streamtask_bridge::ReaderSource) with an event-time context (legacy),
+    /// which the [plan](JobGraph::plan) names.
     pub fn add_reader<T, R, RF>(&self, name: &str, factory: RF) -> DataStream<T>
     where
         T: Send + 'static,
@@ -226,7 +241,7 @@ impl StreamEnvironment {
         self.add_reader_parallel(name, 1, factory)
     }
 
-    /// Adds a new-style source with `parallelism` subtasks.
+    /// Adds a new-style source with `parallelism` subtasks; see [`add_reader`](Self::add_reader).
     pub fn add_reader_parallel<T, R, RF>(
         &self,
         name: &str,
@@ -239,15 +254,15 @@ impl StreamEnvironment {
         RF: Fn(usize) -> R + Send + Sync + 'static,
     {
         self.claim_name(name);
-        if self.model == Model::Legacy {
-            self.fail(JobError::ReaderUnderLegacy {
-                source_name: name.to_string(),
-            });
-        }
+        let (runtime, adapter) = match self.model {
+            Model::Legacy => ("legacy SourceStreamTask", Some(SourceAdapter::ReaderSource)),
+            Model::Mailbox | Model::Bridge => ("mailbox SourceTask", None),
+        };
         self.stream(
             name,
             parallelism,
             Head::Reader,
+            source_plan(name, runtime, adapter),
             Box::new(ReaderSegment {
                 factory: Arc::new(factory),
                 _types: std::marker::PhantomData,
@@ -255,11 +270,50 @@ impl StreamEnvironment {
         )
     }
 
+    /// A bounded source of the items of `items`, with parallelism 1, for small jobs and
+    /// tests. Checkpointed: its position (items emitted) is in every snapshot, and a restore
+    /// skips that many items of a fresh `items.into_iter()`, so `items` must yield the same
+    /// items in the same order every time. The records carry no timestamps. It is a
+    /// new-style reader (through `ReaderSource` under the legacy model).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let out = CollectHandle::new();
+    /// env.from_iter("words", vec!["a", "b", "c"])
+    ///     .map("upper", |w: &str| w.to_uppercase())
+    ///     .collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// assert_eq!(out.committed(), ["A", "B", "C"]);
+    /// ```
+    pub fn from_iter<I>(&self, name: &str, items: I) -> DataStream<I::Item>
+    where
+        I: IntoIterator + Clone + Send + Sync + 'static,
+        I::IntoIter: Send + 'static,
+        I::Item: Send + 'static,
+    {
+        let reader_name = name.to_string();
+        self.add_reader(name, move |_| {
+            IterReader::new(reader_name.clone(), items.clone().into_iter())
+        })
+    }
+
+    /// The numbers of `range`, in order, with parallelism 1: [`from_iter`](Self::from_iter)
+    /// over a range, checkpointed the same way.
+    pub fn from_sequence(&self, name: &str, range: std::ops::Range<u64>) -> DataStream<u64> {
+        self.from_iter(name, range)
+    }
+
     fn stream<T: Send + 'static>(
         &self,
         name: &str,
         parallelism: usize,
         head: Head,
+        mut plan: PlannedTask,
         segment: Box<dyn Segment<T>>,
     ) -> DataStream<T> {
         if parallelism == 0 {
@@ -267,6 +321,7 @@ impl StreamEnvironment {
                 vertex: name.to_string(),
             });
         }
+        plan.parallelism = parallelism.max(1);
         DataStream {
             env: self.clone(),
             segment: Some(segment),
@@ -275,6 +330,7 @@ impl StreamEnvironment {
             head,
             is_source: matches!(head, Head::LegacySource | Head::Reader),
             bare_input: None,
+            plan,
         }
     }
 
@@ -282,8 +338,8 @@ impl StreamEnvironment {
     ///
     /// # Errors
     ///
-    /// The first problem met while building: a source the model cannot run (naming the
-    /// adapter), a parallelism of 0, a duplicate name, no sink.
+    /// The first problem met while building: a parallelism of 0, a duplicate name, an
+    /// invalid async configuration, no sink.
     pub fn build(self) -> Result<JobGraph, JobError> {
         let graph = Rc::try_unwrap(self.graph)
             .map_err(|_| {
@@ -347,6 +403,15 @@ impl JobGraph {
     pub fn edge_count(&self) -> usize {
         self.edges.len()
     }
+
+    /// The job's plan: its tasks, the runtime and source adapter each uses under the job's
+    /// model, their chains and the partitioning of their inputs. Print it with `{}`.
+    pub fn plan(&self) -> JobPlan {
+        JobPlan {
+            model: self.model,
+            tasks: self.vertices.iter().map(|v| v.plan.clone()).collect(),
+        }
+    }
 }
 
 impl fmt::Debug for JobGraph {
@@ -378,6 +443,8 @@ pub struct DataStream<T> {
     is_source: bool,
     /// The edge feeding the segment, while nothing is chained behind its input yet.
     bare_input: Option<usize>,
+    /// What the plan says about the vertex being built.
+    plan: PlannedTask,
 }
 
 impl<T: Send + 'static> DataStream<T> {
@@ -386,8 +453,10 @@ impl<T: Send + 'static> DataStream<T> {
         self.parallelism
     }
 
-    fn then<U: Send + 'static>(mut self, op: OpFactory<T, U>) -> DataStream<U> {
+    fn then<U: Send + 'static>(mut self, name: &str, op: OpFactory<T, U>) -> DataStream<U> {
         let inner = self.segment.take().expect("an open stream has a segment");
+        let mut plan = self.plan.clone();
+        plan.chain.push(name.to_string());
         DataStream {
             env: self.env.clone(),
             segment: Some(Box::new(ThenSegment { inner, op })),
@@ -396,6 +465,7 @@ impl<T: Send + 'static> DataStream<T> {
             head: self.head,
             is_source: self.is_source,
             bare_input: None,
+            plan,
         }
     }
 
@@ -405,10 +475,11 @@ impl<T: Send + 'static> DataStream<T> {
         U: Send + 'static,
         F: Fn(T) -> U + Clone + Send + Sync + 'static,
     {
-        let name = name.to_string();
-        self.then(Arc::new(move |_| {
-            Box::new(Map::new(name.clone(), f.clone()))
-        }))
+        let name_owned = name.to_string();
+        self.then(
+            name,
+            Arc::new(move |_| Box::new(Map::new(name_owned.clone(), f.clone()))),
+        )
     }
 
     /// Keeps the values `predicate` accepts.
@@ -416,10 +487,11 @@ impl<T: Send + 'static> DataStream<T> {
     where
         F: Fn(&T) -> bool + Clone + Send + Sync + 'static,
     {
-        let name = name.to_string();
-        self.then(Arc::new(move |_| {
-            Box::new(Filter::new(name.clone(), predicate.clone()))
-        }))
+        let name_owned = name.to_string();
+        self.then(
+            name,
+            Arc::new(move |_| Box::new(Filter::new(name_owned.clone(), predicate.clone()))),
+        )
     }
 
     /// Turns every value into zero or more.
@@ -428,10 +500,11 @@ impl<T: Send + 'static> DataStream<T> {
         U: Send + 'static,
         F: Fn(T, &mut Vec<U>) + Clone + Send + Sync + 'static,
     {
-        let name = name.to_string();
-        self.then(Arc::new(move |_| {
-            Box::new(FlatMap::new(name.clone(), f.clone()))
-        }))
+        let name_owned = name.to_string();
+        self.then(
+            name,
+            Arc::new(move |_| Box::new(FlatMap::new(name_owned.clone(), f.clone()))),
+        )
     }
 
     /// Chains any operator; `factory(subtask)` makes it for every task and attempt.
@@ -441,7 +514,10 @@ impl<T: Send + 'static> DataStream<T> {
         O::Out: Send + 'static,
         OF: Fn(usize) -> O + Send + Sync + 'static,
     {
-        self.then(Arc::new(move |ctx| Box::new(factory(ctx.subtask))))
+        self.then(
+            short_type_name::<O>(),
+            Arc::new(move |ctx| Box::new(factory(ctx.subtask))),
+        )
     }
 
     /// Calls `function` asynchronously for every value, with at most `config.capacity` calls
@@ -476,14 +552,18 @@ impl<T: Send + 'static> DataStream<T> {
                         self = self.shuffle(
                             name,
                             EdgePattern::Forward,
+                            "forward",
                             parallelism,
-                            Arc::new(|| Partitioner::Forward),
+                            Arc::new(|_| Partitioner::Forward),
                         );
                         self.bare_input.expect("a shuffle starts a bare input")
                     }
                 };
                 // The bare input segment is replaced by the async head's.
                 let _ = self.segment.take();
+                let mut plan = self.plan.clone();
+                plan.runtime = "legacy AsyncWaitStreamTask";
+                plan.chain.push(name_owned.clone());
                 DataStream {
                     env: self.env.clone(),
                     segment: Some(Box::new(LegacyAsyncSegment {
@@ -497,22 +577,26 @@ impl<T: Send + 'static> DataStream<T> {
                     head: Head::Input,
                     is_source: false,
                     bare_input: None,
+                    plan,
                 }
             }
             Model::Mailbox | Model::Bridge => {
                 if self.env.model == Model::Bridge && self.head == Head::LegacySource {
                     self = self.start_new_chain(name);
                 }
-                self.then(Arc::new(move |ctx| {
-                    Box::new(
-                        streamtask_mailbox::AsyncWaitOperator::new(
-                            name_owned.clone(),
-                            factory(ctx.subtask),
-                            config.clone(),
+                self.then(
+                    name,
+                    Arc::new(move |ctx| {
+                        Box::new(
+                            streamtask_mailbox::AsyncWaitOperator::new(
+                                name_owned.clone(),
+                                factory(ctx.subtask),
+                                config.clone(),
+                            )
+                            .expect("the async configuration was validated when the job was built"),
                         )
-                        .expect("the async configuration was validated when the job was built"),
-                    )
-                }))
+                    }),
+                )
             }
         }
     }
@@ -524,8 +608,9 @@ impl<T: Send + 'static> DataStream<T> {
         self.shuffle(
             name,
             EdgePattern::Forward,
+            "forward",
             parallelism,
-            Arc::new(|| Partitioner::Forward),
+            Arc::new(|_| Partitioner::Forward),
         )
     }
 
@@ -542,30 +627,27 @@ impl<T: Send + 'static> DataStream<T> {
         }
     }
 
-    fn shuffle(
+    /// Ends the vertex being built in the channels of a new edge into `next_vertex`
+    /// (`down` subtasks), and says how the plan shows that input.
+    fn edge_into(
         mut self,
         next_vertex: &str,
         pattern: EdgePattern,
-        parallelism: usize,
-        partitioner: Arc<dyn Fn() -> Partitioner<T> + Send + Sync>,
-    ) -> DataStream<T> {
+        partitioning: &'static str,
+        down: usize,
+        partitioner: PartitionerFactory<T>,
+    ) -> (usize, PlannedInput) {
         let edge = self.env.graph.borrow().edges.len();
         let writer_name = format!("{} -> {next_vertex}", self.vertex);
         let tail: Tail<T> = Arc::new(move |ctx| {
             let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
             let output = ChannelOutput::new(senders.clone())?;
-            let writer = RecordWriter::new(senders, partitioner())?;
+            let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?;
             let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
         let up = self.parallelism;
         self.finish_vertex(tail);
-        if parallelism == 0 {
-            self.env.fail(JobError::ZeroParallelism {
-                vertex: next_vertex.to_string(),
-            });
-        }
-        let down = parallelism.max(1);
         self.env.graph.borrow_mut().edges.push(EdgeSpec {
             pattern,
             up,
@@ -574,29 +656,224 @@ impl<T: Send + 'static> DataStream<T> {
                 EdgeChannels::create::<T>(pattern, up, down, capacity)
             }),
         });
-        self.env.claim_name(next_vertex);
+        let input = PlannedInput {
+            from: self.vertex.clone(),
+            partitioning,
+        };
+        (edge, input)
+    }
+
+    /// [`edge_into`](Self::edge_into) with forward channels when the parallelism matches,
+    /// round robin otherwise.
+    fn edge_into_matching(self, next_vertex: &str, down: usize) -> (usize, PlannedInput) {
+        if self.parallelism == down {
+            self.edge_into(
+                next_vertex,
+                EdgePattern::Forward,
+                "forward",
+                down,
+                Arc::new(|_| Partitioner::Forward),
+            )
+        } else {
+            self.edge_into(
+                next_vertex,
+                EdgePattern::AllToAll,
+                "rebalance",
+                down,
+                Arc::new(|_| Partitioner::RoundRobin),
+            )
+        }
+    }
+
+    /// A new task vertex `next_vertex` of `parallelism` subtasks reading `inputs`.
+    fn input_vertex(
+        env: StreamEnvironment,
+        next_vertex: &str,
+        parallelism: usize,
+        edges: Vec<usize>,
+        inputs: Vec<PlannedInput>,
+    ) -> DataStream<T> {
+        env.claim_name(next_vertex);
+        let plan = PlannedTask {
+            name: next_vertex.to_string(),
+            parallelism,
+            runtime: match env.model {
+                Model::Legacy => "legacy OneInputStreamTask",
+                Model::Mailbox | Model::Bridge => "mailbox OneInputTask",
+            },
+            adapter: None,
+            inputs,
+            chain: Vec::new(),
+        };
+        // Only a single input may become a legacy async head's input (it reads one edge).
+        let bare_input = match edges[..] {
+            [edge] => Some(edge),
+            _ => None,
+        };
         DataStream {
-            env: self.env.clone(),
+            env,
             segment: Some(Box::new(InputSegment::<T> {
-                edge,
+                edges,
                 _types: std::marker::PhantomData,
             })),
             vertex: next_vertex.to_string(),
-            parallelism: down,
+            parallelism,
             head: Head::Input,
             is_source: false,
-            bare_input: Some(edge),
+            bare_input,
+            plan,
         }
+    }
+
+    fn shuffle(
+        self,
+        next_vertex: &str,
+        pattern: EdgePattern,
+        partitioning: &'static str,
+        parallelism: usize,
+        partitioner: PartitionerFactory<T>,
+    ) -> DataStream<T> {
+        if parallelism == 0 {
+            self.env.fail(JobError::ZeroParallelism {
+                vertex: next_vertex.to_string(),
+            });
+        }
+        let down = parallelism.max(1);
+        let env = self.env.clone();
+        let (edge, input) = self.edge_into(next_vertex, pattern, partitioning, down, partitioner);
+        Self::input_vertex(env, next_vertex, down, vec![edge], vec![input])
+    }
+
+    /// Merges this stream and `others` (streams of the same type from the same job) into one,
+    /// read by a new task vertex `name` with this stream's parallelism, as Flink's `union`.
+    /// An input with the same parallelism feeds it through forward channels, any other through
+    /// round robin (the plan shows which). Barriers are aligned across all inputs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Bridge);
+    /// let out = CollectHandle::new();
+    /// let evens = env.from_iter("evens", vec![0u64, 2, 4]);
+    /// let odds = env.from_iter("odds", vec![1u64, 3]);
+    /// evens.union("all", [odds]).collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// let mut got = out.committed();
+    /// got.sort();
+    /// assert_eq!(got, [0, 1, 2, 3, 4]);
+    /// ```
+    pub fn union(
+        self,
+        name: &str,
+        others: impl IntoIterator<Item = DataStream<T>>,
+    ) -> DataStream<T> {
+        let env = self.env.clone();
+        let down = self.parallelism;
+        let mut edges = Vec::new();
+        let mut inputs = Vec::new();
+        for stream in std::iter::once(self).chain(others) {
+            if !Rc::ptr_eq(&stream.env.graph, &env.graph) {
+                env.fail(JobError::UnionAcrossJobs {
+                    vertex: name.to_string(),
+                });
+            }
+            let (pattern, partitioning, partitioner): (_, _, PartitionerFactory<T>) =
+                if stream.parallelism == down {
+                    (
+                        EdgePattern::Forward,
+                        "forward",
+                        Arc::new(|_| Partitioner::Forward),
+                    )
+                } else {
+                    (
+                        EdgePattern::AllToAll,
+                        "rebalance",
+                        Arc::new(|_| Partitioner::RoundRobin),
+                    )
+                };
+            let (edge, input) = stream.edge_into(name, pattern, partitioning, down, partitioner);
+            edges.push(edge);
+            inputs.push(input);
+        }
+        Self::input_vertex(env, name, down, edges, inputs)
+    }
+
+    /// Redistributes the records round robin over a new task vertex `name` of `parallelism`
+    /// subtasks, as Flink's `rebalance`.
+    pub fn rebalance(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "rebalance",
+            parallelism,
+            Arc::new(|_| Partitioner::RoundRobin),
+        )
+    }
+
+    /// Round robin within local groups, as Flink's `rescale`: each subtask writes only to the
+    /// subtasks of `name` it is grouped with (fewer channels than [`rebalance`](Self::rebalance)).
+    pub fn rescale(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::Pointwise,
+            "rescale",
+            parallelism,
+            Arc::new(|_| Partitioner::RoundRobin),
+        )
+    }
+
+    /// Sends every record to a random subtask of `name`, as Flink's `shuffle`; each upstream
+    /// subtask draws from its own generator, seeded with its index, so runs are reproducible.
+    pub fn shuffle_random(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "shuffle",
+            parallelism,
+            Arc::new(|subtask| Partitioner::shuffle(subtask as u64)),
+        )
+    }
+
+    /// Sends every record to one task `name` (parallelism 1), as Flink's `global`.
+    pub fn global(self, name: &str) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "global",
+            1,
+            Arc::new(|_| Partitioner::global()),
+        )
+    }
+
+    /// Sends every record to the subtask of `name` that `pick(value, parallelism)` names (an
+    /// index past the last wraps around), as Flink's `partitionCustom`.
+    pub fn partition_custom<P>(self, name: &str, parallelism: usize, pick: P) -> DataStream<T>
+    where
+        P: Fn(&T, usize) -> usize + Clone + Send + Sync + 'static,
+    {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "custom",
+            parallelism,
+            Arc::new(move |_| Partitioner::custom(pick.clone())),
+        )
     }
 
     fn finish_vertex(&mut self, tail: Tail<T>) {
         let segment = self.segment.take().expect("an open stream has a segment");
         let spawn = segment.finish(tail);
+        let mut plan = self.plan.clone();
+        plan.parallelism = self.parallelism;
         self.env.graph.borrow_mut().vertices.push(VertexSpec {
             name: self.vertex.clone(),
             parallelism: self.parallelism,
             is_source: self.is_source,
             spawn,
+            plan,
         });
     }
 
@@ -608,6 +885,7 @@ impl<T: Send + 'static> DataStream<T> {
         OF: Fn(usize) -> O + Send + Sync + 'static,
     {
         self.env.claim_name(name);
+        self.plan.chain.push(name.to_string());
         let tail: Tail<T> = Arc::new(move |ctx| {
             let op: BoxOperator<T, ()> = Box::new(factory(ctx.subtask));
             Ok((op, Box::new(Discard) as Box<dyn TaskOutput<()>>))
@@ -665,6 +943,222 @@ where
     }
 }
 
+impl<A: Send + 'static> DataStream<A> {
+    /// Connects this stream with `other` (of another type, from the same job) for a two-input
+    /// operator, as Flink's `connect`: see [`ConnectedStreams::map`]. The two-input task aligns
+    /// barriers across both inputs.
+    pub fn connect<B: Send + 'static>(self, other: DataStream<B>) -> ConnectedStreams<A, B> {
+        ConnectedStreams {
+            first: self,
+            second: other,
+        }
+    }
+}
+
+/// Two streams connected for a two-input operator; built by [`DataStream::connect`].
+#[must_use = "connected streams do nothing until processed"]
+pub struct ConnectedStreams<A, B> {
+    first: DataStream<A>,
+    second: DataStream<B>,
+}
+
+impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
+    /// Applies `f1` to the first stream's values and `f2` to the second's (Flink's `CoMap`),
+    /// in a new two-input task vertex `name` with the first stream's parallelism; each input
+    /// arrives through forward channels when its parallelism matches, round robin otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Legacy);
+    /// let out = CollectHandle::new();
+    /// let numbers = env.from_iter("numbers", vec![1u32, 2]);
+    /// let words = env.from_iter("words", vec!["abc".to_string()]);
+    /// numbers
+    ///     .connect(words)
+    ///     .map("either", |n: u32| n as usize, |w: String| w.len())
+    ///     .collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// let mut got = out.committed();
+    /// got.sort();
+    /// assert_eq!(got, [1, 2, 3]);
+    /// ```
+    pub fn map<O, F1, F2>(self, name: &str, f1: F1, f2: F2) -> DataStream<O>
+    where
+        O: Send + 'static,
+        F1: Fn(A) -> O + Clone + Send + Sync + 'static,
+        F2: Fn(B) -> O + Clone + Send + Sync + 'static,
+    {
+        let op_name = name.to_string();
+        self.two_input(
+            name,
+            Arc::new(move |_: &SpawnCtx<'_>| CoMap::new(op_name.clone(), f1.clone(), f2.clone())),
+        )
+    }
+
+    /// Turns each value of the first stream with `f1` and of the second with `f2` into zero
+    /// or more values (Flink's `CoFlatMap`), in a new two-input task vertex `name`, as
+    /// [`map`](Self::map).
+    pub fn flat_map<O, F1, F2>(self, name: &str, f1: F1, f2: F2) -> DataStream<O>
+    where
+        O: Send + 'static,
+        F1: Fn(A, &mut Vec<O>) + Clone + Send + Sync + 'static,
+        F2: Fn(B, &mut Vec<O>) + Clone + Send + Sync + 'static,
+    {
+        let op_name = name.to_string();
+        self.two_input(
+            name,
+            Arc::new(move |_: &SpawnCtx<'_>| {
+                CoFlatMap::new(op_name.clone(), f1.clone(), f2.clone())
+            }),
+        )
+    }
+
+    fn two_input<H>(
+        self,
+        name: &str,
+        head: Arc<dyn Fn(&SpawnCtx<'_>) -> H + Send + Sync>,
+    ) -> DataStream<H::Out>
+    where
+        H: TwoInputOperator<In1 = A, In2 = B> + 'static,
+        H::Out: Send + 'static,
+    {
+        let ConnectedStreams { first, second } = self;
+        let env = first.env.clone();
+        if !Rc::ptr_eq(&first.env.graph, &second.env.graph) {
+            env.fail(JobError::UnionAcrossJobs {
+                vertex: name.to_string(),
+            });
+        }
+        let down = first.parallelism;
+        let (edge1, input1) = first.edge_into_matching(name, down);
+        let (edge2, input2) = second.edge_into_matching(name, down);
+        env.claim_name(name);
+        let plan = PlannedTask {
+            name: name.to_string(),
+            parallelism: down,
+            runtime: match env.model {
+                Model::Legacy => "legacy TwoInputStreamTask",
+                Model::Mailbox | Model::Bridge => "mailbox TwoInputTask",
+            },
+            adapter: None,
+            inputs: vec![input1, input2],
+            chain: vec![name.to_string()],
+        };
+        DataStream {
+            env,
+            segment: Some(Box::new(TwoInputSegment {
+                edges: (edge1, edge2),
+                head,
+                _types: std::marker::PhantomData,
+            })),
+            vertex: name.to_string(),
+            parallelism: down,
+            head: Head::Input,
+            is_source: false,
+            bare_input: None,
+            plan,
+        }
+    }
+}
+
+impl<A, B> fmt::Debug for ConnectedStreams<A, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectedStreams")
+            .field("first", &self.first)
+            .field("second", &self.second)
+            .finish()
+    }
+}
+
+impl<T: Clone + Send + 'static> DataStream<T> {
+    /// Fan-out: every record of this stream goes to each of `names.len()` new task vertices,
+    /// one per name, with this stream's parallelism and forward channels, so several
+    /// downstream pipelines consume one stream (each ending in its own sink).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Legacy);
+    /// let (doubled, negated) = (CollectHandle::new(), CollectHandle::new());
+    /// let mut branches = env.from_sequence("numbers", 0..3).fan_out(&["double", "negate"]);
+    /// let second = branches.pop().unwrap();
+    /// let first = branches.pop().unwrap();
+    /// first.map("x2", |n: u64| n * 2).collect_sink("doubled", &doubled);
+    /// second.map("neg", |n: u64| -(n as i64)).collect_sink("negated", &negated);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// assert_eq!(doubled.committed(), [0, 2, 4]);
+    /// assert_eq!(negated.committed(), [0, -1, -2]);
+    /// ```
+    pub fn fan_out(mut self, names: &[&str]) -> Vec<DataStream<T>> {
+        if names.is_empty() {
+            self.env.fail(JobError::NoSink);
+            let _ = self.segment.take();
+            return Vec::new();
+        }
+        let first_edge = self.env.graph.borrow().edges.len();
+        let edges: Vec<usize> = (first_edge..first_edge + names.len()).collect();
+        let writer_name = format!("{} -> fan-out", self.vertex);
+        let tail_edges = edges.clone();
+        let tail: Tail<T> = Arc::new(move |ctx| {
+            let mut writers = Vec::new();
+            let mut all = Vec::new();
+            for &edge in &tail_edges {
+                let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
+                all.extend(senders.iter().cloned());
+                writers.push(RecordWriter::new(senders, Partitioner::Forward)?);
+            }
+            let output = ChannelOutput::new(all)?;
+            let op: BoxOperator<T, ()> = Box::new(FanOutWriter {
+                name: writer_name.clone(),
+                writers,
+            });
+            Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
+        });
+        let parallelism = self.parallelism;
+        let from = self.vertex.clone();
+        let env = self.env.clone();
+        self.finish_vertex(tail);
+        names
+            .iter()
+            .zip(edges)
+            .map(|(name, edge)| {
+                env.graph.borrow_mut().edges.push(EdgeSpec {
+                    pattern: EdgePattern::Forward,
+                    up: parallelism,
+                    down: parallelism,
+                    create: Box::new(|pattern, up, down, capacity| {
+                        EdgeChannels::create::<T>(pattern, up, down, capacity)
+                    }),
+                });
+                let input = PlannedInput {
+                    from: from.clone(),
+                    partitioning: "forward (fan-out)",
+                };
+                Self::input_vertex(env.clone(), name, parallelism, vec![edge], vec![input])
+            })
+            .collect()
+    }
+
+    /// Sends a copy of every record to every subtask of a new task vertex `name`, as Flink's
+    /// `broadcast()` partitioning.
+    pub fn broadcast(self, name: &str, parallelism: usize) -> DataStream<T> {
+        self.shuffle(
+            name,
+            EdgePattern::AllToAll,
+            "broadcast",
+            parallelism,
+            Arc::new(|_| Partitioner::broadcast()),
+        )
+    }
+}
+
 impl<T> fmt::Debug for DataStream<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DataStream")
@@ -702,8 +1196,9 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
         let stream = self.stream.shuffle(
             next_vertex,
             EdgePattern::AllToAll,
+            "hash",
             parallelism,
-            Arc::new(move || {
+            Arc::new(move |_| {
                 let k = Arc::clone(&part_key);
                 Partitioner::by_key(move |v: &T| k(v))
             }),
@@ -721,15 +1216,18 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         let (stream, key) = self.partitioned(name, parallelism);
-        let name = name.to_string();
-        stream.then(Arc::new(move |ctx| {
-            let key = Arc::clone(&key);
-            Box::new(KeyedProcessOperator::new(
-                name.clone(),
-                move |v: &T| key(v),
-                factory(ctx.subtask),
-            ))
-        }))
+        let name_owned = name.to_string();
+        stream.then(
+            name,
+            Arc::new(move |ctx| {
+                let key = Arc::clone(&key);
+                Box::new(KeyedProcessOperator::new(
+                    name_owned.clone(),
+                    move |v: &T| key(v),
+                    factory(ctx.subtask),
+                ))
+            }),
+        )
     }
 
     /// Applies `f` in `parallelism` tasks behind the hash partitioning (no keyed state).
@@ -777,7 +1275,6 @@ impl<X: Send + 'static, Y: Send + 'static> Segment<Y> for ThenSegment<X, Y> {
 }
 
 struct LegacySourceSegment<FF> {
-    name: String,
     context: SourceContextConfig,
     factory: Arc<FF>,
 }
@@ -785,11 +1282,11 @@ struct LegacySourceSegment<FF> {
 impl<F, FF> Segment<F::Out> for LegacySourceSegment<FF>
 where
     F: SourceFunction,
+    F::Out: Serialize + DeserializeOwned,
     FF: Fn(usize) -> F + Send + Sync + 'static,
 {
     fn finish(self: Box<Self>, tail: Tail<F::Out>) -> Spawner {
         let factory = self.factory;
-        let name = self.name;
         let context = self.context;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
@@ -801,9 +1298,19 @@ where
                 .with_context(context)
                 .with_fairness(ctx.fairness)
                 .spawn()),
-                Model::Mailbox => Err(JobError::LegacySourceUnderMailbox {
-                    source_name: name.clone(),
-                }),
+                Model::Mailbox => {
+                    // The function keeps its loop on a thread of its own; its records reach
+                    // the task thread through the handoff, which every checkpoint holds.
+                    let reader = streamtask_bridge::HandoffReader::new(source)
+                        .with_context(context)
+                        .with_clock(config.clock.clone())
+                        .with_metrics(Arc::clone(&config.metrics))
+                        .with_tracer(config.tracer.clone())
+                        .with_cancel_grace(config.cancel_grace);
+                    Ok(streamtask_mailbox::SourceTask::spawn(
+                        config, reader, chain, output,
+                    ))
+                }
                 Model::Bridge => Ok(streamtask_bridge::LegacySourceStreamTask::new(
                     config, source, chain, output,
                 )
@@ -835,9 +1342,17 @@ where
                 Model::Mailbox | Model::Bridge => Ok(streamtask_mailbox::SourceTask::spawn(
                     config, reader, chain, output,
                 )),
-                Model::Legacy => Err(JobError::ReaderUnderLegacy {
-                    source_name: config.name.clone(),
-                }),
+                // Polled under the checkpoint lock; an event-time context passes the reader's
+                // own timestamps and watermarks through unchanged.
+                Model::Legacy => Ok(streamtask_legacy::SourceStreamTask::new(
+                    config,
+                    streamtask_bridge::ReaderSource::new(reader),
+                    chain,
+                    output,
+                )
+                .with_context(SourceContextConfig::event_time())
+                .with_fairness(ctx.fairness)
+                .spawn()),
             }
         })
     }
@@ -846,10 +1361,13 @@ where
 /// The input gate of subtask `ctx.subtask` over edge `edge`, recording into the task's metrics.
 fn input_gate<T: Send + 'static>(
     ctx: &SpawnCtx<'_>,
-    edge: usize,
+    edges: &[usize],
     config: &TaskConfig,
 ) -> Result<InputGate<T>, JobError> {
-    let receivers = ctx.wiring.take_receivers::<T>(edge, ctx.subtask);
+    let receivers = edges
+        .iter()
+        .flat_map(|&edge| ctx.wiring.take_receivers::<T>(edge, ctx.subtask))
+        .collect();
     Ok(InputGate::new(receivers)?.with_metrics(Arc::clone(&config.metrics)))
 }
 
@@ -875,7 +1393,7 @@ where
         } = *self;
         Box::new(move |ctx, task_config| {
             let (chain, output) = tail(ctx)?;
-            let gate = input_gate::<F::In>(ctx, edge, &task_config)?;
+            let gate = input_gate::<F::In>(ctx, &[edge], &task_config)?;
             let head = streamtask_legacy::AsyncHead::new(
                 name.clone(),
                 factory(ctx.subtask),
@@ -898,17 +1416,54 @@ where
     }
 }
 
+struct TwoInputSegment<H: TwoInputOperator> {
+    edges: (usize, usize),
+    head: Arc<dyn Fn(&SpawnCtx<'_>) -> H + Send + Sync>,
+    _types: std::marker::PhantomData<fn() -> H>,
+}
+
+impl<H> Segment<H::Out> for TwoInputSegment<H>
+where
+    H: TwoInputOperator + 'static,
+    H::In1: Send + 'static,
+    H::In2: Send + 'static,
+    H::Out: Send + 'static,
+{
+    fn finish(self: Box<Self>, tail: Tail<H::Out>) -> Spawner {
+        let (edge1, edge2) = self.edges;
+        let head = self.head;
+        Box::new(move |ctx, config| {
+            let (rest, output) = tail(ctx)?;
+            let chain = TwoInputChain::new(head(ctx), rest);
+            let first = ctx.wiring.take_receivers::<H::In1>(edge1, ctx.subtask);
+            let second = ctx.wiring.take_receivers::<H::In2>(edge2, ctx.subtask);
+            let gate = TwoInputGate::new(first, second)?.with_metrics(Arc::clone(&config.metrics));
+            Ok(match ctx.model {
+                Model::Legacy => {
+                    streamtask_legacy::TwoInputStreamTask::new(config, gate, chain, output)
+                        .with_fairness(ctx.fairness)
+                        .spawn()
+                }
+                Model::Mailbox | Model::Bridge => {
+                    streamtask_mailbox::TwoInputTask::spawn(config, gate, chain, output)
+                }
+            })
+        })
+    }
+}
+
 struct InputSegment<T> {
-    edge: usize,
+    /// The edges read, all into one gate (more than one after a union).
+    edges: Vec<usize>,
     _types: std::marker::PhantomData<fn() -> T>,
 }
 
 impl<T: Send + 'static> Segment<T> for InputSegment<T> {
     fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner {
-        let edge = self.edge;
+        let edges = self.edges;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
-            let gate = input_gate::<T>(ctx, edge, &config)?;
+            let gate = input_gate::<T>(ctx, &edges, &config)?;
             Ok(match ctx.model {
                 Model::Legacy => {
                     streamtask_legacy::OneInputStreamTask::new(config, gate, chain, output)
@@ -920,5 +1475,82 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
                 }
             })
         })
+    }
+}
+
+/// The last operator of a chain that fans out: a copy of every record (and every watermark and
+/// status) into each branch's writer.
+struct FanOutWriter<T> {
+    name: String,
+    writers: Vec<RecordWriter<T>>,
+}
+
+impl<T: Clone + Send> Operator for FanOutWriter<T> {
+    type In = T;
+    type Out = ();
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<T>,
+        _ctx: &mut streamtask_core::Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        let (last, rest) = self.writers.split_last_mut().expect("at least one branch");
+        for writer in rest {
+            writer.collect(record.clone())?;
+        }
+        last.collect(record)
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        _ctx: &mut streamtask_core::Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.emit_watermark(watermark))
+    }
+
+    fn process_status(
+        &mut self,
+        status: StreamStatus,
+        _ctx: &mut streamtask_core::Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.emit_status(status))
+    }
+}
+
+impl<T> fmt::Debug for FanOutWriter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FanOutWriter")
+            .field("name", &self.name)
+            .field("branches", &self.writers.len())
+            .finish()
+    }
+}
+
+/// The last path segment of `O`'s type name, without generics: a plan's label for an operator
+/// added with [`DataStream::operator`].
+fn short_type_name<O>() -> &'static str {
+    let full = std::any::type_name::<O>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
+/// The plan of a source vertex before anything is chained behind the source.
+fn source_plan(name: &str, runtime: &'static str, adapter: Option<SourceAdapter>) -> PlannedTask {
+    PlannedTask {
+        name: name.to_string(),
+        parallelism: 1,
+        runtime,
+        adapter,
+        inputs: Vec::new(),
+        chain: vec![name.to_string()],
     }
 }

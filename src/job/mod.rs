@@ -3,8 +3,10 @@
 mod error;
 mod executor;
 mod graph;
+mod plan;
 mod restore;
 mod runtime;
+mod sources;
 mod wiring;
 
 pub use self::error::JobError;
@@ -12,6 +14,7 @@ pub use self::executor::{
     JobConfig, JobMetrics, JobPhase, JobResult, PhaseCallback, ProgressCallback, RestartStrategy,
     TaskResult,
 };
-pub use self::graph::{DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;

@@ -27,8 +27,14 @@ use super::JobError;
 pub(crate) enum EdgePattern {
     /// Subtask `i` feeds subtask `i` only (equal parallelism).
     Forward,
-    /// Every upstream subtask feeds every downstream subtask (hash partitioning).
+    /// Every upstream subtask feeds every downstream subtask (hash, round robin, broadcast,
+    /// custom partitioning).
     AllToAll,
+    /// Each upstream subtask feeds a local group of downstream subtasks, or a group of
+    /// upstream subtasks feeds one downstream subtask (Flink's rescale): with `up <= down`,
+    /// downstream `j` reads upstream `j * up / down`; with `up > down`, upstream `i` writes
+    /// downstream `i * down / up`.
+    Pointwise,
 }
 
 /// The channels of one edge for one attempt: each side's ends, type-erased until the typed
@@ -55,6 +61,22 @@ impl EdgeChannels {
                     let (tx, rx) = bounded(capacity)?;
                     senders[i].push(tx);
                     receivers[i].push(rx);
+                }
+            }
+            EdgePattern::Pointwise => {
+                for (i, sender_set) in senders.iter_mut().enumerate() {
+                    for (j, receiver_set) in receivers.iter_mut().enumerate() {
+                        let linked = if up <= down {
+                            j * up / down == i
+                        } else {
+                            i * down / up == j
+                        };
+                        if linked {
+                            let (tx, rx) = bounded(capacity)?;
+                            sender_set.push(tx);
+                            receiver_set.push(rx);
+                        }
+                    }
                 }
             }
             EdgePattern::AllToAll => {

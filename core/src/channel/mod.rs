@@ -87,4 +87,4 @@ pub use self::bounded::{
 };
 pub use self::gate::{GateError, GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
 pub use self::valve::{ValveOutput, ValveUpdate, WatermarkValve};
-pub use self::writer::{Partitioner, RecordWriter, WriterError};
+pub use self::writer::{Partitioner, PickChannel, RecordWriter, WriterError};

@@ -26,7 +26,13 @@ pub enum Partitioner<T> {
     /// Every channel gets a copy; the function makes the copies (build it with
     /// [`Partitioner::broadcast`]).
     Broadcast(fn(&T) -> T),
+    /// The channel a function picks from the value and the channel count (build it with
+    /// [`Partitioner::custom`]); an index past the last channel wraps around (modulo).
+    Custom(PickChannel<T>),
 }
+
+/// A custom partitioner's choice: `(value, channels) -> channel`.
+pub type PickChannel<T> = Box<dyn FnMut(&T, usize) -> usize + Send>;
 
 impl<T> Partitioner<T> {
     /// Hash partitioning by `hash`.
@@ -42,6 +48,33 @@ impl<T> Partitioner<T> {
             key(value).hash(&mut hasher);
             hasher.finish()
         }))
+    }
+
+    /// Custom partitioning: `pick(value, channels)` names the channel of `value`, as Flink's
+    /// `partitionCustom`. It may keep state (a shuffle's random generator).
+    pub fn custom(pick: impl FnMut(&T, usize) -> usize + Send + 'static) -> Self {
+        Partitioner::Custom(Box::new(pick))
+    }
+
+    /// Every record to the first channel, as Flink's `global()`.
+    pub fn global() -> Self {
+        Partitioner::custom(|_, _| 0)
+    }
+
+    /// A channel drawn uniformly at random per record, as Flink's `shuffle()`, from a generator
+    /// seeded with `seed` (so a run is reproducible; give each upstream subtask its own).
+    pub fn shuffle(seed: u64) -> Self {
+        let mut state = seed;
+        Partitioner::custom(move |_, channels| {
+            // SplitMix64: one step per record.
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            // The remainder is below the channel count, so it fits a usize.
+            (z % channels as u64) as usize
+        })
     }
 
     /// Broadcast: every channel gets a clone of every record.
@@ -60,6 +93,7 @@ impl<T> fmt::Debug for Partitioner<T> {
             Partitioner::Hash(_) => "Hash(..)",
             Partitioner::RoundRobin => "RoundRobin",
             Partitioner::Broadcast(_) => "Broadcast(..)",
+            Partitioner::Custom(_) => "Custom(..)",
         })
     }
 }
@@ -233,7 +267,7 @@ fn send_blocking_slow<T>(
 impl<T> Output<T> for RecordWriter<T> {
     fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
         let metrics = self.metrics.as_deref();
-        match &self.partitioner {
+        match &mut self.partitioner {
             Partitioner::Forward => {
                 send(&self.channels[0], StreamElement::Record(record), metrics)?
             }
@@ -250,6 +284,11 @@ impl<T> Output<T> for RecordWriter<T> {
                 } else {
                     ch + 1
                 };
+                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+            }
+            Partitioner::Custom(pick) => {
+                let n = self.channels.len();
+                let ch = pick(&record.value, n) % n;
                 send(&self.channels[ch], StreamElement::Record(record), metrics)?;
             }
             Partitioner::Broadcast(copy) => {

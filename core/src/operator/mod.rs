@@ -61,7 +61,7 @@ use std::sync::Arc;
 pub use self::basic::{Filter, FlatMap, Map};
 pub use self::chain::{Chain, ChainOutput, OperatorExt};
 pub use self::keyed::{KeyedContext, KeyedProcessOperator};
-pub use self::two_input::{CoMap, TwoInputChain, TwoInputOperator};
+pub use self::two_input::{CoFlatMap, CoMap, TwoInputChain, TwoInputOperator};
 
 /// Where an operator's results go: the next operator of its chain, or the task's output.
 pub trait Output<T> {

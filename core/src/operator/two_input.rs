@@ -235,6 +235,103 @@ impl<I1, I2, O, F1, F2> fmt::Debug for CoMap<I1, I2, O, F1, F2> {
     }
 }
 
+/// A two-input operator turning each value of either input into zero or more outputs (Flink's
+/// `CoFlatMapFunction`); outputs keep their input's timestamp.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::operator::{CoFlatMap, Map, TwoInputChain};
+/// use streamtask_core::testing::TwoInputHarness;
+///
+/// let head = CoFlatMap::new(
+///     "both",
+///     |n: u32, out: &mut Vec<u32>| out.extend([n, n]),
+///     |s: String, out: &mut Vec<u32>| out.push(s.len() as u32),
+/// );
+/// let mut h = TwoInputHarness::new(TwoInputChain::new(head, Map::new("id", |n: u32| n)));
+/// h.open().unwrap();
+/// h.process1(7).unwrap();
+/// h.process2("ab".to_string()).unwrap();
+/// assert_eq!(h.output_values(), vec![7, 7, 2]);
+/// ```
+pub struct CoFlatMap<I1, I2, O, F1, F2> {
+    name: String,
+    f1: F1,
+    f2: F2,
+    buffer: Vec<O>,
+    _types: PhantomData<fn(I1, I2)>,
+}
+
+impl<I1, I2, O, F1, F2> CoFlatMap<I1, I2, O, F1, F2>
+where
+    F1: FnMut(I1, &mut Vec<O>) + Send,
+    F2: FnMut(I2, &mut Vec<O>) + Send,
+{
+    /// A co-flat-map named `name`.
+    pub fn new(name: impl Into<String>, f1: F1, f2: F2) -> Self {
+        CoFlatMap {
+            name: name.into(),
+            f1,
+            f2,
+            buffer: Vec::new(),
+            _types: PhantomData,
+        }
+    }
+
+    fn emit(
+        buffer: &mut Vec<O>,
+        timestamp: Option<i64>,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), OperatorError> {
+        for value in buffer.drain(..) {
+            ctx.collect(StreamRecord { value, timestamp })?;
+        }
+        Ok(())
+    }
+}
+
+impl<I1, I2, O, F1, F2> TwoInputOperator for CoFlatMap<I1, I2, O, F1, F2>
+where
+    O: Send,
+    F1: FnMut(I1, &mut Vec<O>) + Send,
+    F2: FnMut(I2, &mut Vec<O>) + Send,
+{
+    type In1 = I1;
+    type In2 = I2;
+    type Out = O;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn process_element1(
+        &mut self,
+        record: StreamRecord<I1>,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), OperatorError> {
+        (self.f1)(record.value, &mut self.buffer);
+        Self::emit(&mut self.buffer, record.timestamp, ctx)
+    }
+
+    fn process_element2(
+        &mut self,
+        record: StreamRecord<I2>,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), OperatorError> {
+        (self.f2)(record.value, &mut self.buffer);
+        Self::emit(&mut self.buffer, record.timestamp, ctx)
+    }
+}
+
+impl<I1, I2, O, F1, F2> fmt::Debug for CoFlatMap<I1, I2, O, F1, F2> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoFlatMap")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
 /// A two-input head (index 0) followed by a one-input chain (indices 1..).
 pub struct TwoInputChain<H, T> {
     head: H,

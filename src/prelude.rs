@@ -1,0 +1,30 @@
+//! What a job needs, in one import: `use streamtask::prelude::*;`.
+//!
+//! | concept | items | lives in |
+//! |---|---|---|
+//! | building and running a job | [`StreamEnvironment`], [`DataStream`], [`KeyedStream`], [`JobGraph`], [`JobConfig`], [`RestartStrategy`], [`Restore`], [`Model`], [`JobError`] | this crate |
+//! | the printable plan | [`JobPlan`], [`PlannedTask`], [`SourceAdapter`] | this crate |
+//! | checkpoints | [`CheckpointConfig`] | this crate |
+//! | sinks | [`CollectHandle`], [`TwoPhaseCommitFileSink`] | this crate |
+//! | legacy sources | [`SourceFunction`], [`SourceContext`], [`SourceContextConfig`] | `streamtask-legacy` |
+//! | new-style sources | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | `streamtask-mailbox` |
+//! | records, time, errors | [`StreamRecord`], [`Watermark`], [`OperatorError`], [`Clock`] | `streamtask-core` |
+//! | operators and functions | [`Operator`], [`Context`], [`KeyedProcessFunction`], [`KeyedContext`], [`AsyncFunction`], [`ResultFuture`], [`AsyncConfig`], [`TimeDomain`] | `streamtask-core` |
+//! | partitioning | [`Partitioner`] | `streamtask-core` |
+
+pub use crate::checkpoint::CheckpointConfig;
+pub use crate::job::{
+    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedStream, PlannedTask,
+    RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
+};
+pub use crate::model::Model;
+pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};
+pub use streamtask_core::async_io::AsyncConfig;
+pub use streamtask_core::channel::Partitioner;
+pub use streamtask_core::function::{
+    AsyncFunction, KeyedProcessFunction, ResultFuture, TimeDomain,
+};
+pub use streamtask_core::operator::KeyedContext;
+pub use streamtask_core::{Clock, Context, Operator, OperatorError, StreamRecord, Watermark};
+pub use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
+pub use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
