@@ -1,69 +1,16 @@
 //! `Send`/`Sync` of the bridge's public handles, tasks, readers and error types, checked at
 //! compile time.
 
-// Compile-time checks in the shape of tokio's `tests/async_send_sync.rs`: each line below fails
-// to compile if the type lost (or, for the `!` lines, gained) the property. The checks are
-// `const` items and never-called functions, so there is nothing to run; `smoke` only makes the
+// The checks are core's `assert_*` macros (`streamtask_core::testing`): each line fails to
+// compile if the type lost (or, for the `not` lines, gained) the property; `smoke` only makes the
 // file a test target that shows up in the test list.
 
-#[allow(dead_code)]
-const fn send<T: ?Sized + Send>() {}
-#[allow(dead_code)]
-const fn sync<T: ?Sized + Sync>() {}
-#[allow(dead_code)]
-const fn send_sync<T: ?Sized + Send + Sync>() {}
-
-/// Compiles only if `$t` is NOT `Send` (the autoref ambiguity trick tokio uses: if `$t: Send`,
-/// two impls apply and the call is ambiguous).
-#[allow(unused_macros)]
-macro_rules! not_send {
-    ($t:ty) => {
-        const _: fn() = || {
-            #[allow(dead_code)]
-            trait AmbiguousIfSend<A> {
-                fn some_item() {}
-            }
-            impl<T: ?Sized> AmbiguousIfSend<()> for T {}
-            #[allow(dead_code)]
-            struct Invalid;
-            impl<T: ?Sized + Send> AmbiguousIfSend<Invalid> for T {}
-            let _ = <$t as AmbiguousIfSend<_>>::some_item;
-        };
-    };
-}
-
-/// Compiles only if `$t` is NOT `Sync`.
-#[allow(unused_macros)]
-macro_rules! not_sync {
-    ($t:ty) => {
-        const _: fn() = || {
-            #[allow(dead_code)]
-            trait AmbiguousIfSync<A> {
-                fn some_item() {}
-            }
-            impl<T: ?Sized> AmbiguousIfSync<()> for T {}
-            #[allow(dead_code)]
-            struct Invalid;
-            impl<T: ?Sized + Sync> AmbiguousIfSync<Invalid> for T {}
-            let _ = <$t as AmbiguousIfSync<_>>::some_item;
-        };
-    };
-}
-
-/// `Send + Sync` for each type.
-macro_rules! send_sync {
-    ($($t:ty),* $(,)?) => { $( const _: () = send_sync::<$t>(); )* };
-}
-
-/// `Send` for each type (see the `not_sync!` line next to it).
-#[allow(unused_macros)]
-macro_rules! send_only {
-    ($($t:ty),* $(,)?) => { $( const _: () = send::<$t>(); )* };
-}
+#[allow(unused_imports)]
+use streamtask_core::{assert_not_send, assert_not_sync, assert_send_only, assert_send_sync};
 
 #[test]
 fn smoke() {
-    send_sync::<u8>();
+    streamtask_core::testing::assert_send_sync::<u8>();
 }
 
 use streamtask_bridge::porting::{
@@ -78,10 +25,10 @@ use streamtask_legacy::SourceFunction;
 use streamtask_mailbox::SourceReader;
 
 // The handle the executor holds, and the errors.
-send_sync!(TaskHandle, ChainingError);
+assert_send_sync!(TaskHandle, ChainingError);
 
 // The porting kit's reports travel back to the test thread.
-send_sync!(
+assert_send_sync!(
     Side,
     CheckpointSummary,
     RestoreSummary,
@@ -91,7 +38,7 @@ send_sync!(
 );
 
 // The lock executor runs mails under a shared checkpoint lock.
-send_sync!(CheckpointLockExecutor<Vec<u64>>);
+assert_send_sync!(CheckpointLockExecutor<Vec<u64>>);
 
 // Builders and readers move to the threads that run them, whatever the source and chain.
 #[allow(dead_code)]
@@ -102,8 +49,8 @@ where
     W: TaskOutput<C::Out> + 'static,
     R: SourceReader<F::Out>,
 {
-    send::<LegacySourceStreamTask<F, C, W>>();
-    send::<HandoffReader<F>>();
-    send::<ReaderSource<R, F::Out>>();
-    send::<ReaderSourceState<R, F::Out>>();
+    streamtask_core::testing::assert_send::<LegacySourceStreamTask<F, C, W>>();
+    streamtask_core::testing::assert_send::<HandoffReader<F>>();
+    streamtask_core::testing::assert_send::<ReaderSource<R, F::Out>>();
+    streamtask_core::testing::assert_send::<ReaderSourceState<R, F::Out>>();
 }

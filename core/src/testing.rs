@@ -6,8 +6,10 @@
 //! themselves until [`OperatorHarness::process_events`] delivers them.
 
 mod manual_async;
+mod send_sync;
 
 pub use self::manual_async::{MANUAL_CALL_GUARD, ManualAsyncFunction, ManualCall, ManualCalls};
+pub use self::send_sync::{assert_send, assert_send_sync, assert_sync};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;

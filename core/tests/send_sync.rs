@@ -1,68 +1,15 @@
 //! `Send`/`Sync` of core's public handles, services and error types, checked at compile time.
 
-// Compile-time checks in the shape of tokio's `tests/async_send_sync.rs`: each line below fails
-// to compile if the type lost (or, for the `!` lines, gained) the property. The checks are
-// `const` items and never-called functions, so there is nothing to run; `smoke` only makes the
+// The checks are core's `assert_*` macros (`streamtask_core::testing`): each line fails to
+// compile if the type lost (or, for the `not` lines, gained) the property; `smoke` only makes the
 // file a test target that shows up in the test list.
 
-#[allow(dead_code)]
-const fn send<T: ?Sized + Send>() {}
-#[allow(dead_code)]
-const fn sync<T: ?Sized + Sync>() {}
-#[allow(dead_code)]
-const fn send_sync<T: ?Sized + Send + Sync>() {}
-
-/// Compiles only if `$t` is NOT `Send` (the autoref ambiguity trick tokio uses: if `$t: Send`,
-/// two impls apply and the call is ambiguous).
-#[allow(unused_macros)]
-macro_rules! not_send {
-    ($t:ty) => {
-        const _: fn() = || {
-            #[allow(dead_code)]
-            trait AmbiguousIfSend<A> {
-                fn some_item() {}
-            }
-            impl<T: ?Sized> AmbiguousIfSend<()> for T {}
-            #[allow(dead_code)]
-            struct Invalid;
-            impl<T: ?Sized + Send> AmbiguousIfSend<Invalid> for T {}
-            let _ = <$t as AmbiguousIfSend<_>>::some_item;
-        };
-    };
-}
-
-/// Compiles only if `$t` is NOT `Sync`.
-#[allow(unused_macros)]
-macro_rules! not_sync {
-    ($t:ty) => {
-        const _: fn() = || {
-            #[allow(dead_code)]
-            trait AmbiguousIfSync<A> {
-                fn some_item() {}
-            }
-            impl<T: ?Sized> AmbiguousIfSync<()> for T {}
-            #[allow(dead_code)]
-            struct Invalid;
-            impl<T: ?Sized + Sync> AmbiguousIfSync<Invalid> for T {}
-            let _ = <$t as AmbiguousIfSync<_>>::some_item;
-        };
-    };
-}
-
-/// `Send + Sync` for each type.
-macro_rules! send_sync {
-    ($($t:ty),* $(,)?) => { $( const _: () = send_sync::<$t>(); )* };
-}
-
-/// `Send` for each type (see the `not_sync!` line next to it).
-#[allow(unused_macros)]
-macro_rules! send_only {
-    ($($t:ty),* $(,)?) => { $( const _: () = send::<$t>(); )* };
-}
+#[allow(unused_imports)]
+use streamtask_core::{assert_not_send, assert_not_sync, assert_send_only, assert_send_sync};
 
 #[test]
 fn smoke() {
-    send_sync::<u8>();
+    streamtask_core::testing::assert_send_sync::<u8>();
 }
 
 use streamtask_core::async_io::{
@@ -90,7 +37,7 @@ use streamtask_core::{
 };
 
 // Elements and their vocabulary.
-send_sync!(
+assert_send_sync!(
     StreamRecord<u64>,
     StreamElement<u64>,
     Watermark,
@@ -100,7 +47,7 @@ send_sync!(
 );
 
 // Channels: handles move to the producing and consuming threads; the errors carry payloads.
-send_sync!(
+assert_send_sync!(
     Sender<u64>,
     Receiver<u64>,
     InputGate<u64>,
@@ -115,7 +62,7 @@ send_sync!(
     TwoInputEvent<u64, String>,
     InputClosed,
 );
-send_sync!(
+assert_send_sync!(
     ChannelError,
     GateError,
     SendError<u64>,
@@ -128,7 +75,7 @@ send_sync!(
 );
 
 // Time: the clock and the timer scheduler are shared by the timer thread and the task.
-send_sync!(
+assert_send_sync!(
     Clock,
     ManualClock,
     Timer,
@@ -139,7 +86,7 @@ send_sync!(
 );
 
 // Task vocabulary: configuration, outcomes, reports and their errors cross thread boundaries.
-send_sync!(
+assert_send_sync!(
     TaskConfig,
     TaskOutcome,
     TaskFailure,
@@ -154,13 +101,13 @@ send_sync!(
 );
 
 // Operator services: every task thread and every timer thread may hold them.
-send_sync!(TaskServices, EventSender, NoEvents, Discard);
+assert_send_sync!(TaskServices, EventSender, NoEvents, Discard);
 // A refused event gives the event back: a `Box<dyn Any + Send>`, so `Send` but not `Sync`.
-send_only!(EventRejected);
-not_sync!(EventRejected);
+assert_send_only!(EventRejected);
+assert_not_sync!(EventRejected);
 
 // Async I/O: completions arrive from any thread.
-send_sync!(
+assert_send_sync!(
     ResultFuture<u64>,
     Completion<u64>,
     AsyncOutcome<u64>,
@@ -178,7 +125,7 @@ send_sync!(
 );
 
 // Metrics and tracing: shared by every thread of a task.
-send_sync!(
+assert_send_sync!(
     TaskMetrics,
     Counter,
     LatencyHistogram,
