@@ -526,3 +526,35 @@ impl<H: TwoInputOperator, T: Operator<In = H::Out>> fmt::Debug for TwoInputHarne
             .finish_non_exhaustive()
     }
 }
+
+/// A [`CompletionSink`](crate::function::CompletionSink) that forwards every completion into a
+/// channel, for tests that drive an async function by hand and read what completed.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::function::{AsyncOutcome, Completion, CompletionSink};
+/// use streamtask_core::testing::completion_channel;
+///
+/// let (sink, completions) = completion_channel::<u32>();
+/// sink.deliver(Completion { entry: 0, attempt: 0, outcome: AsyncOutcome::Results(vec![7]) });
+/// assert_eq!(completions.recv().unwrap().outcome, AsyncOutcome::Results(vec![7]));
+/// ```
+pub fn completion_channel<O: Send + 'static>() -> (
+    std::sync::Arc<CompletionChannel<O>>,
+    crate::sync::channel::Receiver<crate::function::Completion<O>>,
+) {
+    let (tx, rx) = crate::sync::channel::unbounded();
+    (std::sync::Arc::new(CompletionChannel(tx)), rx)
+}
+
+/// The sink [`completion_channel`] returns.
+#[derive(Debug)]
+pub struct CompletionChannel<O>(crate::sync::channel::Sender<crate::function::Completion<O>>);
+
+impl<O: Send + 'static> crate::function::CompletionSink<O> for CompletionChannel<O> {
+    fn deliver(&self, completion: crate::function::Completion<O>) {
+        // A receiver that is gone: the test stopped listening.
+        let _ = self.0.send(completion);
+    }
+}

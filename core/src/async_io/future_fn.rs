@@ -205,21 +205,9 @@ impl<O> Drop for CompleteOnDrop<O> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::{AsyncOutcome, Completion, CompletionSink};
-    use std::sync::mpsc;
+    use crate::function::{AsyncOutcome, Completion};
 
-    struct ToChannel(std::sync::Mutex<mpsc::Sender<Completion<u32>>>);
-
-    impl CompletionSink<u32> for ToChannel {
-        fn deliver(&self, c: Completion<u32>) {
-            let _ = self.0.lock().unwrap().send(c);
-        }
-    }
-
-    fn sink() -> (Arc<ToChannel>, mpsc::Receiver<Completion<u32>>) {
-        let (tx, rx) = mpsc::channel();
-        (Arc::new(ToChannel(std::sync::Mutex::new(tx))), rx)
-    }
+    use crate::testing::completion_channel as sink;
 
     #[test]
     fn results_errors_and_panics_complete_the_future() {

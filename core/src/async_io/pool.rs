@@ -280,21 +280,9 @@ impl<S, I, O> fmt::Debug for BlockingAsyncFunction<S, I, O> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::function::{AsyncOutcome, Completion, CompletionSink};
-    use std::sync::mpsc;
+    use crate::function::{AsyncOutcome, Completion};
 
-    struct ToChannel(std::sync::Mutex<mpsc::Sender<Completion<u32>>>);
-
-    impl CompletionSink<u32> for ToChannel {
-        fn deliver(&self, c: Completion<u32>) {
-            let _ = self.0.lock().unwrap().send(c);
-        }
-    }
-
-    fn sink() -> (Arc<ToChannel>, mpsc::Receiver<Completion<u32>>) {
-        let (tx, rx) = mpsc::channel();
-        (Arc::new(ToChannel(std::sync::Mutex::new(tx))), rx)
-    }
+    use crate::testing::completion_channel as sink;
 
     #[test]
     fn zero_threads_or_capacity_are_typed_errors() {
