@@ -2,7 +2,8 @@
 //!
 //! Simple transformations are closures ([`Map`](crate::operator::Map),
 //! [`Filter`](crate::operator::Filter), [`FlatMap`](crate::operator::FlatMap)); logic with
-//! per-key state and timers implements [`KeyedProcessFunction`]; calls to external systems
+//! per-key state and timers implements [`KeyedProcessFunction`] (or, over two connected inputs
+//! sharing per-key state, [`CoProcessFunction`]); calls to external systems
 //! implement [`AsyncFunction`] and complete a [`ResultFuture`] from any thread (first completion
 //! wins).
 
@@ -10,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::OperatorError;
-use crate::operator::KeyedContext;
+use crate::operator::{EndOfInputContext, KeyedContext};
 
 /// Which clock a timer follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,6 +108,142 @@ pub trait KeyedProcessFunction: Send {
         ctx: &mut KeyedContext<'_, '_, Self::Key, Self::State, Self::Out>,
     ) -> Result<(), OperatorError> {
         let _ = (timestamp, domain, ctx);
+        Ok(())
+    }
+
+    /// The input ended: called once, after [`Watermark::MAX`](crate::Watermark::MAX) fired
+    /// every event-time timer and was forwarded, and before the operator finishes (Flink's
+    /// `endInput`). Processing-time timers still pending do not fire; `ctx` lists them, with
+    /// every key's state, so the function can emit what they would have. The default does
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn end_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, '_, Self::Key, Self::State, Self::Out>,
+    ) -> Result<(), OperatorError> {
+        let _ = ctx;
+        Ok(())
+    }
+}
+
+/// User logic over two connected inputs keyed alike, sharing per-key state and timers (Flink's
+/// `KeyedCoProcessFunction`): a record of either input with key `k` sees the same state, and a
+/// timer of key `k` fires [`on_timer`](Self::on_timer) with that state, whichever input
+/// registered it.
+///
+/// # Examples
+///
+/// A join that remembers the latest price per key (input 2) and prices each order (input 1):
+///
+/// ```
+/// use streamtask_core::OperatorError;
+/// use streamtask_core::function::CoProcessFunction;
+/// use streamtask_core::operator::{KeyedCoProcessOperator, KeyedContext, Map, TwoInputChain};
+/// use streamtask_core::testing::TwoInputHarness;
+///
+/// struct Price;
+///
+/// impl CoProcessFunction for Price {
+///     type Key = String;
+///     type In1 = (String, u64);
+///     type In2 = (String, u64);
+///     type Out = u64;
+///     type State = u64;
+///
+///     fn process_element1(
+///         &mut self,
+///         order: (String, u64),
+///         ctx: &mut KeyedContext<'_, '_, String, u64, u64>,
+///     ) -> Result<(), OperatorError> {
+///         let price = *ctx.state();
+///         ctx.collect(order.1 * price)
+///     }
+///
+///     fn process_element2(
+///         &mut self,
+///         price: (String, u64),
+///         ctx: &mut KeyedContext<'_, '_, String, u64, u64>,
+///     ) -> Result<(), OperatorError> {
+///         *ctx.state() = price.1;
+///         Ok(())
+///     }
+/// }
+///
+/// let op = KeyedCoProcessOperator::new(
+///     "price",
+///     |o: &(String, u64)| o.0.clone(),
+///     |p: &(String, u64)| p.0.clone(),
+///     Price,
+/// );
+/// let mut h = TwoInputHarness::new(TwoInputChain::new(op, Map::new("id", |n: u64| n)));
+/// h.open().unwrap();
+/// h.process2(("apple".to_string(), 3)).unwrap();
+/// h.process1(("apple".to_string(), 2)).unwrap();
+/// assert_eq!(h.output_values(), vec![6]);
+/// ```
+pub trait CoProcessFunction: Send {
+    /// The key both inputs are grouped by.
+    type Key: Ord + Clone + Serialize + DeserializeOwned + Send;
+    /// What the first input carries.
+    type In1;
+    /// What the second input carries.
+    type In2;
+    /// What it emits.
+    type Out;
+    /// The state kept per key, shared by both inputs; a new key starts with `default()`.
+    type State: Default + Serialize + DeserializeOwned + Send;
+
+    /// Processes one record of the first input.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn process_element1(
+        &mut self,
+        value: Self::In1,
+        ctx: &mut KeyedContext<'_, '_, Self::Key, Self::State, Self::Out>,
+    ) -> Result<(), OperatorError>;
+
+    /// Processes one record of the second input.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn process_element2(
+        &mut self,
+        value: Self::In2,
+        ctx: &mut KeyedContext<'_, '_, Self::Key, Self::State, Self::Out>,
+    ) -> Result<(), OperatorError>;
+
+    /// A timer of the context's key fired at `timestamp`.
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, Self::Key, Self::State, Self::Out>,
+    ) -> Result<(), OperatorError> {
+        let _ = (timestamp, domain, ctx);
+        Ok(())
+    }
+
+    /// Both inputs ended: called once, after the combined watermark reached
+    /// [`Watermark::MAX`](crate::Watermark::MAX), as [`KeyedProcessFunction::end_input`].
+    ///
+    /// # Errors
+    ///
+    /// Any failure fails the task.
+    fn end_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, '_, Self::Key, Self::State, Self::Out>,
+    ) -> Result<(), OperatorError> {
+        let _ = ctx;
         Ok(())
     }
 }

@@ -496,6 +496,88 @@ impl<H: TwoInputOperator, T: Operator<In = H::Out>> TwoInputHarness<H, T> {
             .process_element2(StreamRecord::new(value), &mut ctx)
     }
 
+    /// Restores from `snapshot` and opens (instead of [`open`](Self::open)).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain fails with.
+    pub fn restore(&mut self, snapshot: &TaskSnapshot) -> Result<(), OperatorError> {
+        self.chain.restore(Some(snapshot))?;
+        let mut ctx = Context::new(&mut self.output, &self.parts.services, 0);
+        self.chain.open(&mut ctx)
+    }
+
+    /// A record with a timestamp on input 1.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain fails with.
+    pub fn process1_with_timestamp(
+        &mut self,
+        value: H::In1,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        let mut ctx = Context::new(&mut self.output, &self.parts.services, 0);
+        self.chain
+            .process_element1(StreamRecord::with_timestamp(value, timestamp), &mut ctx)
+    }
+
+    /// A record with a timestamp on input 2.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain fails with.
+    pub fn process2_with_timestamp(
+        &mut self,
+        value: H::In2,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        let mut ctx = Context::new(&mut self.output, &self.parts.services, 0);
+        self.chain
+            .process_element2(StreamRecord::with_timestamp(value, timestamp), &mut ctx)
+    }
+
+    /// The combined watermark of both inputs advanced.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the chain fails with.
+    pub fn process_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        let mut ctx = Context::new(&mut self.output, &self.parts.services, 0);
+        self.chain.process_watermark(watermark, &mut ctx)
+    }
+
+    /// Moves processing time forward by `millis` and fires every timer that became due.
+    ///
+    /// # Errors
+    ///
+    /// Whatever a timer callback fails with.
+    pub fn advance_processing_time(&mut self, millis: i64) -> Result<(), OperatorError> {
+        self.parts.clock.advance(millis);
+        while let Some(timer) = self.parts.timers.pop_due() {
+            let mut ctx = Context::new(&mut self.output, &self.parts.services, 0);
+            self.chain.dispatch_timer(timer, &mut ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Ends input 1, then input 2, then the chain, as a task does at end of input.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    pub fn end_both(&mut self) -> Result<(), OperatorError> {
+        let mut ctx = Context::new(&mut self.output, &self.parts.services, 0);
+        self.chain.end_input(1, &mut ctx)?;
+        self.chain.end_input(2, &mut ctx)?;
+        self.chain.end_of_both(&mut ctx)
+    }
+
+    /// Everything emitted so far, removing it.
+    pub fn take_output(&mut self) -> Vec<Emitted<T::Out>> {
+        std::mem::take(&mut self.output)
+    }
+
     /// The values emitted so far, removing them.
     pub fn output_values(&mut self) -> Vec<T::Out> {
         std::mem::take(&mut self.output)

@@ -1,153 +1,34 @@
 //! Keyed processing: per-key state and per-key timers in processing and event time.
 //!
-//! [`KeyedProcessOperator`] keeps one `State` value per key and the timers each key registered.
-//! Processing-time timers are backed by one runtime timer per distinct timestamp; event-time
-//! timers fire when a watermark passes them, before the watermark is forwarded. State and timers
-//! are part of the operator's snapshot, and restored processing-time timers are registered again
-//! on `open` (timers whose time has passed fire at once).
+//! [`KeyedProcessOperator`] runs a [`KeyedProcessFunction`] over the shared keyed machinery
+//! (`keyed_backend`: state, timers, watermark and their snapshot), and offers side outputs.
+//!
+//! # End of input
+//!
+//! When the input ends the source has already sent [`Watermark::MAX`], which fired every
+//! event-time timer and was forwarded; then `end_input` calls the function's
+//! [`end_input`](KeyedProcessFunction::end_input) hook once, with every key's state, the main
+//! and side outputs. Processing-time timers still pending then do not fire (as Flink: the task
+//! stops its timer service at end of input); the hook sees them through
+//! [`EndOfInputContext::pending_processing_timers`] and may emit what they would have.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
+use super::keyed_backend::{EndOfInputContext, KeyedBackend};
+use super::side_output::SideOutputs;
 use super::{Context, Operator};
-use crate::element::{StreamRecord, Watermark};
+use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::function::{KeyedProcessFunction, TimeDomain};
-use crate::state::{decode, encode};
 use crate::time::Timer;
-
-#[derive(Debug, Default)]
-struct KeyedTimers<K> {
-    processing: BTreeSet<(i64, K)>,
-    event: BTreeSet<(i64, K)>,
-    // Runtime timers asked for, one per distinct processing-time timestamp.
-    physical: BTreeSet<i64>,
-    // Registrations made during a call, to hand to the runtime once the call returns.
-    to_register: Vec<i64>,
-}
-
-/// What a [`KeyedProcessFunction`] sees: its key, that key's state, timers, and the output.
-pub struct KeyedContext<'a, 'b, K, S, O> {
-    key: &'a K,
-    state: &'a mut S,
-    clear: bool,
-    timestamp: Option<i64>,
-    watermark: Watermark,
-    timers: &'a mut KeyedTimers<K>,
-    out: &'a mut Context<'b, O>,
-}
-
-impl<K: Ord + Clone, S: Default, O> KeyedContext<'_, '_, K, S, O> {
-    /// The key of the record or timer being processed.
-    pub fn key(&self) -> &K {
-        self.key
-    }
-
-    /// This key's state.
-    pub fn state(&mut self) -> &mut S {
-        self.clear = false;
-        self.state
-    }
-
-    /// Drops this key's state (it starts from `default()` next time).
-    pub fn clear_state(&mut self) {
-        *self.state = S::default();
-        self.clear = true;
-    }
-
-    /// The timestamp of the record being processed, or of the timer that fired.
-    pub fn timestamp(&self) -> Option<i64> {
-        self.timestamp
-    }
-
-    /// The current event-time watermark of this operator.
-    pub fn current_watermark(&self) -> Watermark {
-        self.watermark
-    }
-
-    /// Current processing time in milliseconds.
-    pub fn processing_time(&self) -> i64 {
-        self.out.processing_time()
-    }
-
-    /// Emits a value with the current timestamp (the record's, or the event-time timer's).
-    ///
-    /// # Errors
-    ///
-    /// Whatever downstream fails with.
-    pub fn collect(&mut self, value: O) -> Result<(), OperatorError> {
-        let timestamp = self.timestamp;
-        self.out.collect(StreamRecord { value, timestamp })
-    }
-
-    /// Emits a record as given.
-    ///
-    /// # Errors
-    ///
-    /// Whatever downstream fails with.
-    pub fn collect_record(&mut self, record: StreamRecord<O>) -> Result<(), OperatorError> {
-        self.out.collect(record)
-    }
-
-    /// Registers a processing-time timer for this key (duplicates collapse into one).
-    pub fn register_processing_timer(&mut self, timestamp: i64) {
-        if self.timers.processing.insert((timestamp, self.key.clone()))
-            && !self.timers.physical.contains(&timestamp)
-        {
-            self.timers.to_register.push(timestamp);
-        }
-    }
-
-    /// Deletes a processing-time timer of this key.
-    pub fn delete_processing_timer(&mut self, timestamp: i64) {
-        self.timers
-            .processing
-            .remove(&(timestamp, self.key.clone()));
-    }
-
-    /// Registers an event-time timer for this key (duplicates collapse into one).
-    pub fn register_event_timer(&mut self, timestamp: i64) {
-        self.timers.event.insert((timestamp, self.key.clone()));
-    }
-
-    /// Deletes an event-time timer of this key.
-    pub fn delete_event_timer(&mut self, timestamp: i64) {
-        self.timers.event.remove(&(timestamp, self.key.clone()));
-    }
-}
-
-impl<K: fmt::Debug, S, O> fmt::Debug for KeyedContext<'_, '_, K, S, O> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedContext")
-            .field("key", self.key)
-            .field("timestamp", &self.timestamp)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Runs a [`KeyedProcessFunction`]: groups by a key selector, keeps per-key state and timers.
 pub struct KeyedProcessOperator<KS, F: KeyedProcessFunction> {
     name: String,
     key_of: KS,
     function: F,
-    states: BTreeMap<F::Key, F::State>,
-    timers: KeyedTimers<F::Key>,
-    watermark: Watermark,
-}
-
-#[derive(Serialize, serde::Deserialize)]
-#[serde(bound(
-    serialize = "K: Serialize, S: Serialize",
-    deserialize = "K: DeserializeOwned, S: DeserializeOwned"
-))]
-struct KeyedSnapshot<K, S> {
-    states: Vec<(K, S)>,
-    processing_timers: Vec<(i64, K)>,
-    event_timers: Vec<(i64, K)>,
-    watermark: i64,
+    backend: KeyedBackend<F::Key, F::State>,
+    side: SideOutputs,
 }
 
 impl<KS, F> KeyedProcessOperator<KS, F>
@@ -161,65 +42,25 @@ where
             name: name.into(),
             key_of,
             function,
-            states: BTreeMap::new(),
-            timers: KeyedTimers {
-                processing: BTreeSet::new(),
-                event: BTreeSet::new(),
-                physical: BTreeSet::new(),
-                to_register: Vec::new(),
-            },
-            watermark: Watermark::MIN,
+            backend: KeyedBackend::new(),
+            side: SideOutputs::new(),
         }
+    }
+
+    /// The same operator, emitting side outputs into `side`.
+    pub fn with_side_outputs(mut self, side: SideOutputs) -> Self {
+        self.side = side;
+        self
     }
 
     /// Number of keys with state.
     pub fn key_count(&self) -> usize {
-        self.states.len()
+        self.backend.key_count()
     }
 
     /// The user function.
     pub fn function(&self) -> &F {
         &self.function
-    }
-
-    fn call(
-        &mut self,
-        key: F::Key,
-        timestamp: Option<i64>,
-        ctx: &mut Context<'_, F::Out>,
-        body: impl FnOnce(
-            &mut F,
-            &mut KeyedContext<'_, '_, F::Key, F::State, F::Out>,
-        ) -> Result<(), OperatorError>,
-    ) -> Result<(), OperatorError> {
-        let mut state = self.states.remove(&key).unwrap_or_default();
-        let (result, clear) = {
-            let mut kctx = KeyedContext {
-                key: &key,
-                state: &mut state,
-                clear: false,
-                timestamp,
-                watermark: self.watermark,
-                timers: &mut self.timers,
-                out: ctx,
-            };
-            let result = body(&mut self.function, &mut kctx);
-            (result, kctx.clear)
-        };
-        if !clear {
-            self.states.insert(key, state);
-        }
-        self.register_pending(ctx)?;
-        result
-    }
-
-    fn register_pending(&mut self, ctx: &Context<'_, F::Out>) -> Result<(), OperatorError> {
-        for timestamp in std::mem::take(&mut self.timers.to_register) {
-            if self.timers.physical.insert(timestamp) {
-                ctx.register_timer(timestamp, 0)?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -236,24 +77,14 @@ where
     }
 
     fn initialize_state(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
-        let Some(bytes) = restored else {
-            return Ok(());
-        };
-        let snap: KeyedSnapshot<F::Key, F::State> =
-            decode(bytes).map_err(|e| OperatorError::state(&self.name, e))?;
-        self.states = snap.states.into_iter().collect();
-        self.timers.processing = snap.processing_timers.into_iter().collect();
-        self.timers.event = snap.event_timers.into_iter().collect();
-        self.watermark = Watermark(snap.watermark);
-        Ok(())
+        match restored {
+            Some(bytes) => self.backend.restore(&self.name, bytes),
+            None => Ok(()),
+        }
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        // Restored processing-time timers need runtime timers again.
-        let mut distinct: Vec<i64> = self.timers.processing.iter().map(|(t, _)| *t).collect();
-        distinct.dedup();
-        self.timers.to_register.extend(distinct);
-        self.register_pending(ctx)
+        self.backend.open(ctx)
     }
 
     fn process_element(
@@ -263,9 +94,11 @@ where
     ) -> Result<(), OperatorError> {
         let key = (self.key_of)(&record.value);
         let value = record.value;
-        self.call(key, record.timestamp, ctx, |f, kctx| {
-            f.process_element(value, kctx)
-        })
+        let function = &mut self.function;
+        self.backend
+            .call(key, record.timestamp, &mut self.side, ctx, |kctx| {
+                function.process_element(value, kctx)
+            })
     }
 
     fn process_watermark(
@@ -273,19 +106,22 @@ where
         watermark: Watermark,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        self.watermark = self.watermark.max(watermark);
-        // Fire every event-time timer at or below the watermark, in time order; a timer may
-        // register another one that is also due, so look again each round.
-        while let Some((ts, _)) = self.timers.event.first() {
-            if *ts > watermark.0 {
-                break;
-            }
-            let (ts, key) = self.timers.event.pop_first().expect("checked non-empty");
-            self.call(key, Some(ts), ctx, |f, kctx| {
-                f.on_timer(ts, TimeDomain::EventTime, kctx)
+        let function = &mut self.function;
+        self.backend
+            .advance_watermark(watermark, &mut self.side, ctx, |ts, kctx| {
+                function.on_timer(ts, TimeDomain::EventTime, kctx)
             })?;
-        }
-        ctx.emit_watermark(watermark)
+        ctx.emit_watermark(watermark)?;
+        self.side.emit_watermark(watermark)
+    }
+
+    fn process_status(
+        &mut self,
+        status: StreamStatus,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        ctx.emit_status(status)?;
+        self.side.emit_status(status)
     }
 
     fn on_processing_time(
@@ -293,38 +129,21 @@ where
         timer: Timer,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        self.timers.physical.remove(&timer.timestamp);
-        while let Some((ts, _)) = self.timers.processing.first() {
-            if *ts > timer.timestamp {
-                break;
-            }
-            let (ts, key) = self
-                .timers
-                .processing
-                .pop_first()
-                .expect("checked non-empty");
-            self.call(key, None, ctx, |f, kctx| {
-                f.on_timer(ts, TimeDomain::ProcessingTime, kctx)
-            })?;
-        }
-        Ok(())
+        let function = &mut self.function;
+        self.backend
+            .fire_processing_timers(timer.timestamp, &mut self.side, ctx, |ts, kctx| {
+                function.on_timer(ts, TimeDomain::ProcessingTime, kctx)
+            })
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
-        let snap = KeyedSnapshot {
-            states: self.states.iter().collect::<Vec<_>>(),
-            processing_timers: self
-                .timers
-                .processing
-                .iter()
-                .map(|(t, k)| (*t, k))
-                .collect(),
-            event_timers: self.timers.event.iter().map(|(t, k)| (*t, k)).collect(),
-            watermark: self.watermark.0,
-        };
-        encode(&snap)
-            .map(Some)
-            .map_err(|e| OperatorError::state(&self.name, e))
+        self.backend.snapshot(&self.name).map(Some)
+    }
+
+    fn end_input(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        let mut end: EndOfInputContext<'_, '_, _, _, _> =
+            self.backend.end_of_input(&mut self.side, ctx);
+        self.function.end_input(&mut end)
     }
 }
 
@@ -332,8 +151,8 @@ impl<KS, F: KeyedProcessFunction> fmt::Debug for KeyedProcessOperator<KS, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedProcessOperator")
             .field("name", &self.name)
-            .field("keys", &self.states.len())
-            .field("watermark", &self.watermark)
+            .field("backend", &self.backend)
+            .field("side", &self.side)
             .finish_non_exhaustive()
     }
 }
@@ -342,6 +161,7 @@ impl<KS, F: KeyedProcessFunction> fmt::Debug for KeyedProcessOperator<KS, F> {
 mod tests {
     use super::*;
     use crate::function::{KeyedProcessFunction, TimeDomain};
+    use crate::operator::KeyedContext;
     use crate::testing::OperatorHarness;
 
     /// Counts per key; emits the count 100 ms (processing time) after a key's first record.

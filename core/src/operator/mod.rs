@@ -45,7 +45,12 @@
 mod basic;
 mod chain;
 mod keyed;
+mod keyed_backend;
+mod keyed_co;
+mod process;
+mod side_output;
 mod two_input;
+mod watermark;
 
 use std::any::Any;
 use std::fmt;
@@ -60,8 +65,13 @@ use std::sync::Arc;
 
 pub use self::basic::{Filter, FlatMap, Map};
 pub use self::chain::{Chain, ChainOutput, OperatorExt};
-pub use self::keyed::{KeyedContext, KeyedProcessOperator};
+pub use self::keyed::KeyedProcessOperator;
+pub use self::keyed_backend::{EndOfInputContext, KeyedContext};
+pub use self::keyed_co::KeyedCoProcessOperator;
+pub use self::process::{MapWithContext, RecordContext};
+pub use self::side_output::{OutputTag, SideOutputTypeError, SideOutputs};
 pub use self::two_input::{CoFlatMap, CoMap, TwoInputChain, TwoInputOperator};
+pub use self::watermark::{TimestampsAndWatermarks, WatermarkStrategy};
 
 /// Where an operator's results go: the next operator of its chain, or the task's output.
 pub trait Output<T> {

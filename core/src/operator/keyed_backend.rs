@@ -1,0 +1,418 @@
+//! The keyed state and timer machinery shared by every keyed operator: one `State` value per
+//! key, per-key timers in processing and event time, the current watermark, and the snapshot of
+//! all of it.
+//!
+//! [`KeyedProcessOperator`](super::KeyedProcessOperator) (one input) and
+//! [`KeyedCoProcessOperator`](super::KeyedCoProcessOperator) (two inputs sharing per-key state)
+//! both keep a [`KeyedBackend`] and differ only in how records reach it. The snapshot format
+//! lives in one place, [`KeyedBackend::snapshot`] and [`KeyedBackend::restore`], so a change of
+//! format (per key group, say) is made once for every keyed operator.
+//!
+//! Processing-time timers are backed by one runtime timer per distinct timestamp; event-time
+//! timers fire when a watermark passes them, in time order, before the watermark is forwarded.
+//! Restored processing-time timers are registered with the runtime again on `open` (those whose
+//! time has passed fire at once).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Context;
+use super::side_output::{OutputTag, SideOutputs};
+use crate::element::{StreamRecord, Watermark};
+use crate::error::OperatorError;
+use crate::state::{decode, encode};
+
+#[derive(Debug)]
+pub(crate) struct KeyedTimers<K> {
+    processing: BTreeSet<(i64, K)>,
+    event: BTreeSet<(i64, K)>,
+    // Runtime timers asked for, one per distinct processing-time timestamp.
+    physical: BTreeSet<i64>,
+    // Registrations made during a call, to hand to the runtime once the call returns.
+    to_register: Vec<i64>,
+}
+
+/// Per-key state, per-key timers and the watermark of one keyed operator.
+pub(crate) struct KeyedBackend<K, S> {
+    states: BTreeMap<K, S>,
+    timers: KeyedTimers<K>,
+    watermark: Watermark,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "K: Serialize, S: Serialize",
+    deserialize = "K: DeserializeOwned, S: DeserializeOwned"
+))]
+struct KeyedSnapshot<K, S> {
+    states: Vec<(K, S)>,
+    processing_timers: Vec<(i64, K)>,
+    event_timers: Vec<(i64, K)>,
+    watermark: i64,
+}
+
+impl<K, S> KeyedBackend<K, S>
+where
+    K: Ord + Clone + Serialize + DeserializeOwned,
+    S: Default + Serialize + DeserializeOwned,
+{
+    pub(crate) fn new() -> Self {
+        KeyedBackend {
+            states: BTreeMap::new(),
+            timers: KeyedTimers {
+                processing: BTreeSet::new(),
+                event: BTreeSet::new(),
+                physical: BTreeSet::new(),
+                to_register: Vec::new(),
+            },
+            watermark: Watermark::MIN,
+        }
+    }
+
+    pub(crate) fn key_count(&self) -> usize {
+        self.states.len()
+    }
+
+    /// The state of every key, its timers and the watermark, encoded: the one snapshot format
+    /// of every keyed operator.
+    pub(crate) fn snapshot(&self, operator: &str) -> Result<Vec<u8>, OperatorError> {
+        let snap = KeyedSnapshot {
+            states: self.states.iter().collect::<Vec<_>>(),
+            processing_timers: self
+                .timers
+                .processing
+                .iter()
+                .map(|(t, k)| (*t, k))
+                .collect(),
+            event_timers: self.timers.event.iter().map(|(t, k)| (*t, k)).collect(),
+            watermark: self.watermark.0,
+        };
+        encode(&snap).map_err(|e| OperatorError::state(operator, e))
+    }
+
+    /// Restores what [`snapshot`](Self::snapshot) wrote.
+    pub(crate) fn restore(&mut self, operator: &str, bytes: &[u8]) -> Result<(), OperatorError> {
+        let snap: KeyedSnapshot<K, S> =
+            decode(bytes).map_err(|e| OperatorError::state(operator, e))?;
+        self.states = snap.states.into_iter().collect();
+        self.timers.processing = snap.processing_timers.into_iter().collect();
+        self.timers.event = snap.event_timers.into_iter().collect();
+        self.watermark = Watermark(snap.watermark);
+        Ok(())
+    }
+
+    /// Registers runtime timers for the restored processing-time timers.
+    pub(crate) fn open<O>(&mut self, ctx: &Context<'_, O>) -> Result<(), OperatorError> {
+        let mut distinct: Vec<i64> = self.timers.processing.iter().map(|(t, _)| *t).collect();
+        distinct.dedup();
+        self.timers.to_register.extend(distinct);
+        self.register_pending(ctx)
+    }
+
+    /// Runs `body` with `key`'s state and timers, then keeps the state (unless cleared) and
+    /// hands new processing-time timers to the runtime.
+    pub(crate) fn call<O>(
+        &mut self,
+        key: K,
+        timestamp: Option<i64>,
+        side: &mut SideOutputs,
+        ctx: &mut Context<'_, O>,
+        body: impl FnOnce(&mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        let mut state = self.states.remove(&key).unwrap_or_default();
+        let (result, clear) = {
+            let mut kctx = KeyedContext {
+                key: &key,
+                state: &mut state,
+                clear: false,
+                timestamp,
+                watermark: self.watermark,
+                timers: &mut self.timers,
+                side,
+                out: ctx,
+            };
+            let result = body(&mut kctx);
+            (result, kctx.clear)
+        };
+        if !clear {
+            self.states.insert(key, state);
+        }
+        self.register_pending(ctx)?;
+        result
+    }
+
+    /// Advances the watermark and fires every event-time timer at or below it, in time order
+    /// (a timer may register another that is also due, so it looks again each round). The
+    /// caller forwards the watermark afterwards.
+    pub(crate) fn advance_watermark<O>(
+        &mut self,
+        watermark: Watermark,
+        side: &mut SideOutputs,
+        ctx: &mut Context<'_, O>,
+        mut on_timer: impl FnMut(i64, &mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        self.watermark = self.watermark.max(watermark);
+        while let Some((ts, _)) = self.timers.event.first() {
+            if *ts > watermark.0 {
+                break;
+            }
+            let (ts, key) = self.timers.event.pop_first().expect("checked non-empty");
+            self.call(key, Some(ts), side, ctx, |kctx| on_timer(ts, kctx))?;
+        }
+        Ok(())
+    }
+
+    /// The runtime timer at `timestamp` fired: fires every processing-time timer due by then.
+    pub(crate) fn fire_processing_timers<O>(
+        &mut self,
+        timestamp: i64,
+        side: &mut SideOutputs,
+        ctx: &mut Context<'_, O>,
+        mut on_timer: impl FnMut(i64, &mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        self.timers.physical.remove(&timestamp);
+        while let Some((ts, _)) = self.timers.processing.first() {
+            if *ts > timestamp {
+                break;
+            }
+            let (ts, key) = self
+                .timers
+                .processing
+                .pop_first()
+                .expect("checked non-empty");
+            self.call(key, None, side, ctx, |kctx| on_timer(ts, kctx))?;
+        }
+        Ok(())
+    }
+
+    /// The context of the end-of-input hook.
+    pub(crate) fn end_of_input<'a, 'b, O>(
+        &'a mut self,
+        side: &'a mut SideOutputs,
+        ctx: &'a mut Context<'b, O>,
+    ) -> EndOfInputContext<'a, 'b, K, S, O> {
+        EndOfInputContext {
+            states: &mut self.states,
+            timers: &self.timers,
+            watermark: self.watermark,
+            side,
+            out: ctx,
+        }
+    }
+
+    fn register_pending<O>(&mut self, ctx: &Context<'_, O>) -> Result<(), OperatorError> {
+        for timestamp in std::mem::take(&mut self.timers.to_register) {
+            if self.timers.physical.insert(timestamp) {
+                ctx.register_timer(timestamp, 0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K, S> fmt::Debug for KeyedBackend<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBackend")
+            .field("keys", &self.states.len())
+            .field("watermark", &self.watermark)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a keyed function sees while processing a record or a timer: its key, that key's state,
+/// timers, the main output and the side outputs.
+pub struct KeyedContext<'a, 'b, K, S, O> {
+    key: &'a K,
+    state: &'a mut S,
+    clear: bool,
+    timestamp: Option<i64>,
+    watermark: Watermark,
+    timers: &'a mut KeyedTimers<K>,
+    side: &'a mut SideOutputs,
+    out: &'a mut Context<'b, O>,
+}
+
+impl<K: Ord + Clone, S: Default, O> KeyedContext<'_, '_, K, S, O> {
+    /// The key of the record or timer being processed.
+    pub fn key(&self) -> &K {
+        self.key
+    }
+
+    /// This key's state.
+    pub fn state(&mut self) -> &mut S {
+        self.clear = false;
+        self.state
+    }
+
+    /// Drops this key's state (it starts from `default()` next time).
+    pub fn clear_state(&mut self) {
+        *self.state = S::default();
+        self.clear = true;
+    }
+
+    /// The timestamp of the record being processed, or of the event-time timer that fired
+    /// (`None` for a processing-time timer).
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    /// The current event-time watermark of this operator.
+    pub fn current_watermark(&self) -> Watermark {
+        self.watermark
+    }
+
+    /// Current processing time in milliseconds.
+    pub fn processing_time(&self) -> i64 {
+        self.out.processing_time()
+    }
+
+    /// Emits a value with the current timestamp (the record's, or the event-time timer's).
+    ///
+    /// # Errors
+    ///
+    /// Whatever downstream fails with.
+    pub fn collect(&mut self, value: O) -> Result<(), OperatorError> {
+        let timestamp = self.timestamp;
+        self.out.collect(StreamRecord { value, timestamp })
+    }
+
+    /// Emits a record as given.
+    ///
+    /// # Errors
+    ///
+    /// Whatever downstream fails with.
+    pub fn collect_record(&mut self, record: StreamRecord<O>) -> Result<(), OperatorError> {
+        self.out.collect(record)
+    }
+
+    /// Emits `value` with the current timestamp to the side output `tag` (Flink's
+    /// `ctx.output(tag, value)`); see [`SideOutputs::emit`] for a tag nobody reads.
+    ///
+    /// # Errors
+    ///
+    /// Whatever downstream fails with; a tag of the same name but another type.
+    pub fn output<T: 'static>(
+        &mut self,
+        tag: &OutputTag<T>,
+        value: T,
+    ) -> Result<(), OperatorError> {
+        let timestamp = self.timestamp;
+        self.side.emit(tag, StreamRecord { value, timestamp })
+    }
+
+    /// Registers a processing-time timer for this key (duplicates collapse into one).
+    pub fn register_processing_timer(&mut self, timestamp: i64) {
+        if self.timers.processing.insert((timestamp, self.key.clone()))
+            && !self.timers.physical.contains(&timestamp)
+        {
+            self.timers.to_register.push(timestamp);
+        }
+    }
+
+    /// Deletes a processing-time timer of this key.
+    pub fn delete_processing_timer(&mut self, timestamp: i64) {
+        self.timers
+            .processing
+            .remove(&(timestamp, self.key.clone()));
+    }
+
+    /// Registers an event-time timer for this key (duplicates collapse into one).
+    pub fn register_event_timer(&mut self, timestamp: i64) {
+        self.timers.event.insert((timestamp, self.key.clone()));
+    }
+
+    /// Deletes an event-time timer of this key.
+    pub fn delete_event_timer(&mut self, timestamp: i64) {
+        self.timers.event.remove(&(timestamp, self.key.clone()));
+    }
+}
+
+impl<K: fmt::Debug, S, O> fmt::Debug for KeyedContext<'_, '_, K, S, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedContext")
+            .field("key", self.key)
+            .field("timestamp", &self.timestamp)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a keyed function's end-of-input hook sees: every key's state, the processing-time
+/// timers still pending (they will not fire), the main output and the side outputs.
+///
+/// The hook runs once, after the final [`Watermark::MAX`] has fired every event-time timer and
+/// has been forwarded (Flink's order: `endInput` follows the end of event time), and before the
+/// operator finishes. What it emits carries no timestamp unless it sets one with
+/// [`collect_record`](Self::collect_record).
+pub struct EndOfInputContext<'a, 'b, K, S, O> {
+    states: &'a mut BTreeMap<K, S>,
+    timers: &'a KeyedTimers<K>,
+    watermark: Watermark,
+    side: &'a mut SideOutputs,
+    out: &'a mut Context<'b, O>,
+}
+
+impl<K: Ord + Clone, S, O> EndOfInputContext<'_, '_, K, S, O> {
+    /// Every key with state and its state, in key order.
+    pub fn states(&self) -> impl Iterator<Item = (&K, &S)> {
+        self.states.iter()
+    }
+
+    /// Removes every key's state and returns it, in key order.
+    pub fn take_states(&mut self) -> Vec<(K, S)> {
+        std::mem::take(self.states).into_iter().collect()
+    }
+
+    /// The processing-time timers still pending, as `(timestamp, key)` in time order. They do
+    /// not fire: the task stops its timers at end of input, as Flink does; a function that
+    /// must act on them does so here.
+    pub fn pending_processing_timers(&self) -> Vec<(i64, K)> {
+        self.timers.processing.iter().cloned().collect()
+    }
+
+    /// The operator's watermark ([`Watermark::MAX`] when the input ended normally).
+    pub fn current_watermark(&self) -> Watermark {
+        self.watermark
+    }
+
+    /// Emits a value without a timestamp.
+    ///
+    /// # Errors
+    ///
+    /// Whatever downstream fails with.
+    pub fn collect(&mut self, value: O) -> Result<(), OperatorError> {
+        self.out.collect(StreamRecord::new(value))
+    }
+
+    /// Emits a record as given.
+    ///
+    /// # Errors
+    ///
+    /// Whatever downstream fails with.
+    pub fn collect_record(&mut self, record: StreamRecord<O>) -> Result<(), OperatorError> {
+        self.out.collect(record)
+    }
+
+    /// Emits `value`, without a timestamp, to the side output `tag`.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedContext::output`].
+    pub fn output<T: 'static>(
+        &mut self,
+        tag: &OutputTag<T>,
+        value: T,
+    ) -> Result<(), OperatorError> {
+        self.side.emit(tag, StreamRecord::new(value))
+    }
+}
+
+impl<K, S, O> fmt::Debug for EndOfInputContext<'_, '_, K, S, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndOfInputContext")
+            .field("keys", &self.states.len())
+            .finish_non_exhaustive()
+    }
+}
