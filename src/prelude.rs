@@ -9,22 +9,27 @@
 //! | legacy sources | [`SourceFunction`], [`SourceContext`], [`SourceContextConfig`] | `streamtask-legacy` |
 //! | new-style sources | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | `streamtask-mailbox` |
 //! | records, time, errors | [`StreamRecord`], [`Watermark`], [`OperatorError`], [`Clock`] | `streamtask-core` |
-//! | operators and functions | [`Operator`], [`Context`], [`KeyedProcessFunction`], [`KeyedContext`], [`AsyncFunction`], [`ResultFuture`], [`AsyncConfig`], [`TimeDomain`] | `streamtask-core` |
+//! | operators and functions | [`Operator`], [`Context`], [`KeyedProcessFunction`], [`KeyedContext`], [`CoProcessFunction`], [`EndOfInputContext`], [`AsyncFunction`], [`ResultFuture`], [`AsyncConfig`], [`TimeDomain`] | `streamtask-core` |
+//! | side outputs | [`OutputTag`] (read with [`DataStream::side_output`]) | `streamtask-core` |
+//! | event time after the source, time in map-like functions | [`WatermarkStrategy`], [`RecordContext`] | `streamtask-core` |
+//! | two keyed inputs | [`KeyedConnectedStreams`] | this crate |
 //! | partitioning | [`Partitioner`] | `streamtask-core` |
 
 pub use crate::checkpoint::CheckpointConfig;
 pub use crate::job::{
-    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedStream, PlannedTask,
-    RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
+    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedConnectedStreams,
+    KeyedStream, PlannedTask, RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
 };
 pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};
 pub use streamtask_core::async_io::AsyncConfig;
 pub use streamtask_core::channel::Partitioner;
 pub use streamtask_core::function::{
-    AsyncFunction, KeyedProcessFunction, ResultFuture, TimeDomain,
+    AsyncFunction, CoProcessFunction, KeyedProcessFunction, ResultFuture, TimeDomain,
 };
-pub use streamtask_core::operator::KeyedContext;
+pub use streamtask_core::operator::{
+    EndOfInputContext, KeyedContext, OutputTag, RecordContext, WatermarkStrategy,
+};
 pub use streamtask_core::{Clock, Context, Operator, OperatorError, StreamRecord, Watermark};
 pub use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
 pub use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};

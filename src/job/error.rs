@@ -31,6 +31,17 @@ pub enum JobError {
         /// The union's vertex.
         vertex: String,
     },
+    /// `side_output` on a stream that does not end in a function with side outputs.
+    #[error(
+        "side output {tag:?} is read from {stream:?}, which offers none; call side_output right \
+         after a keyed process or a keyed connected process"
+    )]
+    NoSideOutputs {
+        /// The operator the stream ends in.
+        stream: String,
+        /// The tag asked for.
+        tag: String,
+    },
     /// The job has no sink.
     #[error("the job has no sink; end every stream in a sink")]
     NoSink,

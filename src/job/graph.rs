@@ -17,7 +17,7 @@
 //! the chain erased to `BoxOperator<In, ()>` and typed channels taken from that attempt's wiring.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::Hash;
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, TwoInputGat
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::operator::{
     BoxOperator, Chain, CoFlatMap, CoMap, Discard, Filter, FlatMap, KeyedProcessOperator, Map,
-    Operator, TaskOutput, TwoInputChain, TwoInputOperator,
+    Operator, SideOutputs, TaskOutput, TwoInputChain, TwoInputOperator,
 };
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
@@ -40,6 +40,7 @@ use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 
 use super::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
+use super::side_output::SideRegistry;
 use super::sources::IterReader;
 use super::wiring::{ChannelOutput, ChannelWriter, EdgeChannels, EdgePattern, Wiring};
 use super::{JobError, RunningTask};
@@ -55,17 +56,17 @@ pub(crate) struct SpawnCtx<'a> {
 
 pub(crate) type Spawner =
     Box<dyn Fn(&SpawnCtx<'_>, TaskConfig) -> Result<RunningTask, JobError> + Send + Sync>;
-type Tail<T> = Arc<
+pub(crate) type Tail<T> = Arc<
     dyn Fn(&SpawnCtx<'_>) -> Result<(BoxOperator<T, ()>, Box<dyn TaskOutput<()>>), JobError>
         + Send
         + Sync,
 >;
-type OpFactory<I, O> = Arc<dyn Fn(&SpawnCtx<'_>) -> BoxOperator<I, O> + Send + Sync>;
+pub(crate) type OpFactory<I, O> = Arc<dyn Fn(&SpawnCtx<'_>) -> BoxOperator<I, O> + Send + Sync>;
 type EdgeFactory =
     Box<dyn Fn(EdgePattern, usize, usize, usize) -> Result<EdgeChannels, JobError> + Send + Sync>;
-type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+pub(crate) type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 /// Makes the partitioner of upstream subtask `n` of an edge.
-type PartitionerFactory<T> = Arc<dyn Fn(usize) -> Partitioner<T> + Send + Sync>;
+pub(crate) type PartitionerFactory<T> = Arc<dyn Fn(usize) -> Partitioner<T> + Send + Sync>;
 
 /// One task vertex: `parallelism` tasks named `<name>#<subtask>`.
 pub(crate) struct VertexSpec {
@@ -86,10 +87,12 @@ pub(crate) struct EdgeSpec {
 
 pub(crate) type Finalizer = Box<dyn Fn() -> Result<(), JobError> + Send + Sync>;
 
-struct GraphBuilder {
+pub(crate) struct GraphBuilder {
     source_context: SourceContextConfig,
     vertices: Vec<VertexSpec>,
-    edges: Vec<EdgeSpec>,
+    pub(crate) edges: Vec<EdgeSpec>,
+    /// The side outputs offered by the operator at `(vertex, chain index)`.
+    pub(crate) side_outputs: HashMap<(String, usize), Arc<SideRegistry>>,
     finalizers: Vec<Finalizer>,
     sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
@@ -141,7 +144,7 @@ struct GraphBuilder {
 #[derive(Clone)]
 pub struct StreamEnvironment {
     model: Model,
-    graph: Rc<RefCell<GraphBuilder>>,
+    pub(crate) graph: Rc<RefCell<GraphBuilder>>,
 }
 
 impl StreamEnvironment {
@@ -154,6 +157,7 @@ impl StreamEnvironment {
                 source_context: SourceContextConfig::event_time(),
                 vertices: Vec::new(),
                 edges: Vec::new(),
+                side_outputs: HashMap::new(),
                 finalizers: Vec::new(),
                 sink_dirs: Vec::new(),
                 names: HashSet::new(),
@@ -173,14 +177,14 @@ impl StreamEnvironment {
         self.model
     }
 
-    fn claim_name(&self, name: &str) {
+    pub(crate) fn claim_name(&self, name: &str) {
         let mut g = self.graph.borrow_mut();
         if !g.names.insert(name.to_string()) {
             g.errors.push(JobError::DuplicateName(name.to_string()));
         }
     }
 
-    fn fail(&self, error: JobError) {
+    pub(crate) fn fail(&self, error: JobError) {
         self.graph.borrow_mut().errors.push(error);
     }
 
@@ -426,7 +430,7 @@ impl fmt::Debug for JobGraph {
 
 /// What heads the open segment; decides the chaining rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Head {
+pub(crate) enum Head {
     LegacySource,
     Reader,
     Input,
@@ -435,16 +439,16 @@ enum Head {
 /// A stream of `T` being built.
 #[must_use = "a stream does nothing until it ends in a sink"]
 pub struct DataStream<T> {
-    env: StreamEnvironment,
-    segment: Option<Box<dyn Segment<T>>>,
-    vertex: String,
-    parallelism: usize,
-    head: Head,
-    is_source: bool,
+    pub(crate) env: StreamEnvironment,
+    pub(crate) segment: Option<Box<dyn Segment<T>>>,
+    pub(crate) vertex: String,
+    pub(crate) parallelism: usize,
+    pub(crate) head: Head,
+    pub(crate) is_source: bool,
     /// The edge feeding the segment, while nothing is chained behind its input yet.
-    bare_input: Option<usize>,
+    pub(crate) bare_input: Option<usize>,
     /// What the plan says about the vertex being built.
-    plan: PlannedTask,
+    pub(crate) plan: PlannedTask,
 }
 
 impl<T: Send + 'static> DataStream<T> {
@@ -453,13 +457,22 @@ impl<T: Send + 'static> DataStream<T> {
         self.parallelism
     }
 
-    fn then<U: Send + 'static>(mut self, name: &str, op: OpFactory<T, U>) -> DataStream<U> {
+    pub(crate) fn then<U: Send + 'static>(self, name: &str, op: OpFactory<T, U>) -> DataStream<U> {
+        self.then_segment(name, |inner| Box::new(ThenSegment { inner, op }))
+    }
+
+    /// Chains what `segment` makes of the open segment behind it.
+    pub(crate) fn then_segment<U: Send + 'static>(
+        mut self,
+        name: &str,
+        segment: impl FnOnce(Box<dyn Segment<T>>) -> Box<dyn Segment<U>>,
+    ) -> DataStream<U> {
         let inner = self.segment.take().expect("an open stream has a segment");
         let mut plan = self.plan.clone();
         plan.chain.push(name.to_string());
         DataStream {
             env: self.env.clone(),
-            segment: Some(Box::new(ThenSegment { inner, op })),
+            segment: Some(segment(inner)),
             vertex: std::mem::take(&mut self.vertex),
             parallelism: self.parallelism,
             head: self.head,
@@ -629,7 +642,7 @@ impl<T: Send + 'static> DataStream<T> {
 
     /// Ends the vertex being built in the channels of a new edge into `next_vertex`
     /// (`down` subtasks), and says how the plan shows that input.
-    fn edge_into(
+    pub(crate) fn edge_into(
         mut self,
         next_vertex: &str,
         pattern: EdgePattern,
@@ -686,7 +699,7 @@ impl<T: Send + 'static> DataStream<T> {
     }
 
     /// A new task vertex `next_vertex` of `parallelism` subtasks reading `inputs`.
-    fn input_vertex(
+    pub(crate) fn input_vertex(
         env: StreamEnvironment,
         next_vertex: &str,
         parallelism: usize,
@@ -958,8 +971,8 @@ impl<A: Send + 'static> DataStream<A> {
 /// Two streams connected for a two-input operator; built by [`DataStream::connect`].
 #[must_use = "connected streams do nothing until processed"]
 pub struct ConnectedStreams<A, B> {
-    first: DataStream<A>,
-    second: DataStream<B>,
+    pub(crate) first: DataStream<A>,
+    pub(crate) second: DataStream<B>,
 }
 
 impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
@@ -995,7 +1008,9 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
         let op_name = name.to_string();
         self.two_input(
             name,
-            Arc::new(move |_: &SpawnCtx<'_>| CoMap::new(op_name.clone(), f1.clone(), f2.clone())),
+            Arc::new(move |_: &SpawnCtx<'_>, _| {
+                CoMap::new(op_name.clone(), f1.clone(), f2.clone())
+            }),
         )
     }
 
@@ -1011,17 +1026,13 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
         let op_name = name.to_string();
         self.two_input(
             name,
-            Arc::new(move |_: &SpawnCtx<'_>| {
+            Arc::new(move |_: &SpawnCtx<'_>, _| {
                 CoFlatMap::new(op_name.clone(), f1.clone(), f2.clone())
             }),
         )
     }
 
-    fn two_input<H>(
-        self,
-        name: &str,
-        head: Arc<dyn Fn(&SpawnCtx<'_>) -> H + Send + Sync>,
-    ) -> DataStream<H::Out>
+    fn two_input<H>(self, name: &str, head: TwoInputHeadFactory<H>) -> DataStream<H::Out>
     where
         H: TwoInputOperator<In1 = A, In2 = B> + 'static,
         H::Out: Send + 'static,
@@ -1034,9 +1045,29 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
             });
         }
         let down = first.parallelism;
-        let (edge1, input1) = first.edge_into_matching(name, down);
-        let (edge2, input2) = second.edge_into_matching(name, down);
+        let input1 = first.edge_into_matching(name, down);
+        let input2 = second.edge_into_matching(name, down);
+        Self::two_input_vertex(env, name, down, input1, input2, head, false)
+    }
+
+    /// A new two-input task vertex `name` of `down` subtasks reading the two edges, headed by
+    /// what `head` makes; with `side_outputs`, [`DataStream::side_output`] can read the
+    /// head's side outputs.
+    pub(crate) fn two_input_vertex<H>(
+        env: StreamEnvironment,
+        name: &str,
+        down: usize,
+        (edge1, input1): (usize, PlannedInput),
+        (edge2, input2): (usize, PlannedInput),
+        head: TwoInputHeadFactory<H>,
+        side_outputs: bool,
+    ) -> DataStream<H::Out>
+    where
+        H: TwoInputOperator<In1 = A, In2 = B> + 'static,
+        H::Out: Send + 'static,
+    {
         env.claim_name(name);
+        let side = side_outputs.then(|| SideRegistry::register(&env, name, 0));
         let plan = PlannedTask {
             name: name.to_string(),
             parallelism: down,
@@ -1053,6 +1084,7 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
             segment: Some(Box::new(TwoInputSegment {
                 edges: (edge1, edge2),
                 head,
+                side,
                 _types: std::marker::PhantomData,
             })),
             vertex: name.to_string(),
@@ -1184,8 +1216,8 @@ impl<T> Drop for DataStream<T> {
 /// channels.
 #[must_use = "a keyed stream does nothing until processed"]
 pub struct KeyedStream<T, K> {
-    stream: DataStream<T>,
-    key: KeyFn<T, K>,
+    pub(crate) stream: DataStream<T>,
+    pub(crate) key: KeyFn<T, K>,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -1207,7 +1239,8 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
     }
 
     /// Runs `function` per key with keyed state and timers, in `parallelism` tasks;
-    /// `factory(subtask)` makes the function.
+    /// `factory(subtask)` makes the function. Its side outputs are read with
+    /// [`DataStream::side_output`] on the returned stream.
     pub fn process<F, FF>(self, name: &str, parallelism: usize, factory: FF) -> DataStream<F::Out>
     where
         F: KeyedProcessFunction<In = T, Key = K> + 'static,
@@ -1217,15 +1250,18 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
     {
         let (stream, key) = self.partitioned(name, parallelism);
         let name_owned = name.to_string();
-        stream.then(
+        stream.then_with_side_outputs(
             name,
-            Arc::new(move |ctx| {
+            Arc::new(move |ctx, side| {
                 let key = Arc::clone(&key);
-                Box::new(KeyedProcessOperator::new(
-                    name_owned.clone(),
-                    move |v: &T| key(v),
-                    factory(ctx.subtask),
-                ))
+                Box::new(
+                    KeyedProcessOperator::new(
+                        name_owned.clone(),
+                        move |v: &T| key(v),
+                        factory(ctx.subtask),
+                    )
+                    .with_side_outputs(side),
+                )
             }),
         )
     }
@@ -1250,7 +1286,7 @@ impl<T, K> fmt::Debug for KeyedStream<T, K> {
 }
 
 /// An open chain segment ending in `T`.
-trait Segment<T>: Send + Sync {
+pub(crate) trait Segment<T>: Send + Sync {
     /// Closes the segment with `tail` (the rest of the chain and the task's output) and
     /// returns the vertex's spawner.
     fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner;
@@ -1416,9 +1452,13 @@ where
     }
 }
 
+/// Makes a two-input head for a task, with the side outputs installed for it.
+pub(crate) type TwoInputHeadFactory<H> = Arc<dyn Fn(&SpawnCtx<'_>, SideOutputs) -> H + Send + Sync>;
+
 struct TwoInputSegment<H: TwoInputOperator> {
     edges: (usize, usize),
-    head: Arc<dyn Fn(&SpawnCtx<'_>) -> H + Send + Sync>,
+    head: TwoInputHeadFactory<H>,
+    side: Option<Arc<SideRegistry>>,
     _types: std::marker::PhantomData<fn() -> H>,
 }
 
@@ -1432,9 +1472,14 @@ where
     fn finish(self: Box<Self>, tail: Tail<H::Out>) -> Spawner {
         let (edge1, edge2) = self.edges;
         let head = self.head;
+        let side = self.side;
         Box::new(move |ctx, config| {
             let (rest, output) = tail(ctx)?;
-            let chain = TwoInputChain::new(head(ctx), rest);
+            let (side_outputs, output) = match &side {
+                Some(registry) => registry.attach(ctx, output)?,
+                None => (SideOutputs::new(), output),
+            };
+            let chain = TwoInputChain::new(head(ctx, side_outputs), rest);
             let first = ctx.wiring.take_receivers::<H::In1>(edge1, ctx.subtask);
             let second = ctx.wiring.take_receivers::<H::In2>(edge2, ctx.subtask);
             let gate = TwoInputGate::new(first, second)?.with_metrics(Arc::clone(&config.metrics));

@@ -3,10 +3,13 @@
 mod error;
 mod executor;
 mod graph;
+mod keyed_connect;
 mod plan;
 mod restore;
 mod runtime;
+mod side_output;
 mod sources;
+mod time;
 mod wiring;
 
 pub use self::error::JobError;
@@ -15,6 +18,7 @@ pub use self::executor::{
     TaskResult,
 };
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::keyed_connect::KeyedConnectedStreams;
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
