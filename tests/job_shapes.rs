@@ -513,3 +513,380 @@ fn connect_with_a_co_flat_map_is_exactly_once() {
             .collect_sink("collect", s.out);
     });
 }
+
+// ---- keyed connect with a CoProcessFunction, side outputs, event time after the source,
+// ---- timestamps in a map, the end-of-input hook ----
+
+/// Event time of the first input's `n`: in order.
+fn time_a(n: u64) -> i64 {
+    n as i64 * 10
+}
+
+/// Event time of the second input's `n`: out of order by 10 ms (the strategy allows 50).
+fn time_b(n: u64) -> i64 {
+    n as i64 * 20 + if n % 2 == 0 { 30 } else { 0 }
+}
+
+/// The end of the one-second event-time window holding `ts`.
+fn window_end(ts: i64) -> i64 {
+    ts / 1_000 * 1_000 + 999
+}
+
+/// Per key: `(window end, sum of the first input, count of the second)` of the windows still
+/// open, and whether the key's (never due) processing-time timer is registered.
+type JoinState = (Vec<(i64, u64, u64)>, bool);
+
+/// Joins both inputs per key (`n % 8`) and event-time window: a window's result leaves when the
+/// combined watermark passes its end. The second input's multiples of 7 also go to the side
+/// output `sevens`. Every key registers a processing-time timer an hour ahead, which never
+/// fires (pending timers do not fire at end of input); the end-of-input hook reports each key,
+/// whether the final watermark came first, and its pending timers.
+struct Join {
+    faults: Arc<FaultPlan>,
+    sevens: OutputTag<u64>,
+}
+
+impl Join {
+    fn add(ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>, a: u64, b: u64) {
+        let end = window_end(ctx.timestamp().expect("the strategy assigned one"));
+        if !ctx.state().1 {
+            let at = ctx.processing_time() + 3_600_000;
+            ctx.register_processing_timer(at);
+            ctx.state().1 = true;
+        }
+        let windows = &mut ctx.state().0;
+        match windows.iter_mut().find(|w| w.0 == end) {
+            Some(w) => {
+                w.1 += a;
+                w.2 += b;
+            }
+            None => windows.push((end, a, b)),
+        }
+        ctx.register_event_timer(end);
+    }
+}
+
+impl CoProcessFunction for Join {
+    type Key = u64;
+    type In1 = (u64, i64);
+    type In2 = u64;
+    type Out = String;
+    type State = JoinState;
+
+    fn process_element1(
+        &mut self,
+        (n, _): (u64, i64),
+        ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        Self::add(ctx, n, 0);
+        Ok(())
+    }
+
+    fn process_element2(
+        &mut self,
+        n: u64,
+        ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        if n % 7 == 0 {
+            ctx.output(&self.sevens, n)?;
+        }
+        Self::add(ctx, 0, 1);
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        let key = *ctx.key();
+        if domain == TimeDomain::ProcessingTime {
+            return ctx.collect(format!("processing timer fired k={key}"));
+        }
+        self.faults.check(FaultKind::Timer);
+        let windows = &mut ctx.state().0;
+        if let Some(i) = windows.iter().position(|w| w.0 == timestamp) {
+            let (end, a, b) = windows.remove(i);
+            ctx.collect(format!("join k={key} w={end} a={a} b={b}"))?;
+        }
+        Ok(())
+    }
+
+    fn end_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        let after_max = ctx.current_watermark().is_max();
+        let pending = ctx.pending_processing_timers();
+        let keys: Vec<(u64, usize)> = ctx.states().map(|(k, s)| (*k, s.0.len())).collect();
+        for (key, open) in keys {
+            let timers = pending.iter().filter(|(_, k)| *k == key).count();
+            ctx.collect(format!(
+                "end k={key} after_max={after_max} pending={timers} open={open}"
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+const A_END: u64 = 1_200;
+const B_END: u64 = 600;
+
+/// What the every-shape job commits: the join's windows and end reports, two copies of every
+/// first-input value (broadcast to two subtasks), and the side output, each with the
+/// timestamp a context-aware map read.
+fn every_shape_expected() -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut windows: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
+    for n in 0..A_END {
+        windows.entry((n % 8, window_end(time_a(n)))).or_default().0 += n;
+    }
+    for n in 0..B_END {
+        windows.entry((n % 8, window_end(time_b(n)))).or_default().1 += 1;
+    }
+    let mut expected: Vec<String> = windows
+        .iter()
+        .map(|((k, w), (a, b))| format!("join k={k} w={w} a={a} b={b} @Some({w})"))
+        .collect();
+    expected.extend((0..8).map(|k| format!("end k={k} after_max=true pending=1 open=0 @None")));
+    for n in 0..A_END {
+        let copy = format!("copy {n} @Some({})", time_a(n));
+        expected.push(copy.clone());
+        expected.push(copy);
+    }
+    expected.extend(
+        (0..B_END)
+            .filter(|n| n % 7 == 0)
+            .map(|n| format!("seven {n} @Some({})", time_b(n))),
+    );
+    expected
+}
+
+/// The job with every shape, written once for every model.
+fn every_shape(s: &Shape<'_, String>) {
+    let (faults, committed) = (Arc::clone(&s.faults), Arc::clone(&s.committed));
+    let stamp_faults = Arc::clone(&s.faults);
+    // A legacy source, event time assigned after it, read by a context-aware map.
+    let mut first = s
+        .env
+        .add_source("count", move |_| Count {
+            end: A_END,
+            faults: Arc::clone(&faults),
+            committed: Arc::clone(&committed),
+        })
+        .assign_timestamps_and_watermarks(
+            // Periodic watermarks every 5 ms, so windows also close while the job runs.
+            WatermarkStrategy::for_monotonous_timestamps()
+                .with_timestamp_assigner(|n: &u64, _| time_a(*n))
+                .with_auto_watermark_interval(Duration::from_millis(5)),
+        )
+        .map_with_context("stamp", move |n: u64, ctx: &RecordContext<'_>| {
+            stamp_faults.check(FaultKind::Operator);
+            (n, ctx.timestamp().expect("assigned"))
+        })
+        .fan_out(&["joined", "copied"]);
+    let copied = first.pop().expect("two branches");
+    let joined = first.pop().expect("two branches");
+    // A reader with out-of-order event time and idleness, spread round robin.
+    let second = s
+        .env
+        .from_sequence("second", 0..B_END)
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(50))
+                .with_timestamp_assigner(|n: &u64, _| time_b(*n))
+                .with_idleness(Duration::from_secs(600)),
+        )
+        .rebalance("spread", 2);
+    let sevens: OutputTag<u64> = OutputTag::new("sevens");
+    let join_faults = Arc::clone(&s.faults);
+    let join_sevens = sevens.clone();
+    let windows = joined
+        .connect(second)
+        .key_by(|(n, _): &(u64, i64)| n % 8, |n: &u64| n % 8)
+        .process("join", 2, move |_| Join {
+            faults: Arc::clone(&join_faults),
+            sevens: join_sevens.clone(),
+        });
+    let sevens = windows
+        .side_output(&sevens)
+        .map("seven", |n: u64| format!("seven {n}"));
+    let copies = copied
+        .rescale("rescaled", 2)
+        .shuffle_random("shuffled", 2)
+        .partition_custom("custom", 2, |(n, _): &(u64, i64), p| *n as usize % p)
+        .broadcast("copies", 2)
+        .global("global")
+        .map("copy", |(n, _): (u64, i64)| format!("copy {n}"));
+    windows
+        .union("all", [copies, sevens])
+        .map_with_context("time", |line: String, ctx: &RecordContext<'_>| {
+            format!("{line} @{:?}", ctx.timestamp())
+        })
+        .collect_sink("collect", s.out);
+}
+
+#[test]
+fn every_shape_in_one_job_is_exactly_once_under_every_model() {
+    exactly_once_everywhere(
+        &every_shape_expected(),
+        &[
+            (FaultKind::Source, 400),
+            (FaultKind::Operator, 700),
+            (FaultKind::Timer, 30),
+        ],
+        every_shape,
+    );
+}
+
+#[test]
+fn the_plan_shows_the_watermark_assigner_the_keyed_join_and_the_side_output() {
+    for model in MODELS {
+        let env = StreamEnvironment::new(model);
+        let out = CollectHandle::new();
+        every_shape(&Shape {
+            env: &env,
+            faults: Arc::new(FaultPlan::none()),
+            out: &out,
+            committed: Arc::new(AtomicU64::new(1)),
+        });
+        let plan = env.build().unwrap().plan();
+        assert_eq!(
+            plan.task("count").unwrap().chain,
+            ["count", "timestamps/watermarks", "stamp"],
+            "{model}"
+        );
+        let join = plan.task("join").unwrap();
+        assert_eq!(join.parallelism, 2);
+        assert_eq!(
+            join.inputs
+                .iter()
+                .map(|i| (i.from.as_str(), i.partitioning))
+                .collect::<Vec<_>>(),
+            [("joined", "hash"), ("spread", "hash")]
+        );
+        let sevens = plan.task("sevens").unwrap();
+        assert_eq!(sevens.inputs[0].from, "join");
+        assert_eq!(sevens.inputs[0].partitioning, "side output");
+        assert_eq!(sevens.chain, ["seven"]);
+    }
+}
+
+/// Counts per key; odd values go to the side output `odd` (another type); a processing-time
+/// timer an hour ahead per key never fires; the end-of-input hook flushes the counts.
+struct Split {
+    faults: Arc<FaultPlan>,
+}
+
+impl KeyedProcessFunction for Split {
+    type Key = u64;
+    type In = u64;
+    type Out = u64;
+    type State = u64;
+
+    fn process_element(
+        &mut self,
+        n: u64,
+        ctx: &mut KeyedContext<'_, '_, u64, u64, u64>,
+    ) -> Result<(), OperatorError> {
+        self.faults.check(FaultKind::Operator);
+        if *ctx.state() == 0 {
+            let at = ctx.processing_time() + 3_600_000;
+            ctx.register_processing_timer(at);
+        }
+        *ctx.state() += 1;
+        if n % 2 == 1 {
+            ctx.output(&OutputTag::<String>::new("odd"), format!("odd {n}"))
+        } else {
+            ctx.collect(n)
+        }
+    }
+
+    fn on_timer(
+        &mut self,
+        _timestamp: i64,
+        _domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, u64, u64, u64>,
+    ) -> Result<(), OperatorError> {
+        // Never due: a run that fired it would commit this marker.
+        ctx.collect(u64::MAX)
+    }
+
+    fn end_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, '_, u64, u64, u64>,
+    ) -> Result<(), OperatorError> {
+        assert!(
+            ctx.current_watermark().is_max(),
+            "the final watermark came first"
+        );
+        for (_, key) in ctx.pending_processing_timers() {
+            ctx.collect(1_000_000 + key)?;
+        }
+        for (key, count) in ctx.take_states() {
+            ctx.output(
+                &OutputTag::<String>::new("odd"),
+                format!("end {key} {count}"),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn side_outputs_and_the_end_of_input_hook_are_exactly_once() {
+    // Main: the even values, then a line per key whose processing-time timer is still pending
+    // at end of input (every key's: none fired). Side: odd values and the per-key counts from
+    // the end-of-input hook, in a task of their own.
+    let mut expected: Vec<String> = (0..2_000)
+        .filter(|n| n % 2 == 0)
+        .map(|n| format!("even {n}"))
+        .collect();
+    expected.extend(
+        (0..2_000)
+            .filter(|n| n % 2 == 1)
+            .map(|n| format!("odd {n}")),
+    );
+    expected.extend((0..5).map(|k| format!("end {k} 400")));
+    expected.extend((0..5).map(|k| format!("pending {k}")));
+    exactly_once_everywhere(
+        &expected,
+        &[(FaultKind::Operator, 600), (FaultKind::Operator, 1_700)],
+        |s| {
+            let faults = Arc::clone(&s.faults);
+            let main = s
+                .env
+                .from_sequence("numbers", 0..2_000)
+                .key_by(|n: &u64| n % 5)
+                .process("split", 2, move |_| Split {
+                    faults: Arc::clone(&faults),
+                });
+            let odd = main
+                .side_output(&OutputTag::<String>::new("odd"))
+                .map("as is", |line: String| line);
+            // The main output stays chained behind the process function.
+            let main = main.map("even", |n: u64| match n {
+                n if n >= 1_000_000 => format!("pending {}", n - 1_000_000),
+                n => format!("even {n}"),
+            });
+            main.union("both", [odd]).collect_sink("collect", s.out);
+        },
+    );
+}
+
+#[test]
+fn side_output_of_a_stream_without_one_is_a_build_error() {
+    let env = StreamEnvironment::new(Model::Mailbox);
+    let out = CollectHandle::new();
+    let side_out = CollectHandle::new();
+    let stream = env.from_sequence("numbers", 0..3).map("id", |n: u64| n);
+    stream
+        .side_output(&OutputTag::<u64>::new("none"))
+        .collect_sink("side", &side_out);
+    stream.collect_sink("collect", &out);
+    let err = env.build().unwrap_err();
+    assert!(
+        matches!(err, JobError::NoSideOutputs { ref tag, .. } if tag == "none"),
+        "{err}"
+    );
+}
