@@ -1,21 +1,30 @@
 //! One job written once, run under the legacy, mailbox and bridge models with checkpoints and
-//! injected faults: a legacy `SourceFunction` and a `from_sequence` source (each model picks
-//! its adapter), connect with a co-map, a fan-out, a union, key_by, rebalance, rescale, broadcast, shuffle, a custom partitioner
-//! and global. The committed output must be identical under the three models and equal to the
-//! output of a run without faults; the example asserts it and prints each model's plan.
+//! injected faults, using every shape of the job API: a legacy `SourceFunction` and a
+//! `from_sequence` reader (each model picks its adapter), a watermark strategy after each
+//! source (bounded out-of-orderness, idleness, periodic watermarks), timestamps read in
+//! context-aware maps, a fan-out, connect keyed on both sides with a `CoProcessFunction` (per-key
+//! state, event- and processing-time timers, the end-of-input hook), a side output, a union,
+//! and the partitioners hash, rebalance, rescale, shuffle, custom, broadcast and global. The
+//! committed output must be identical under the three models and equal to the output of a run
+//! without faults; the example asserts it and prints each model's plan.
 //!
 //! Run with `cargo run --example job_shapes`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use streamtask::JobPhase;
 use streamtask::demo::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 
-/// A checkpointed legacy source of `0..end`: state and emit in one locked section.
+/// A checkpointed legacy source of `0..end`: state and emit in one locked section. Before the
+/// second half it waits (boundedly, outside the lock) for a checkpoint, so the faults after it
+/// restore a real position.
 struct Count {
     end: u64,
     faults: Arc<FaultPlan>,
+    committed: Arc<AtomicU64>,
 }
 
 impl SourceFunction for Count {
@@ -33,6 +42,17 @@ impl SourceFunction for Count {
             if n == self.end {
                 return Ok(());
             }
+            if n == self.end / 2 && self.committed.load(Ordering::Acquire) == 0 {
+                drop(locked);
+                for _ in 0..50 {
+                    if self.committed.load(Ordering::Acquire) > 0 || ctx.is_cancelled() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                self.committed.fetch_max(1, Ordering::AcqRel);
+                continue;
+            }
             self.faults.check(FaultKind::Source);
             locked.collect(n)?;
             *locked.state_mut() = n + 1;
@@ -41,60 +61,243 @@ impl SourceFunction for Count {
     }
 }
 
-/// The job, written once for every model.
-fn build(model: Model, faults: &Arc<FaultPlan>, out: &CollectHandle<u64>) -> JobGraph {
-    let env = StreamEnvironment::new(model);
-    let source_faults = Arc::clone(faults);
-    let counted = env.add_source("count", move |_| Count {
-        end: 3_000,
-        faults: Arc::clone(&source_faults),
-    });
-    let mut branches = env
-        .from_sequence("sequence", 100_000..101_000)
-        .fan_out(&["as is", "shifted"]);
-    let shifted = branches
-        .pop()
-        .expect("two branches")
-        .map("plus 100000", |n: u64| n + 100_000);
-    let sequence = branches.pop().expect("two branches");
-    let words: Vec<String> = (300_000..300_500).map(|n: u64| n.to_string()).collect();
-    let (first, second) = (Arc::clone(faults), Arc::clone(faults));
-    counted
-        .connect(env.from_iter("words", words))
-        .map(
-            "numbers and words",
-            |n: u64| n,
-            |w: String| w.parse::<u64>().expect("the words are numbers"),
-        )
-        .union("all", [sequence, shifted])
-        .map("fault", move |n: u64| {
-            first.check(FaultKind::Operator);
-            n
-        })
-        .rebalance("spread", 3)
-        .rescale("rescaled", 2)
-        .broadcast("copies", 2)
-        .filter("halves", |n: &u64| n % 2 == 0)
-        .shuffle_random("shuffled", 3)
-        .partition_custom("custom", 2, |n: &u64, parallelism| {
-            (*n as usize) % parallelism
-        })
-        .key_by(|n: &u64| n % 5)
-        .map_with_parallelism("plus one", 2, move |n: u64| {
-            second.check(FaultKind::Operator);
-            n + 1
-        })
-        .global("global")
-        .collect_sink("collect", out);
-    env.build().expect("the job is valid under every model")
+/// What the job is built with.
+struct Shape<'a> {
+    env: &'a StreamEnvironment,
+    faults: Arc<FaultPlan>,
+    out: &'a CollectHandle<String>,
+    committed: Arc<AtomicU64>,
 }
 
-fn run(model: Model, faults: FaultPlan) -> (Vec<u64>, u32) {
+/// Event time of the first input's `n`: in order.
+fn time_a(n: u64) -> i64 {
+    n as i64 * 10
+}
+
+/// Event time of the second input's `n`: out of order by 10 ms (the strategy allows 50).
+fn time_b(n: u64) -> i64 {
+    n as i64 * 20 + if n % 2 == 0 { 30 } else { 0 }
+}
+
+/// The end of the one-second event-time window holding `ts`.
+fn window_end(ts: i64) -> i64 {
+    ts / 1_000 * 1_000 + 999
+}
+
+/// Per key: `(window end, sum of the first input, count of the second)` of the windows still
+/// open, and whether the key's (never due) processing-time timer is registered.
+type JoinState = (Vec<(i64, u64, u64)>, bool);
+
+/// Joins both inputs per key (`n % 8`) and event-time window: a window's result leaves when the
+/// combined watermark passes its end. The second input's multiples of 7 also go to the side
+/// output `sevens`. Every key registers a processing-time timer an hour ahead, which never
+/// fires (pending timers do not fire at end of input); the end-of-input hook reports each key,
+/// whether the final watermark came first, and its pending timers.
+struct Join {
+    faults: Arc<FaultPlan>,
+    sevens: OutputTag<u64>,
+}
+
+impl Join {
+    fn add(ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>, a: u64, b: u64) {
+        let end = window_end(ctx.timestamp().expect("the strategy assigned one"));
+        if !ctx.state().1 {
+            let at = ctx.processing_time() + 3_600_000;
+            ctx.register_processing_timer(at);
+            ctx.state().1 = true;
+        }
+        let windows = &mut ctx.state().0;
+        match windows.iter_mut().find(|w| w.0 == end) {
+            Some(w) => {
+                w.1 += a;
+                w.2 += b;
+            }
+            None => windows.push((end, a, b)),
+        }
+        ctx.register_event_timer(end);
+    }
+}
+
+impl CoProcessFunction for Join {
+    type Key = u64;
+    type In1 = (u64, i64);
+    type In2 = u64;
+    type Out = String;
+    type State = JoinState;
+
+    fn process_element1(
+        &mut self,
+        (n, _): (u64, i64),
+        ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        Self::add(ctx, n, 0);
+        Ok(())
+    }
+
+    fn process_element2(
+        &mut self,
+        n: u64,
+        ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        if n % 7 == 0 {
+            ctx.output(&self.sevens, n)?;
+        }
+        Self::add(ctx, 0, 1);
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        let key = *ctx.key();
+        if domain == TimeDomain::ProcessingTime {
+            return ctx.collect(format!("processing timer fired k={key}"));
+        }
+        self.faults.check(FaultKind::Timer);
+        let windows = &mut ctx.state().0;
+        if let Some(i) = windows.iter().position(|w| w.0 == timestamp) {
+            let (end, a, b) = windows.remove(i);
+            ctx.collect(format!("join k={key} w={end} a={a} b={b}"))?;
+        }
+        Ok(())
+    }
+
+    fn end_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, '_, u64, JoinState, String>,
+    ) -> Result<(), OperatorError> {
+        let after_max = ctx.current_watermark().is_max();
+        let pending = ctx.pending_processing_timers();
+        let keys: Vec<(u64, usize)> = ctx.states().map(|(k, s)| (*k, s.0.len())).collect();
+        for (key, open) in keys {
+            let timers = pending.iter().filter(|(_, k)| *k == key).count();
+            ctx.collect(format!(
+                "end k={key} after_max={after_max} pending={timers} open={open}"
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+const A_END: u64 = 1_200;
+const B_END: u64 = 600;
+
+/// What the every-shape job commits: the join's windows and end reports, two copies of every
+/// first-input value (broadcast to two subtasks), and the side output, each with the
+/// timestamp a context-aware map read.
+fn every_shape_expected() -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut windows: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
+    for n in 0..A_END {
+        windows.entry((n % 8, window_end(time_a(n)))).or_default().0 += n;
+    }
+    for n in 0..B_END {
+        windows.entry((n % 8, window_end(time_b(n)))).or_default().1 += 1;
+    }
+    let mut expected: Vec<String> = windows
+        .iter()
+        .map(|((k, w), (a, b))| format!("join k={k} w={w} a={a} b={b} @Some({w})"))
+        .collect();
+    expected.extend((0..8).map(|k| format!("end k={k} after_max=true pending=1 open=0 @None")));
+    for n in 0..A_END {
+        let copy = format!("copy {n} @Some({})", time_a(n));
+        expected.push(copy.clone());
+        expected.push(copy);
+    }
+    expected.extend(
+        (0..B_END)
+            .filter(|n| n % 7 == 0)
+            .map(|n| format!("seven {n} @Some({})", time_b(n))),
+    );
+    expected
+}
+
+/// The job with every shape, written once for every model.
+fn every_shape(s: &Shape<'_>) {
+    let (faults, committed) = (Arc::clone(&s.faults), Arc::clone(&s.committed));
+    let stamp_faults = Arc::clone(&s.faults);
+    // A legacy source, event time assigned after it, read by a context-aware map.
+    let mut first = s
+        .env
+        .add_source("count", move |_| Count {
+            end: A_END,
+            faults: Arc::clone(&faults),
+            committed: Arc::clone(&committed),
+        })
+        .assign_timestamps_and_watermarks(
+            // Periodic watermarks every 5 ms, so windows also close while the job runs.
+            WatermarkStrategy::for_monotonous_timestamps()
+                .with_timestamp_assigner(|n: &u64, _| time_a(*n))
+                .with_auto_watermark_interval(Duration::from_millis(5)),
+        )
+        .map_with_context("stamp", move |n: u64, ctx: &RecordContext<'_>| {
+            stamp_faults.check(FaultKind::Operator);
+            (n, ctx.timestamp().expect("assigned"))
+        })
+        .fan_out(&["joined", "copied"]);
+    let copied = first.pop().expect("two branches");
+    let joined = first.pop().expect("two branches");
+    // A reader with out-of-order event time and idleness, spread round robin.
+    let second = s
+        .env
+        .from_sequence("second", 0..B_END)
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(50))
+                .with_timestamp_assigner(|n: &u64, _| time_b(*n))
+                .with_idleness(Duration::from_secs(600)),
+        )
+        .rebalance("spread", 2);
+    let sevens: OutputTag<u64> = OutputTag::new("sevens");
+    let join_faults = Arc::clone(&s.faults);
+    let join_sevens = sevens.clone();
+    let windows = joined
+        .connect(second)
+        .key_by(|(n, _): &(u64, i64)| n % 8, |n: &u64| n % 8)
+        .process("join", 2, move |_| Join {
+            faults: Arc::clone(&join_faults),
+            sevens: join_sevens.clone(),
+        });
+    let sevens = windows
+        .side_output(&sevens)
+        .map("seven", |n: u64| format!("seven {n}"));
+    let copies = copied
+        .rescale("rescaled", 2)
+        .shuffle_random("shuffled", 2)
+        .partition_custom("custom", 2, |(n, _): &(u64, i64), p| *n as usize % p)
+        .broadcast("copies", 2)
+        .global("global")
+        .map("copy", |(n, _): (u64, i64)| format!("copy {n}"));
+    windows
+        .union("all", [copies, sevens])
+        .map_with_context("time", |line: String, ctx: &RecordContext<'_>| {
+            format!("{line} @{:?}", ctx.timestamp())
+        })
+        .collect_sink("collect", s.out);
+}
+
+fn run(model: Model, faults: FaultPlan) -> (Vec<String>, u32) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let faults = Arc::new(faults);
     let out = CollectHandle::new();
-    let job = build(model, &faults, &out);
+    let committed = Arc::new(AtomicU64::new(0));
+    let env = StreamEnvironment::new(model);
+    every_shape(&Shape {
+        env: &env,
+        faults: Arc::clone(&faults),
+        out: &out,
+        committed: Arc::clone(&committed),
+    });
+    let job = env.build().expect("the job is valid under every model");
+    let counted = Arc::clone(&committed);
     let config = JobConfig::new(dir.path())
+        .with_phases(Arc::new(move |phase| {
+            if let JobPhase::CheckpointCommitting { .. } = phase {
+                counted.fetch_add(1, Ordering::AcqRel);
+            }
+        }))
         .with_checkpoints(Some(
             CheckpointConfig::new(Duration::from_millis(10))
                 .with_timeout(Duration::from_millis(250)),
@@ -123,25 +326,23 @@ fn main() {
         }
     }));
 
-    let mut expected: Vec<u64> = (0..3_000)
-        .chain(100_000..101_000)
-        .chain(200_000..201_000)
-        .chain(300_000..300_500)
-        .collect();
-    expected.retain(|n| n % 2 == 0);
-    let mut expected: Vec<u64> = expected.iter().flat_map(|&n| [n + 1, n + 1]).collect();
+    let mut expected = every_shape_expected();
     expected.sort_unstable();
 
     let mut outputs = Vec::new();
     for model in [Model::Legacy, Model::Mailbox, Model::Bridge] {
-        println!(
-            "{}",
-            build(model, &Arc::new(FaultPlan::none()), &CollectHandle::new()).plan()
-        );
+        let env = StreamEnvironment::new(model);
+        every_shape(&Shape {
+            env: &env,
+            faults: Arc::new(FaultPlan::none()),
+            out: &CollectHandle::new(),
+            committed: Arc::new(AtomicU64::new(1)),
+        });
+        println!("{}", env.build().expect("a valid job").plan());
         let faults = FaultPlan::at(&[
-            (FaultKind::Source, 1_000),
-            (FaultKind::Operator, 2_500),
-            (FaultKind::Operator, 6_000),
+            (FaultKind::Source, 400),
+            (FaultKind::Operator, 700),
+            (FaultKind::Timer, 30),
         ]);
         let (got, restarts) = run(model, faults);
         assert_eq!(
