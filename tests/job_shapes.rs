@@ -890,3 +890,31 @@ fn side_output_of_a_stream_without_one_is_a_build_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_file_sink_formatter_sees_the_record_timestamp_under_every_model() {
+    for model in MODELS {
+        let dir = tempfile::tempdir().unwrap();
+        let out_dir = dir.path().join("out");
+        let env = StreamEnvironment::new(model);
+        env.from_iter("events", vec![(1u32, 500i64), (2, 480), (3, 900)])
+            .assign_timestamps_and_watermarks(
+                WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(100))
+                    .with_timestamp_assigner(|e: &(u32, i64), _| e.1),
+            )
+            .two_phase_file_sink_with_context("files", &out_dir, |e: &(u32, i64), ctx| {
+                format!("{} at {:?}", e.0, ctx.timestamp())
+            });
+        env.build()
+            .unwrap()
+            .run(&JobConfig::new(dir.path().join("state")))
+            .unwrap();
+        let mut lines = streamtask::sink::read_committed(&out_dir).unwrap();
+        lines.sort();
+        assert_eq!(
+            lines,
+            ["1 at Some(500)", "2 at Some(480)", "3 at Some(900)"],
+            "{model}"
+        );
+    }
+}

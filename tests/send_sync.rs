@@ -46,3 +46,17 @@ mod checkpoint_and_sinks {
     assert_send_only!(TwoPhaseCommitFileSink<u64>);
     assert_not_sync!(TwoPhaseCommitFileSink<u64>);
 }
+
+/// The job builder's streams (issue 13): built on one thread (they share the environment's
+/// `Rc`), so neither `Send` nor `Sync`; what runs is the built `JobGraph`.
+mod job_builder {
+    use streamtask::prelude::{ConnectedStreams, DataStream, KeyedConnectedStreams, KeyedStream};
+    use streamtask_core::{assert_not_send, assert_not_sync};
+
+    assert_not_send!(DataStream<u64>);
+    assert_not_sync!(DataStream<u64>);
+    assert_not_send!(KeyedStream<u64, u64>);
+    assert_not_send!(ConnectedStreams<u64, u64>);
+    assert_not_send!(KeyedConnectedStreams<u64, u64, u64>);
+    assert_not_sync!(KeyedConnectedStreams<u64, u64, u64>);
+}

@@ -136,3 +136,53 @@ assert_send_sync!(
     TraceLog,
     TraceEvent,
 );
+
+// Side outputs, event time after the source, context-aware maps, keyed two-input operators
+// (issue 13). A tag and a strategy are shared by every task of a job; the side outputs of an
+// operator move with it to its task thread (they hold `Send` outputs) but are never shared; a
+// record's context lends the task's services for one call.
+mod issue_13 {
+    use streamtask_core::function::CoProcessFunction;
+    use streamtask_core::operator::{
+        KeyedCoProcessOperator, KeyedContext, MapWithContext, OutputTag, RecordContext,
+        SideOutputTypeError, SideOutputs, TimestampsAndWatermarks, WatermarkStrategy,
+    };
+    use streamtask_core::{OperatorError, assert_not_sync, assert_send_only, assert_send_sync};
+
+    struct Co;
+    impl CoProcessFunction for Co {
+        type Key = u64;
+        type In1 = u64;
+        type In2 = u64;
+        type Out = u64;
+        type State = u64;
+        fn process_element1(
+            &mut self,
+            _: u64,
+            _: &mut KeyedContext<'_, '_, u64, u64, u64>,
+        ) -> Result<(), OperatorError> {
+            Ok(())
+        }
+        fn process_element2(
+            &mut self,
+            _: u64,
+            _: &mut KeyedContext<'_, '_, u64, u64, u64>,
+        ) -> Result<(), OperatorError> {
+            Ok(())
+        }
+    }
+    type Key = fn(&u64) -> u64;
+    type Stamp = fn(u64, &RecordContext<'_>) -> u64;
+
+    assert_send_sync!(
+        OutputTag<u64>,
+        SideOutputTypeError,
+        WatermarkStrategy<u64>,
+        TimestampsAndWatermarks<u64>,
+        RecordContext<'static>,
+        MapWithContext<u64, u64, Stamp>,
+    );
+    assert_send_only!(SideOutputs, KeyedCoProcessOperator<Key, Key, Co>);
+    assert_not_sync!(SideOutputs);
+    assert_not_sync!(KeyedCoProcessOperator<Key, Key, Co>);
+}

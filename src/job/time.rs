@@ -66,4 +66,23 @@ impl<T: Send + 'static> DataStream<T> {
             Arc::new(move |_| Box::new(MapWithContext::new(name_owned.clone(), f.clone()))),
         )
     }
+
+    /// Ends the stream in the exactly-once file sink, formatting each record with
+    /// `formatter(value, &ctx)`, so a line can carry the record's timestamp or the current
+    /// watermark: a [`map_with_context`](Self::map_with_context) named `<name> format` chained
+    /// before [`two_phase_file_sink`](Self::two_phase_file_sink).
+    pub fn two_phase_file_sink_with_context<F>(
+        self,
+        name: &str,
+        dir: impl Into<std::path::PathBuf>,
+        formatter: F,
+    ) where
+        F: Fn(&T, &RecordContext<'_>) -> String + Clone + Send + Sync + 'static,
+    {
+        self.map_with_context(
+            &format!("{name} format"),
+            move |value: T, ctx: &RecordContext<'_>| formatter(&value, ctx),
+        )
+        .two_phase_file_sink(name, dir, String::clone);
+    }
 }
