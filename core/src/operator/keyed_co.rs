@@ -244,15 +244,11 @@ mod tests {
         }
     }
 
-    fn harness() -> TwoInputHarness<
-        KeyedCoProcessOperator<
-            impl FnMut(&u64) -> u64 + Send,
-            impl FnMut(&u64) -> u64 + Send,
-            Sums,
-        >,
-        Map<String, String, fn(String) -> String>,
-    > {
-        let op = KeyedCoProcessOperator::new("sums", |n: &u64| n % 3, |n: &u64| n % 3, Sums);
+    type Key = fn(&u64) -> u64;
+    type Id = Map<String, String, fn(String) -> String>;
+
+    fn harness() -> TwoInputHarness<KeyedCoProcessOperator<Key, Key, Sums>, Id> {
+        let op = KeyedCoProcessOperator::new("sums", (|n| n % 3) as Key, (|n| n % 3) as Key, Sums);
         TwoInputHarness::new(TwoInputChain::new(
             op,
             Map::new("id", (|s| s) as fn(String) -> String),
