@@ -52,7 +52,7 @@ type Assigner<T> = Arc<dyn Fn(&T, Option<i64>) -> i64 + Send + Sync>;
 /// h.open().unwrap();
 /// h.process((1, 100)).unwrap();
 /// h.process((2, 98)).unwrap();
-/// h.advance_processing_time(200).unwrap(); // the periodic tick
+/// h.advance_processing_time(201).unwrap(); // the periodic tick (a timer fires once time passes it)
 /// assert_eq!(
 ///     h.take_output(),
 ///     vec![
