@@ -161,7 +161,7 @@ impl<KS, F: KeyedProcessFunction> fmt::Debug for KeyedProcessOperator<KS, F> {
 mod tests {
     use super::*;
     use crate::function::{KeyedProcessFunction, TimeDomain};
-    use crate::operator::KeyedContext;
+    use crate::operator::{EndOfInputContext, KeyedContext};
     use crate::testing::OperatorHarness;
 
     /// Counts per key; emits the count 100 ms (processing time) after a key's first record.
@@ -287,5 +287,77 @@ mod tests {
         );
         h.process_watermark(Watermark::MAX).unwrap();
         assert_eq!(h.output_values(), vec!["1@30:[1, 1]".to_string()]);
+    }
+
+    /// Registers a processing-time timer per key far ahead; the end-of-input hook reports
+    /// the watermark it saw, the pending timers and every key's count.
+    struct Flush;
+
+    impl KeyedProcessFunction for Flush {
+        type Key = u32;
+        type In = u32;
+        type Out = String;
+        type State = u32;
+
+        fn process_element(
+            &mut self,
+            value: u32,
+            ctx: &mut KeyedContext<'_, '_, u32, u32, String>,
+        ) -> Result<(), OperatorError> {
+            *ctx.state() += 1;
+            ctx.register_processing_timer(1_000_000 + i64::from(value));
+            ctx.register_event_timer(10);
+            Ok(())
+        }
+
+        fn on_timer(
+            &mut self,
+            timestamp: i64,
+            domain: TimeDomain,
+            ctx: &mut KeyedContext<'_, '_, u32, u32, String>,
+        ) -> Result<(), OperatorError> {
+            let key = *ctx.key();
+            ctx.collect(format!("{domain:?} {key}@{timestamp}"))
+        }
+
+        fn end_input(
+            &mut self,
+            ctx: &mut EndOfInputContext<'_, '_, u32, u32, String>,
+        ) -> Result<(), OperatorError> {
+            let line = format!(
+                "end max={} pending={:?}",
+                ctx.current_watermark().is_max(),
+                ctx.pending_processing_timers()
+            );
+            ctx.collect(line)?;
+            for (key, count) in ctx.take_states() {
+                ctx.collect(format!("{key}={count}"))?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_end_of_input_hook_follows_the_final_watermark_and_pending_timers_do_not_fire() {
+        let op = KeyedProcessOperator::new("flush", |v: &u32| *v, Flush);
+        let mut h = OperatorHarness::new(op);
+        h.open().unwrap();
+        h.process(1).unwrap();
+        h.process(2).unwrap();
+        h.process(1).unwrap();
+        // What a finite source does at its end: the final watermark, then end of input.
+        h.process_watermark(Watermark::MAX).unwrap();
+        h.end_input().unwrap();
+        assert_eq!(
+            h.output_values(),
+            vec![
+                "EventTime 1@10".to_string(),
+                "EventTime 2@10".to_string(),
+                "end max=true pending=[(1000001, 1), (1000002, 2)]".to_string(),
+                "1=2".to_string(),
+                "2=1".to_string(),
+            ]
+        );
+        assert_eq!(h.operator().key_count(), 0);
     }
 }

@@ -217,3 +217,62 @@ impl fmt::Debug for SideOutputs {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::Emitted;
+
+    #[test]
+    fn records_watermarks_and_status_reach_the_tag_installed() {
+        let tag: OutputTag<u32> = OutputTag::new("t");
+        let mut side = SideOutputs::new();
+        let shared = std::sync::Arc::new(crate::sync::Mutex::new(Vec::new()));
+        struct Shared(std::sync::Arc<crate::sync::Mutex<Vec<Emitted<u32>>>>);
+        impl Output<u32> for Shared {
+            fn collect(&mut self, record: StreamRecord<u32>) -> Result<(), OperatorError> {
+                self.0.lock().push(Emitted::Record(record));
+                Ok(())
+            }
+            fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+                self.0.lock().push(Emitted::Watermark(watermark));
+                Ok(())
+            }
+            fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+                self.0.lock().push(Emitted::Status(status));
+                Ok(())
+            }
+        }
+        side.add(&tag, Shared(std::sync::Arc::clone(&shared)));
+        side.emit(&tag, StreamRecord::with_timestamp(7, 3)).unwrap();
+        side.emit_watermark(Watermark(3)).unwrap();
+        side.emit_status(StreamStatus::Idle).unwrap();
+        assert_eq!(
+            *shared.lock(),
+            vec![
+                Emitted::Record(StreamRecord::with_timestamp(7, 3)),
+                Emitted::Watermark(Watermark(3)),
+                Emitted::Status(StreamStatus::Idle),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tag_nobody_reads_is_counted_and_a_wrong_type_is_an_error() {
+        let mut side = SideOutputs::new();
+        side.emit(&OutputTag::<u32>::new("unread"), StreamRecord::new(1))
+            .unwrap();
+        assert_eq!(side.dropped(), 1);
+        side.add(
+            &OutputTag::<u32>::new("numbers"),
+            Vec::<Emitted<u32>>::new(),
+        );
+        let err = side
+            .emit(
+                &OutputTag::<String>::new("numbers"),
+                StreamRecord::new("x".into()),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("carries u32"), "{err}");
+    }
+}
