@@ -37,6 +37,7 @@ mod coordinator;
 mod directory;
 mod driver;
 mod format;
+mod savepoint;
 mod storage;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,9 @@ pub use self::coordinator::{
     ConfigError, CoordinatorAction, CoordinatorError,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
+pub use self::savepoint::{
+    SAVEPOINT_FORMAT_VERSION, Savepoint, SavepointMetadata, StateEntry, VertexShape,
+};
 pub use self::storage::{CheckpointStorage, Corruption, StorageError};
 
 /// A checkpoint every task acknowledged: the state of the whole job at one barrier.

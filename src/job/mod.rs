@@ -3,6 +3,7 @@
 mod error;
 mod executor;
 mod graph;
+mod identity;
 mod plan;
 mod restore;
 mod runtime;

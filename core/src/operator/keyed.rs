@@ -16,7 +16,7 @@ use super::{Context, Operator};
 use crate::element::{StreamRecord, Watermark};
 use crate::error::OperatorError;
 use crate::function::{KeyedProcessFunction, TimeDomain};
-use crate::state::{decode, encode};
+use crate::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupedState, StableKey, key_group_of};
 use crate::time::Timer;
 
 #[derive(Debug, Default)]
@@ -136,18 +136,30 @@ pub struct KeyedProcessOperator<KS, F: KeyedProcessFunction> {
     states: BTreeMap<F::Key, F::State>,
     timers: KeyedTimers<F::Key>,
     watermark: Watermark,
+    max_parallelism: u32,
 }
 
+/// What one key group of a [`KeyedProcessOperator`] holds in a snapshot: its keys' states and
+/// timers (the snapshot is a [`KeyGroupedState`] of these, so it can be redistributed).
 #[derive(Serialize, serde::Deserialize)]
 #[serde(bound(
     serialize = "K: Serialize, S: Serialize",
     deserialize = "K: DeserializeOwned, S: DeserializeOwned"
 ))]
-struct KeyedSnapshot<K, S> {
+struct KeyGroupEntries<K, S> {
     states: Vec<(K, S)>,
     processing_timers: Vec<(i64, K)>,
     event_timers: Vec<(i64, K)>,
-    watermark: i64,
+}
+
+impl<K, S> Default for KeyGroupEntries<K, S> {
+    fn default() -> Self {
+        KeyGroupEntries {
+            states: Vec::new(),
+            processing_timers: Vec::new(),
+            event_timers: Vec::new(),
+        }
+    }
 }
 
 impl<KS, F> KeyedProcessOperator<KS, F>
@@ -169,7 +181,15 @@ where
                 to_register: Vec::new(),
             },
             watermark: Watermark::MIN,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
         }
+    }
+
+    /// Sets the max parallelism its state is cut into key groups by (default
+    /// [`DEFAULT_MAX_PARALLELISM`]); it must equal the job's, and the partitioner's in front.
+    pub fn with_max_parallelism(mut self, max_parallelism: u32) -> Self {
+        self.max_parallelism = max_parallelism;
+        self
     }
 
     /// Number of keys with state.
@@ -226,6 +246,7 @@ where
 impl<KS, F> Operator for KeyedProcessOperator<KS, F>
 where
     F: KeyedProcessFunction,
+    F::Key: StableKey,
     KS: FnMut(&F::In) -> F::Key + Send,
 {
     type In = F::In;
@@ -239,12 +260,26 @@ where
         let Some(bytes) = restored else {
             return Ok(());
         };
-        let snap: KeyedSnapshot<F::Key, F::State> =
-            decode(bytes).map_err(|e| OperatorError::state(&self.name, e))?;
-        self.states = snap.states.into_iter().collect();
-        self.timers.processing = snap.processing_timers.into_iter().collect();
-        self.timers.event = snap.event_timers.into_iter().collect();
+        // One snapshot per key group; after a rescale, those of several old subtasks (or a part
+        // of one old subtask's): the job layer cut them to this subtask's key-group range.
+        let snap: KeyGroupedState<KeyGroupEntries<F::Key, F::State>> =
+            KeyGroupedState::decode(bytes).map_err(|e| OperatorError::state(&self.name, e))?;
+        if snap.max_parallelism != self.max_parallelism {
+            return Err(OperatorError::user(
+                &self.name,
+                format!(
+                    "its state was written with max parallelism {}, the operator has {}; keep \
+                     the job's max parallelism across a restore",
+                    snap.max_parallelism, self.max_parallelism
+                ),
+            ));
+        }
         self.watermark = Watermark(snap.watermark);
+        for (_, group) in snap.into_groups() {
+            self.states.extend(group.states);
+            self.timers.processing.extend(group.processing_timers);
+            self.timers.event.extend(group.event_timers);
+        }
         Ok(())
     }
 
@@ -311,18 +346,22 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
-        let snap = KeyedSnapshot {
-            states: self.states.iter().collect::<Vec<_>>(),
-            processing_timers: self
-                .timers
-                .processing
-                .iter()
-                .map(|(t, k)| (*t, k))
-                .collect(),
-            event_timers: self.timers.event.iter().map(|(t, k)| (*t, k)).collect(),
-            watermark: self.watermark.0,
-        };
-        encode(&snap)
+        let max = self.max_parallelism;
+        let mut groups: BTreeMap<u32, KeyGroupEntries<&F::Key, &F::State>> = BTreeMap::new();
+        for (key, state) in &self.states {
+            let group = groups.entry(key_group_of(key, max)).or_default();
+            group.states.push((key, state));
+        }
+        for (t, key) in &self.timers.processing {
+            let group = groups.entry(key_group_of(key, max)).or_default();
+            group.processing_timers.push((*t, key));
+        }
+        for (t, key) in &self.timers.event {
+            let group = groups.entry(key_group_of(key, max)).or_default();
+            group.event_timers.push((*t, key));
+        }
+        KeyGroupedState::new(max, self.watermark.0, groups)
+            .encode()
             .map(Some)
             .map_err(|e| OperatorError::state(&self.name, e))
     }
