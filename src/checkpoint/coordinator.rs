@@ -376,7 +376,24 @@ pub struct CheckpointCoordinator {
     /// When the latest checkpoint completed or was aborted.
     last_end: Option<i64>,
     stats: Arc<CheckpointStats>,
+    /// The savepoint asked for, once triggered: after it no checkpoint is triggered.
+    savepoint: Option<u64>,
+    /// Where a completed savepoint goes instead of the checkpoint storage.
+    savepoint_writer: Option<WriterSlot>,
 }
+
+/// The savepoint writer, shown as a placeholder by `Debug`.
+struct WriterSlot(SavepointWriter);
+
+impl fmt::Debug for WriterSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SavepointWriter")
+    }
+}
+
+/// Writes a completed savepoint durably (before its completion notices commit the sinks).
+pub type SavepointWriter =
+    Box<dyn FnMut(&CompletedCheckpoint) -> Result<(), StorageError> + Send + 'static>;
 
 /// The coordinator's lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -477,6 +494,8 @@ impl CheckpointCoordinator {
             last_trigger: None,
             last_end: None,
             stats: Arc::new(CheckpointStats::default()),
+            savepoint: None,
+            savepoint_writer: None,
         })
     }
 
@@ -485,6 +504,55 @@ impl CheckpointCoordinator {
     pub fn with_ids_after(mut self, id: u64) -> Self {
         self.last_id = self.last_id.max(id);
         self
+    }
+
+    /// Sets where a savepoint goes when it completes (see
+    /// [`trigger_savepoint`](Self::trigger_savepoint)); without a writer a savepoint is refused.
+    pub fn with_savepoint_writer(mut self, writer: SavepointWriter) -> Self {
+        self.savepoint_writer = Some(WriterSlot(writer));
+        self
+    }
+
+    /// Triggers a savepoint now, as the first half of Flink's stop-with-savepoint: a barrier of
+    /// kind [`CheckpointKind::Savepoint`](streamtask_core::CheckpointKind::Savepoint) whose
+    /// snapshot, once every task acknowledged, goes to the savepoint writer (never to the
+    /// checkpoint storage, so retention never deletes it); no checkpoint is triggered after
+    /// it. Returns the trigger (none if a savepoint was triggered already, no writer is set, or
+    /// a task finished) and the savepoint's id.
+    pub fn trigger_savepoint(&mut self, now: i64) -> (Vec<CoordinatorAction>, Option<u64>) {
+        let mut actions = Vec::new();
+        self.expire(now, &mut actions);
+        if self.savepoint.is_some() || self.savepoint_writer.is_none() || self.is_stopped() {
+            log::info!(
+                "savepoint not triggered: {}",
+                if self.savepoint.is_some() {
+                    "one was triggered already"
+                } else if self.is_stopped() {
+                    "a task finished"
+                } else {
+                    "no savepoint location"
+                }
+            );
+            return (actions, None);
+        }
+        self.last_id += 1;
+        let id = self.last_id;
+        self.pending.insert(
+            id,
+            PendingCheckpoint {
+                timestamp: now,
+                deadline: now.saturating_add(self.timing.timeout),
+                acks: BTreeMap::new(),
+            },
+        );
+        self.savepoint = Some(id);
+        self.last_trigger = Some(now);
+        self.stats.triggered.inc();
+        log::info!("triggering savepoint {id}");
+        let mut barrier = CheckpointBarrier::new(id, now);
+        barrier.kind = streamtask_core::CheckpointKind::Savepoint;
+        actions.push(CoordinatorAction::Trigger(barrier));
+        (actions, Some(id))
     }
 
     /// Triggers a checkpoint if one is due and aborts the expired ones.
@@ -669,7 +737,10 @@ impl CheckpointCoordinator {
 
     /// When the next trigger is due, if one can happen at all.
     fn next_trigger_at(&self) -> Option<i64> {
-        if self.is_stopped() || self.pending.len() >= self.timing.max_concurrent {
+        if self.is_stopped()
+            || self.savepoint.is_some()
+            || self.pending.len() >= self.timing.max_concurrent
+        {
             return None;
         }
         let by_interval = self
@@ -719,7 +790,11 @@ impl CheckpointCoordinator {
             timestamp: pending.timestamp,
             tasks: pending.acks,
         };
-        if let Err(err) = self.storage.store(&checkpoint) {
+        let stored = match (&mut self.savepoint_writer, self.savepoint) {
+            (Some(WriterSlot(write)), Some(savepoint)) if savepoint == id => write(&checkpoint),
+            _ => self.storage.store(&checkpoint),
+        };
+        if let Err(err) = stored {
             log::error!("checkpoint {id} could not be stored: {err}");
             self.last_end = Some(now);
             self.stats.aborted.inc();

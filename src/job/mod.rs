@@ -7,6 +7,7 @@ mod identity;
 mod plan;
 mod restore;
 mod runtime;
+mod savepoint;
 mod sources;
 mod wiring;
 
@@ -18,4 +19,5 @@ pub use self::executor::{
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
+pub use self::savepoint::{SavepointHandle, StopWithSavepoint};
 pub(crate) use self::runtime::RunningTask;
