@@ -15,7 +15,7 @@
 pub use crate::checkpoint::CheckpointConfig;
 pub use crate::job::{
     ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedStream, PlannedTask,
-    RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
+    RestartStrategy, Restore, SavepointHandle, SourceAdapter, StopWithSavepoint, StreamEnvironment,
 };
 pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};

@@ -376,7 +376,10 @@ pub struct CheckpointCoordinator {
     /// When the latest checkpoint completed or was aborted.
     last_end: Option<i64>,
     stats: Arc<CheckpointStats>,
-    /// The savepoint asked for, once triggered: after it no checkpoint is triggered.
+    /// Whether a savepoint was asked for: from then on no checkpoint is triggered, and a
+    /// savepoint is triggered whenever none is pending (again after one was aborted).
+    savepoint_requested: bool,
+    /// The pending or completed savepoint.
     savepoint: Option<u64>,
     /// Where a completed savepoint goes instead of the checkpoint storage.
     savepoint_writer: Option<WriterSlot>,
@@ -494,6 +497,7 @@ impl CheckpointCoordinator {
             last_trigger: None,
             last_end: None,
             stats: Arc::new(CheckpointStats::default()),
+            savepoint_requested: false,
             savepoint: None,
             savepoint_writer: None,
         })
@@ -513,28 +517,28 @@ impl CheckpointCoordinator {
         self
     }
 
-    /// Triggers a savepoint now, as the first half of Flink's stop-with-savepoint: a barrier of
+    /// Asks for a savepoint, as the first half of Flink's stop-with-savepoint: a barrier of
     /// kind [`CheckpointKind::Savepoint`](streamtask_core::CheckpointKind::Savepoint) whose
     /// snapshot, once every task acknowledged, goes to the savepoint writer (never to the
-    /// checkpoint storage, so retention never deletes it); no checkpoint is triggered after
-    /// it. Returns the trigger (none if a savepoint was triggered already, no writer is set, or
-    /// a task finished) and the savepoint's id.
-    pub fn trigger_savepoint(&mut self, now: i64) -> (Vec<CoordinatorAction>, Option<u64>) {
-        let mut actions = Vec::new();
-        self.expire(now, &mut actions);
-        if self.savepoint.is_some() || self.savepoint_writer.is_none() || self.is_stopped() {
-            log::info!(
-                "savepoint not triggered: {}",
-                if self.savepoint.is_some() {
-                    "one was triggered already"
-                } else if self.is_stopped() {
-                    "a task finished"
-                } else {
-                    "no savepoint location"
-                }
-            );
-            return (actions, None);
+    /// checkpoint storage, so retention never deletes it). From now on no checkpoint is
+    /// triggered, and a savepoint that is declined or expires is triggered again. Returns the
+    /// trigger (none if one is pending or completed already, no writer is set, or a task
+    /// finished).
+    pub fn trigger_savepoint(&mut self, now: i64) -> Vec<CoordinatorAction> {
+        if self.savepoint_writer.is_none() {
+            log::warn!("savepoint not triggered: no savepoint location is set");
+            return Vec::new();
         }
+        self.savepoint_requested = true;
+        self.poll(now)
+    }
+
+    /// The id of the savepoint that completed, if one did.
+    pub fn completed_savepoint(&self) -> Option<u64> {
+        self.savepoint.filter(|id| !self.pending.contains_key(id))
+    }
+
+    fn start_savepoint(&mut self, now: i64, actions: &mut Vec<CoordinatorAction>) {
         self.last_id += 1;
         let id = self.last_id;
         self.pending.insert(
@@ -552,7 +556,6 @@ impl CheckpointCoordinator {
         let mut barrier = CheckpointBarrier::new(id, now);
         barrier.kind = streamtask_core::CheckpointKind::Savepoint;
         actions.push(CoordinatorAction::Trigger(barrier));
-        (actions, Some(id))
     }
 
     /// Triggers a checkpoint if one is due and aborts the expired ones.
@@ -561,6 +564,12 @@ impl CheckpointCoordinator {
     pub fn poll(&mut self, now: i64) -> Vec<CoordinatorAction> {
         let mut actions = Vec::new();
         self.expire(now, &mut actions);
+        if self.savepoint_requested {
+            if self.savepoint.is_none() && !self.is_stopped() {
+                self.start_savepoint(now, &mut actions);
+            }
+            return actions;
+        }
         if self.next_trigger_at().is_some_and(|due| now >= due) {
             self.last_id += 1;
             let id = self.last_id;
@@ -737,10 +746,12 @@ impl CheckpointCoordinator {
 
     /// When the next trigger is due, if one can happen at all.
     fn next_trigger_at(&self) -> Option<i64> {
-        if self.is_stopped()
-            || self.savepoint.is_some()
-            || self.pending.len() >= self.timing.max_concurrent
-        {
+        if self.savepoint_requested {
+            // Due at once while no savepoint is pending (after an abort); never a checkpoint.
+            return (self.savepoint.is_none() && !self.is_stopped())
+                .then(|| self.last_end.unwrap_or(self.created));
+        }
+        if self.is_stopped() || self.pending.len() >= self.timing.max_concurrent {
             return None;
         }
         let by_interval = self
@@ -774,6 +785,10 @@ impl CheckpointCoordinator {
         actions: &mut Vec<CoordinatorAction>,
     ) {
         if self.pending.remove(&id).is_some() {
+            if self.savepoint == Some(id) {
+                log::warn!("savepoint {id} aborted ({reason}); triggering another");
+                self.savepoint = None;
+            }
             self.last_end = Some(now);
             self.stats.aborted.inc();
             actions.push(CoordinatorAction::Abort { id, reason });

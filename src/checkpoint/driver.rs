@@ -274,7 +274,7 @@ fn run(
                     }
                 }
                 Ok(Control::TriggerSavepoint) => {
-                    act(coordinator.trigger_savepoint(clock.now_millis()).0);
+                    act(coordinator.trigger_savepoint(clock.now_millis()));
                 }
                 // The driver is gone or stopping.
                 Ok(Control::Stop) | Err(_) => return coordinator,

@@ -199,6 +199,17 @@ impl JobGraph {
             let savepoint = Savepoint::load(path)?;
             let checkpoint = self.restore_savepoint(&savepoint, allow_non_restored)?;
             self.check_shape(&checkpoint)?;
+            // The checkpoints an earlier run left here belong to the job the savepoint
+            // replaces (another shape, perhaps): a restart must never fall back to them.
+            let ids = storage.discard_all()?;
+            if !ids.is_empty() {
+                log::info!(
+                    "deleted {} checkpoint(s) of an earlier run in {}: this run starts from \
+                     the savepoint (the sink output is kept)",
+                    ids.len(),
+                    dir.display()
+                );
+            }
             return Ok(Some(checkpoint));
         }
         let found = found(dir, storage)?;
