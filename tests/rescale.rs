@@ -5,151 +5,14 @@
 //! The source pauses at a given position and pulls the savepoint handle itself, so the
 //! savepoint is taken at exactly that position (no timing decides where the job stops).
 
-use std::path::{Path, PathBuf};
-use std::task::Waker;
+#[path = "common/counting.rs"]
+mod counting;
 
+use std::path::PathBuf;
+
+use counting::{Numbers, RECORDS, RunningTotal, committed, reference, run};
 use streamtask::prelude::*;
-use streamtask::{JobError, Restore, SavepointHandle, StopWithSavepoint};
-use streamtask_core::OperatorError;
-use streamtask_core::function::{KeyedProcessFunction, TimeDomain};
-use streamtask_core::operator::KeyedContext;
-use streamtask_core::state::{decode, encode};
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
-
-const RECORDS: u64 = 3_000;
-const KEYS: u64 = 37;
-
-/// Emits `(key, value)` for value `0..RECORDS`; at `pause_at` it asks for the savepoint and
-/// waits (it is never woken again: the job stops around it).
-struct Numbers {
-    next: u64,
-    pause_at: Option<u64>,
-    handle: SavepointHandle,
-    paused: bool,
-}
-
-impl SourceReader<(u64, u64)> for Numbers {
-    fn name(&self) -> &str {
-        "numbers"
-    }
-
-    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
-        if let Some(bytes) = state {
-            self.next = decode(bytes).map_err(|e| OperatorError::state("numbers", e))?;
-        }
-        Ok(())
-    }
-
-    fn poll_next(
-        &mut self,
-        output: &mut ReaderOutput<'_, (u64, u64)>,
-    ) -> Result<InputStatus, OperatorError> {
-        if self.pause_at == Some(self.next) {
-            if !self.paused {
-                self.paused = true;
-                self.handle.stop_with_savepoint();
-            }
-            return Ok(InputStatus::NothingAvailable);
-        }
-        if self.next == RECORDS {
-            return Ok(InputStatus::EndOfInput);
-        }
-        let n = self.next;
-        output.collect((n % KEYS, n))?;
-        self.next += 1;
-        Ok(InputStatus::MoreAvailable)
-    }
-
-    fn register_waker(&mut self, waker: &Waker) {
-        if !self.paused {
-            waker.wake_by_ref();
-        }
-    }
-
-    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
-        encode(&self.next).map_err(|e| OperatorError::state("numbers", e))
-    }
-}
-
-/// The running total per key; emits `key,value,total` for every record.
-struct RunningTotal;
-
-impl KeyedProcessFunction for RunningTotal {
-    type Key = u64;
-    type In = (u64, u64);
-    type Out = String;
-    type State = u64;
-
-    fn process_element(
-        &mut self,
-        (key, value): (u64, u64),
-        ctx: &mut KeyedContext<'_, '_, u64, u64, String>,
-    ) -> Result<(), OperatorError> {
-        *ctx.state() += value;
-        let total = *ctx.state();
-        ctx.collect(format!("{key},{value},{total}"))
-    }
-
-    fn on_timer(
-        &mut self,
-        _timestamp: i64,
-        _domain: TimeDomain,
-        _ctx: &mut KeyedContext<'_, '_, u64, u64, String>,
-    ) -> Result<(), OperatorError> {
-        Ok(())
-    }
-}
-
-fn reference() -> Vec<String> {
-    let mut totals = vec![0u64; KEYS as usize];
-    let mut out: Vec<String> = (0..RECORDS)
-        .map(|n| {
-            let key = n % KEYS;
-            totals[key as usize] += n;
-            format!("{key},{n},{}", totals[key as usize])
-        })
-        .collect();
-    out.sort_unstable();
-    out
-}
-
-/// One run of the job: `parallelism` keyed subtasks, pausing for a savepoint at `pause_at`.
-fn run(
-    model: Model,
-    work: &Path,
-    parallelism: usize,
-    pause_at: Option<u64>,
-    restore: Restore,
-) -> Result<streamtask::JobResult, JobError> {
-    let handle = SavepointHandle::new();
-    let source_handle = handle.clone();
-    let env = StreamEnvironment::new(model);
-    env.add_reader("numbers", move |_| Numbers {
-        next: 0,
-        pause_at,
-        handle: source_handle.clone(),
-        paused: false,
-    })
-    .key_by(|(k, _): &(u64, u64)| *k)
-    .process("totals", parallelism, |_| RunningTotal)
-    .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
-    let job = env.build()?;
-    let config = JobConfig::new(work)
-        .with_checkpoints(Some(CheckpointConfig::new(std::time::Duration::from_millis(
-            20,
-        ))))
-        .with_restore(restore)
-        .with_stop_with_savepoint(
-            StopWithSavepoint::new(work.join("savepoints")).with_handle(handle),
-        );
-    job.run(&config)
-}
-
-fn committed(work: &Path) -> Vec<String> {
-    let mut lines = streamtask::sink::read_committed(work.join("output")).unwrap();
-    lines.sort_unstable();
-    lines
-}
+use streamtask::{JobError, SavepointHandle};
 
 /// 2 -> 3 -> 1 through two savepoints, the models of the three runs given.
 fn rescale(models: [Model; 3]) {
@@ -223,12 +86,7 @@ fn changing_max_parallelism_across_a_restore_is_a_typed_error() {
 
     let env = StreamEnvironment::new(Model::Mailbox);
     env.set_max_parallelism(64);
-    env.add_reader("numbers", |_| Numbers {
-        next: 0,
-        pause_at: None,
-        handle: SavepointHandle::new(),
-        paused: false,
-    })
+    env.add_reader("numbers", |_| Numbers::new(None, SavepointHandle::new()))
     .key_by(|(k, _): &(u64, u64)| *k)
     .process("totals", 2, |_| RunningTotal)
     .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
