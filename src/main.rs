@@ -121,7 +121,12 @@ struct Options {
     stop_with_savepoint: Option<PathBuf>,
     /// With --stop-with-savepoint: stop by itself once the source read this many orders
     /// (counted from where the run started), so the savepoint holds exactly that position.
-    #[arg(long, global = true, value_name = "N", requires = "stop_with_savepoint")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        requires = "stop_with_savepoint"
+    )]
     stop_with_savepoint_after_records: Option<u64>,
     /// Restore from a savepoint directory (what --stop-with-savepoint printed), taken under
     /// any model; the job's operators find their state by id.
@@ -613,7 +618,9 @@ fn run_to_savepoint(
         job.data.orders,
     ));
     job.stop_at = Some(streamtask::demo::source::StopAt {
-        records: options.stop_with_savepoint_after_records.unwrap_or(u64::MAX),
+        records: options
+            .stop_with_savepoint_after_records
+            .unwrap_or(u64::MAX),
         handle,
     });
     let config = JobConfig {

@@ -19,7 +19,9 @@ fn rescale(models: [Model; 3]) {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path();
     let first = run(models[0], work, 2, Some(RECORDS / 3), Restore::Fresh).unwrap();
-    let first_savepoint: PathBuf = first.savepoint.expect("the first run stops with a savepoint");
+    let first_savepoint: PathBuf = first
+        .savepoint
+        .expect("the first run stops with a savepoint");
     // Only what the savepoint covers is committed: the first third.
     assert_eq!(committed(work).len() as u64, RECORDS / 3);
 
@@ -31,10 +33,19 @@ fn rescale(models: [Model; 3]) {
         Restore::Savepoint(first_savepoint),
     )
     .unwrap();
-    let second_savepoint = second.savepoint.expect("the second run stops with a savepoint");
+    let second_savepoint = second
+        .savepoint
+        .expect("the second run stops with a savepoint");
     assert_eq!(committed(work).len() as u64, 2 * RECORDS / 3);
 
-    let third = run(models[2], work, 1, None, Restore::Savepoint(second_savepoint)).unwrap();
+    let third = run(
+        models[2],
+        work,
+        1,
+        None,
+        Restore::Savepoint(second_savepoint),
+    )
+    .unwrap();
     assert!(third.savepoint.is_none(), "the last run runs to its end");
     assert_eq!(committed(work), reference());
 }
@@ -87,9 +98,9 @@ fn changing_max_parallelism_across_a_restore_is_a_typed_error() {
     let env = StreamEnvironment::new(Model::Mailbox);
     env.set_max_parallelism(64);
     env.add_reader("numbers", |_| Numbers::new(None, SavepointHandle::new()))
-    .key_by(|(k, _): &(u64, u64)| *k)
-    .process("totals", 2, |_| RunningTotal)
-    .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
+        .key_by(|(k, _): &(u64, u64)| *k)
+        .process("totals", 2, |_| RunningTotal)
+        .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
     let job = env.build().unwrap();
     let err = job
         .run(&JobConfig::new(work).with_restore(Restore::Savepoint(savepoint)))
@@ -105,5 +116,8 @@ fn changing_max_parallelism_across_a_restore_is_a_typed_error() {
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("set_max_parallelism(128)"), "{err}");
+    assert!(
+        err.to_string().contains("set_max_parallelism(128)"),
+        "{err}"
+    );
 }

@@ -20,7 +20,11 @@ fn smoke() {
     let work = dir.path();
     let first = run(Model::Mailbox, work, 2, Some(100), Restore::Fresh).unwrap();
     let path = first.savepoint.expect("stopped with a savepoint");
-    assert_eq!(committed(work).len(), 100, "the sinks committed the savepoint");
+    assert_eq!(
+        committed(work).len(),
+        100,
+        "the sinks committed the savepoint"
+    );
     let savepoint = Savepoint::load(&path).unwrap();
     assert_eq!(savepoint.metadata.max_parallelism, 128);
     let vertices: Vec<(&str, usize)> = savepoint
@@ -62,7 +66,16 @@ fn checkpoint_retention_never_deletes_a_savepoint() {
     let work = dir.path();
     // Savepoints written into the checkpoint directory itself, one checkpoint retained.
     let handle = SavepointHandle::new();
-    let job = build(Model::Mailbox, work, 2, Some(RECORDS / 2), &handle, "totals", None).unwrap();
+    let job = build(
+        Model::Mailbox,
+        work,
+        2,
+        Some(RECORDS / 2),
+        &handle,
+        "totals",
+        None,
+    )
+    .unwrap();
     let mut cfg = config(work, Restore::Fresh, &handle).with_stop_with_savepoint(
         streamtask::StopWithSavepoint::new(work.join("checkpoints")).with_handle(handle.clone()),
     );
@@ -83,9 +96,9 @@ fn checkpoint_retention_never_deletes_a_savepoint() {
     )
     .unwrap();
     let mut cfg = JobConfig::new(work)
-        .with_checkpoints(Some(CheckpointConfig::new(std::time::Duration::from_millis(
-            5,
-        ))))
+        .with_checkpoints(Some(CheckpointConfig::new(
+            std::time::Duration::from_millis(5),
+        )))
         .with_restore(Restore::Savepoint(path.clone()))
         .with_stop_with_savepoint(
             streamtask::StopWithSavepoint::new(work.join("checkpoints")).after_checkpoints(3),
@@ -94,7 +107,10 @@ fn checkpoint_retention_never_deletes_a_savepoint() {
     let second = job.run(&cfg).unwrap();
     assert!(second.checkpoints_completed >= 3);
     let last = second.savepoint.expect("stopped after 3 checkpoints");
-    assert!(Savepoint::load(&path).is_ok(), "the first savepoint is intact");
+    assert!(
+        Savepoint::load(&path).is_ok(),
+        "the first savepoint is intact"
+    );
 
     let handle = SavepointHandle::new();
     let job = build(Model::Mailbox, work, 2, None, &handle, "totals", None).unwrap();
@@ -169,7 +185,10 @@ fn state_for_a_missing_operator_is_refused_unless_allowed() {
         }
         other => panic!("expected NonRestoredState, got {other}"),
     }
-    assert!(err.to_string().contains("--allow-non-restored-state"), "{err}");
+    assert!(
+        err.to_string().contains("--allow-non-restored-state"),
+        "{err}"
+    );
     assert!(
         err.to_string().contains("with_allow_non_restored_state"),
         "{err}"
@@ -183,7 +202,10 @@ fn state_for_a_missing_operator_is_refused_unless_allowed() {
     assert_eq!(lines.len() as u64, RECORDS, "nothing lost, nothing twice");
     // Key 13's first value after the restore is 50 + (13 - 50 % 37) = 50 (50 % 37 = 13): its
     // total starts over there, as a fresh operator's does.
-    assert!(lines.contains(&"13,50,50".to_string()), "fresh state after 50");
+    assert!(
+        lines.contains(&"13,50,50".to_string()),
+        "fresh state after 50"
+    );
 }
 
 #[test]

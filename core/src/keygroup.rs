@@ -766,9 +766,13 @@ mod tests {
                 .iter()
                 .copied()
                 .filter(|(k, _)| range.contains(key_group_of(k, 128)));
-            KeyGroupedState::new(128, 5 + i64::from(i), split_by_key_group(mine, |e| e.0, 128))
-                .encode()
-                .unwrap()
+            KeyGroupedState::new(
+                128,
+                5 + i64::from(i),
+                split_by_key_group(mine, |e| e.0, 128),
+            )
+            .encode()
+            .unwrap()
         };
         let old: Vec<Vec<u8>> = (0..2).map(|i| snapshot_of(2, i)).collect();
         let old_refs: Vec<Option<&[u8]>> = old.iter().map(|b| Some(b.as_slice())).collect();

@@ -208,11 +208,7 @@ impl DemoJob {
         let lines = totals.async_wait("enrich", enrich_config(), move |_| {
             enrichment(Arc::clone(&pool), &db, Arc::clone(&faults))
         });
-        lines.two_phase_file_sink(
-            "sink",
-            self.output_dir(model),
-            |l: &String| l.clone(),
-        );
+        lines.two_phase_file_sink("sink", self.output_dir(model), |l: &String| l.clone());
         env.build()
     }
 

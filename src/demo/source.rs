@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::Waker;
 
-use serde::{Deserialize, Serialize};
 use crate::SavepointHandle;
+use serde::{Deserialize, Serialize};
 use streamtask_core::state::{decode, encode};
 use streamtask_core::{OperatorError, Watermark};
 use streamtask_legacy::{SourceContext, SourceFunction};
@@ -189,7 +189,11 @@ impl SourceReader<Order> for OrdersFileReader {
         &mut self,
         output: &mut ReaderOutput<'_, Order>,
     ) -> Result<InputStatus, OperatorError> {
-        if let Some(stop) = self.stop_at.as_ref().filter(|s| s.records == self.read_here) {
+        if let Some(stop) = self
+            .stop_at
+            .as_ref()
+            .filter(|s| s.records == self.read_here)
+        {
             if !self.paused {
                 self.paused = true;
                 stop.handle.stop_with_savepoint();

@@ -1200,7 +1200,10 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
     fn partitioned(self, next_vertex: &str, parallelism: usize) -> (DataStream<T>, KeyFn<T, K>) {
         let key = Arc::clone(&self.key);
         let part_key = Arc::clone(&self.key);
-        let max_parallelism = self.stream.env.checked_max_parallelism(next_vertex, parallelism);
+        let max_parallelism = self
+            .stream
+            .env
+            .checked_max_parallelism(next_vertex, parallelism);
         let stream = self.stream.shuffle(
             next_vertex,
             EdgePattern::AllToAll,

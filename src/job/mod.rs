@@ -19,5 +19,5 @@ pub use self::executor::{
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
-pub use self::savepoint::{SavepointHandle, StopWithSavepoint};
 pub(crate) use self::runtime::RunningTask;
+pub use self::savepoint::{SavepointHandle, StopWithSavepoint};

@@ -203,7 +203,13 @@ impl AttemptSavepoint {
 
     /// Called after the completion notices of checkpoint `id` went out.
     pub(crate) fn completed(&self, id: u64) {
-        if self.shared.written.lock().as_ref().is_some_and(|(w, _)| *w == id) {
+        if self
+            .shared
+            .written
+            .lock()
+            .as_ref()
+            .is_some_and(|(w, _)| *w == id)
+        {
             self.shared.complete.store(true, Ordering::Release);
         }
     }
@@ -360,8 +366,9 @@ fn redistribute(
     };
     let to_u32 = u32::try_from(to).unwrap_or(u32::MAX);
     match state_kind(first) {
-        StateKind::KeyGrouped => redistribute_key_groups(old, max_parallelism, to_u32)
-            .map_err(|e| fail(e.to_string())),
+        StateKind::KeyGrouped => {
+            redistribute_key_groups(old, max_parallelism, to_u32).map_err(|e| fail(e.to_string()))
+        }
         StateKind::List | StateKind::Union => {
             redistribute_operator_state(old, to).map_err(|e| fail(e.to_string()))
         }

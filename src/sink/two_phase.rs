@@ -181,8 +181,7 @@ impl<T> TwoPhaseCommitFileSink<T> {
     /// continues numbering past everything this subtask committed.
     fn restore(&mut self, states: Vec<SinkState>) -> Result<(), SinkError> {
         fs::create_dir_all(&self.dir).map_err(|e| io_error("create", &self.dir, e))?;
-        let (mut next_txn, rewind_from) = match states.iter().find(|s| s.subtask == self.subtask)
-        {
+        let (mut next_txn, rewind_from) = match states.iter().find(|s| s.subtask == self.subtask) {
             Some(s) => (s.next_txn, Some(s.next_txn)),
             None => (0, None),
         };

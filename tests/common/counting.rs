@@ -140,7 +140,9 @@ pub fn build(
     let source_handle = handle.clone();
     let env = StreamEnvironment::new(model);
     let totals = env
-        .add_reader("numbers", move |_| Numbers::new(pause_at, source_handle.clone()))
+        .add_reader("numbers", move |_| {
+            Numbers::new(pause_at, source_handle.clone())
+        })
         .key_by(|(k, _): &(u64, u64)| *k)
         .process(totals_name, parallelism, |_| RunningTotal);
     let totals = match totals_uid {
@@ -155,9 +157,9 @@ pub fn build(
 /// `handle` is pulled.
 pub fn config(work: &Path, restore: Restore, handle: &SavepointHandle) -> JobConfig {
     JobConfig::new(work)
-        .with_checkpoints(Some(CheckpointConfig::new(std::time::Duration::from_millis(
-            20,
-        ))))
+        .with_checkpoints(Some(CheckpointConfig::new(
+            std::time::Duration::from_millis(20),
+        )))
         .with_restore(restore)
         .with_stop_with_savepoint(
             StopWithSavepoint::new(work.join("savepoints")).with_handle(handle.clone()),
