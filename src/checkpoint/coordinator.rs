@@ -396,7 +396,7 @@ impl fmt::Debug for WriterSlot {
 
 /// Writes a completed savepoint durably (before its completion notices commit the sinks).
 pub type SavepointWriter =
-    Box<dyn FnMut(&CompletedCheckpoint) -> Result<(), StorageError> + Send + 'static>;
+    Box<dyn FnMut(&CompletedCheckpoint) -> Result<(), StorageError> + Send + Sync + 'static>;
 
 /// The coordinator's lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
