@@ -5,6 +5,10 @@
 //! timers fire when a watermark passes them, before the watermark is forwarded. State and timers
 //! are part of the operator's snapshot, and restored processing-time timers are registered again
 //! on `open` (timers whose time has passed fire at once).
+//!
+//! The snapshot is cut by key group (a [`KeyGroupedState`] of each key group's states and
+//! timers, see [`crate::keygroup`]), so a restore with another parallelism gets exactly the keys
+//! of its key-group range, their timers with them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -450,6 +454,48 @@ mod tests {
         assert_eq!(restored.pending_timers(), 1);
         restored.advance_processing_time(200).unwrap();
         assert_eq!(restored.output_values(), vec![(2, 2)]);
+    }
+
+    #[test]
+    fn state_and_timers_move_by_key_group_on_a_rescale() {
+        use crate::keygroup::{KeyGroupRange, key_group_of, redistribute_key_groups};
+        let mut h = OperatorHarness::new(KeyedProcessOperator::new(
+            "count",
+            |v: &u32| *v,
+            DelayedCount,
+        ));
+        h.open().unwrap();
+        for v in 0..40 {
+            h.process(v).unwrap();
+        }
+        let snap = h.snapshot(1).unwrap();
+        let bytes = snap.get(&crate::TaskSnapshot::operator_key(0)).unwrap();
+        let parts = redistribute_key_groups(&[Some(bytes)], 128, 2).unwrap();
+        let mut fired = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let mut restored = crate::TaskSnapshot::new();
+            restored.put(crate::TaskSnapshot::operator_key(0), part.clone().unwrap());
+            let op = KeyedProcessOperator::new("count", |v: &u32| *v, DelayedCount);
+            let mut r = OperatorHarness::restored(op, &restored);
+            r.open().unwrap();
+            let range = KeyGroupRange::for_operator(128, 2, i as u32);
+            assert!(r.operator().key_count() > 0, "both halves own keys");
+            r.advance_processing_time(200).unwrap();
+            for (key, count) in r.output_values() {
+                assert!(
+                    range.contains(key_group_of(&key, 128)),
+                    "{key} moved to its owner"
+                );
+                assert_eq!(count, 1);
+                fired.push(key);
+            }
+        }
+        fired.sort_unstable();
+        assert_eq!(
+            fired,
+            (0..40).collect::<Vec<_>>(),
+            "every key's timer fired once"
+        );
     }
 
     struct EventTimer;
