@@ -340,7 +340,7 @@ impl JobGraph {
     }
 
     /// A checkpoint restores only into a job with the same tasks: the same vertices with the
-    /// same parallelism (state is matched by `<vertex>#<subtask>`; rescaling is not supported).
+    /// same parallelism (state is matched by `<vertex>#<subtask>`; a savepoint rescales).
     fn check_shape(&self, checkpoint: &CompletedCheckpoint) -> Result<(), JobError> {
         let names: Vec<String> = self.task_names().into_iter().map(|(_, _, n)| n).collect();
         let missing: Vec<String> = names
