@@ -228,11 +228,4 @@ pub enum JobError {
         /// Why.
         reason: String,
     },
-    /// Stop-with-savepoint was asked for, but the job ended before the savepoint completed.
-    #[error(
-        "the job ended before its savepoint completed (its sources finished first, or the \
-         savepoint was declined); its output is complete; stop it earlier, or run it without \
-         stopping"
-    )]
-    SavepointNotTaken,
 }
