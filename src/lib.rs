@@ -29,7 +29,8 @@ pub use crate::checkpoint::{
 pub use crate::job::{
     ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan,
     JobResult, KeyedConnectedStreams, KeyedStream, PhaseCallback, PlannedInput, PlannedTask,
-    ProgressCallback, RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
+    ProgressCallback, RestartStrategy, Restore, SavepointHandle, SourceAdapter, StopWithSavepoint,
+    StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

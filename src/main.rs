@@ -15,7 +15,7 @@ use streamtask::demo::data::DemoData;
 use streamtask::demo::fault::FaultPlan;
 use streamtask::demo::job::{DemoJob, DemoRun};
 use streamtask::report::{CompareReport, ModelReport};
-use streamtask::{JobConfig, JobError, JobPhase, Model, Restore};
+use streamtask::{JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
@@ -114,6 +114,37 @@ struct Options {
     /// the sink then removes (rewinds) the output committed after it, and lists the files.
     #[arg(long, global = true, requires = "resume")]
     fallback_to_older_checkpoint: bool,
+    /// `run` only: on Ctrl-C or SIGTERM, stop with a savepoint in this directory (Flink's
+    /// stop-with-savepoint: the sources stop, the savepoint barrier flows, the sinks commit),
+    /// print its path and exit 0. A second signal cancels at once.
+    #[arg(long, global = true, value_name = "DIR")]
+    stop_with_savepoint: Option<PathBuf>,
+    /// With --stop-with-savepoint: stop by itself once the source read this many orders
+    /// (counted from where the run started), so the savepoint holds exactly that position.
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        requires = "stop_with_savepoint"
+    )]
+    stop_with_savepoint_after_records: Option<u64>,
+    /// Restore from a savepoint directory (what --stop-with-savepoint printed), taken under
+    /// any model; the job's operators find their state by id.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        conflicts_with_all = ["resume", "discard_state"]
+    )]
+    from_savepoint: Option<PathBuf>,
+    /// With --from-savepoint: drop the savepoint's state of operators the job no longer has
+    /// (by default that is refused).
+    #[arg(long, global = true, requires = "from_savepoint")]
+    allow_non_restored_state: bool,
+    /// Where the sink commits its output [default: <work-dir>/<model>/output]; give the same
+    /// directory to the run that stops with a savepoint and to the one restoring it.
+    #[arg(long, global = true, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
 }
 
 /// Restarts a run may use when `--faults` does not ask for more.
@@ -145,6 +176,11 @@ impl CliError {
             JobError::UnfinishedRun { .. }
             | JobError::NothingToResume { .. }
             | JobError::ShapeMismatch { .. }
+            | JobError::NonRestoredState { .. }
+            | JobError::MaxParallelismChanged { .. }
+            | JobError::MaxParallelism { .. }
+            | JobError::Rescale { .. }
+            | JobError::Storage(streamtask::checkpoint::StorageError::NotASavepoint { .. })
             | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
             JobError::Cancelled => CliError::Failed(format!(
                 "{model}: stopped by a signal; its state is kept: rerun with --resume to \
@@ -180,13 +216,16 @@ impl Options {
             .clone()
             .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"));
         let mut job = DemoJob::new(data, dir);
+        job.output_dir.clone_from(&self.output_dir);
         // `validate` refused 0, so the interval printed is the interval used.
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
         job
     }
 
     fn restore(&self) -> Restore {
-        if self.resume {
+        if let Some(path) = &self.from_savepoint {
+            Restore::Savepoint(path.clone())
+        } else if self.resume {
             Restore::Latest
         } else if self.discard_state {
             Restore::DiscardState
@@ -213,6 +252,8 @@ impl Options {
                 ("--trace", self.trace.is_some()),
                 ("--plot", self.plot.is_some()),
                 ("--resume", self.resume),
+                ("--stop-with-savepoint", self.stop_with_savepoint.is_some()),
+                ("--from-savepoint", self.from_savepoint.is_some()),
             ] {
                 if set {
                     return usage(format!(
@@ -281,11 +322,19 @@ fn check_output(path: Option<&Path>, flag: &str, extension: &str) -> Result<(), 
     }
 }
 
-/// Set by Ctrl-C or SIGTERM: the job stops cleanly and keeps its state.
-fn install_signal_handler() -> Arc<AtomicBool> {
+/// Set by Ctrl-C or SIGTERM: the job stops cleanly and keeps its state. With `savepoint`, the
+/// first signal stops the job with a savepoint instead, and only a second one cancels.
+fn install_signal_handler(savepoint: Option<SavepointHandle>) -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let on_signal = Arc::clone(&flag);
-    if let Err(e) = ctrlc::set_handler(move || on_signal.store(true, Ordering::Release)) {
+    let handler = move || match &savepoint {
+        Some(handle) if !handle.is_requested() => {
+            eprintln!("streamtask: stopping with a savepoint (signal again to cancel)");
+            handle.stop_with_savepoint();
+        }
+        _ => on_signal.store(true, Ordering::Release),
+    };
+    if let Err(e) = ctrlc::set_handler(handler) {
         log::warn!("cannot handle Ctrl-C/SIGTERM ({e}); a signal ends the process at once");
     }
     flag
@@ -320,10 +369,21 @@ fn main() -> ExitCode {
     quiet_injected_panics();
     // Usage errors from clap exit with 2 already.
     let cli = Cli::parse();
-    let cancel = install_signal_handler();
+    let savepoint = cli
+        .options
+        .stop_with_savepoint
+        .as_ref()
+        .map(|_| SavepointHandle::new());
+    let cancel = install_signal_handler(savepoint.clone());
     let result = match cli.command.unwrap_or(Command::Compare) {
+        Command::Compare if cli.options.stop_with_savepoint.is_some() => Err(CliError::Usage(
+            "--stop-with-savepoint stops one run: use it with `run --model M`".to_string(),
+        )),
         Command::Compare => compare(&cli.options, &Model::ALL, &cancel),
-        Command::Run { model } => compare(&cli.options, &[model], &cancel),
+        Command::Run { model } => match savepoint {
+            Some(handle) => run_to_savepoint(&cli.options, model, handle, &cancel),
+            None => compare(&cli.options, &[model], &cancel),
+        },
         Command::Soak { seeds, model } => {
             let models = if model.is_empty() {
                 Model::ALL.to_vec()
@@ -392,7 +452,13 @@ fn run_model(
         .with_progress(on_progress)
         .with_cancel(Arc::clone(cancel))
         .with_restore(options.restore())
-        .with_fallback_to_older(options.fallback_to_older_checkpoint);
+        .with_fallback_to_older(options.fallback_to_older_checkpoint)
+        .with_allow_non_restored_state(options.allow_non_restored_state);
+    if let (Some(dir), Some(stop)) = (&options.stop_with_savepoint, &job.stop_at) {
+        config = config.with_stop_with_savepoint(
+            streamtask::StopWithSavepoint::new(dir).with_handle(stop.handle.clone()),
+        );
+    }
     if pause_at_phases() {
         config = config.with_phases(Arc::new(|phase| match phase {
             JobPhase::CheckpointTriggered { id } => announce(&format!("trigger {id}")),
@@ -531,6 +597,74 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         Err(CliError::Failed(
             "the verdict is false: committed output differs (see the table)".to_string(),
         ))
+    }
+}
+
+/// `run --stop-with-savepoint DIR`: one model's run that stops with a savepoint (on a signal,
+/// or after `--stop-with-savepoint-after-records`), prints its path and succeeds. If the job
+/// ends first, its verdict is reported as a run without the option would.
+fn run_to_savepoint(
+    options: &Options,
+    model: Model,
+    handle: SavepointHandle,
+    cancel: &Arc<AtomicBool>,
+) -> Result<(), CliError> {
+    let plan = options.validate(false)?;
+    let mut job = options.demo();
+    job.restarts = plan.restarts;
+    job.faults = Arc::new(FaultPlan::seeded(
+        options.fault_seed,
+        options.faults,
+        job.data.orders,
+    ));
+    job.stop_at = Some(streamtask::demo::source::StopAt {
+        records: options
+            .stop_with_savepoint_after_records
+            .unwrap_or(u64::MAX),
+        handle,
+    });
+    let config = JobConfig {
+        checkpoint_dir: job.checkpoint_dir(model),
+        ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+    };
+    match config.check_restore() {
+        Ok(()) | Err(JobError::NothingToResume { .. }) => {}
+        Err(e) => return Err(CliError::of_job(model, e)),
+    }
+    prepare(&job, cancel)?;
+    let run = run_model(options, &job, model, Tracer::off(), cancel)?;
+    match &run.result.savepoint {
+        Some(path) => {
+            eprintln!(
+                "streamtask: {model}: stopped with a savepoint after committing {} of {} output \
+                 lines; continue with `run --model M --from-savepoint {}` (same --output-dir)",
+                run.committed.len(),
+                streamtask::demo::data::expected_output(&job.data).len(),
+                path.display()
+            );
+            println!("savepoint: {}", path.display());
+            Ok(())
+        }
+        None => {
+            eprintln!("streamtask: {model}: the job finished before the savepoint was taken");
+            let expected =
+                streamtask::demo::digest(&streamtask::demo::data::expected_output(&job.data));
+            let report = CompareReport::new(
+                expected,
+                job.data.orders,
+                options.checkpoint_interval_ms,
+                options.faults,
+                vec![report_of(&job, &run)],
+            );
+            println!("{}", report.table());
+            if run.exactly_once {
+                Ok(())
+            } else {
+                Err(CliError::Failed(
+                    "the verdict is false: committed output differs (see the table)".to_string(),
+                ))
+            }
+        }
     }
 }
 

@@ -18,7 +18,8 @@
 pub use crate::checkpoint::CheckpointConfig;
 pub use crate::job::{
     ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedConnectedStreams,
-    KeyedStream, PlannedTask, RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
+    KeyedStream, PlannedTask, RestartStrategy, Restore, SavepointHandle, SourceAdapter,
+    StopWithSavepoint, StreamEnvironment,
 };
 pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};

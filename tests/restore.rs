@@ -268,7 +268,7 @@ fn a_checkpoint_of_another_job_shape_is_refused() {
         )
         .unwrap_err();
     assert!(matches!(err, JobError::ShapeMismatch { .. }), "{err}");
-    assert!(err.to_string().contains("rescaling"), "{err}");
+    assert!(err.to_string().contains("savepoint"), "{err}");
 }
 
 #[test]

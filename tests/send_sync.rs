@@ -60,3 +60,28 @@ mod job_builder {
     assert_not_send!(KeyedConnectedStreams<u64, u64, u64>);
     assert_not_sync!(KeyedConnectedStreams<u64, u64, u64>);
 }
+
+/// Savepoints (issue 12): the handle is pulled from signal handlers and other threads.
+mod savepoints {
+    use streamtask::checkpoint::{Savepoint, SavepointMetadata, StateEntry, VertexShape};
+    use streamtask::{SavepointHandle, StopWithSavepoint};
+    use streamtask_core::assert_send_sync;
+    use streamtask_core::keygroup::{
+        KeyGroupError, KeyGroupRange, KeyGroupedState, ListState, RedistributeError, UnionState,
+    };
+
+    assert_send_sync!(
+        SavepointHandle,
+        StopWithSavepoint,
+        Savepoint,
+        SavepointMetadata,
+        StateEntry,
+        VertexShape,
+        KeyGroupRange,
+        KeyGroupError,
+        RedistributeError,
+        KeyGroupedState<u64>,
+        ListState<u64>,
+        UnionState<u64>,
+    );
+}

@@ -43,6 +43,7 @@ mod error;
 pub mod async_io;
 pub mod channel;
 pub mod function;
+pub mod keygroup;
 pub mod metrics;
 pub mod operator;
 pub mod runtime;

@@ -850,6 +850,33 @@ fn hash_partitioning_sends_equal_keys_to_the_same_channel() {
 }
 
 #[test]
+fn key_partitioning_sends_a_key_to_the_owner_of_its_key_group() {
+    use streamtask_core::keygroup::{KeyGroupRange, key_group_of};
+    let (tx, rx): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(64).unwrap()).unzip();
+    let mut writer = RecordWriter::new(
+        tx,
+        Partitioner::by_key_with_max_parallelism(16, |key: &u64| *key),
+    )
+    .unwrap();
+    for key in 0..30u64 {
+        writer.collect(StreamRecord::new(key)).unwrap();
+    }
+    for (ch, rx) in rx.iter().enumerate() {
+        let range = KeyGroupRange::for_operator(16, 3, ch as u32);
+        for element in queued(rx) {
+            let StreamElement::Record(r) = element else {
+                panic!("only records were sent");
+            };
+            assert!(
+                range.contains(key_group_of(&r.value, 16)),
+                "key {}",
+                r.value
+            );
+        }
+    }
+}
+
+#[test]
 fn a_hash_function_picks_hash_modulo_channels() {
     let (tx, rx): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(8).unwrap()).unzip();
     let mut writer = RecordWriter::new(tx, Partitioner::hash(|v: &u64| *v)).unwrap();

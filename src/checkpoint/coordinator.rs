@@ -376,7 +376,27 @@ pub struct CheckpointCoordinator {
     /// When the latest checkpoint completed or was aborted.
     last_end: Option<i64>,
     stats: Arc<CheckpointStats>,
+    /// Whether a savepoint was asked for: from then on no checkpoint is triggered, and a
+    /// savepoint is triggered whenever none is pending (again after one was aborted).
+    savepoint_requested: bool,
+    /// The pending or completed savepoint.
+    savepoint: Option<u64>,
+    /// Where a completed savepoint goes instead of the checkpoint storage.
+    savepoint_writer: Option<WriterSlot>,
 }
+
+/// The savepoint writer, shown as a placeholder by `Debug`.
+struct WriterSlot(SavepointWriter);
+
+impl fmt::Debug for WriterSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SavepointWriter")
+    }
+}
+
+/// Writes a completed savepoint durably (before its completion notices commit the sinks).
+pub type SavepointWriter =
+    Box<dyn FnMut(&CompletedCheckpoint) -> Result<(), StorageError> + Send + Sync + 'static>;
 
 /// The coordinator's lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -477,6 +497,9 @@ impl CheckpointCoordinator {
             last_trigger: None,
             last_end: None,
             stats: Arc::new(CheckpointStats::default()),
+            savepoint_requested: false,
+            savepoint: None,
+            savepoint_writer: None,
         })
     }
 
@@ -487,12 +510,66 @@ impl CheckpointCoordinator {
         self
     }
 
+    /// Sets where a savepoint goes when it completes (see
+    /// [`trigger_savepoint`](Self::trigger_savepoint)); without a writer a savepoint is refused.
+    pub fn with_savepoint_writer(mut self, writer: SavepointWriter) -> Self {
+        self.savepoint_writer = Some(WriterSlot(writer));
+        self
+    }
+
+    /// Asks for a savepoint, as the first half of Flink's stop-with-savepoint: a barrier of
+    /// kind [`CheckpointKind::Savepoint`](streamtask_core::CheckpointKind::Savepoint) whose
+    /// snapshot, once every task acknowledged, goes to the savepoint writer (never to the
+    /// checkpoint storage, so retention never deletes it). From now on no checkpoint is
+    /// triggered, and a savepoint that is declined or expires is triggered again. Returns the
+    /// trigger (none if one is pending or completed already, no writer is set, or a task
+    /// finished).
+    pub fn trigger_savepoint(&mut self, now: i64) -> Vec<CoordinatorAction> {
+        if self.savepoint_writer.is_none() {
+            log::warn!("savepoint not triggered: no savepoint location is set");
+            return Vec::new();
+        }
+        self.savepoint_requested = true;
+        self.poll(now)
+    }
+
+    /// The id of the savepoint that completed, if one did.
+    pub fn completed_savepoint(&self) -> Option<u64> {
+        self.savepoint.filter(|id| !self.pending.contains_key(id))
+    }
+
+    fn start_savepoint(&mut self, now: i64, actions: &mut Vec<CoordinatorAction>) {
+        self.last_id += 1;
+        let id = self.last_id;
+        self.pending.insert(
+            id,
+            PendingCheckpoint {
+                timestamp: now,
+                deadline: now.saturating_add(self.timing.timeout),
+                acks: BTreeMap::new(),
+            },
+        );
+        self.savepoint = Some(id);
+        self.last_trigger = Some(now);
+        self.stats.triggered.inc();
+        log::info!("triggering savepoint {id}");
+        let mut barrier = CheckpointBarrier::new(id, now);
+        barrier.kind = streamtask_core::CheckpointKind::Savepoint;
+        actions.push(CoordinatorAction::Trigger(barrier));
+    }
+
     /// Triggers a checkpoint if one is due and aborts the expired ones.
     ///
     /// Returns the actions to carry out, in order: aborts first, then at most one trigger.
     pub fn poll(&mut self, now: i64) -> Vec<CoordinatorAction> {
         let mut actions = Vec::new();
         self.expire(now, &mut actions);
+        if self.savepoint_requested {
+            if self.savepoint.is_none() && !self.is_stopped() {
+                self.start_savepoint(now, &mut actions);
+            }
+            return actions;
+        }
         if self.next_trigger_at().is_some_and(|due| now >= due) {
             self.last_id += 1;
             let id = self.last_id;
@@ -669,6 +746,11 @@ impl CheckpointCoordinator {
 
     /// When the next trigger is due, if one can happen at all.
     fn next_trigger_at(&self) -> Option<i64> {
+        if self.savepoint_requested {
+            // Due at once while no savepoint is pending (after an abort); never a checkpoint.
+            return (self.savepoint.is_none() && !self.is_stopped())
+                .then(|| self.last_end.unwrap_or(self.created));
+        }
         if self.is_stopped() || self.pending.len() >= self.timing.max_concurrent {
             return None;
         }
@@ -703,6 +785,10 @@ impl CheckpointCoordinator {
         actions: &mut Vec<CoordinatorAction>,
     ) {
         if self.pending.remove(&id).is_some() {
+            if self.savepoint == Some(id) {
+                log::warn!("savepoint {id} aborted ({reason}); triggering another");
+                self.savepoint = None;
+            }
             self.last_end = Some(now);
             self.stats.aborted.inc();
             actions.push(CoordinatorAction::Abort { id, reason });
@@ -719,7 +805,11 @@ impl CheckpointCoordinator {
             timestamp: pending.timestamp,
             tasks: pending.acks,
         };
-        if let Err(err) = self.storage.store(&checkpoint) {
+        let stored = match (&mut self.savepoint_writer, self.savepoint) {
+            (Some(WriterSlot(write)), Some(savepoint)) if savepoint == id => write(&checkpoint),
+            _ => self.storage.store(&checkpoint),
+        };
+        if let Err(err) = stored {
             log::error!("checkpoint {id} could not be stored: {err}");
             self.last_end = Some(now);
             self.stats.aborted.inc();

@@ -83,6 +83,8 @@ pub struct CoordinatorDriver {
 enum Control {
     /// A task finished: stop checkpointing.
     TaskFinished(String),
+    /// Trigger a savepoint now.
+    TriggerSavepoint,
     /// End the thread.
     Stop,
 }
@@ -141,6 +143,12 @@ impl CoordinatorDriver {
     pub fn task_finished(&self, task: impl Into<String>) {
         // The thread outlives every send: it ends only on `Stop`, which only `stop` sends.
         let _ = self.control.send(Control::TaskFinished(task.into()));
+    }
+
+    /// Triggers a savepoint (see [`CheckpointCoordinator::trigger_savepoint`]); its trigger
+    /// goes to the callback.
+    pub fn trigger_savepoint(&self) {
+        let _ = self.control.send(Control::TriggerSavepoint);
     }
 
     /// The coordinator's statistics (completed, aborted, durations), live.
@@ -264,6 +272,9 @@ fn run(
                             log::error!("{err}");
                         }
                     }
+                }
+                Ok(Control::TriggerSavepoint) => {
+                    act(coordinator.trigger_savepoint(clock.now_millis()));
                 }
                 // The driver is gone or stopping.
                 Ok(Control::Stop) | Err(_) => return coordinator,

@@ -37,6 +37,7 @@ mod coordinator;
 mod directory;
 mod driver;
 mod format;
+mod savepoint;
 mod storage;
 
 use std::collections::BTreeMap;
@@ -45,9 +46,12 @@ use streamtask_core::TaskSnapshot;
 
 pub use self::coordinator::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStats, CheckpointStatsSummary,
-    ConfigError, CoordinatorAction, CoordinatorError,
+    ConfigError, CoordinatorAction, CoordinatorError, SavepointWriter,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
+pub use self::savepoint::{
+    SAVEPOINT_FORMAT_VERSION, Savepoint, SavepointMetadata, StateEntry, VertexShape,
+};
 pub use self::storage::{CheckpointStorage, Corruption, StorageError};
 
 /// A checkpoint every task acknowledged: the state of the whole job at one barrier.

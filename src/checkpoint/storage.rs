@@ -377,6 +377,16 @@ pub enum StorageError {
         /// The path.
         path: PathBuf,
     },
+    /// A path given to restore a savepoint from is not one.
+    #[error(
+        "{} is not a savepoint (it has no `_metadata`); give the directory `--stop-with-savepoint` \
+         printed (`savepoint-<id>-<millis>`)",
+        path.display()
+    )]
+    NotASavepoint {
+        /// The path.
+        path: PathBuf,
+    },
     /// Reading or writing a path failed.
     #[error(
         "i/o error on {}: {source}; check that the checkpoint directory exists, is writable and \

@@ -24,7 +24,7 @@ use super::data::{DemoData, Order, TotalEvent, expected_output};
 use super::enrich::{create_customer_db, enrichment};
 use super::fault::FaultPlan;
 use super::probe::SnapshotFaults;
-use super::source::{OrdersFileReader, OrdersFileSource};
+use super::source::{OrdersFileReader, OrdersFileSource, StopAt};
 use super::totals::RunningTotals;
 use crate::{JobConfig, JobError, JobGraph, JobResult, Model, StreamEnvironment};
 
@@ -58,6 +58,11 @@ pub struct DemoJob {
     pub faults: Arc<FaultPlan>,
     /// Restarts allowed.
     pub restarts: u32,
+    /// Where the source stops for a savepoint, if it does.
+    pub stop_at: Option<StopAt>,
+    /// Where the sink writes, instead of `<model dir>/output` (a run restored from another
+    /// model's savepoint continues that run's output).
+    pub output_dir: Option<PathBuf>,
 }
 
 /// One model's run of the demo job.
@@ -84,6 +89,8 @@ impl DemoJob {
             checkpoint_interval: Duration::from_millis(50),
             faults: Arc::new(FaultPlan::none()),
             restarts: 10,
+            stop_at: None,
+            output_dir: None,
         }
     }
 
@@ -106,6 +113,13 @@ impl DemoJob {
     /// The model's own directory (checkpoints and output).
     pub fn model_dir(&self, model: Model) -> PathBuf {
         self.work_dir.join(model.name())
+    }
+
+    /// Where `model`'s run commits its output.
+    pub fn output_dir(&self, model: Model) -> PathBuf {
+        self.output_dir
+            .clone()
+            .unwrap_or_else(|| self.model_dir(model).join("output"))
     }
 
     /// Generates the orders file and the customer database (once per work directory).
@@ -168,12 +182,15 @@ impl DemoJob {
         let env = StreamEnvironment::new(model);
         let orders = self.orders_file();
         let faults = Arc::clone(&self.faults);
+        let stop_at = self.stop_at.clone();
         let source = match model {
             Model::Legacy | Model::Bridge => env.add_source("orders", move |_| {
                 OrdersFileSource::new(orders.clone(), Arc::clone(&faults))
+                    .with_stop_at(stop_at.clone())
             }),
             Model::Mailbox => env.add_reader("orders", move |_| {
                 OrdersFileReader::new(orders.clone(), Arc::clone(&faults))
+                    .with_stop_at(stop_at.clone())
             }),
         };
         let faults = Arc::clone(&self.faults);
@@ -191,11 +208,7 @@ impl DemoJob {
         let lines = totals.async_wait("enrich", enrich_config(), move |_| {
             enrichment(Arc::clone(&pool), &db, Arc::clone(&faults))
         });
-        lines.two_phase_file_sink(
-            "sink",
-            self.model_dir(model).join("output"),
-            |l: &String| l.clone(),
-        );
+        lines.two_phase_file_sink("sink", self.output_dir(model), |l: &String| l.clone());
         env.build()
     }
 
@@ -215,7 +228,6 @@ impl DemoJob {
     ///
     /// What the executor reports when the job cannot start or finish.
     pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
-        let dir = self.model_dir(model);
         let job = self.build(model)?;
         let config = JobConfig {
             checkpoint: Some(CheckpointConfig::new(self.checkpoint_interval)),
@@ -225,7 +237,7 @@ impl DemoJob {
         };
         let result = job.run(&config)?;
         let mut committed =
-            crate::sink::read_committed(dir.join("output")).map_err(JobError::Sink)?;
+            crate::sink::read_committed(self.output_dir(model)).map_err(JobError::Sink)?;
         committed.sort_unstable();
         let digest = super::digest(&committed);
         let exactly_once = committed == expected_output(&self.data);

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::Waker;
 
+use crate::SavepointHandle;
 use serde::{Deserialize, Serialize};
 use streamtask_core::state::{decode, encode};
 use streamtask_core::{OperatorError, Watermark};
@@ -28,6 +29,18 @@ pub struct FilePosition {
     pub watermarks: WatermarkPolicy,
 }
 
+/// Where a source stops for a savepoint: after reading `records` orders (counted from where
+/// this source instance started: the beginning, or the restored position), it asks the job to
+/// stop with a savepoint and waits to be stopped, so the savepoint holds exactly that position
+/// (what `streamtask run --stop-with-savepoint-after-records N` uses).
+#[derive(Debug, Clone)]
+pub struct StopAt {
+    /// Orders to read before stopping.
+    pub records: u64,
+    /// The job's savepoint handle.
+    pub handle: SavepointHandle,
+}
+
 fn io_error(path: &std::path::Path, e: std::io::Error) -> OperatorError {
     OperatorError::user("orders", format!("cannot read {}: {e}", path.display()))
 }
@@ -43,6 +56,7 @@ fn parse(line: &str) -> Result<Order, OperatorError> {
 pub struct OrdersFileSource {
     path: PathBuf,
     faults: Arc<FaultPlan>,
+    stop_at: Option<StopAt>,
 }
 
 impl OrdersFileSource {
@@ -51,7 +65,14 @@ impl OrdersFileSource {
         OrdersFileSource {
             path: path.into(),
             faults,
+            stop_at: None,
         }
+    }
+
+    /// Stops for a savepoint as `stop_at` says.
+    pub fn with_stop_at(mut self, stop_at: Option<StopAt>) -> Self {
+        self.stop_at = stop_at;
+        self
     }
 }
 
@@ -73,7 +94,16 @@ impl SourceFunction for OrdersFileSource {
             .map_err(|e| io_error(&self.path, e))?;
         let mut reader = BufReader::new(file);
         let mut line = String::new();
+        let mut read_here = 0;
         while !ctx.is_cancelled() {
+            if let Some(stop) = self.stop_at.as_ref().filter(|s| s.records == read_here) {
+                stop.handle.stop_with_savepoint();
+                // Hold still (outside the lock, so the savepoint's barrier goes out) until the
+                // job stops around us.
+                while ctx.sleep(std::time::Duration::from_secs(1)).is_ok() {}
+                return Ok(());
+            }
+            read_here += 1;
             line.clear();
             // Read outside the lock: I/O must not hold up checkpoints and timers.
             let read = reader
@@ -106,6 +136,9 @@ pub struct OrdersFileReader {
     position: FilePosition,
     reader: Option<BufReader<File>>,
     line: String,
+    stop_at: Option<StopAt>,
+    read_here: u64,
+    paused: bool,
 }
 
 impl OrdersFileReader {
@@ -117,7 +150,16 @@ impl OrdersFileReader {
             position: FilePosition::default(),
             reader: None,
             line: String::new(),
+            stop_at: None,
+            read_here: 0,
+            paused: false,
         }
+    }
+
+    /// Stops for a savepoint as `stop_at` says.
+    pub fn with_stop_at(mut self, stop_at: Option<StopAt>) -> Self {
+        self.stop_at = stop_at;
+        self
     }
 
     fn open(&mut self) -> Result<&mut BufReader<File>, OperatorError> {
@@ -147,6 +189,19 @@ impl SourceReader<Order> for OrdersFileReader {
         &mut self,
         output: &mut ReaderOutput<'_, Order>,
     ) -> Result<InputStatus, OperatorError> {
+        if let Some(stop) = self
+            .stop_at
+            .as_ref()
+            .filter(|s| s.records == self.read_here)
+        {
+            if !self.paused {
+                self.paused = true;
+                stop.handle.stop_with_savepoint();
+            }
+            // Never woken again (see `register_waker`): the job stops around us.
+            return Ok(InputStatus::NothingAvailable);
+        }
+        self.read_here += 1;
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         let read = self
@@ -169,8 +224,10 @@ impl SourceReader<Order> for OrdersFileReader {
     }
 
     fn register_waker(&mut self, waker: &Waker) {
-        // A file always has data or its end: never wait.
-        waker.wake_by_ref();
+        // A file always has data or its end: never wait (unless stopped for a savepoint).
+        if !self.paused {
+            waker.wake_by_ref();
+        }
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {

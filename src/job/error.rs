@@ -138,7 +138,8 @@ pub enum JobError {
     #[error(
         "checkpoint {id} was taken by a job of another shape (tasks missing from it: {missing:?}; \
          tasks only in it: {unexpected:?}); restore it into the job it was taken with, same \
-         vertices and parallelism (rescaling is not supported yet), or start fresh"
+         vertices and parallelism (to change the job or its parallelism, stop it with a savepoint \
+         and restore that), or start fresh"
     )]
     ShapeMismatch {
         /// The checkpoint's id.
@@ -175,5 +176,67 @@ pub enum JobError {
         /// The I/O error.
         #[source]
         source: std::io::Error,
+    },
+    /// The job's parallelism does not fit its max parallelism (number of key groups).
+    #[error("{vertex}: {source}")]
+    MaxParallelism {
+        /// The vertex.
+        vertex: String,
+        /// What does not fit.
+        #[source]
+        source: streamtask_core::keygroup::KeyGroupError,
+    },
+    /// Two operators have one id, so a savepoint could not tell their states apart.
+    #[error(
+        "two operators have the id {id:?} (an operator's id is its name unless .uid(..) sets \
+         one); give one of them its own .uid(..)"
+    )]
+    DuplicateOperatorId {
+        /// The id.
+        id: String,
+    },
+    /// A savepoint holds state for operators the job lacks.
+    #[error(
+        "savepoint {} holds state for operators this job does not have: {operators:?}; \
+         restore it into the job it was taken from, give the operators their old .uid(..), or \
+         drop that state explicitly (--allow-non-restored-state, \
+         JobConfig::with_allow_non_restored_state)",
+        path.display()
+    )]
+    NonRestoredState {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// The operator ids without an operator in the job.
+        operators: Vec<String>,
+    },
+    /// The job's max parallelism differs from the savepoint's.
+    #[error(
+        "savepoint {} was taken with max parallelism {savepoint}, the job has {job}; keep the \
+         max parallelism (StreamEnvironment::set_max_parallelism({savepoint})): keys would \
+         change key groups otherwise",
+        path.display()
+    )]
+    MaxParallelismChanged {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// The savepoint's max parallelism.
+        savepoint: u32,
+        /// The job's.
+        job: u32,
+    },
+    /// An operator's state cannot move to the new parallelism.
+    #[error(
+        "operator {operator:?}: its state from {from} subtask(s) cannot be spread over {to}: \
+         {reason}"
+    )]
+    Rescale {
+        /// The operator id.
+        operator: String,
+        /// Old parallelism.
+        from: usize,
+        /// New parallelism.
+        to: usize,
+        /// Why.
+        reason: String,
     },
 }

@@ -41,6 +41,7 @@ use streamtask_legacy::Fairness;
 
 use super::graph::{JobGraph, SpawnCtx};
 use super::restore::{Restore, write_marker};
+use super::savepoint::StopWithSavepoint;
 use super::wiring::Wiring;
 use super::{JobError, RunningTask};
 
@@ -121,6 +122,11 @@ pub struct JobConfig {
     /// [`JobError::DamagedCheckpoint`]). The two-phase sinks then rewind the output committed
     /// after the restored checkpoint, so the committed output stays exactly-once.
     pub fallback_to_older: bool,
+    /// Stop with a savepoint (see [`StopWithSavepoint`]); `None`: run to the end.
+    pub stop_with_savepoint: Option<StopWithSavepoint>,
+    /// Whether a savepoint's state for operators the job lacks may be dropped (default: no,
+    /// a [`JobError::NonRestoredState`]), as Flink's `--allowNonRestoredState`.
+    pub allow_non_restored_state: bool,
 }
 
 impl JobConfig {
@@ -141,12 +147,26 @@ impl JobConfig {
             cancel: Arc::new(AtomicBool::new(false)),
             restore: Restore::Fresh,
             fallback_to_older: false,
+            stop_with_savepoint: None,
+            allow_non_restored_state: false,
         }
     }
 
     /// Sets where the first attempt starts.
     pub fn with_restore(mut self, restore: Restore) -> Self {
         self.restore = restore;
+        self
+    }
+
+    /// Stops the run with a savepoint as `stop` says (its handle, or a checkpoint count).
+    pub fn with_stop_with_savepoint(mut self, stop: StopWithSavepoint) -> Self {
+        self.stop_with_savepoint = Some(stop);
+        self
+    }
+
+    /// Allows (or forbids) dropping a savepoint's state for operators the job lacks.
+    pub fn with_allow_non_restored_state(mut self, allow: bool) -> Self {
+        self.allow_non_restored_state = allow;
         self
     }
 
@@ -231,6 +251,8 @@ impl std::fmt::Debug for JobConfig {
             .field("fairness", &self.fairness)
             .field("restore", &self.restore)
             .field("fallback_to_older", &self.fallback_to_older)
+            .field("stop_with_savepoint", &self.stop_with_savepoint)
+            .field("allow_non_restored_state", &self.allow_non_restored_state)
             .finish_non_exhaustive()
     }
 }
@@ -290,6 +312,9 @@ pub struct JobResult {
     pub checkpoint_series: Vec<(f64, u64)>,
     /// The checkpoint the first attempt restored (a resume), if any.
     pub restored_from: Option<u64>,
+    /// The savepoint the run stopped with ([`JobConfig::with_stop_with_savepoint`]); `None`
+    /// if the job ran to its end (it finished before the savepoint was due or completed).
+    pub savepoint: Option<PathBuf>,
 }
 
 const POLL: Duration = Duration::from_millis(2);
@@ -297,6 +322,8 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 struct AttemptEnd {
     failure: Option<String>,
+    /// The savepoint this attempt stopped with.
+    savepoint: Option<PathBuf>,
     last_checkpoint_id: u64,
     completed: u64,
     aborted: u64,
@@ -320,11 +347,21 @@ impl JobGraph {
         if let Some(cp) = &config.checkpoint {
             cp.validate()?;
         }
+        if config.stop_with_savepoint.is_some() {
+            if config.checkpoint.is_none() {
+                return Err(JobError::Config(
+                    "stop-with-savepoint needs checkpoints; set a checkpoint configuration".into(),
+                ));
+            }
+            // Fail before anything runs if the savepoint could not name its operators.
+            self.shape()?;
+        }
         let storage =
             CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
         let mut restored = self.first_restore(
             &config.restore,
             config.fallback_to_older,
+            config.allow_non_restored_state,
             &storage,
             &config.checkpoint_dir,
         )?;
@@ -332,7 +369,7 @@ impl JobGraph {
         // checkpoint of its own.
         let initial = restored.clone();
         let initial_path = match &config.restore {
-            Restore::From(path) => Some(path.clone()),
+            Restore::From(path) | Restore::Savepoint(path) => Some(path.clone()),
             _ => restored
                 .as_ref()
                 .and_then(|c| storage.checkpoint_path(c.id)),
@@ -354,7 +391,13 @@ impl JobGraph {
         let mut aborted = 0;
         let mut metrics = JobMetrics::default();
         loop {
-            let end = self.run_attempt(config, &storage, restored.take(), last_id, &mut sampler)?;
+            let end = self.run_attempt(
+                config,
+                &storage,
+                restored.take(),
+                (last_id, completed),
+                &mut sampler,
+            )?;
             last_id = end.last_checkpoint_id;
             completed += end.completed;
             aborted += end.aborted;
@@ -413,6 +456,7 @@ impl JobGraph {
                         throughput_series: sampler.throughput,
                         checkpoint_series: sampler.checkpoints,
                         restored_from,
+                        savepoint: end.savepoint,
                     });
                 }
                 Some(failure) => {
@@ -473,7 +517,7 @@ impl JobGraph {
         config: &JobConfig,
         storage: &CheckpointStorage,
         restored: Option<CompletedCheckpoint>,
-        last_id: u64,
+        (last_id, completed_before): (u64, u64),
         sampler: &mut Sampler,
     ) -> Result<AttemptEnd, JobError> {
         let names = self.task_names();
@@ -496,6 +540,7 @@ impl JobGraph {
         // later one back: triggers wait until every task of the attempt was spawned (or the
         // attempt gave up spawning).
         let spawned = Arc::new(SpawnedLatch::default());
+        let savepoint = super::savepoint::AttemptSavepoint::new(self, config)?;
         let driver = match &config.checkpoint {
             Some(cp) => {
                 let coordinator = CheckpointCoordinator::new(
@@ -506,6 +551,11 @@ impl JobGraph {
                     config.clock.now_millis(),
                 )?
                 .with_ids_after(last_id);
+                let coordinator = match &savepoint {
+                    Some(sp) => coordinator.with_savepoint_writer(sp.writer()),
+                    None => coordinator,
+                };
+                let savepoint = savepoint.clone();
                 let on_tasks = Arc::clone(&handles);
                 let source_set = sources.clone();
                 let on_phase = config.on_phase.clone();
@@ -523,6 +573,10 @@ impl JobGraph {
                             report(JobPhase::CheckpointCommitting { id: *id });
                         }
                         carry_out(action, &on_tasks, &source_set);
+                        if let (Some(sp), CoordinatorAction::Complete { id }) = (&savepoint, action)
+                        {
+                            sp.completed(*id);
+                        }
                         if let (Some(report), CoordinatorAction::Trigger(barrier)) =
                             (&on_phase, action)
                         {
@@ -609,6 +663,13 @@ impl JobGraph {
             if config.cancel.load(Ordering::Acquire) {
                 stopping = true;
             }
+            if let (Some(sp), Some(d)) = (&savepoint, &driver) {
+                if sp.trigger_if_due(completed_before + d.stats().summary().completed) {
+                    d.trigger_savepoint();
+                }
+                // Stop-with-savepoint, step 4: the savepoint is durable and its notices are out.
+                stopping |= sp.is_complete();
+            }
             if stopping {
                 // Stop the rest: cancel everything first, then join (a task blocked on a full
                 // channel needs its neighbours gone to notice).
@@ -629,8 +690,12 @@ impl JobGraph {
                 break;
             }
         }
+        let taken = savepoint.as_ref().and_then(|sp| sp.path());
         let failure = if config.cancel.load(Ordering::Acquire) {
             Some("cancelled".to_string())
+        } else if taken.is_some() {
+            // Whatever failed while the tasks were being stopped happened after the savepoint.
+            None
         } else {
             first_cause(&names, &outcomes, &cancelled_by_us)
         };
@@ -649,6 +714,7 @@ impl JobGraph {
         };
         Ok(AttemptEnd {
             failure,
+            savepoint: taken,
             last_checkpoint_id,
             completed,
             aborted,

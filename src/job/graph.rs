@@ -19,7 +19,6 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::hash::Hash;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -30,6 +29,7 @@ use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncConfig;
 use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
+use streamtask_core::keygroup::StableKey;
 use streamtask_core::operator::{
     BoxOperator, Chain, CoFlatMap, CoMap, Discard, Filter, FlatMap, KeyedProcessOperator, Map,
     Operator, SideOutputs, TaskOutput, TwoInputChain, TwoInputOperator,
@@ -39,6 +39,7 @@ use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Waterma
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 
+use super::identity::StateIds;
 use super::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 use super::side_output::SideRegistry;
 use super::sources::IterReader;
@@ -89,6 +90,8 @@ pub(crate) type Finalizer = Box<dyn Fn() -> Result<(), JobError> + Send + Sync>;
 
 pub(crate) struct GraphBuilder {
     source_context: SourceContextConfig,
+    /// Max parallelism and operator uids (see `identity.rs`).
+    pub(crate) ids: StateIds,
     vertices: Vec<VertexSpec>,
     pub(crate) edges: Vec<EdgeSpec>,
     /// The side outputs offered by the operator at `(vertex, chain index)`.
@@ -96,7 +99,7 @@ pub(crate) struct GraphBuilder {
     finalizers: Vec<Finalizer>,
     sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
-    errors: Vec<JobError>,
+    pub(crate) errors: Vec<JobError>,
 }
 
 /// Where a job is built: add sources, transform the streams, end them in sinks, then
@@ -155,6 +158,7 @@ impl StreamEnvironment {
             model,
             graph: Rc::new(RefCell::new(GraphBuilder {
                 source_context: SourceContextConfig::event_time(),
+                ids: StateIds::default(),
                 vertices: Vec::new(),
                 edges: Vec::new(),
                 side_outputs: HashMap::new(),
@@ -360,6 +364,7 @@ impl StreamEnvironment {
         }
         Ok(JobGraph {
             model: self.model,
+            ids: graph.ids,
             vertices: graph.vertices,
             edges: graph.edges,
             finalizers: graph.finalizers,
@@ -382,6 +387,8 @@ impl fmt::Debug for StreamEnvironment {
 /// [`JobGraph::run`](crate::JobGraph::run).
 pub struct JobGraph {
     pub(crate) model: Model,
+    /// Max parallelism and operator uids (see `identity.rs`).
+    pub(crate) ids: StateIds,
     pub(crate) vertices: Vec<VertexSpec>,
     pub(crate) edges: Vec<EdgeSpec>,
     pub(crate) finalizers: Vec<Finalizer>,
@@ -630,7 +637,7 @@ impl<T: Send + 'static> DataStream<T> {
     /// Partitions the stream by `key`: equal keys go to the same task of what follows.
     pub fn key_by<K, KF>(self, key: KF) -> KeyedStream<T, K>
     where
-        K: Hash + 'static,
+        K: StableKey + 'static,
         KF: Fn(&T) -> K + Clone + Send + Sync + 'static,
     {
         KeyedStream {
@@ -1221,10 +1228,14 @@ pub struct KeyedStream<T, K> {
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
-impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
+impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
     fn partitioned(self, next_vertex: &str, parallelism: usize) -> (DataStream<T>, KeyFn<T, K>) {
         let key = Arc::clone(&self.key);
         let part_key = Arc::clone(&self.key);
+        let max_parallelism = self
+            .stream
+            .env
+            .checked_max_parallelism(next_vertex, parallelism);
         let stream = self.stream.shuffle(
             next_vertex,
             EdgePattern::AllToAll,
@@ -1232,7 +1243,7 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
             parallelism,
             Arc::new(move |_| {
                 let k = Arc::clone(&part_key);
-                Partitioner::by_key(move |v: &T| k(v))
+                Partitioner::by_key_with_max_parallelism(max_parallelism, move |v: &T| k(v))
             }),
         );
         (stream, key)
@@ -1250,6 +1261,7 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
     {
         let (stream, key) = self.partitioned(name, parallelism);
         let name_owned = name.to_string();
+        let max_parallelism = stream.env.graph.borrow().ids.max_parallelism;
         stream.then_with_side_outputs(
             name,
             Arc::new(move |ctx, side| {
@@ -1260,7 +1272,8 @@ impl<T: Send + 'static, K: Hash + 'static> KeyedStream<T, K> {
                         move |v: &T| key(v),
                         factory(ctx.subtask),
                     )
-                    .with_side_outputs(side),
+                    .with_side_outputs(side)
+                    .with_max_parallelism(max_parallelism),
                 )
             }),
         )

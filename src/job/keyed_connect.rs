@@ -7,8 +7,8 @@
 //! both inputs and the operator keeps per-key state and timers shared by both.
 
 use std::fmt;
-use std::hash::Hash;
 use std::sync::Arc;
+use streamtask_core::keygroup::StableKey;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,7 +25,7 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
     /// [`KeyedConnectedStreams::process`].
     pub fn key_by<K, K1, K2>(self, key1: K1, key2: K2) -> KeyedConnectedStreams<A, B, K>
     where
-        K: Hash + 'static,
+        K: StableKey + 'static,
         K1: Fn(&A) -> K + Send + Sync + 'static,
         K2: Fn(&B) -> K + Send + Sync + 'static,
     {
@@ -49,7 +49,7 @@ impl<A, B, K> KeyedConnectedStreams<A, B, K>
 where
     A: Send + 'static,
     B: Send + 'static,
-    K: Hash + Ord + Clone + Serialize + DeserializeOwned + Send + 'static,
+    K: StableKey + Ord + Clone + Serialize + DeserializeOwned + Send + 'static,
 {
     /// Runs `function` (made by `factory(subtask)`) over both streams in a new two-input task
     /// vertex `name` of `parallelism` subtasks, both inputs hash-partitioned by key. Per-key
@@ -117,6 +117,7 @@ where
             });
         }
         let down = parallelism.max(1);
+        let max_parallelism = env.checked_max_parallelism(name, down);
         let part1 = Arc::clone(&key1);
         let input1 = first.edge_into(
             name,
@@ -125,7 +126,7 @@ where
             down,
             Arc::new(move |_| {
                 let k = Arc::clone(&part1);
-                Partitioner::by_key(move |v: &A| k(v))
+                Partitioner::by_key_with_max_parallelism(max_parallelism, move |v: &A| k(v))
             }),
         );
         let part2 = Arc::clone(&key2);
@@ -136,7 +137,7 @@ where
             down,
             Arc::new(move |_| {
                 let k = Arc::clone(&part2);
-                Partitioner::by_key(move |v: &B| k(v))
+                Partitioner::by_key_with_max_parallelism(max_parallelism, move |v: &B| k(v))
             }),
         );
         let op_name = name.to_string();
@@ -155,6 +156,7 @@ where
                     factory(ctx.subtask),
                 )
                 .with_side_outputs(side)
+                .with_max_parallelism(max_parallelism)
             }),
             true,
         )

@@ -3,10 +3,12 @@
 mod error;
 mod executor;
 mod graph;
+mod identity;
 mod keyed_connect;
 mod plan;
 mod restore;
 mod runtime;
+mod savepoint;
 mod side_output;
 mod sources;
 mod time;
@@ -22,3 +24,4 @@ pub use self::keyed_connect::KeyedConnectedStreams;
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
+pub use self::savepoint::{SavepointHandle, StopWithSavepoint};

@@ -21,7 +21,7 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::{CheckpointStorage, CompletedCheckpoint};
+use crate::checkpoint::{CheckpointStorage, CompletedCheckpoint, Savepoint};
 
 use super::JobError;
 use super::graph::JobGraph;
@@ -40,6 +40,7 @@ use super::graph::JobGraph;
 /// | `DiscardState` | start | discard, start over | start over |
 /// | `Latest` | start (info log) | restore its newest checkpoint | [`JobError::NothingToResume`] |
 /// | `From(path)` | restore `path` | restore `path` | restore `path` |
+/// | `Savepoint(path)` | restore `path` | restore `path` | restore `path` |
 ///
 /// "Start over" deletes the checkpoints and the two-phase sinks' transaction files, so the new
 /// run's output does not add to the old one's. Every restore logs at info level which
@@ -71,6 +72,12 @@ pub enum Restore {
     Latest,
     /// Restore from this checkpoint directory (a `chk-<id>` directory), wherever it is.
     From(PathBuf),
+    /// Restore from this savepoint directory (what stop-with-savepoint printed), wherever it
+    /// is, into this job even if it changed: state is found by operator id and redistributed
+    /// to the job's parallelism (see [`StopWithSavepoint`](crate::StopWithSavepoint)). State
+    /// for operators the job lacks is refused ([`JobError::NonRestoredState`]) unless
+    /// [`JobConfig::with_allow_non_restored_state`](crate::JobConfig::with_allow_non_restored_state).
+    Savepoint(PathBuf),
 }
 
 /// Name of the run marker in the checkpoint directory.
@@ -182,11 +189,32 @@ impl JobGraph {
         &self,
         restore: &Restore,
         fallback: bool,
+        allow_non_restored: bool,
         storage: &CheckpointStorage,
         dir: &Path,
     ) -> Result<Option<CompletedCheckpoint>, JobError> {
+        if let Restore::Savepoint(path) = restore {
+            // The same path as a checkpoint from here on: the savepoint becomes a checkpoint
+            // of this job's tasks.
+            let savepoint = Savepoint::load(path)?;
+            let checkpoint = self.restore_savepoint(&savepoint, allow_non_restored)?;
+            self.check_shape(&checkpoint)?;
+            // The checkpoints an earlier run left here belong to the job the savepoint
+            // replaces (another shape, perhaps): a restart must never fall back to them.
+            let ids = storage.discard_all()?;
+            if !ids.is_empty() {
+                log::info!(
+                    "deleted {} checkpoint(s) of an earlier run in {}: this run starts from \
+                     the savepoint (the sink output is kept)",
+                    ids.len(),
+                    dir.display()
+                );
+            }
+            return Ok(Some(checkpoint));
+        }
         let found = found(dir, storage)?;
         let restored = match (restore, found) {
+            (Restore::Savepoint(_), _) => unreachable!("handled above"),
             (Restore::From(path), _) => {
                 let checkpoint = CheckpointStorage::load_path(path)?;
                 log::info!(
@@ -312,7 +340,7 @@ impl JobGraph {
     }
 
     /// A checkpoint restores only into a job with the same tasks: the same vertices with the
-    /// same parallelism (state is matched by `<vertex>#<subtask>`; rescaling is not supported).
+    /// same parallelism (state is matched by `<vertex>#<subtask>`; a savepoint rescales).
     fn check_shape(&self, checkpoint: &CompletedCheckpoint) -> Result<(), JobError> {
         let names: Vec<String> = self.task_names().into_iter().map(|(_, _, n)| n).collect();
         let missing: Vec<String> = names

@@ -169,10 +169,11 @@ pub enum SinkError {
         /// The offending line.
         line: String,
     },
-    /// The restored state was written by another subtask.
+    /// The restored state was written by another subtask (the collecting sink; the two-phase
+    /// file sink's state is union state, which every subtask may restore).
     #[error(
         "the state of subtask {found} was restored into subtask {expected}; restore each \
-         subtask from its own state (changing the parallelism of a sink is not supported)"
+         subtask from its own state (the collecting sink cannot change its parallelism)"
     )]
     SubtaskMismatch {
         /// The subtask being restored.

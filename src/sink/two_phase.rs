@@ -7,6 +7,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use streamtask_core::keygroup::{StateKind, UnionState, state_kind};
 
 use super::SinkError;
 use streamtask_core::OperatorError;
@@ -175,26 +176,30 @@ impl<T> TwoPhaseCommitFileSink<T> {
         }
     }
 
-    /// Recommits the transactions `state` lists, then aborts every other uncommitted file of
-    /// this subtask and continues numbering past everything this subtask committed.
-    fn restore(&mut self, state: Option<SinkState>) -> Result<(), SinkError> {
+    /// Recommits the transactions every restored state lists (this subtask's and, after a
+    /// rescale, the others'), then aborts every other uncommitted file of this subtask and
+    /// continues numbering past everything this subtask committed.
+    fn restore(&mut self, states: Vec<SinkState>) -> Result<(), SinkError> {
         fs::create_dir_all(&self.dir).map_err(|e| io_error("create", &self.dir, e))?;
-        let (mut next_txn, pending, rewind_from) = match state {
-            Some(s) if s.subtask != self.subtask => {
-                return Err(SinkError::SubtaskMismatch {
-                    expected: self.subtask,
-                    found: s.subtask,
-                });
-            }
-            Some(s) => (s.next_txn, s.pending, Some(s.next_txn)),
-            None => (0, Vec::new(), None),
+        let (mut next_txn, rewind_from) = match states.iter().find(|s| s.subtask == self.subtask) {
+            Some(s) => (s.next_txn, Some(s.next_txn)),
+            None => (0, None),
         };
         // Recommit first: afterwards no file the state names is still uncommitted, so every
         // remaining uncommitted file of this subtask is a leftover of the failed attempt.
         let mut recommitted = 0;
-        for p in &pending {
-            if commit_file(&self.dir, self.file(p.txn, FileKind::Pending(p.checkpoint)))? {
-                recommitted += 1;
+        let mut pending = 0;
+        for state in &states {
+            for p in &state.pending {
+                pending += 1;
+                let file = TxnFile {
+                    subtask: state.subtask,
+                    txn: p.txn,
+                    kind: FileKind::Pending(p.checkpoint),
+                };
+                if commit_file(&self.dir, file)? {
+                    recommitted += 1;
+                }
             }
         }
         let mut aborted = 0;
@@ -241,7 +246,7 @@ impl<T> TwoPhaseCommitFileSink<T> {
              rewound {rewound}",
             self.name,
             self.subtask,
-            pending.len()
+            pending
         );
         self.next_txn = next_txn;
         self.pending.clear();
@@ -335,11 +340,22 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
 
     fn initialize_state(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
         self.expect_phase("initialize_state", &[Phase::Created])?;
-        let state = restored
-            .map(state::decode::<SinkState>)
-            .transpose()
-            .map_err(|e| OperatorError::state(&self.name, e))?;
-        self.restore(state).map_err(|e| self.fail(e))?;
+        // Union state: after a rescale this subtask sees every old subtask's transactions and
+        // recommits them all (a commit is idempotent), so none is lost when the subtask that
+        // pre-committed it is gone; an older checkpoint holds a bare `SinkState`.
+        let states = match restored {
+            None => Vec::new(),
+            Some(bytes) if state_kind(bytes) == StateKind::Union => {
+                UnionState::<SinkState>::decode(bytes)
+                    .map_err(|e| OperatorError::state(&self.name, e))?
+                    .items
+            }
+            Some(bytes) => vec![
+                state::decode::<SinkState>(bytes)
+                    .map_err(|e| OperatorError::state(&self.name, e))?,
+            ],
+        };
+        self.restore(states).map_err(|e| self.fail(e))?;
         self.phase = Phase::Restored;
         Ok(())
     }
@@ -378,7 +394,8 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
             next_txn: self.next_txn,
             pending: self.pending.clone(),
         };
-        state::encode(&state)
+        UnionState::new(vec![state])
+            .encode()
             .map(Some)
             .map_err(|e| OperatorError::state(&self.name, e))
     }

@@ -1,7 +1,6 @@
 //! The record writer: a task's output into its downstream channels; see [`RecordWriter`].
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::task::Waker;
 use std::time::Instant;
 
@@ -11,6 +10,9 @@ use std::sync::Arc;
 use super::bounded::{Sender, TrySendError};
 use crate::element::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
+use crate::keygroup::{
+    DEFAULT_MAX_PARALLELISM, StableKey, key_group_of, operator_index_for_key_group,
+};
 use crate::metrics::TaskMetrics;
 use crate::operator::{Output, TaskOutput};
 
@@ -18,9 +20,18 @@ use crate::operator::{Output, TaskOutput};
 pub enum Partitioner<T> {
     /// Exactly one channel gets everything (the next task runs with the same parallelism).
     Forward,
-    /// Channel `hash(value) % channels`: equal keys always meet in the same channel. Build it
-    /// with [`Partitioner::by_key`] for a hash that is stable across runs and releases.
+    /// Channel `hash(value) % channels`: equal hashes always meet in the same channel. For
+    /// keyed state use [`Partitioner::by_key`], which routes by key group.
     Hash(Box<dyn Fn(&T) -> u64 + Send>),
+    /// By key group, as Flink's `KeyGroupStreamPartitioner`: the value's key group (of
+    /// `max_parallelism`) goes to the channel of the subtask whose key-group range holds it
+    /// ([`operator_index_for_key_group`]). Build it with [`Partitioner::by_key`].
+    KeyGroups {
+        /// The max parallelism the key groups are counted in.
+        max_parallelism: u32,
+        /// The value's key group.
+        key_group: Box<dyn Fn(&T) -> u32 + Send>,
+    },
     /// Channels in turn, one record each.
     RoundRobin,
     /// Every channel gets a copy; the function makes the copies (build it with
@@ -40,14 +51,34 @@ impl<T> Partitioner<T> {
         Partitioner::Hash(Box::new(hash))
     }
 
-    /// Hash partitioning by the key `key` extracts, hashed with FNV-1a: the same key goes to the
-    /// same channel in every run of every build (the platform's `Hash` impl decides the bytes).
-    pub fn by_key<K: Hash>(key: impl Fn(&T) -> K + Send + 'static) -> Self {
-        Partitioner::Hash(Box::new(move |value| {
-            let mut hasher = Fnv1a::default();
-            key(value).hash(&mut hasher);
-            hasher.finish()
-        }))
+    /// Partitioning by the key `key` extracts, through key groups of the default max
+    /// parallelism ([`DEFAULT_MAX_PARALLELISM`]); see
+    /// [`by_key_with_max_parallelism`](Self::by_key_with_max_parallelism).
+    pub fn by_key<K: StableKey>(key: impl Fn(&T) -> K + Send + 'static) -> Self {
+        Self::by_key_with_max_parallelism(DEFAULT_MAX_PARALLELISM, key)
+    }
+
+    /// Partitioning by the key `key` extracts: the key's stable encoding is hashed (murmur3) to
+    /// one of `max_parallelism` key groups, and the key group to the subtask that owns it. The
+    /// same key goes to the same subtask in every run, on every platform and in every release,
+    /// and keyed state stored per key group follows it when the parallelism changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask_core::channel::Partitioner;
+    ///
+    /// let p = Partitioner::by_key_with_max_parallelism(128, |v: &(u64, &str)| v.0);
+    /// assert_eq!(format!("{p:?}"), "KeyGroups(128)");
+    /// ```
+    pub fn by_key_with_max_parallelism<K: StableKey>(
+        max_parallelism: u32,
+        key: impl Fn(&T) -> K + Send + 'static,
+    ) -> Self {
+        Partitioner::KeyGroups {
+            max_parallelism,
+            key_group: Box::new(move |value| key_group_of(&key(value), max_parallelism)),
+        }
     }
 
     /// Custom partitioning: `pick(value, channels)` names the channel of `value`, as Flink's
@@ -88,35 +119,20 @@ impl<T> Partitioner<T> {
 
 impl<T> fmt::Debug for Partitioner<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Partitioner::KeyGroups {
+            max_parallelism, ..
+        } = self
+        {
+            return write!(f, "KeyGroups({max_parallelism})");
+        }
         f.write_str(match self {
             Partitioner::Forward => "Forward",
             Partitioner::Hash(_) => "Hash(..)",
             Partitioner::RoundRobin => "RoundRobin",
             Partitioner::Broadcast(_) => "Broadcast(..)",
             Partitioner::Custom(_) => "Custom(..)",
+            Partitioner::KeyGroups { .. } => "KeyGroups(..)",
         })
-    }
-}
-
-/// 64-bit FNV-1a: tiny, and fixed forever (std's `DefaultHasher` may change between releases).
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv1a {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 ^= u64::from(byte);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
     }
 }
 
@@ -275,6 +291,16 @@ impl<T> Output<T> for RecordWriter<T> {
                 let n = self.channels.len() as u64;
                 // The remainder is below the channel count, so it fits a usize.
                 let ch = (hash(&record.value) % n) as usize;
+                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+            }
+            Partitioner::KeyGroups {
+                max_parallelism,
+                key_group,
+            } => {
+                let n = self.channels.len() as u32;
+                let group = key_group(&record.value);
+                // The owner index is below the channel count, so it fits a usize.
+                let ch = operator_index_for_key_group(*max_parallelism, n, group) as usize;
                 send(&self.channels[ch], StreamElement::Record(record), metrics)?;
             }
             Partitioner::RoundRobin => {

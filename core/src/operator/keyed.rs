@@ -20,6 +20,7 @@ use super::{Context, Operator};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::function::{KeyedProcessFunction, TimeDomain};
+use crate::keygroup::StableKey;
 use crate::time::Timer;
 
 /// Runs a [`KeyedProcessFunction`]: groups by a key selector, keeps per-key state and timers.
@@ -53,6 +54,14 @@ where
         self
     }
 
+    /// Sets the max parallelism its state is cut into key groups by (default
+    /// [`DEFAULT_MAX_PARALLELISM`](crate::keygroup::DEFAULT_MAX_PARALLELISM)); it must equal
+    /// the job's, and the key partitioner's in front.
+    pub fn with_max_parallelism(mut self, max_parallelism: u32) -> Self {
+        self.backend.set_max_parallelism(max_parallelism);
+        self
+    }
+
     /// Number of keys with state.
     pub fn key_count(&self) -> usize {
         self.backend.key_count()
@@ -67,6 +76,7 @@ where
 impl<KS, F> Operator for KeyedProcessOperator<KS, F>
 where
     F: KeyedProcessFunction,
+    F::Key: StableKey,
     KS: FnMut(&F::In) -> F::Key + Send,
 {
     type In = F::In;
@@ -231,6 +241,48 @@ mod tests {
         assert_eq!(restored.pending_timers(), 1);
         restored.advance_processing_time(200).unwrap();
         assert_eq!(restored.output_values(), vec![(2, 2)]);
+    }
+
+    #[test]
+    fn state_and_timers_move_by_key_group_on_a_rescale() {
+        use crate::keygroup::{KeyGroupRange, key_group_of, redistribute_key_groups};
+        let mut h = OperatorHarness::new(KeyedProcessOperator::new(
+            "count",
+            |v: &u32| *v,
+            DelayedCount,
+        ));
+        h.open().unwrap();
+        for v in 0..40 {
+            h.process(v).unwrap();
+        }
+        let snap = h.snapshot(1).unwrap();
+        let bytes = snap.get(&crate::TaskSnapshot::operator_key(0)).unwrap();
+        let parts = redistribute_key_groups(&[Some(bytes)], 128, 2).unwrap();
+        let mut fired = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let mut restored = crate::TaskSnapshot::new();
+            restored.put(crate::TaskSnapshot::operator_key(0), part.clone().unwrap());
+            let op = KeyedProcessOperator::new("count", |v: &u32| *v, DelayedCount);
+            let mut r = OperatorHarness::restored(op, &restored);
+            r.open().unwrap();
+            let range = KeyGroupRange::for_operator(128, 2, i as u32);
+            assert!(r.operator().key_count() > 0, "both halves own keys");
+            r.advance_processing_time(200).unwrap();
+            for (key, count) in r.output_values() {
+                assert!(
+                    range.contains(key_group_of(&key, 128)),
+                    "{key} moved to its owner"
+                );
+                assert_eq!(count, 1);
+                fired.push(key);
+            }
+        }
+        fired.sort_unstable();
+        assert_eq!(
+            fired,
+            (0..40).collect::<Vec<_>>(),
+            "every key's timer fired once"
+        );
     }
 
     struct EventTimer;

@@ -6,7 +6,11 @@
 //! [`KeyedCoProcessOperator`](super::KeyedCoProcessOperator) (two inputs sharing per-key state)
 //! both keep a [`KeyedBackend`] and differ only in how records reach it. The snapshot format
 //! lives in one place, [`KeyedBackend::snapshot`] and [`KeyedBackend::restore`], so a change of
-//! format (per key group, say) is made once for every keyed operator.
+//! format is made once for every keyed operator.
+//!
+//! The snapshot is cut by key group (a [`KeyGroupedState`] of each key group's states and
+//! timers, see [`crate::keygroup`]), so a restore with another parallelism gets exactly the keys
+//! of its key-group range, their timers with them.
 //!
 //! Processing-time timers are backed by one runtime timer per distinct timestamp; event-time
 //! timers fire when a watermark passes them, in time order, before the watermark is forwarded.
@@ -23,7 +27,7 @@ use super::Context;
 use super::side_output::{OutputTag, SideOutputs};
 use crate::element::{StreamRecord, Watermark};
 use crate::error::OperatorError;
-use crate::state::{decode, encode};
+use crate::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupedState, StableKey, key_group_of};
 
 #[derive(Debug)]
 pub(crate) struct KeyedTimers<K> {
@@ -40,25 +44,33 @@ pub(crate) struct KeyedBackend<K, S> {
     states: BTreeMap<K, S>,
     timers: KeyedTimers<K>,
     watermark: Watermark,
+    max_parallelism: u32,
 }
 
+/// What one key group holds in a snapshot: its keys' states and timers (the snapshot is a
+/// [`KeyGroupedState`] of these, so it can be redistributed).
 #[derive(Serialize, serde::Deserialize)]
 #[serde(bound(
     serialize = "K: Serialize, S: Serialize",
     deserialize = "K: DeserializeOwned, S: DeserializeOwned"
 ))]
-struct KeyedSnapshot<K, S> {
+struct KeyGroupEntries<K, S> {
     states: Vec<(K, S)>,
     processing_timers: Vec<(i64, K)>,
     event_timers: Vec<(i64, K)>,
-    watermark: i64,
 }
 
-impl<K, S> KeyedBackend<K, S>
-where
-    K: Ord + Clone + Serialize + DeserializeOwned,
-    S: Default + Serialize + DeserializeOwned,
-{
+impl<K, S> Default for KeyGroupEntries<K, S> {
+    fn default() -> Self {
+        KeyGroupEntries {
+            states: Vec::new(),
+            processing_timers: Vec::new(),
+            event_timers: Vec::new(),
+        }
+    }
+}
+
+impl<K: Ord, S> KeyedBackend<K, S> {
     pub(crate) fn new() -> Self {
         KeyedBackend {
             states: BTreeMap::new(),
@@ -69,38 +81,70 @@ where
                 to_register: Vec::new(),
             },
             watermark: Watermark::MIN,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
         }
+    }
+
+    /// Sets the max parallelism the state is cut into key groups by; it must equal the job's,
+    /// and the key partitioner's in front.
+    pub(crate) fn set_max_parallelism(&mut self, max_parallelism: u32) {
+        self.max_parallelism = max_parallelism;
     }
 
     pub(crate) fn key_count(&self) -> usize {
         self.states.len()
     }
+}
 
-    /// The state of every key, its timers and the watermark, encoded: the one snapshot format
-    /// of every keyed operator.
+impl<K, S> KeyedBackend<K, S>
+where
+    K: Ord + Clone + Serialize + DeserializeOwned + StableKey,
+    S: Default + Serialize + DeserializeOwned,
+{
+    /// The state of every key and its timers, cut by key group, and the watermark, encoded: the
+    /// one snapshot format of every keyed operator.
     pub(crate) fn snapshot(&self, operator: &str) -> Result<Vec<u8>, OperatorError> {
-        let snap = KeyedSnapshot {
-            states: self.states.iter().collect::<Vec<_>>(),
-            processing_timers: self
-                .timers
-                .processing
-                .iter()
-                .map(|(t, k)| (*t, k))
-                .collect(),
-            event_timers: self.timers.event.iter().map(|(t, k)| (*t, k)).collect(),
-            watermark: self.watermark.0,
-        };
-        encode(&snap).map_err(|e| OperatorError::state(operator, e))
+        let max = self.max_parallelism;
+        let mut groups: BTreeMap<u32, KeyGroupEntries<&K, &S>> = BTreeMap::new();
+        for (key, state) in &self.states {
+            let group = groups.entry(key_group_of(key, max)).or_default();
+            group.states.push((key, state));
+        }
+        for (t, key) in &self.timers.processing {
+            let group = groups.entry(key_group_of(key, max)).or_default();
+            group.processing_timers.push((*t, key));
+        }
+        for (t, key) in &self.timers.event {
+            let group = groups.entry(key_group_of(key, max)).or_default();
+            group.event_timers.push((*t, key));
+        }
+        KeyGroupedState::new(max, self.watermark.0, groups)
+            .encode()
+            .map_err(|e| OperatorError::state(operator, e))
     }
 
-    /// Restores what [`snapshot`](Self::snapshot) wrote.
+    /// Restores what [`snapshot`](Self::snapshot) wrote: one entry per key group; after a
+    /// rescale, those of several old subtasks (or part of one old subtask's), cut by the job
+    /// layer to this subtask's key-group range.
     pub(crate) fn restore(&mut self, operator: &str, bytes: &[u8]) -> Result<(), OperatorError> {
-        let snap: KeyedSnapshot<K, S> =
-            decode(bytes).map_err(|e| OperatorError::state(operator, e))?;
-        self.states = snap.states.into_iter().collect();
-        self.timers.processing = snap.processing_timers.into_iter().collect();
-        self.timers.event = snap.event_timers.into_iter().collect();
+        let snap: KeyGroupedState<KeyGroupEntries<K, S>> =
+            KeyGroupedState::decode(bytes).map_err(|e| OperatorError::state(operator, e))?;
+        if snap.max_parallelism != self.max_parallelism {
+            return Err(OperatorError::user(
+                operator,
+                format!(
+                    "its state was written with max parallelism {}, the operator has {}; keep \
+                     the job's max parallelism across a restore",
+                    snap.max_parallelism, self.max_parallelism
+                ),
+            ));
+        }
         self.watermark = Watermark(snap.watermark);
+        for (_, group) in snap.into_groups() {
+            self.states.extend(group.states);
+            self.timers.processing.extend(group.processing_timers);
+            self.timers.event.extend(group.event_timers);
+        }
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use super::{Context, TwoInputOperator};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::function::{CoProcessFunction, TimeDomain};
+use crate::keygroup::StableKey;
 use crate::time::Timer;
 
 /// Runs a [`CoProcessFunction`] over two keyed inputs (Flink's `KeyedCoProcessOperator`).
@@ -55,6 +56,14 @@ where
         self
     }
 
+    /// Sets the max parallelism its state is cut into key groups by (default
+    /// [`DEFAULT_MAX_PARALLELISM`](crate::keygroup::DEFAULT_MAX_PARALLELISM)); it must equal
+    /// the job's, and the key partitioner's in front.
+    pub fn with_max_parallelism(mut self, max_parallelism: u32) -> Self {
+        self.backend.set_max_parallelism(max_parallelism);
+        self
+    }
+
     /// Number of keys with state.
     pub fn key_count(&self) -> usize {
         self.backend.key_count()
@@ -69,6 +78,7 @@ where
 impl<K1, K2, F> TwoInputOperator for KeyedCoProcessOperator<K1, K2, F>
 where
     F: CoProcessFunction,
+    F::Key: StableKey,
     K1: FnMut(&F::In1) -> F::Key + Send,
     K2: FnMut(&F::In2) -> F::Key + Send,
 {

@@ -1,0 +1,190 @@
+//! Which state belongs to which operator, independent of how the job is cut into tasks: the
+//! operator ids (Flink's `uid()`), and the job's max parallelism (the number of key groups).
+//!
+//! A checkpoint stores state by task (`<vertex>#<subtask>`) and, inside a task, by position
+//! (`source`, `operator-<index>`): enough to restart the same job. A savepoint must outlive
+//! changes to the job (a new parallelism, a new operator, another model), so it also records,
+//! for every vertex, which operator id each entry belongs to ([`VertexShape`]). A restore then
+//! finds an operator's state by its id, wherever it sits in the new job.
+//!
+//! An operator's id is its name unless `.uid(..)` set one. Ids must be unique within the job
+//! once state moves through a savepoint; names of chained operators need not be otherwise.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use streamtask_core::TaskSnapshot;
+use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, check_parallelism};
+
+use super::JobError;
+use super::graph::{DataStream, JobGraph, StreamEnvironment};
+use crate::checkpoint::{StateEntry, VertexShape};
+
+/// What the builder records about state identity.
+#[derive(Debug, Clone)]
+pub(crate) struct StateIds {
+    /// The number of key groups of every keyed state of the job.
+    pub(crate) max_parallelism: u32,
+    /// Explicit uids: `(vertex, None)` for a vertex's source, `(vertex, Some(i))` for the
+    /// operator at chain index `i`.
+    pub(crate) uids: BTreeMap<(String, Option<usize>), String>,
+}
+
+impl Default for StateIds {
+    fn default() -> Self {
+        StateIds {
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
+            uids: BTreeMap::new(),
+        }
+    }
+}
+
+impl StreamEnvironment {
+    /// Sets the job's max parallelism: the number of key groups keyed state is cut into, and
+    /// so the largest parallelism any keyed operator of the job can ever be restored with
+    /// (default 128, at most 32768). Set it before the first `key_by`; it cannot change across
+    /// a restore from a savepoint (Flink refuses that too).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// env.set_max_parallelism(16);
+    /// assert_eq!(env.max_parallelism(), 16);
+    /// ```
+    pub fn set_max_parallelism(&self, max_parallelism: u32) {
+        let mut g = self.graph.borrow_mut();
+        if let Err(e) = check_parallelism(max_parallelism, 1) {
+            g.errors.push(JobError::MaxParallelism {
+                vertex: "(job)".to_string(),
+                source: e,
+            });
+        }
+        g.ids.max_parallelism = max_parallelism;
+    }
+
+    /// The job's max parallelism (see [`set_max_parallelism`](Self::set_max_parallelism)).
+    pub fn max_parallelism(&self) -> u32 {
+        self.graph.borrow().ids.max_parallelism
+    }
+
+    /// The max parallelism, after recording an error if `parallelism` subtasks of `vertex`
+    /// cannot share its key groups.
+    pub(crate) fn checked_max_parallelism(&self, vertex: &str, parallelism: usize) -> u32 {
+        let mut g = self.graph.borrow_mut();
+        let max = g.ids.max_parallelism;
+        let p = u32::try_from(parallelism).unwrap_or(u32::MAX);
+        if let Err(e) = check_parallelism(max, p) {
+            g.errors.push(JobError::MaxParallelism {
+                vertex: vertex.to_string(),
+                source: e,
+            });
+        }
+        max
+    }
+}
+
+impl<T: Send + 'static> DataStream<T> {
+    /// Gives the operator just added (or the source, right after `add_source`) the stable id
+    /// `uid`, as Flink's `uid()`: its state in a savepoint is found by this id, so the operator
+    /// may be renamed, moved to another chain or task, or the job changed around it, and still
+    /// restore its state. Without a uid the operator's name is its id.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Legacy);
+    /// let out = CollectHandle::new();
+    /// env.from_iter("numbers", vec![1u64, 2, 3])
+    ///     .uid("numbers-v1")
+    ///     .map("double", |n: u64| n * 2)
+    ///     .uid("double-v1")
+    ///     .collect_sink("out", &out);
+    /// assert!(env.build().is_ok());
+    /// ```
+    pub fn uid(self, uid: &str) -> DataStream<T> {
+        // A source task's plan names the source first; operator indices count after it.
+        let offset = usize::from(self.is_source);
+        let index = match self.plan.chain.len().checked_sub(offset) {
+            Some(0) if self.is_source => None,
+            None | Some(0) => {
+                self.env.graph.borrow_mut().errors.push(JobError::Config(format!(
+                    "uid({uid:?}) follows no operator of {:?}; call it right after the source or \
+                     the operator it names",
+                    self.vertex
+                )));
+                return self;
+            }
+            Some(n) => Some(n - 1),
+        };
+        self.env
+            .graph
+            .borrow_mut()
+            .ids
+            .uids
+            .insert((self.vertex.clone(), index), uid.to_string());
+        self
+    }
+}
+
+impl JobGraph {
+    /// The job's max parallelism.
+    pub fn max_parallelism(&self) -> u32 {
+        self.ids.max_parallelism
+    }
+
+    /// Every vertex with the operator id of each state entry its tasks may write: the shape a
+    /// savepoint records.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::DuplicateOperatorId`] if two operators have one id.
+    pub(crate) fn shape(&self) -> Result<Vec<VertexShape>, JobError> {
+        let mut seen = BTreeSet::new();
+        let mut shapes = Vec::with_capacity(self.vertices.len());
+        for v in &self.vertices {
+            let mut states = Vec::new();
+            if v.is_source {
+                let id = self
+                    .ids
+                    .uids
+                    .get(&(v.name.clone(), None))
+                    .cloned()
+                    .unwrap_or_else(|| v.name.clone());
+                states.push(StateEntry {
+                    key: TaskSnapshot::SOURCE.to_string(),
+                    operator_id: id,
+                });
+            }
+            let operators = &v.plan.chain[usize::from(v.is_source).min(v.plan.chain.len())..];
+            for (i, name) in operators.iter().enumerate() {
+                let id = self
+                    .ids
+                    .uids
+                    .get(&(v.name.clone(), Some(i)))
+                    .cloned()
+                    .unwrap_or_else(|| name.clone());
+                states.push(StateEntry {
+                    key: TaskSnapshot::operator_key(i),
+                    operator_id: id,
+                });
+            }
+            for s in &states {
+                if !seen.insert(s.operator_id.clone()) {
+                    return Err(JobError::DuplicateOperatorId {
+                        id: s.operator_id.clone(),
+                    });
+                }
+            }
+            shapes.push(VertexShape {
+                name: v.name.clone(),
+                parallelism: v.parallelism,
+                states,
+            });
+        }
+        Ok(shapes)
+    }
+}
