@@ -27,7 +27,7 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan,
+    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan,
     JobResult, KeyedStream, PhaseCallback, PlannedInput, PlannedTask, ProgressCallback,
     RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
 };

@@ -14,7 +14,7 @@
 
 pub use crate::checkpoint::CheckpointConfig;
 pub use crate::job::{
-    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedStream, PlannedTask,
+    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobPlan, KeyedStream, PlannedTask,
     RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
 };
 pub use crate::model::Model;

@@ -55,7 +55,7 @@ pub(crate) struct SpawnCtx<'a> {
 
 pub(crate) type Spawner =
     Box<dyn Fn(&SpawnCtx<'_>, TaskConfig) -> Result<RunningTask, JobError> + Send + Sync>;
-type Tail<T> = Arc<
+pub(crate) type Tail<T> = Arc<
     dyn Fn(&SpawnCtx<'_>) -> Result<(BoxOperator<T, ()>, Box<dyn TaskOutput<()>>), JobError>
         + Send
         + Sync,
@@ -65,7 +65,7 @@ type EdgeFactory =
     Box<dyn Fn(EdgePattern, usize, usize, usize) -> Result<EdgeChannels, JobError> + Send + Sync>;
 type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 /// Makes the partitioner of upstream subtask `n` of an edge.
-type PartitionerFactory<T> = Arc<dyn Fn(usize) -> Partitioner<T> + Send + Sync>;
+pub(crate) type PartitionerFactory<T> = Arc<dyn Fn(usize) -> Partitioner<T> + Send + Sync>;
 
 /// One task vertex: `parallelism` tasks named `<name>#<subtask>`.
 pub(crate) struct VertexSpec {
@@ -86,14 +86,14 @@ pub(crate) struct EdgeSpec {
 
 pub(crate) type Finalizer = Box<dyn Fn() -> Result<(), JobError> + Send + Sync>;
 
-struct GraphBuilder {
+pub(crate) struct GraphBuilder {
     source_context: SourceContextConfig,
     vertices: Vec<VertexSpec>,
-    edges: Vec<EdgeSpec>,
+    pub(crate) edges: Vec<EdgeSpec>,
     finalizers: Vec<Finalizer>,
     sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
-    errors: Vec<JobError>,
+    pub(crate) errors: Vec<JobError>,
 }
 
 /// Where a job is built: add sources, transform the streams, end them in sinks, then
@@ -141,7 +141,7 @@ struct GraphBuilder {
 #[derive(Clone)]
 pub struct StreamEnvironment {
     model: Model,
-    graph: Rc<RefCell<GraphBuilder>>,
+    pub(crate) graph: Rc<RefCell<GraphBuilder>>,
 }
 
 impl StreamEnvironment {
@@ -173,14 +173,14 @@ impl StreamEnvironment {
         self.model
     }
 
-    fn claim_name(&self, name: &str) {
+    pub(crate) fn claim_name(&self, name: &str) {
         let mut g = self.graph.borrow_mut();
         if !g.names.insert(name.to_string()) {
             g.errors.push(JobError::DuplicateName(name.to_string()));
         }
     }
 
-    fn fail(&self, error: JobError) {
+    pub(crate) fn fail(&self, error: JobError) {
         self.graph.borrow_mut().errors.push(error);
     }
 
@@ -426,7 +426,7 @@ impl fmt::Debug for JobGraph {
 
 /// What heads the open segment; decides the chaining rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Head {
+pub(crate) enum Head {
     LegacySource,
     Reader,
     Input,
@@ -435,16 +435,16 @@ enum Head {
 /// A stream of `T` being built.
 #[must_use = "a stream does nothing until it ends in a sink"]
 pub struct DataStream<T> {
-    env: StreamEnvironment,
-    segment: Option<Box<dyn Segment<T>>>,
-    vertex: String,
-    parallelism: usize,
-    head: Head,
-    is_source: bool,
+    pub(crate) env: StreamEnvironment,
+    pub(crate) segment: Option<Box<dyn Segment<T>>>,
+    pub(crate) vertex: String,
+    pub(crate) parallelism: usize,
+    pub(crate) head: Head,
+    pub(crate) is_source: bool,
     /// The edge feeding the segment, while nothing is chained behind its input yet.
-    bare_input: Option<usize>,
+    pub(crate) bare_input: Option<usize>,
     /// What the plan says about the vertex being built.
-    plan: PlannedTask,
+    pub(crate) plan: PlannedTask,
 }
 
 impl<T: Send + 'static> DataStream<T> {
@@ -629,7 +629,7 @@ impl<T: Send + 'static> DataStream<T> {
 
     /// Ends the vertex being built in the channels of a new edge into `next_vertex`
     /// (`down` subtasks), and says how the plan shows that input.
-    fn edge_into(
+    pub(crate) fn edge_into(
         mut self,
         next_vertex: &str,
         pattern: EdgePattern,
@@ -863,7 +863,7 @@ impl<T: Send + 'static> DataStream<T> {
         )
     }
 
-    fn finish_vertex(&mut self, tail: Tail<T>) {
+    pub(crate) fn finish_vertex(&mut self, tail: Tail<T>) {
         let segment = self.segment.take().expect("an open stream has a segment");
         let spawn = segment.finish(tail);
         let mut plan = self.plan.clone();
@@ -1250,7 +1250,7 @@ impl<T, K> fmt::Debug for KeyedStream<T, K> {
 }
 
 /// An open chain segment ending in `T`.
-trait Segment<T>: Send + Sync {
+pub(crate) trait Segment<T>: Send + Sync {
     /// Closes the segment with `tail` (the rest of the chain and the task's output) and
     /// returns the vertex's spawner.
     fn finish(self: Box<Self>, tail: Tail<T>) -> Spawner;
@@ -1359,7 +1359,7 @@ where
 }
 
 /// The input gate of subtask `ctx.subtask` over edge `edge`, recording into the task's metrics.
-fn input_gate<T: Send + 'static>(
+pub(crate) fn input_gate<T: Send + 'static>(
     ctx: &SpawnCtx<'_>,
     edges: &[usize],
     config: &TaskConfig,

@@ -3,6 +3,7 @@
 mod error;
 mod executor;
 mod graph;
+mod iterate;
 mod plan;
 mod restore;
 mod runtime;
@@ -15,6 +16,7 @@ pub use self::executor::{
     TaskResult,
 };
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::iterate::IterativeStream;
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
