@@ -133,8 +133,19 @@ enum Feedback<T> {
 struct Queue<T> {
     items: VecDeque<Feedback<T>>,
     waker: Option<Waker>,
-    /// The head ended: nothing may be sent any more.
-    closed: bool,
+    /// Nothing may be sent any more: why.
+    closed: Option<Closed>,
+}
+
+/// Why a feedback edge refuses what the tail sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// The head ended by its wait timeout: a record now would be lost (the tail fails with
+    /// [`IterationError::HeadEnded`]).
+    Ended,
+    /// The head stopped (cancelled or failed): the attempt is being torn down (the tail fails
+    /// as any task whose downstream is gone, a consequence).
+    Gone,
 }
 
 type Shared<T> = Arc<Mutex<Queue<T>>>;
@@ -144,7 +155,7 @@ pub fn feedback_edge<T>() -> (FeedbackSender<T>, FeedbackReceiver<T>) {
     let shared = Arc::new(Mutex::new(Queue {
         items: VecDeque::new(),
         waker: None,
-        closed: false,
+        closed: None,
     }));
     (
         FeedbackSender {
@@ -161,11 +172,11 @@ pub struct FeedbackSender<T> {
 
 impl<T> FeedbackSender<T> {
     /// Queues `item` and wakes the head; gives it back if the head ended.
-    fn send(&self, item: Feedback<T>) -> Result<(), Feedback<T>> {
+    fn send(&self, item: Feedback<T>) -> Result<(), Closed> {
         let waker = {
             let mut queue = self.shared.lock();
-            if queue.closed {
-                return Err(item);
+            if let Some(closed) = queue.closed {
+                return Err(closed);
             }
             queue.items.push_back(item);
             queue.waker.take()
@@ -218,16 +229,16 @@ impl<T> FeedbackReceiver<T> {
     fn close_if_empty(&self) -> bool {
         let mut queue = self.shared.lock();
         if queue.items.is_empty() {
-            queue.closed = true;
+            queue.closed = Some(Closed::Ended);
         }
-        queue.closed
+        queue.closed.is_some()
     }
 }
 
 impl<T> Drop for FeedbackReceiver<T> {
     fn drop(&mut self) {
         let mut queue = self.shared.lock();
-        queue.closed = true;
+        queue.closed.get_or_insert(Closed::Gone);
         if !queue.items.is_empty() {
             log::debug!(
                 "feedback edge closed with {} element(s) queued (the head stopped)",
@@ -615,12 +626,15 @@ impl<T: Send> Operator for FeedbackWriter<T> {
     ) -> Result<(), OperatorError> {
         self.sender
             .send(Feedback::Record(record))
-            .map_err(|_| OperatorError::User {
-                operator: self.name.clone(),
-                source: Box::new(IterationError::HeadEnded {
-                    iteration: self.iteration.clone(),
-                    max_wait: self.max_wait,
-                }),
+            .map_err(|closed| match closed {
+                Closed::Ended => OperatorError::User {
+                    operator: self.name.clone(),
+                    source: Box::new(IterationError::HeadEnded {
+                        iteration: self.iteration.clone(),
+                        max_wait: self.max_wait,
+                    }),
+                },
+                Closed::Gone => OperatorError::OutputClosed,
             })
     }
 
@@ -832,6 +846,19 @@ mod tests {
         let refused = tail.process(4);
         let message = refused.unwrap_err().to_string();
         assert!(message.contains("raise the iteration's max_wait"), "{message}");
+    }
+
+    #[test]
+    fn a_head_that_stopped_makes_the_tail_fail_as_a_consequence() {
+        let mut config = TaskConfig::new("head");
+        let (_tx, feedback, input, _reports) = head(&mut config);
+        drop(input);
+        let mut tail = crate::testing::OperatorHarness::new(FeedbackWriter::new(
+            "loop",
+            Duration::ZERO,
+            feedback,
+        ));
+        assert!(tail.process(4).unwrap_err().is_output_closed());
     }
 
     #[test]
