@@ -115,7 +115,11 @@ fn main() {
         let result = job.run(&config).expect("the job completes");
         let mut got = out.committed();
         got.sort();
-        assert_eq!(faults.fired(), 1, "{model}: the fault inside the loop fired");
+        assert_eq!(
+            faults.fired(),
+            1,
+            "{model}: the fault inside the loop fired"
+        );
         assert_eq!(got, expected, "{model}: exactly once through the fault");
         println!(
             "{model:>8}: {} records committed, {} restart(s), {} checkpoints, {} loop records in the retained feedback logs",

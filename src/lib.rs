@@ -27,9 +27,9 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan,
-    JobResult, KeyedStream, PhaseCallback, PlannedInput, PlannedTask, ProgressCallback,
-    RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
+    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobMetrics,
+    JobPhase, JobPlan, JobResult, KeyedStream, PhaseCallback, PlannedInput, PlannedTask,
+    ProgressCallback, RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

@@ -14,8 +14,8 @@
 
 pub use crate::checkpoint::CheckpointConfig;
 pub use crate::job::{
-    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobPlan, KeyedStream, PlannedTask,
-    RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
+    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobPlan,
+    KeyedStream, PlannedTask, RestartStrategy, Restore, SourceAdapter, StreamEnvironment,
 };
 pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};

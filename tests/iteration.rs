@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use streamtask::JobPhase;
+use streamtask::checkpoint::CheckpointStorage;
 use streamtask::demo::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
-use streamtask::checkpoint::CheckpointStorage;
 use streamtask_core::runtime::{FEEDBACK_LOG, IterationError};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
@@ -162,8 +162,10 @@ fn logged_records(dir: &std::path::Path) -> usize {
             let head = checkpoint
                 .task(&format!("halve loop#{subtask}"))
                 .expect("the head acknowledges every completed checkpoint");
-            let log: Vec<StreamRecord<(u64, u64)>> =
-                head.get_value(FEEDBACK_LOG).unwrap().expect("a feedback log");
+            let log: Vec<StreamRecord<(u64, u64)>> = head
+                .get_value(FEEDBACK_LOG)
+                .unwrap()
+                .expect("a feedback log");
             logged += log.len();
         }
     }
@@ -226,8 +228,15 @@ fn exactly_once_with_a_fault_at(place: Place, at: u64) {
     for model in MODELS {
         let ran = run(model, Some((place, at)));
         assert_eq!(ran.restarts, 1, "{model}: one fault, one restart");
-        assert_eq!(ran.output.len(), expected.len(), "{model}: records lost or doubled");
-        assert_eq!(ran.output, expected, "{model}: output with a fault in the {place:?}");
+        assert_eq!(
+            ran.output.len(),
+            expected.len(),
+            "{model}: records lost or doubled"
+        );
+        assert_eq!(
+            ran.output, expected,
+            "{model}: output with a fault in the {place:?}"
+        );
     }
 }
 

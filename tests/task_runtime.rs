@@ -42,9 +42,9 @@ use std::time::{Duration, Instant};
 
 use streamtask_core::async_io::QueuedInput;
 use streamtask_core::operator::Emitted;
+use streamtask_core::runtime::FEEDBACK_LOG;
 use streamtask_core::state::decode;
 use streamtask_core::task::TaskReport;
-use streamtask_core::runtime::FEEDBACK_LOG;
 use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskSnapshot};
 
 use adapter::{KINDS, Kind, MODELS, Model, Spec, Task, Waited, cases, each, start};
@@ -737,7 +737,11 @@ fn an_iteration_head_acknowledges_once_its_barrier_returned_and_restore_replays_
         t.return_barrier(1);
         let snapshot = t.ack(1);
         let logged: Vec<StreamRecord<u64>> = snapshot.get_value(FEEDBACK_LOG).unwrap().unwrap();
-        assert_eq!(logged, vec![StreamRecord::new(7)], "the records in the loop");
+        assert_eq!(
+            logged,
+            vec![StreamRecord::new(7)],
+            "the records in the loop"
+        );
         assert_eq!(
             decode_u64(&snapshot, &TaskSnapshot::operator_key(P1)),
             1,

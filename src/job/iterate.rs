@@ -254,15 +254,17 @@ where
         Box::new(move |ctx, mut config| {
             let (chain, output) = tail(ctx)?;
             let gate = input_gate::<T>(ctx, &[edge], &config)?;
-            let receiver = ctx.wiring.take_feedback_receiver::<T>(feedback, ctx.subtask);
+            let receiver = ctx
+                .wiring
+                .take_feedback_receiver::<T>(feedback, ctx.subtask);
             let input =
                 IterationInput::new(iteration.clone(), gate, receiver, max_wait, &mut config)?;
             Ok(match ctx.model {
-                Model::Legacy => streamtask_legacy::IterationHeadStreamTask::new(
-                    config, input, chain, output,
-                )
-                .with_fairness(ctx.fairness)
-                .spawn(),
+                Model::Legacy => {
+                    streamtask_legacy::IterationHeadStreamTask::new(config, input, chain, output)
+                        .with_fairness(ctx.fairness)
+                        .spawn()
+                }
                 Model::Mailbox | Model::Bridge => {
                     streamtask_mailbox::IterationHeadTask::spawn(config, input, chain, output)
                 }

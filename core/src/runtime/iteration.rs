@@ -729,8 +729,7 @@ mod tests {
         let (feedback_tx, feedback_rx) = feedback_edge();
         let (reports_tx, reports) = report_channel();
         config.responder = CheckpointResponder::new("head", reports_tx);
-        let input =
-            IterationInput::new("loop", gate, feedback_rx, Duration::ZERO, config).unwrap();
+        let input = IterationInput::new("loop", gate, feedback_rx, Duration::ZERO, config).unwrap();
         (tx, feedback_tx, input, reports)
     }
 
@@ -755,7 +754,8 @@ mod tests {
     fn smoke() {
         let mut config = TaskConfig::new("head");
         let (tx, feedback, mut input, _reports) = head(&mut config);
-        tx.send(StreamElement::Record(StreamRecord::new(1))).unwrap();
+        tx.send(StreamElement::Record(StreamRecord::new(1)))
+            .unwrap();
         feedback.send(Feedback::Record(StreamRecord::new(2))).ok();
         assert_eq!(record(input.poll_event().unwrap()), 2, "feedback first");
         assert_eq!(record(input.poll_event().unwrap()), 1);
@@ -778,7 +778,10 @@ mod tests {
         config.responder.acknowledge(7, chain_state);
         feedback.send(Feedback::Record(StreamRecord::new(5))).ok();
         assert_eq!(record(input.poll_event().unwrap()), 5);
-        assert!(reports.try_recv().is_err(), "held back until the barrier returns");
+        assert!(
+            reports.try_recv().is_err(),
+            "held back until the barrier returns"
+        );
         feedback.send(Feedback::Barrier(barrier)).ok();
         feedback.send(Feedback::Record(StreamRecord::new(6))).ok();
         assert_eq!(record(input.poll_event().unwrap()), 6);
@@ -790,8 +793,13 @@ mod tests {
             } => {
                 assert_eq!(checkpoint, 7);
                 assert_eq!(snapshot.get("op-0"), Some(&[1u8, 2, 3][..]));
-                let log: Vec<StreamRecord<u32>> = snapshot.get_value(FEEDBACK_LOG).unwrap().unwrap();
-                assert_eq!(log, vec![StreamRecord::new(5)], "only what came back before the barrier");
+                let log: Vec<StreamRecord<u32>> =
+                    snapshot.get_value(FEEDBACK_LOG).unwrap().unwrap();
+                assert_eq!(
+                    log,
+                    vec![StreamRecord::new(5)],
+                    "only what came back before the barrier"
+                );
             }
             other => panic!("expected an ack, got {other:?}"),
         }
@@ -802,14 +810,20 @@ mod tests {
     fn a_restored_log_is_replayed_first() {
         let mut snapshot = TaskSnapshot::new();
         snapshot
-            .put_value(FEEDBACK_LOG, &vec![StreamRecord::new(8u32), StreamRecord::new(9)])
+            .put_value(
+                FEEDBACK_LOG,
+                &vec![StreamRecord::new(8u32), StreamRecord::new(9)],
+            )
             .unwrap();
         let mut config = TaskConfig::new("head").with_restore(Some(snapshot));
         let (tx, feedback, mut input, _reports) = head(&mut config);
-        tx.send(StreamElement::Record(StreamRecord::new(1))).unwrap();
+        tx.send(StreamElement::Record(StreamRecord::new(1)))
+            .unwrap();
         feedback.send(Feedback::Record(StreamRecord::new(2))).ok();
         assert_eq!(input.replay_len(), 2);
-        let got: Vec<u32> = (0..4).map(|_| record(input.poll_event().unwrap())).collect();
+        let got: Vec<u32> = (0..4)
+            .map(|_| record(input.poll_event().unwrap()))
+            .collect();
         assert_eq!(got, [8, 9, 2, 1]);
     }
 
@@ -840,12 +854,21 @@ mod tests {
         let (tx, feedback, mut input, _reports) = head(&mut config);
         tx.send(StreamElement::EndOfInput).unwrap();
         // max_wait is zero: due at once.
-        assert!(matches!(past_watermarks(&mut input), InputEvent::EndOfInput));
-        let mut tail =
-            crate::testing::OperatorHarness::new(FeedbackWriter::new("loop", Duration::ZERO, feedback));
+        assert!(matches!(
+            past_watermarks(&mut input),
+            InputEvent::EndOfInput
+        ));
+        let mut tail = crate::testing::OperatorHarness::new(FeedbackWriter::new(
+            "loop",
+            Duration::ZERO,
+            feedback,
+        ));
         let refused = tail.process(4);
         let message = refused.unwrap_err().to_string();
-        assert!(message.contains("raise the iteration's max_wait"), "{message}");
+        assert!(
+            message.contains("raise the iteration's max_wait"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -868,6 +891,9 @@ mod tests {
         tx.send(StreamElement::EndOfInput).unwrap();
         feedback.send(Feedback::Record(StreamRecord::new(4))).ok();
         assert_eq!(record(past_watermarks(&mut input)), 4);
-        assert!(matches!(past_watermarks(&mut input), InputEvent::EndOfInput));
+        assert!(matches!(
+            past_watermarks(&mut input),
+            InputEvent::EndOfInput
+        ));
     }
 }

@@ -45,5 +45,4 @@ use super::input_task::InputStreamTask;
 /// // No feedback for 10 ms after the input ended: the head ends.
 /// assert!(task.join().is_finished());
 /// ```
-pub type IterationHeadStreamTask<C, O> =
-    InputStreamTask<IterationInput<<C as Operator>::In>, C, O>;
+pub type IterationHeadStreamTask<C, O> = InputStreamTask<IterationInput<<C as Operator>::In>, C, O>;
