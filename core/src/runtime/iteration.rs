@@ -264,8 +264,30 @@ struct Pending<T> {
 }
 
 /// The head's input: its regular input gate and the feedback edge, with the feedback log of
-/// every pending checkpoint, the replay of a restored log, and the wait timeout (see the
-/// [module docs](self)).
+/// every pending checkpoint, the replay of a restored log, and the wait timeout.
+///
+/// The head is an ordinary one-input task of its model reading this input. Feedback is read
+/// before the gate (it drains the loop before more input enters it).
+///
+/// # Checkpoints (Carbone et al. 2015)
+///
+/// Barriers of the regular input are aligned as in any task; the feedback edge takes no part.
+/// When they align, the model runs its ordinary checkpoint (prepare, forward the barrier into
+/// the loop, snapshot the chain), but the acknowledgement is held back: [`new`](Self::new)
+/// swaps the task's responder for one this input drains on every poll. From the barrier on,
+/// every record that comes back on the feedback edge is logged (and still processed) until the
+/// same barrier returns through the tail; then the chain's snapshot is acknowledged with the
+/// log under [`FEEDBACK_LOG`]. The log is exactly what was on the back edge at the cut, so a
+/// restore that replays it first (this input does, from `config.restore`) loses nothing.
+/// Declines pass at once; an aborted checkpoint's log is dropped.
+///
+/// # Ending
+///
+/// As Flink's `StreamIterationHead`: once the regular input ended, the head ends when no
+/// feedback arrived for `max_wait` (at once when the tail ended), closing the feedback edge; a
+/// record sent later fails the tail with [`IterationError::HeadEnded`]. Models whose wait has
+/// a timeout poll again at [`TaskInput::wake_at`]; the others get an alarm
+/// ([`with_alarm`](Self::with_alarm)).
 pub struct IterationInput<T> {
     iteration: String,
     gate: InputGate<T>,

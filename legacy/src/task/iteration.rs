@@ -14,7 +14,10 @@ use streamtask_core::runtime::IterationInput;
 use super::input_task::InputStreamTask;
 
 /// The head of an iteration under the lock model: an [`InputStreamTask`] over an
-/// [`IterationInput`] (see the [module docs](self)).
+/// [`IterationInput`]. Flink's head loops `poll(timeout)` on its feedback queue and emits under
+/// the checkpoint lock; this one polls the feedback edge and the regular gate outside the lock,
+/// parks while neither has anything (with the iteration's deadline as timeout once the regular
+/// input ended), and takes the lock once per record to push it through the chain.
 ///
 /// # Examples
 ///

@@ -19,7 +19,11 @@ use super::input::GateInput;
 use super::{TaskHandle, spawn_task};
 
 /// The head of an iteration under the mailbox model (and the bridge's, whose tasks with inputs
-/// are mailbox tasks): see the [module docs](self).
+/// are mailbox tasks). The default action takes one event at a time from the regular gate and
+/// the feedback edge without blocking and suspends when neither has anything; a feedback
+/// arrival or new input resumes it, and once the regular input ended the input's alarm resumes
+/// it at the iteration's deadline. No busy loop, and no blocking `poll(timeout)` on the mailbox
+/// thread.
 ///
 /// # Examples
 ///
