@@ -136,3 +136,17 @@ assert_send_sync!(
     TraceLog,
     TraceEvent,
 );
+
+// Iterations: the feedback edge's ends cross from the tail's task to the head's.
+use streamtask_core::runtime::{
+    FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
+    IterationInput,
+};
+assert_send_sync!(
+    FeedbackSender<u64>,
+    FeedbackReceiver<u64>,
+    FeedbackWriter<u64>,
+    FeedbackOutput<u64>,
+    IterationError,
+);
+assert_send_only!(IterationInput<u64>);
