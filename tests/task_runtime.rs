@@ -778,3 +778,19 @@ fn an_iteration_head_ends_by_its_wait_timeout_once_its_input_ended() {
         assert!(log.contains(&Ev::Finish("p1")), "{log:?}");
     });
 }
+
+#[test]
+fn cancel_while_an_iteration_head_waits_for_feedback_leaves_no_thread() {
+    // The mailbox head's alarm thread is armed once the input ended; cancel must end it too.
+    each(cases(&[Kind::IterationHead]), |model, kind| {
+        let t = started(model, kind, &Spec::new("IC"));
+        pass(&t, 1);
+        for channel in 0..t.channels() {
+            t.send(channel, StreamElement::EndOfInput);
+        }
+        t.log.wait_ev(Ev::Record("p1", 1));
+        cancel_at_once(&t, &Latch::default(), "the head waits for feedback");
+        let (outcome, _) = t.join();
+        assert_cancelled(&outcome);
+    });
+}

@@ -118,6 +118,10 @@ pub trait TaskInput: Send + 'static {
     fn wake_at(&self) -> Option<std::time::Instant> {
         None
     }
+    /// Releases what the input holds beyond its channels (an iteration head's alarm thread,
+    /// joined here); the task calls it before it reports that it ended. The default does
+    /// nothing.
+    fn close(&mut self) {}
 }
 
 impl<T: Send + 'static> TaskInput for InputGate<T> {

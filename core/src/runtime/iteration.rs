@@ -290,6 +290,8 @@ struct Pending<T> {
 /// ([`with_alarm`](Self::with_alarm)).
 pub struct IterationInput<T> {
     iteration: String,
+    /// The head task's name (its alarm thread is named after it).
+    task: String,
     gate: InputGate<T>,
     feedback: FeedbackReceiver<T>,
     max_wait: Duration,
@@ -343,6 +345,7 @@ where
         let responder = std::mem::replace(&mut config.responder, local);
         Ok(IterationInput {
             iteration,
+            task: config.name.clone(),
             gate,
             feedback,
             max_wait,
@@ -362,7 +365,7 @@ where
     /// ended, joined when the input is dropped): for models whose wait has no timeout (the
     /// mailbox's suspended default action).
     pub fn with_alarm(mut self) -> Self {
-        self.alarm = Some(Alarm::new(format!("{}-iteration-alarm", self.iteration)));
+        self.alarm = Some(Alarm::new(format!("{}-alarm", self.task)));
         self
     }
 
@@ -513,6 +516,11 @@ where
 
     fn wake_at(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    fn close(&mut self) {
+        // Stops and joins the alarm thread before the task reports that it ended.
+        self.alarm = None;
     }
 }
 
