@@ -16,7 +16,9 @@
 //! is the last operator of the feedback stream's task: records go into the feedback edge, and the
 //! task's barriers and end of input follow them through its [`FeedbackOutput`]. The feedback edge
 //! is unbounded: a bounded edge in a cycle deadlocks once the head blocks on a full loop body
-//! while the tail blocks on a full feedback edge (Flink's feedback queue is unbounded too).
+//! while the tail blocks on a full feedback edge. (Flink's is a one-element `ArrayBlockingQueue`
+//! that the tail offers into with the wait time as timeout, ignoring a refusal: the record is
+//! dropped.)
 //!
 //! # Checkpoints (Carbone et al. 2015, section 4.2)
 //!
