@@ -308,6 +308,8 @@ pub struct IterationInput<T> {
     /// Once the input ended: the head ends if no feedback arrives before this.
     deadline: Option<Instant>,
     alarm: Option<Alarm>,
+    /// Where the alarm thread is counted.
+    metrics: Option<std::sync::Arc<crate::metrics::TaskMetrics>>,
     ended: bool,
 }
 
@@ -359,6 +361,7 @@ where
             tail_ended: false,
             deadline: None,
             alarm: None,
+            metrics: None,
             ended: false,
         })
     }
@@ -502,7 +505,7 @@ where
         }
         self.feedback.register_waker(waker);
         if let (Some(alarm), Some(deadline)) = (&self.alarm, self.deadline) {
-            alarm.arm(deadline, waker);
+            alarm.arm(deadline, waker, self.metrics.as_deref());
         }
     }
 
@@ -512,7 +515,8 @@ where
     }
 
     fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self {
-        self.gate = self.gate.with_metrics(metrics);
+        self.gate = self.gate.with_metrics(std::sync::Arc::clone(&metrics));
+        self.metrics = Some(metrics);
         self
     }
 
@@ -567,12 +571,15 @@ impl Alarm {
         }
     }
 
-    fn arm(&self, at: Instant, waker: &Waker) {
+    fn arm(&self, at: Instant, waker: &Waker, metrics: Option<&crate::metrics::TaskMetrics>) {
         {
             let mut thread = self.thread.lock();
             if thread.is_none() {
                 let shared = Arc::clone(&self.shared);
                 *thread = Some(spawn_named(self.name.clone(), move || run_alarm(&shared)));
+                if let Some(metrics) = metrics {
+                    metrics.threads.inc();
+                }
             }
         }
         let (state, changed) = &*self.shared;

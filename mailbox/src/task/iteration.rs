@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::runtime::{IterationInput, TriggerMode};
+use streamtask_core::runtime::{IterationInput, TaskInput, TriggerMode};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{Operator, TaskOutput};
 
@@ -58,7 +58,8 @@ pub struct IterationHeadTask;
 
 impl IterationHeadTask {
     /// Starts the head reading `input` (built with `config`, whose responder it swapped) into
-    /// `chain`, whose output goes to `output`. The input gets its alarm here.
+    /// `chain`, whose output goes to `output`. The input gets its alarm here (counted in the
+    /// task's threads once it starts).
     ///
     /// # Panics
     ///
@@ -74,10 +75,11 @@ impl IterationHeadTask {
         O::In: Clone + Serialize + DeserializeOwned + Send + 'static,
         W: TaskOutput<O::Out> + 'static,
     {
+        let metrics = std::sync::Arc::clone(&config.metrics);
         spawn_task(
             config,
             TriggerMode::Inputs,
-            GateInput::new(input.with_alarm()),
+            GateInput::new(input.with_metrics(metrics).with_alarm()),
             chain,
             output,
         )
