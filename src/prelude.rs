@@ -17,9 +17,9 @@
 
 pub use crate::checkpoint::CheckpointConfig;
 pub use crate::job::{
-    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobPlan, KeyedConnectedStreams,
-    KeyedStream, PlannedTask, RestartStrategy, Restore, SavepointHandle, SourceAdapter,
-    StopWithSavepoint, StreamEnvironment,
+    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobPlan,
+    KeyedConnectedStreams, KeyedStream, PlannedTask, RestartStrategy, Restore, SavepointHandle,
+    SourceAdapter, StopWithSavepoint, StreamEnvironment,
 };
 pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use streamtask_core::async_io::QueuedInput;
 use streamtask_core::operator::Emitted;
+use streamtask_core::runtime::FEEDBACK_LOG;
 use streamtask_core::state::decode;
 use streamtask_core::task::TaskReport;
 use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskSnapshot};
@@ -62,6 +63,7 @@ fn probes(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Source | Kind::OneInput => &["p0", "p1"],
         Kind::TwoInput | Kind::Async | Kind::AsyncSource => &["p1"],
+        Kind::IterationHead => &["p0", "p1"],
     }
 }
 
@@ -711,4 +713,84 @@ fn the_fairness_set_on_the_job_reaches_every_legacy_task() {
             );
         }
     }
+}
+
+#[test]
+fn an_iteration_head_acknowledges_once_its_barrier_returned_and_restore_replays_its_log() {
+    // Carbone et al. 2015: snapshot when the regular inputs aligned, forward the barrier, log
+    // the feedback until the barrier comes back, then acknowledge the state with the log.
+    each(cases(&[Kind::IterationHead]), |model, kind| {
+        let t = started(model, kind, &Spec::new("IH"));
+        pass(&t, 1);
+        t.checkpoint(1);
+        let log = t.log.wait_ev(Ev::Snapshot("p1", 1));
+        assert!(
+            pos(&log, &Ev::Snapshot("p1", 1)) > barrier_pos(&log, 1),
+            "the barrier leaves before the chain snapshots: {log:?}"
+        );
+        t.feed_back(7);
+        t.log.wait_ev(Ev::Record("p1", 7));
+        assert!(
+            t.try_report().is_none(),
+            "no ack before the barrier came back"
+        );
+        t.return_barrier(1);
+        let snapshot = t.ack(1);
+        let logged: Vec<StreamRecord<u64>> = snapshot.get_value(FEEDBACK_LOG).unwrap().unwrap();
+        assert_eq!(
+            logged,
+            vec![StreamRecord::new(7)],
+            "the records in the loop"
+        );
+        assert_eq!(
+            decode_u64(&snapshot, &TaskSnapshot::operator_key(P1)),
+            1,
+            "the chain's state at the barrier, before the feedback: {snapshot:?}"
+        );
+        t.end();
+        let (outcome, _) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+
+        // Restored: the log goes through the chain before anything else.
+        let r = started(model, kind, &Spec::new("IR").restored(snapshot));
+        pass(&r, 2);
+        r.end();
+        let (outcome, log) = r.join();
+        assert!(outcome.is_finished(), "the restored task {outcome}");
+        assert_eq!(out_values(&log), vec![7, 2], "replayed first");
+    });
+}
+
+#[test]
+fn an_iteration_head_ends_by_its_wait_timeout_once_its_input_ended() {
+    // Flink's StreamIterationHead: no feedback for max_wait ends it. The legacy head parks with
+    // the deadline as timeout; the mailbox head is resumed by the input's alarm.
+    each(cases(&[Kind::IterationHead]), |model, kind| {
+        let mut spec = Spec::new("IW");
+        spec.max_wait = Duration::from_millis(5);
+        let t = started(model, kind, &spec);
+        pass(&t, 1);
+        for channel in 0..t.channels() {
+            t.send(channel, StreamElement::EndOfInput);
+        }
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert!(log.contains(&Ev::Finish("p1")), "{log:?}");
+    });
+}
+
+#[test]
+fn cancel_while_an_iteration_head_waits_for_feedback_leaves_no_thread() {
+    // The mailbox head's alarm thread is armed once the input ended; cancel must end it too.
+    each(cases(&[Kind::IterationHead]), |model, kind| {
+        let t = started(model, kind, &Spec::new("IC"));
+        pass(&t, 1);
+        for channel in 0..t.channels() {
+            t.send(channel, StreamElement::EndOfInput);
+        }
+        t.log.wait_ev(Ev::Record("p1", 1));
+        cancel_at_once(&t, &Latch::default(), "the head waits for feedback");
+        let (outcome, _) = t.join();
+        assert_cancelled(&outcome);
+    });
 }

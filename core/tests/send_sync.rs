@@ -186,3 +186,17 @@ mod issue_13 {
     assert_not_sync!(SideOutputs);
     assert_not_sync!(KeyedCoProcessOperator<Key, Key, Co>);
 }
+
+// Iterations: the feedback edge's ends cross from the tail's task to the head's.
+use streamtask_core::runtime::{
+    FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
+    IterationInput,
+};
+assert_send_sync!(
+    FeedbackSender<u64>,
+    FeedbackReceiver<u64>,
+    FeedbackWriter<u64>,
+    FeedbackOutput<u64>,
+    IterationError,
+);
+assert_send_only!(IterationInput<u64>);

@@ -107,7 +107,7 @@ pub use crate::source::{
 };
 pub use crate::task::{
     AsyncChainError, AsyncHead, AsyncWaitStreamTask, DEFAULT_CANCEL_GRACE, InputStreamTask,
-    NoChain, OneInputStreamTask, SourceStreamTask, SourceTaskParts, TaskHandle, TaskState,
-    TwoInputStreamTask,
+    IterationHeadStreamTask, NoChain, OneInputStreamTask, SourceStreamTask, SourceTaskParts,
+    TaskHandle, TaskState, TwoInputStreamTask,
 };
 pub use crate::timer::{SystemProcessingTimeService, TimerStatus};

@@ -122,6 +122,6 @@ pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
 ///
 #[doc = include_str!("task/task.md")]
 pub use crate::task::TaskHandle;
-pub use crate::task::{OneInputTask, SourceTask, TwoInputTask};
+pub use crate::task::{IterationHeadTask, OneInputTask, SourceTask, TwoInputTask};
 #[doc = include_str!("async_wait.md")]
 pub use streamtask_core::async_io::AsyncWaitOperator;

@@ -72,6 +72,9 @@ pub enum JobError {
     /// An operator that waits for its own events was chained behind a legacy source (bridge).
     #[error(transparent)]
     Chaining(#[from] streamtask_bridge::ChainingError),
+    /// An iteration is built or restored wrongly.
+    #[error(transparent)]
+    Iteration(#[from] streamtask_core::runtime::IterationError),
     /// A zero restart delay or other bad executor setting.
     #[error("{0}")]
     Config(String),

@@ -883,7 +883,7 @@ impl<T: Send + 'static> DataStream<T> {
         )
     }
 
-    fn finish_vertex(&mut self, tail: Tail<T>) {
+    pub(crate) fn finish_vertex(&mut self, tail: Tail<T>) {
         let segment = self.segment.take().expect("an open stream has a segment");
         let spawn = segment.finish(tail);
         let mut plan = self.plan.clone();
@@ -1408,7 +1408,7 @@ where
 }
 
 /// The input gate of subtask `ctx.subtask` over edge `edge`, recording into the task's metrics.
-fn input_gate<T: Send + 'static>(
+pub(crate) fn input_gate<T: Send + 'static>(
     ctx: &SpawnCtx<'_>,
     edges: &[usize],
     config: &TaskConfig,

@@ -4,6 +4,7 @@ mod error;
 mod executor;
 mod graph;
 mod identity;
+mod iterate;
 mod keyed_connect;
 mod plan;
 mod restore;
@@ -20,6 +21,7 @@ pub use self::executor::{
     TaskResult,
 };
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
+pub use self::iterate::IterativeStream;
 pub use self::keyed_connect::KeyedConnectedStreams;
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;

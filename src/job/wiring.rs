@@ -104,6 +104,23 @@ impl EdgeChannels {
     }
 }
 
+impl EdgeChannels {
+    /// The feedback edges of an iteration with `parallelism` subtasks: tail subtask `i` feeds
+    /// head subtask `i` through an unbounded [`feedback_edge`](streamtask_core::runtime::feedback_edge).
+    pub(crate) fn feedback<T: Send + 'static>(parallelism: usize) -> EdgeChannels {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..parallelism)
+            .map(|_| {
+                let (tx, rx) = streamtask_core::runtime::feedback_edge::<T>();
+                (
+                    Some(Box::new(tx) as Box<dyn Any + Send>),
+                    Some(Box::new(rx) as Box<dyn Any + Send>),
+                )
+            })
+            .unzip();
+        EdgeChannels { senders, receivers }
+    }
+}
+
 /// Every edge's channels for one attempt.
 pub(crate) struct Wiring {
     edges: Vec<Mutex<EdgeChannels>>,
@@ -149,6 +166,42 @@ impl Wiring {
             .expect("each receiver set is taken once per attempt")
             .downcast::<Vec<Receiver<StreamElement<T>>>>()
             .expect("edge types match their readers")
+    }
+}
+
+impl Wiring {
+    /// Takes tail subtask `subtask`'s end of feedback edge `edge`.
+    ///
+    /// # Panics
+    ///
+    /// As [`take_senders`](Self::take_senders).
+    pub(crate) fn take_feedback_sender<T: Send + 'static>(
+        &self,
+        edge: usize,
+        subtask: usize,
+    ) -> streamtask_core::runtime::FeedbackSender<T> {
+        let taken = self.edges[edge].lock().senders[subtask].take();
+        *taken
+            .expect("each feedback sender is taken once per attempt")
+            .downcast()
+            .expect("feedback edge types match their tails")
+    }
+
+    /// Takes head subtask `subtask`'s end of feedback edge `edge`.
+    ///
+    /// # Panics
+    ///
+    /// As [`take_senders`](Self::take_senders).
+    pub(crate) fn take_feedback_receiver<T: Send + 'static>(
+        &self,
+        edge: usize,
+        subtask: usize,
+    ) -> streamtask_core::runtime::FeedbackReceiver<T> {
+        let taken = self.edges[edge].lock().receivers[subtask].take();
+        *taken
+            .expect("each feedback receiver is taken once per attempt")
+            .downcast()
+            .expect("feedback edge types match their heads")
     }
 }
 

@@ -7,6 +7,7 @@
 //! | `OneInput` | `OneInputStreamTask`, 2 channels, p0 -> p1 | `OneInputTask`, 2 channels, p0 -> p1 | the mailbox's |
 //! | `TwoInput` | `TwoInputStreamTask`, co-map -> p1 | `TwoInputTask`, co-map -> p1 | the mailbox's |
 //! | `Async` | `AsyncWaitStreamTask`, 2 channels, async head -> p1 | `OneInputTask`, 2 channels, `AsyncWaitOperator` -> p1 | the mailbox's |
+//! | `IterationHead` | `IterationHeadStreamTask` (an `OneInputStreamTask` over the kit's `IterationInput`), 2 channels + a feedback edge, p0 -> p1 | `IterationHeadTask`, the same | the mailbox's |
 //! | `AsyncSource` | none: an async operator heads its task (FLINK-13063) | `SourceTask` (reader) -> `AsyncWaitOperator` -> p1 | `SourceTask` (`HandoffReader` over the `SourceFunction`) -> `AsyncWaitOperator` -> p1 |
 //!
 //! Only [`Handle`] and [`start`] name a model's types; everything below them is
@@ -48,6 +49,9 @@ pub(crate) enum Kind {
     Async,
     /// A source task with an async operator chained behind its source.
     AsyncSource,
+    /// An iteration's head: two input channels and a feedback edge (not in [`KINDS`]: only the
+    /// iteration tests use it).
+    IterationHead,
 }
 
 /// The four task kinds every model has.
@@ -99,6 +103,10 @@ pub(crate) struct Spec {
     pub(crate) capacity: usize,
     /// How long a stopping task may take before `join` reports `CancellationIgnored`.
     pub(crate) grace: Duration,
+    /// State to restore the task from.
+    pub(crate) restore: Option<TaskSnapshot>,
+    /// An iteration head's wait timeout.
+    pub(crate) max_wait: Duration,
 }
 
 impl Spec {
@@ -109,7 +117,15 @@ impl Spec {
             faults: Faults::default(),
             capacity: 4,
             grace: LONG_GRACE,
+            restore: None,
+            max_wait: LONG_GRACE,
         }
+    }
+
+    /// The task restores `snapshot`.
+    pub(crate) fn restored(mut self, snapshot: TaskSnapshot) -> Self {
+        self.restore = Some(snapshot);
+        self
     }
 }
 
@@ -128,6 +144,8 @@ pub(crate) struct Task {
     pub(crate) calls: ManualCalls<u64, u64>,
     pub(crate) clock: ManualClock,
     reports: Receiver<TaskReport>,
+    /// The tail's end of an iteration head's feedback edge.
+    feedback: Option<streamtask_core::runtime::FeedbackSender<u64>>,
     /// Opened when the task is dropped, so a failing test never leaves user code blocked.
     latches: Vec<Latch>,
     handle: Option<Handle>,
@@ -146,6 +164,7 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         Kind::TwoInput => 'T',
         Kind::Async => 'A',
         Kind::AsyncSource => 'Q',
+        Kind::IterationHead => 'I',
     };
     let name = format!("{}{model_letter}{kind_letter}", spec.id);
     assert!(
@@ -156,10 +175,12 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
     let script = Script::default();
     let clock = ManualClock::new(0);
     let (reports_tx, reports) = unbounded();
-    let config = TaskConfig::new(name.clone())
+    let mut config = TaskConfig::new(name.clone())
         .with_clock(Clock::Manual(clock.clone()))
         .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
-        .with_cancel_grace(spec.grace);
+        .with_cancel_grace(spec.grace)
+        .with_restore(spec.restore.clone());
+    let mut feedback = None;
     let output = Recorder(log.clone());
     let p0 = Probe::new("p0", &log, Faults::default());
     let p1 = Probe::new("p1", &log, spec.faults.clone());
@@ -239,6 +260,29 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
                 .unwrap();
             streamtask_mailbox::OneInputTask::spawn(config, gate, Chain::new(op, p1), output)
         }
+        (model, Kind::IterationHead) => {
+            let gate = InputGate::new(vec![channel(), channel()]).unwrap();
+            let (tail, edge) = streamtask_core::runtime::feedback_edge();
+            feedback = Some(tail);
+            let input = streamtask_core::runtime::IterationInput::new(
+                "loop",
+                gate,
+                edge,
+                spec.max_wait,
+                &mut config,
+            )
+            .unwrap();
+            let chain = Chain::new(p0, p1);
+            match model {
+                Model::Legacy => {
+                    streamtask_legacy::IterationHeadStreamTask::new(config, input, chain, output)
+                        .spawn()
+                }
+                Model::Mailbox | Model::Bridge => {
+                    streamtask_mailbox::IterationHeadTask::spawn(config, input, chain, output)
+                }
+            }
+        }
         (Model::Legacy, Kind::AsyncSource) => return None,
         (Model::Mailbox, Kind::AsyncSource) => {
             let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
@@ -271,6 +315,7 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         calls,
         clock,
         reports,
+        feedback,
         latches,
         handle: Some(handle),
     })
@@ -347,7 +392,7 @@ impl Task {
         }
     }
 
-    /// The source ends, or every input channel ends.
+    /// The source ends, or every input channel ends (and an iteration head's tail).
     pub(crate) fn end(&self) {
         if self.is_source() {
             self.script.push(Cmd::End);
@@ -356,6 +401,32 @@ impl Task {
                 self.send(channel, StreamElement::EndOfInput);
             }
         }
+        if let Some(sender) = self.feedback.clone() {
+            let mut tail = streamtask_core::runtime::FeedbackOutput::new(sender);
+            streamtask_core::TaskOutput::end_of_input(&mut tail).expect("the tail ends");
+        }
+    }
+
+    /// `value` comes back on an iteration head's feedback edge (through the kit's tail).
+    pub(crate) fn feed_back(&self, value: u64) {
+        let sender = self.feedback.clone().expect("an iteration head");
+        let mut tail = streamtask_core::testing::OperatorHarness::new(
+            streamtask_core::runtime::FeedbackWriter::new("loop", LONG_GRACE, sender),
+        );
+        tail.process(value).expect("the head takes feedback");
+    }
+
+    /// Barrier `id` comes back on an iteration head's feedback edge.
+    pub(crate) fn return_barrier(&self, id: u64) {
+        let sender = self.feedback.clone().expect("an iteration head");
+        let mut tail = streamtask_core::runtime::FeedbackOutput::new(sender);
+        streamtask_core::TaskOutput::broadcast_barrier(&mut tail, CheckpointBarrier::new(id, 0))
+            .expect("the tail sends barriers");
+    }
+
+    /// A report, if one is there now.
+    pub(crate) fn try_report(&self) -> Option<TaskReport> {
+        self.reports.try_recv().ok()
     }
 
     /// The next checkpoint report (hang guard only).

@@ -113,6 +113,15 @@ pub trait TaskInput: Send + 'static {
     fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self
     where
         Self: Sized;
+    /// When a task waiting for this input must poll again even if no waker fired (an
+    /// iteration head's wait timeout); `None`, the default: only when woken.
+    fn wake_at(&self) -> Option<std::time::Instant> {
+        None
+    }
+    /// Releases what the input holds beyond its channels (an iteration head's alarm thread,
+    /// joined here); the task calls it before it reports that it ended. The default does
+    /// nothing.
+    fn close(&mut self) {}
 }
 
 impl<T: Send + 'static> TaskInput for InputGate<T> {

@@ -5,6 +5,7 @@
 //! | [`ChainBody`] | the operator chain with its counted output, services and tracing, and the operations every task runs on it: restore and open, records in, Flink's checkpoint order with its metrics and trace span, complete and abort notices, timers and events, end of input head to tail with a drain between operators, finish, close |
 //! | [`TaskChain`] | what those operations need of a chain: any [`Operator`](crate::Operator) (one input) or a [`TwoInputChain`](crate::operator::TwoInputChain) |
 //! | [`TaskInput`], [`InputEvent`] | a task's input gate read the same way for one or two inputs; [`ChainBody::apply`] puts an event through the chain |
+//! | [`IterationInput`], [`FeedbackWriter`], [`FeedbackOutput`] | an iteration's head input and tail, with the cyclic-graph snapshot (the feedback log) of Carbone et al. 2015 |
 //! | [`Lifecycle`] | one task state machine ([`TaskState`]) with the first failure, the stop hook and the done latch |
 //! | [`TaskHandle`] | one control surface, with one cancel/join contract, over a model's [`TaskControl`] |
 //! | [`TaskParts`] | a task's identity, split from its [`TaskConfig`]: name, metrics, lifecycle, responder, grace |
@@ -31,6 +32,7 @@ mod body;
 mod chain;
 mod handle;
 mod input;
+mod iteration;
 mod lifecycle;
 
 use std::sync::Arc as StdArc;
@@ -47,6 +49,10 @@ pub use self::body::{Applied, BodyPhase, ChainBody, Counted, Drain, PUBLISH_EVER
 pub use self::chain::TaskChain;
 pub use self::handle::{TaskControl, TaskHandle, TriggerMode};
 pub use self::input::{InputEvent, InputRecord, TaskInput, TwoInputRecord};
+pub use self::iteration::{
+    FEEDBACK_LOG, FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
+    IterationInput, feedback_edge,
+};
 pub use self::lifecycle::{Lifecycle, TaskState};
 
 /// How long a stopping task may take before `join` gives up on it (unless the task's config

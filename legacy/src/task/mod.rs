@@ -32,10 +32,12 @@
 mod async_wait;
 mod body;
 mod input_task;
+mod iteration;
 mod runtime;
 mod source_task;
 
 pub use self::async_wait::{AsyncChainError, AsyncHead, AsyncWaitStreamTask, NoChain};
 pub use self::input_task::{InputStreamTask, OneInputStreamTask, TwoInputStreamTask};
+pub use self::iteration::IterationHeadStreamTask;
 pub use self::source_task::{SourceStreamTask, SourceTaskParts};
 pub use streamtask_core::runtime::{DEFAULT_CANCEL_GRACE, TaskHandle, TaskState};

@@ -512,7 +512,12 @@ impl<'a> GateReader<'a> {
             }
             // Clock reads only around a park, never per record.
             let parked = Instant::now();
-            thread::park();
+            match gate.wake_at() {
+                // An iteration head after its input ended: poll again at its deadline (Flink's
+                // `poll(timeout)` on the feedback queue).
+                Some(at) => thread::park_timeout(at.saturating_duration_since(parked)),
+                None => thread::park(),
+            }
             self.metrics.idle_micros.add(micros_since(parked));
         }
     }

@@ -172,4 +172,8 @@ where
     fn notify_checkpoint(&mut self, id: u64, completed: bool) -> Result<bool, OperatorError> {
         Ok(!completed && self.gate.abort_checkpoint(id))
     }
+
+    fn close(&mut self, _task: &str) {
+        self.gate.close();
+    }
 }

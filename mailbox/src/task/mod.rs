@@ -5,6 +5,7 @@
 
 mod body;
 mod input;
+mod iteration;
 mod one_input;
 mod source;
 mod two_input;
@@ -29,6 +30,7 @@ use crate::processor::{
 };
 use crate::services::{MailboxEvents, MailboxTimerService};
 
+pub use self::iteration::IterationHeadTask;
 pub use self::one_input::OneInputTask;
 pub use self::source::SourceTask;
 pub use self::two_input::TwoInputTask;
