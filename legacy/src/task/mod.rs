@@ -32,6 +32,8 @@
 mod async_wait;
 mod body;
 mod input_task;
+#[cfg(loom)]
+pub mod model_check;
 mod runtime;
 mod source_task;
 
