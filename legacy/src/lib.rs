@@ -111,3 +111,8 @@ pub use crate::task::{
     TaskHandle, TaskState, TwoInputStreamTask,
 };
 pub use crate::timer::{SystemProcessingTimeService, TimerStatus};
+
+/// The runtime's helper threads for the loom models (`tests/loom.rs`); only under `cfg(loom)`.
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::task::model_check;

@@ -111,151 +111,197 @@ fn quiesce_racing_a_timer_waiting_for_the_lock_fires_nothing_after_it() {
     });
 }
 
-/// The async emitter thread's protocol (`task/async_wait/emitter.rs`), step for step, on the
-/// real checkpoint lock and its condition: completions arrive on an unbounded FIFO inbox from
-/// any thread; the emitter takes one, drains the rest up to a stop message, applies the batch
-/// under the lock only while the chain is open, notifies the lock's waiters, and unlocks; the
-/// task thread waits for a free queue slot on the lock's condition; teardown closes the chain
-/// under the lock, then the emitter guard sends stop and joins.
-///
-/// The emitter's loop is bound to the task runtime (being rewritten into the kit), so this is a
-/// replica of its steps rather than a call into it; the inbox stands in for crossbeam's
-/// unbounded channel (not loom-visible) with the same FIFO semantics.
-mod async_emitter {
-    use std::collections::VecDeque;
+/// The async wait task's emitter thread (`task/async_wait/emitter.rs`) and its async-calls
+/// thread (`task/runtime.rs`), the threads that ship: started through `model_check` on a real
+/// body (the kit's `ChainBody` over a real `AsyncWaitOperator`, a `Vec` output that records
+/// the barrier) behind a real checkpoint lock, the completions travelling through the sink and
+/// channel the task gives its head. The model's own thread is the task thread, taking the lock
+/// per record and waiting on the lock's condition for room as `Parts::lock_with_room` does.
+mod async_wait {
+    use streamtask_core::async_io::{AsyncConfig, AsyncWaitOperator, OutputMode, QueuedInput};
+    use streamtask_core::function::{AsyncFunction, ResultFuture};
+    use streamtask_core::operator::{Chain, Emitted};
+    use streamtask_core::runtime::{ChainBody, Drain, TaskEnv, TaskParts, TaskSetup};
+    use streamtask_core::state::decode;
+    use streamtask_core::sync::Arc;
+    use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
+    use streamtask_core::testing::HarnessServices;
+    use streamtask_core::trace::Tracer;
+    use streamtask_core::{CheckpointBarrier, StreamRecord, TaskSnapshot};
+    use streamtask_legacy::model_check::{
+        AsyncBody, AsyncCallsThread, EmitterInbox, EmitterThread, emitter_channel,
+    };
+    use streamtask_legacy::{CheckpointLock, Fairness, NoChain};
 
-    use streamtask_core::sync::{Arc, Condvar, Mutex, thread};
-    use streamtask_legacy::{CheckpointLock, Fairness};
+    /// Completes every call at once, on the calling thread (the task thread, under the lock),
+    /// with its input: the completion reaches the emitter through its channel.
+    struct Echo;
 
-    enum Msg {
-        Completion(u32),
-        Stop,
-    }
-
-    /// The inbox: FIFO, unbounded, blocking `recv`, non-blocking `try_recv`.
-    #[derive(Default)]
-    struct Inbox {
-        queue: Mutex<VecDeque<Msg>>,
-        ready: Condvar,
-    }
-
-    impl Inbox {
-        fn send(&self, msg: Msg) {
-            self.queue.lock().push_back(msg);
-            self.ready.notify_one();
-        }
-        fn recv(&self) -> Msg {
-            let mut queue = self.queue.lock();
-            loop {
-                if let Some(msg) = queue.pop_front() {
-                    return msg;
-                }
-                self.ready.wait(&mut queue);
-            }
-        }
-        fn try_recv(&self) -> Option<Msg> {
-            self.queue.lock().pop_front()
+    impl AsyncFunction for Echo {
+        type In = u32;
+        type Out = u32;
+        fn invoke(&mut self, input: &u32, result: ResultFuture<u32>) {
+            result.complete(vec![*input]);
         }
     }
 
-    /// What the checkpoint lock guards: the async head's queue and the chain's output.
-    #[derive(Default)]
-    struct Head {
-        in_flight: usize,
-        emitted: Vec<u32>,
-        chain_closed: bool,
+    type Body = AsyncBody<Echo, NoChain<u32>, Vec<Emitted<u32>>>;
+
+    /// A running async wait task's state: its parts, its lock, and what its responder got.
+    struct Task {
+        parts: TaskParts,
+        lock: Arc<CheckpointLock<Body>>,
+        reports: crossbeam::channel::Receiver<TaskReport>,
     }
 
-    const CAPACITY: usize = 1;
+    /// An open, running task whose head admits `capacity` elements, and the emitter's inbox.
+    fn running_task(capacity: usize) -> (Task, EmitterInbox<u32>) {
+        let (to_coordinator, reports) = crossbeam::channel::unbounded();
+        let setup = TaskSetup::new(
+            TaskConfig::new("async")
+                .with_responder(CheckpointResponder::new("async", to_coordinator)),
+        );
+        let (sink, inbox) = emitter_channel();
+        let head = AsyncWaitOperator::new(
+            "async",
+            Echo,
+            AsyncConfig::new(OutputMode::Ordered, capacity),
+        )
+        .unwrap()
+        .with_completion_sink(sink);
+        let tail: NoChain<u32> = streamtask_core::operator::Map::new(
+            "results",
+            std::convert::identity as fn(u32) -> u32,
+        );
+        let env = TaskEnv::new(
+            setup.parts.clone(),
+            HarnessServices::new("async").services,
+            Tracer::off(),
+        );
+        let mut body: Body = ChainBody::new(Chain::new(head, tail), Vec::new(), env);
+        body.restore_and_open(None).unwrap();
+        assert!(setup.parts.lifecycle.start());
+        let lock = Arc::new(CheckpointLock::new(body, Fairness::Eventual));
+        let task = Task {
+            parts: setup.parts,
+            lock,
+            reports,
+        };
+        (task, inbox)
+    }
 
-    /// The emitter thread's loop, as in `Emitter::start`.
-    fn emitter(inbox: &Inbox, lock: &CheckpointLock<Head>) {
-        loop {
-            let mut batch = match inbox.recv() {
-                Msg::Completion(c) => vec![c],
-                Msg::Stop => return,
-            };
-            let mut stopping = false;
-            while let Some(msg) = inbox.try_recv() {
-                match msg {
-                    Msg::Completion(c) => batch.push(c),
-                    Msg::Stop => {
-                        stopping = true;
-                        break;
+    impl Task {
+        /// The task thread's step for one record: take the lock, wait (releasing it) until
+        /// the head has room, put the record through the chain.
+        fn process(&self, value: u32) {
+            let mut body = self.lock.lock();
+            body.wait_until(|b| b.accepts_input());
+            body.process(StreamRecord::new(value)).unwrap();
+        }
+
+        /// The values the task emitted, split at its one barrier (everything, if none).
+        fn emitted(&self) -> (Vec<u32>, Option<CheckpointBarrier>, Vec<u32>) {
+            let body = self.lock.lock();
+            let (mut before, mut barrier, mut after) = (Vec::new(), None, Vec::new());
+            for element in body.output() {
+                match element {
+                    Emitted::Record(r) if barrier.is_none() => before.push(r.value),
+                    Emitted::Record(r) => after.push(r.value),
+                    Emitted::Barrier(b) => {
+                        assert!(barrier.replace(*b).is_none(), "a second barrier");
                     }
+                    Emitted::EndOfInput => {}
+                    other => panic!("unexpected output {other:?}"),
                 }
             }
-            // `run_locked`: apply only while the chain is open, then notify the waiters.
-            let mut head = lock.lock();
-            if !head.chain_closed {
-                for c in batch {
-                    head.in_flight -= 1;
-                    head.emitted.push(c);
-                }
-                head.notify_all();
-            }
-            drop(head);
-            if stopping {
-                return;
-            }
+            (before, barrier, after)
         }
     }
 
-    /// The task thread waits for a slot the emitter frees (no lost wakeup: loom reports a
-    /// deadlock otherwise), and a completion racing the teardown is either emitted before the
-    /// chain closed or dropped; the emitter is always joined.
+    /// The inputs an acknowledged snapshot holds for the async head.
+    fn in_flight(snapshot: &TaskSnapshot) -> Vec<u32> {
+        let state: Vec<QueuedInput<u32>> = decode(
+            snapshot
+                .get(&TaskSnapshot::operator_key(0))
+                .expect("the head's state"),
+        )
+        .unwrap();
+        state
+            .into_iter()
+            .map(|input| match input {
+                QueuedInput::Record(r) => r.value,
+                other => panic!("unexpected queued input {other:?}"),
+            })
+            .collect()
+    }
+
+    /// The task thread's end of input, as `Parts::finish` runs it: under the lock, end the
+    /// chain's input step by step, waiting on the lock's condition (releasing it) while the
+    /// head drains.
+    fn finish(task: &Task) {
+        let mut body = task.lock.lock();
+        body.begin_end_of_input();
+        while matches!(body.end_input_step().unwrap(), Drain::Waiting) {
+            body.wait_until(|b| b.accepts_input());
+        }
+    }
+
+    /// Record 2 finds the head's one slot taken and is held; record 1's completion frees the
+    /// slot on the emitter thread, which admits 2 (whose completion the emitter's own thread
+    /// sends itself), and the task thread waits on the lock's condition until both were
+    /// emitted (a lost wakeup is a deadlock loom reports). The stop sent once the run is over
+    /// reaches an emitter waiting for mail and ends it; nothing was left unemitted.
     #[test]
-    fn a_freed_slot_wakes_the_task_and_a_completion_racing_teardown_is_emitted_or_dropped() {
+    fn a_completion_freeing_the_full_queue_wakes_the_draining_task_and_the_stop_ends_the_emitter() {
         loom::model(|| {
-            let lock = Arc::new(CheckpointLock::new(Head::default(), Fairness::Eventual));
-            let inbox = Arc::new(Inbox::default());
-            let emitter_thread = {
-                let (inbox, lock) = (Arc::clone(&inbox), Arc::clone(&lock));
-                thread::spawn(move || emitter(&inbox, &lock))
-            };
-            // The async client completes each element from its own thread.
-            let to_client = Arc::new(Inbox::default());
-            let client = {
-                let (requests, inbox) = (Arc::clone(&to_client), Arc::clone(&inbox));
-                thread::spawn(move || {
-                    for _ in 0..2 {
-                        let Msg::Completion(element) = requests.recv() else {
-                            return;
-                        };
-                        inbox.send(Msg::Completion(element));
-                    }
-                })
-            };
-            // The task thread admits two elements into a queue of capacity 1.
-            for element in 1..=2 {
-                let mut head = lock.lock();
-                head.wait_until(|h| h.in_flight < CAPACITY);
-                head.in_flight += 1;
-                drop(head);
-                to_client.send(Msg::Completion(element));
-            }
-            // Teardown (cancelled before element 2 completed, perhaps): close the chain under
-            // the lock, then stop and join the emitter, as the `Emitter` guard's drop does.
-            let emitted_before_close = {
-                let mut head = lock.lock();
-                head.chain_closed = true;
-                head.emitted.clone()
-            };
-            inbox.send(Msg::Stop);
-            emitter_thread.join().unwrap();
-            client.join().unwrap();
+            let (task, inbox) = running_task(1);
+            let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
+            task.process(1);
+            task.process(2); // held for room
+            finish(&task); // waits until the emitter emitted both
+            drop(emitter); // stop, join
+            assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));
+        });
+    }
 
-            let head = lock.lock();
-            assert!(
-                head.emitted == [1] || head.emitted == [1, 2],
-                "element 1 was emitted before 2 was admitted: {:?}",
-                head.emitted
-            );
+    /// A checkpoint trigger reaches the async-calls thread while the emitter applies the
+    /// completions of both in-flight inputs (one batch or two): whichever wins the lock, the
+    /// barrier is acknowledged once, with exactly the inputs not emitted before it, each of
+    /// them emitted after it, and nothing emitted twice.
+    #[test]
+    fn a_checkpoint_trigger_racing_the_emitter_acks_exactly_the_inputs_in_flight() {
+        loom::model(|| {
+            let (task, inbox) = running_task(2);
+            let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
+            let calls = AsyncCallsThread::start(&task.parts, &task.lock);
+            task.process(1);
+            task.process(2);
+            let barrier = CheckpointBarrier::new(1, 0);
+            calls.trigger(barrier);
+            drop(calls); // stop (behind the trigger), join
+            drop(emitter); // stop (behind both completions), join
+
+            let reports: Vec<TaskReport> = task.reports.try_iter().collect();
+            let [
+                TaskReport::Acknowledged {
+                    checkpoint: 1,
+                    snapshot,
+                    ..
+                },
+            ] = &reports[..]
+            else {
+                panic!("not one acknowledgement of checkpoint 1: {reports:?}");
+            };
+            let (before, seen, after) = task.emitted();
+            assert_eq!(seen, Some(barrier));
             assert_eq!(
-                head.emitted, emitted_before_close,
-                "emitted after the chain closed"
+                in_flight(snapshot),
+                after,
+                "the snapshot holds exactly what was emitted after the barrier (before: {before:?})"
             );
-            assert_eq!(head.in_flight, 2 - head.emitted.len());
+            let mut all = before;
+            all.extend(after);
+            assert_eq!(all, [1, 2], "each result once, in order");
         });
     }
 }

@@ -33,6 +33,8 @@ mod async_wait;
 mod body;
 mod input_task;
 mod iteration;
+#[cfg(loom)]
+pub mod model_check;
 mod runtime;
 mod source_task;
 

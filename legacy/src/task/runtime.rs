@@ -157,14 +157,7 @@ where
     });
     metrics.threads.add(3);
 
-    let async_thread = {
-        let task = task.clone();
-        let lock = Arc::clone(&lock);
-        let thread_name = format!("{name}-async-calls");
-        spawn_named(thread_name.clone(), move || {
-            run_async_calls(&task, &lock, &calls_rx, &thread_name);
-        })
-    };
+    let async_thread = spawn_async_calls(&task, &lock, calls_rx);
     let mut parts = Parts {
         task: task.clone(),
         cancel,
@@ -318,6 +311,20 @@ fn perform_checkpoint<B: LockedBody>(
     if let Err(error) = taken {
         task.lifecycle.fail(thread_name, error);
     }
+}
+
+/// Starts the task's async-calls thread on `calls` (see [`run_async_calls`]).
+pub(crate) fn spawn_async_calls<B: LockedBody>(
+    task: &TaskParts,
+    lock: &Arc<CheckpointLock<B>>,
+    calls: Receiver<AsyncCall>,
+) -> thread::JoinHandle<()> {
+    let task = task.clone();
+    let lock = Arc::clone(lock);
+    let thread_name = format!("{}-async-calls", task.name);
+    spawn_named(thread_name.clone(), move || {
+        run_async_calls(&task, &lock, &calls, &thread_name);
+    })
 }
 
 /// The "async calls" thread (Flink's single-thread executor per task): checkpoint triggers of

@@ -18,25 +18,28 @@
 //! element is replayed from the last checkpoint on restore).
 
 use std::fmt;
+use std::sync::Arc as StdArc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Operator, TaskOutput};
+use streamtask_core::runtime::TaskParts;
 use streamtask_core::sync::channel::{Receiver, Sender};
-use streamtask_core::sync::{spawn_named, thread};
+use streamtask_core::sync::{Arc, spawn_named, thread};
 
 use super::Body;
-use crate::task::runtime::{Parts, run_locked};
+use crate::lock::CheckpointLock;
+use crate::task::runtime::run_locked;
 
 /// What the emitter thread receives.
-pub(super) enum EmitterMsg<O> {
+pub(crate) enum EmitterMsg<O> {
     Completion(Completion<O>),
     Stop,
 }
 
 /// Where the async head's futures deliver: the emitter's channel.
-pub(super) struct EmitterSink<O>(pub(super) Sender<EmitterMsg<O>>);
+struct EmitterSink<O>(Sender<EmitterMsg<O>>);
 
 impl<O: Send + 'static> CompletionSink<O> for EmitterSink<O> {
     fn deliver(&self, completion: Completion<O>) {
@@ -45,20 +48,40 @@ impl<O: Send + 'static> CompletionSink<O> for EmitterSink<O> {
     }
 }
 
+/// The emitter's inbox, between the head's sink (created first: the head's operator needs it)
+/// and the thread that starts once the chain is open.
+pub(crate) struct Inbox<O> {
+    stop: Sender<EmitterMsg<O>>,
+    messages: Receiver<EmitterMsg<O>>,
+}
+
+/// The sink the async head's futures deliver to, and the inbox an [`Emitter`] reads it from.
+pub(crate) fn channel<O: Send + 'static>() -> (StdArc<dyn CompletionSink<O>>, Inbox<O>) {
+    let (to_emitter, messages) = streamtask_core::sync::channel::unbounded();
+    let sink: StdArc<dyn CompletionSink<O>> = StdArc::new(EmitterSink(to_emitter.clone()));
+    (
+        sink,
+        Inbox {
+            stop: to_emitter,
+            messages,
+        },
+    )
+}
+
 /// The running emitter thread; dropping it stops and joins the thread.
-pub(super) struct Emitter<O> {
+pub(crate) struct Emitter<O> {
     stop: Sender<EmitterMsg<O>>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
 impl<O: Send + 'static> Emitter<O> {
-    /// Starts the emitter of the task `parts` runs: completions from `inbox` go to the chain's
-    /// head (index 0) as one batch per lock acquisition, as a typed call (the emitter knows
-    /// the body's type, so nothing is erased and downcast); `stop` is the inbox's sender.
-    pub(super) fn start<F, C, W>(
-        parts: &Parts<Body<F, C, W>>,
-        stop: Sender<EmitterMsg<O>>,
-        inbox: Receiver<EmitterMsg<O>>,
+    /// Starts the emitter of the task `task` names, whose body `lock` guards: completions from
+    /// `inbox` go to the chain's head (index 0) as one batch per lock acquisition, as a typed
+    /// call (the emitter knows the body's type, so nothing is erased and downcast).
+    pub(crate) fn start<F, C, W>(
+        task: &TaskParts,
+        lock: &Arc<CheckpointLock<Body<F, C, W>>>,
+        inbox: Inbox<O>,
     ) -> Self
     where
         F: AsyncFunction<Out = O>,
@@ -66,42 +89,58 @@ impl<O: Send + 'static> Emitter<O> {
         C: Operator<In = O> + 'static,
         W: TaskOutput<C::Out> + 'static,
     {
-        let task = parts.task.clone();
-        let lock = streamtask_core::sync::Arc::clone(&parts.lock);
+        let Inbox { stop, messages } = inbox;
+        let task = task.clone();
+        let lock = Arc::clone(lock);
         let name = format!("{}-async-emitter", task.name);
         task.metrics.threads.inc();
         let thread = spawn_named(name.clone(), move || {
-            loop {
-                let mut batch = match inbox.recv() {
-                    Ok(EmitterMsg::Completion(c)) => vec![c],
-                    Ok(EmitterMsg::Stop) | Err(_) => return,
-                };
-                let mut stopping = false;
-                while let Ok(msg) = inbox.try_recv() {
-                    match msg {
-                        EmitterMsg::Completion(c) => batch.push(c),
-                        EmitterMsg::Stop => {
-                            stopping = true;
-                            break;
-                        }
-                    }
-                }
-                // Under the lock, while the task runs or finishes; a failure (an exceptional
-                // completion) fails the task; the lock's waiters are notified afterwards.
-                run_locked(&task, &lock, &name, |body: &mut Body<F, C, W>| {
-                    let applied = body.with_chain(|chain, ctx| {
-                        chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
-                    });
-                    applied.unwrap_or(Ok(()))
-                });
-                if stopping {
-                    return;
-                }
-            }
+            run(&task, &lock, &name, &messages);
         });
         Emitter {
             stop,
             thread: Some(thread),
+        }
+    }
+}
+
+/// The emitter thread's loop: wait for a completion, take every other one queued up to a stop
+/// message, apply the batch to the head under the lock (while the task is live; a failure fails
+/// the task; the lock's waiters are notified afterwards), and end after a stop.
+fn run<F, C, W>(
+    task: &TaskParts,
+    lock: &CheckpointLock<Body<F, C, W>>,
+    name: &str,
+    inbox: &Receiver<EmitterMsg<F::Out>>,
+) where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+    C: Operator<In = F::Out> + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    loop {
+        let mut batch = match inbox.recv() {
+            Ok(EmitterMsg::Completion(c)) => vec![c],
+            Ok(EmitterMsg::Stop) | Err(_) => return,
+        };
+        let mut stopping = false;
+        while let Ok(msg) = inbox.try_recv() {
+            match msg {
+                EmitterMsg::Completion(c) => batch.push(c),
+                EmitterMsg::Stop => {
+                    stopping = true;
+                    break;
+                }
+            }
+        }
+        run_locked(task, lock, name, |body: &mut Body<F, C, W>| {
+            let applied = body.with_chain(|chain, ctx| {
+                chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
+            });
+            applied.unwrap_or(Ok(()))
+        });
+        if stopping {
+            return;
         }
     }
 }

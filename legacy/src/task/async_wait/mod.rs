@@ -1,6 +1,6 @@
 #![doc = include_str!("async_wait.md")]
 
-mod emitter;
+pub(crate) mod emitter;
 
 use std::fmt;
 use std::sync::Arc as StdArc;
@@ -9,12 +9,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitOperator};
 use streamtask_core::channel::InputGate;
-use streamtask_core::function::{AsyncFunction, CompletionSink};
+use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Chain, Map, Operator, TaskOutput};
 use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
 use streamtask_core::task::TaskConfig;
 
-use self::emitter::{Emitter, EmitterSink};
+use self::emitter::Emitter;
 use super::runtime::{self, process_input};
 use crate::lock::Fairness;
 
@@ -221,8 +221,7 @@ where
             fairness,
         } = self;
         let gate = gate.with_metrics(StdArc::clone(&config.metrics));
-        let (to_emitter, inbox) = streamtask_core::sync::channel::unbounded();
-        let sink: StdArc<dyn CompletionSink<F::Out>> = StdArc::new(EmitterSink(to_emitter.clone()));
+        let (sink, inbox) = emitter::channel();
         let chain = Chain::new(head.operator.with_completion_sink(sink), chain);
         runtime::spawn(
             config,
@@ -233,7 +232,7 @@ where
                 // The emitter runs from the open chain to the end of the run (it is stopped and
                 // joined when the guard drops, on every path), so restored elements beyond the
                 // capacity are admitted as it frees room (FLINK-7949).
-                let _emitter = Emitter::start(parts, to_emitter, inbox);
+                let _emitter = Emitter::start(&parts.task, &parts.lock, inbox);
                 process_input(parts, gate)
             },
         )
