@@ -65,7 +65,9 @@ impl ManualTimerService {
             let timestamp = period.next_timestamp(key.0 - 1, now);
             let next = timestamp.saturating_add(1);
             *armed = next;
-            timers.queue.insert((next, key.1), Timer { timestamp, ..timer });
+            timers
+                .queue
+                .insert((next, key.1), Timer { timestamp, ..timer });
         }
         Some(timer)
     }

@@ -722,7 +722,10 @@ fn run_scheduler<E>(
             _ => None,
         };
         if let Some((deadline, seq)) = due {
-            let timer = queue.timers.remove(&(deadline, seq)).expect("due timer is present");
+            let timer = queue
+                .timers
+                .remove(&(deadline, seq))
+                .expect("due timer is present");
             let rearm = match queue.periodic.get_mut(&seq) {
                 None => None,
                 Some(entry) => match entry.period {
@@ -1097,7 +1100,11 @@ mod tests {
             Clock::Manual(clock.clone()),
             move |t: Timer| {
                 let _ = tx.send(t.timestamp);
-                if t.timestamp == 10 { Err("boom") } else { Ok(()) }
+                if t.timestamp == 10 {
+                    Err("boom")
+                } else {
+                    Ok(())
+                }
             },
             move |e| err_tx.send(e).unwrap(),
         );
