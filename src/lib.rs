@@ -16,6 +16,7 @@
 
 pub mod checkpoint;
 pub mod demo;
+pub mod files;
 mod job;
 mod model;
 mod plot;
@@ -27,9 +28,9 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    ConnectedStreams, DataStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan,
-    JobResult, KeyedStream, PhaseCallback, PlannedInput, PlannedTask, ProgressCallback,
-    RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
+    ConnectedStreams, ContinuousFiles, DataStream, JobConfig, JobError, JobGraph, JobMetrics,
+    JobPhase, JobPlan, JobResult, KeyedStream, PhaseCallback, PlannedInput, PlannedTask,
+    ProgressCallback, RestartStrategy, Restore, SourceAdapter, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

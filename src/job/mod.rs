@@ -2,6 +2,7 @@
 
 mod error;
 mod executor;
+mod files;
 mod graph;
 mod plan;
 mod restore;
@@ -14,6 +15,7 @@ pub use self::executor::{
     JobConfig, JobMetrics, JobPhase, JobResult, PhaseCallback, ProgressCallback, RestartStrategy,
     TaskResult,
 };
+pub use self::files::ContinuousFiles;
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
