@@ -1,6 +1,6 @@
 //! The split reader operator (Flink's `ContinuousFileReaderOperator`), parallelism N, in the two
 //! forms Flink had; both keep the same [`ReaderSnapshot`] and put every line through the same
-//! [`SplitReader::apply_line`], so they differ only in who reads.
+//! one function (`apply_line`), so they differ only in who reads.
 //!
 //! | | [`ReadMode::Thread`] (Flink 1.9, the legacy model) | [`ReadMode::Mails`] (Flink 1.11+, mailbox and bridge) |
 //! |---|---|---|
