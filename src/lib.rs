@@ -16,6 +16,7 @@
 
 pub mod checkpoint;
 pub mod demo;
+pub mod files;
 mod job;
 mod model;
 mod plot;
@@ -27,10 +28,10 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    ConnectedStreams, DataStream, IterativeStream, JobConfig, JobError, JobGraph, JobMetrics,
-    JobPhase, JobPlan, JobResult, KeyedConnectedStreams, KeyedStream, PhaseCallback, PlannedInput,
-    PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointHandle, SourceAdapter,
-    StopWithSavepoint, StreamEnvironment, TaskResult,
+    ConnectedStreams, ContinuousFiles, DataStream, IterativeStream, JobConfig, JobError, JobGraph,
+    JobMetrics, JobPhase, JobPlan, JobResult, KeyedConnectedStreams, KeyedStream, PhaseCallback,
+    PlannedInput, PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointHandle,
+    SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

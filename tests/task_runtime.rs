@@ -45,6 +45,7 @@ use streamtask_core::operator::Emitted;
 use streamtask_core::runtime::FEEDBACK_LOG;
 use streamtask_core::state::decode;
 use streamtask_core::task::TaskReport;
+use streamtask_core::time::Period;
 use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskSnapshot};
 
 use adapter::{KINDS, Kind, MODELS, Model, Spec, Task, Waited, cases, each, start};
@@ -399,6 +400,107 @@ fn a_failing_timer_fails_the_task_with_its_error() {
         assert!(
             caused_by(error, user_error_of("p1")),
             "the failure names p1's timer error: {error:?}"
+        );
+    });
+}
+
+/// The runs of `p1`'s periodic timer in `events`, by scheduled timestamp.
+fn periodic_runs(events: &[Ev]) -> Vec<i64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Periodic("p1", at) => Some(*at),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Moves the clock to `to` and waits for the one-shot timer (due at `to - 1`) that the spec
+/// registered as a sentinel: every periodic run due before it has run by then (one timer
+/// thread, deadline order, FIFO mails at one priority), so the list is exact with no timing.
+fn periodic_runs_until_sentinel(t: &Task, to: i64) -> Vec<i64> {
+    t.clock.set(to);
+    periodic_runs(&t.log.wait_ev(Ev::Timer("p1")))
+}
+
+#[test]
+fn a_fixed_rate_timer_runs_once_per_period_passed_and_catches_up() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("PR");
+        spec.faults.periodic = Some((10, Period::FixedRate(10)));
+        spec.faults.timer_at = Some(45);
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        t.clock.set(11);
+        t.log.wait_ev(Ev::Periodic("p1", 10));
+        // Three more periods pass at once: every run due meanwhile, on its own timestamp.
+        assert_eq!(periodic_runs_until_sentinel(&t, 46), vec![10, 20, 30, 40]);
+        t.end();
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert_eq!(periodic_runs(&log), vec![10, 20, 30, 40]);
+    });
+}
+
+#[test]
+fn a_fixed_delay_timer_counts_its_delay_from_the_end_of_the_previous_run() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("PD");
+        spec.faults.periodic = Some((10, Period::FixedDelay(10)));
+        spec.faults.timer_at = Some(45);
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        // The first run happens at 46 and the next is due 10 later, not on the 10s.
+        assert_eq!(periodic_runs_until_sentinel(&t, 46), vec![10]);
+        t.clock.set(57);
+        t.log.wait_ev(Ev::Periodic("p1", 56));
+        t.end();
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert_eq!(periodic_runs(&log), vec![10, 56]);
+    });
+}
+
+#[test]
+fn a_cancelled_periodic_timer_runs_no_more() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("PC");
+        spec.faults.periodic = Some((10, Period::FixedRate(10)));
+        spec.faults.cancel_periodic_on = Some(5);
+        spec.faults.timer_at = Some(45);
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        t.clock.set(11);
+        t.log.wait_ev(Ev::Periodic("p1", 10));
+        pass(&t, 5);
+        assert_eq!(periodic_runs_until_sentinel(&t, 46), vec![10]);
+        t.end();
+        let (outcome, _) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+    });
+}
+
+#[test]
+fn a_failing_periodic_timer_fails_the_task_and_runs_no_more() {
+    each(cases(&KINDS), |model, kind| {
+        let mut spec = Spec::new("PF");
+        spec.faults.periodic = Some((10, Period::FixedRate(10)));
+        spec.faults.timer = TimerAct::Fail;
+        let t = started(model, kind, &spec);
+        t.log.wait_ev(Ev::Open("p1"));
+        // Nine runs are due at once; the first fails.
+        t.clock.set(100);
+        t.log.wait_ev(Ev::Periodic("p1", 10));
+        let (outcome, log) = t.join();
+        let error = the_error(&outcome);
+        assert!(
+            caused_by(error, user_error_of("p1")),
+            "the failure names p1's timer error: {error:?}"
+        );
+        assert_eq!(
+            periodic_runs(&log),
+            vec![10],
+            "no run after the failing one"
         );
     });
 }

@@ -62,5 +62,5 @@ pub use crate::operator::{Context, Operator, Output, TaskOutput};
 pub use crate::state::{StateError, TaskSnapshot};
 pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome, TriggerError};
 pub use crate::time::{
-    Clock, ManualClock, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
+    Clock, ManualClock, Period, Rearm, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
 };

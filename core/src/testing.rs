@@ -22,7 +22,7 @@ use crate::operator::{
 };
 use crate::state::TaskSnapshot;
 use crate::sync::Mutex;
-use crate::time::{ManualClock, Timer, TimerError, TimerHandle, TimerService};
+use crate::time::{ManualClock, Period, Timer, TimerError, TimerHandle, TimerService};
 use std::sync::Arc;
 
 /// A [`TimerService`] whose timers fire only when the test says so.
@@ -35,6 +35,8 @@ pub struct ManualTimerService {
 #[derive(Debug, Default)]
 struct ManualTimers {
     queue: BTreeMap<(i64, u64), Timer>,
+    // Periodic series by sequence number: the period and the deadline of the next run.
+    periodic: BTreeMap<u64, (Period, i64)>,
     next_seq: u64,
     shut_down: bool,
 }
@@ -48,16 +50,26 @@ impl ManualTimerService {
         }
     }
 
-    /// Removes and returns the earliest timer due at the clock's current time.
+    /// Removes and returns the earliest timer due at the clock's current time. A periodic
+    /// timer's next run is scheduled as it is popped (the harness's runs complete at once, so a
+    /// fixed delay counts from now).
     pub fn pop_due(&self) -> Option<Timer> {
         let now = self.clock.now_millis();
         let mut timers = self.timers.lock();
         let key = *timers.queue.first_key_value()?.0;
-        if key.0 <= now {
-            timers.queue.remove(&key)
-        } else {
-            None
+        if key.0 > now {
+            return None;
         }
+        let timer = timers.queue.remove(&key)?;
+        if let Some((period, armed)) = timers.periodic.get_mut(&key.1) {
+            let timestamp = period.next_timestamp(key.0 - 1, now);
+            let next = timestamp.saturating_add(1);
+            *armed = next;
+            timers
+                .queue
+                .insert((next, key.1), Timer { timestamp, ..timer });
+        }
+        Some(timer)
     }
 
     /// Number of registered timers.
@@ -70,6 +82,7 @@ impl ManualTimerService {
         let mut timers = self.timers.lock();
         timers.shut_down = true;
         timers.queue.clear();
+        timers.periodic.clear();
     }
 }
 
@@ -91,11 +104,23 @@ impl TimerService for ManualTimerService {
         Ok(TimerHandle::new(deadline, seq))
     }
 
-    fn cancel_timer(&self, handle: TimerHandle) {
+    fn register_periodic(&self, first: Timer, period: Period) -> Result<TimerHandle, TimerError> {
+        let period = period.validate()?;
+        let handle = self.register_timer(first)?;
         self.timers
             .lock()
-            .queue
-            .remove(&(handle.deadline(), handle.seq()));
+            .periodic
+            .insert(handle.seq(), (period, handle.deadline()));
+        Ok(handle)
+    }
+
+    fn cancel_timer(&self, handle: TimerHandle) {
+        let mut timers = self.timers.lock();
+        let deadline = match timers.periodic.remove(&handle.seq()) {
+            Some((_, armed)) => armed,
+            None => handle.deadline(),
+        };
+        timers.queue.remove(&(deadline, handle.seq()));
     }
 }
 

@@ -13,8 +13,31 @@
 //! | `Alive` | scheduled | fire | `Quiesced`, `ShutDown` |
 //! | `Quiesced` | a handle that never fires | dropped | `ShutDown` |
 //! | `ShutDown` | [`TimerError::ShutDown`] | dropped | - |
+//!
+//! # Periodic timers
+//!
+//! Flink's `scheduleAtFixedRate` / `scheduleWithFixedDelay`, written once here for every model:
+//! [`TimerService::register_periodic`] takes the first [`Timer`] and a [`Period`]; each run hands
+//! the operator a `Timer` with the same operator and tag and the run's scheduled `timestamp`.
+//! The handle stays the same for every run, so [`TimerService::cancel_timer`] with it ends the
+//! series whether or not a run is in flight.
+//!
+//! | period | the next run is due | after a stall (the callback or the task was busy) |
+//! |---|---|---|
+//! | [`Period::FixedRate`]`(p)` | `p` after the previous run was *due* | runs that fell due meanwhile fire back to back, in order (catch up) |
+//! | [`Period::FixedDelay`]`(d)` | `d` after the previous run *completed* | one run, then `d` after it |
+//!
+//! "Completed" is the model's to say: the legacy model's callback runs on the timer thread, so
+//! it completes when `fire` returns ([`TimerScheduler::spawn`]); the mailbox model's run is a mail,
+//! so it completes when the mail ran and calls [`Rearm::done`] ([`TimerScheduler::spawn_deferred`]);
+//! a run whose mail never runs (the task ended) ends the series. A fixed-rate series never waits
+//! for a completion (as Flink's mailbox model, each due run is handed over at once).
+//!
+//! A failing run (an error from `fire`) stops the scheduler thread, so no later run of any timer
+//! fires; the task fails (`on_error`). This is stricter than Flink 1.9, whose repeated trigger
+//! task kept running until the failed task was cancelled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::task::Waker;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -234,6 +257,53 @@ pub enum TimerError {
     /// The timer service is shut down (the task is over).
     #[error("the timer service is shut down; register timers only while the task is running")]
     ShutDown,
+    /// A periodic timer was given a period of zero or less.
+    #[error("a periodic timer needs a period of at least 1 ms, got {0}; pass a positive period")]
+    NonPositivePeriod(i64),
+}
+
+/// How a periodic timer repeats (see the [module doc](self#periodic-timers)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Period {
+    /// The next run is due this many milliseconds after the previous one was due (Flink's
+    /// `scheduleAtFixedRate`); late runs catch up.
+    FixedRate(i64),
+    /// The next run is due this many milliseconds after the previous one completed (Flink's
+    /// `scheduleWithFixedDelay`).
+    FixedDelay(i64),
+}
+
+impl Period {
+    /// The period or delay in milliseconds.
+    pub fn millis(self) -> i64 {
+        match self {
+            Period::FixedRate(p) | Period::FixedDelay(p) => p,
+        }
+    }
+
+    /// Checks that the period is positive.
+    ///
+    /// # Errors
+    ///
+    /// [`TimerError::NonPositivePeriod`] for a period of zero or less (it would fire without end
+    /// at one instant).
+    pub fn validate(self) -> Result<Self, TimerError> {
+        if self.millis() > 0 {
+            Ok(self)
+        } else {
+            Err(TimerError::NonPositivePeriod(self.millis()))
+        }
+    }
+
+    /// The timestamp of the run after one scheduled for `previous` that completed at
+    /// `completed` (it fires once processing time passed it, as any timer). The one rule both
+    /// models follow.
+    pub fn next_timestamp(self, previous: i64, completed: i64) -> i64 {
+        match self {
+            Period::FixedRate(p) => previous.saturating_add(p),
+            Period::FixedDelay(d) => completed.saturating_add(d),
+        }
+    }
 }
 
 /// What an operator uses to read processing time and register timers.
@@ -253,7 +323,19 @@ pub trait TimerService: Send + Sync {
     /// registration and returns a handle that never fires.
     fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError>;
 
-    /// Cancels a timer; cancelling one that fired or never existed does nothing.
+    /// Registers a periodic timer: the first run fires once processing time has passed
+    /// `first.timestamp`, later ones as `period` says (see the [module doc](self#periodic-timers)).
+    /// Each run is a `Timer` like `first` with the run's scheduled timestamp. The handle cancels
+    /// the whole series.
+    ///
+    /// # Errors
+    ///
+    /// [`TimerError::NonPositivePeriod`] for a period below 1 ms; [`TimerError::ShutDown`] once
+    /// the service is shut down (a quiesced one returns a handle that never fires).
+    fn register_periodic(&self, first: Timer, period: Period) -> Result<TimerHandle, TimerError>;
+
+    /// Cancels a timer, or every later run of a periodic one; cancelling one that fired or never
+    /// existed does nothing.
     fn cancel_timer(&self, handle: TimerHandle);
 }
 
@@ -330,17 +412,50 @@ struct SchedulerShared {
 struct SchedulerQueue {
     // Key (effective deadline, sequence): deadline order, registration order among equals.
     timers: BTreeMap<(i64, u64), Timer>,
+    // The periodic series by sequence number (one per registration, kept across runs).
+    periodic: HashMap<u64, PeriodicEntry>,
     next_seq: u64,
     // Bumped on every change the thread must react to; guards against lost wakeups from clock
     // moves that happen between the thread's check and its wait.
     epoch: u64,
 }
 
+// One periodic series.
+struct PeriodicEntry {
+    period: Period,
+    // The deadline of the next run in `timers`; `None` while a fixed-delay run is in flight.
+    armed: Option<i64>,
+}
+
 impl TimerScheduler {
-    /// Starts the timer thread named `name`.
+    /// Starts the timer thread named `name`. A fixed-delay run completes when `fire` returns.
     pub fn spawn<E, F, H>(name: &str, clock: Clock, mut fire: F, on_error: H) -> Self
     where
         F: FnMut(Timer) -> Result<(), E> + Send + 'static,
+        H: FnOnce(E) + Send + 'static,
+        E: Send + 'static,
+    {
+        TimerScheduler::spawn_deferred(
+            name,
+            clock,
+            move |timer, rearm: Option<Rearm>| {
+                fire(timer)?;
+                if let Some(rearm) = rearm {
+                    rearm.done();
+                }
+                Ok(())
+            },
+            on_error,
+        )
+    }
+
+    /// Starts the timer thread named `name` for a model whose runs complete later than `fire`
+    /// returns (the mailbox model: `fire` enqueues a mail). `fire` gets a [`Rearm`] with each
+    /// run of a fixed-delay timer; calling [`Rearm::done`] when the run completed schedules the
+    /// next one, dropping it ends the series.
+    pub fn spawn_deferred<E, F, H>(name: &str, clock: Clock, mut fire: F, on_error: H) -> Self
+    where
+        F: FnMut(Timer, Option<Rearm>) -> Result<(), E> + Send + 'static,
         H: FnOnce(E) + Send + 'static,
         E: Send + 'static,
     {
@@ -388,6 +503,7 @@ impl TimerScheduler {
             Ordering::Acquire,
         );
         queue.timers.clear();
+        queue.periodic.clear();
         queue.epoch += 1;
         self.shared.changed.notify_all();
     }
@@ -401,6 +517,7 @@ impl TimerScheduler {
             .state
             .store(SchedulerState::ShutDown as u8, Ordering::Release);
         queue.timers.clear();
+        queue.periodic.clear();
         queue.epoch += 1;
         self.shared.changed.notify_all();
     }
@@ -425,12 +542,14 @@ impl TimerScheduler {
     }
 }
 
-impl TimerService for TimerScheduler {
-    fn current_processing_time(&self) -> i64 {
-        self.clock.now_millis()
+impl TimerScheduler {
+    // Inserts a run due at `deadline` under the queue lock; wakes the thread if it is the
+    // earliest, so it does not sleep past it.
+    fn insert_locked(&self, queue: &mut SchedulerQueue, deadline: i64, seq: u64, timer: Timer) {
+        insert_run(&self.shared, queue, deadline, seq, timer);
     }
 
-    fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError> {
+    fn register(&self, timer: Timer, period: Option<Period>) -> Result<TimerHandle, TimerError> {
         let now = self.clock.now_millis();
         let mut queue = self.shared.queue.lock();
         match self.state() {
@@ -443,27 +562,127 @@ impl TimerService for TimerScheduler {
         let deadline = timer.timestamp.saturating_add(1).max(now);
         let seq = queue.next_seq;
         queue.next_seq += 1;
-        let is_earliest = queue
-            .timers
-            .first_key_value()
-            .is_none_or(|(&(d, _), _)| deadline < d);
-        queue.timers.insert((deadline, seq), timer);
-        if is_earliest {
-            queue.epoch += 1;
-            self.shared.changed.notify_all();
+        if let Some(period) = period {
+            queue.periodic.insert(
+                seq,
+                PeriodicEntry {
+                    period,
+                    armed: Some(deadline),
+                },
+            );
         }
+        self.insert_locked(&mut queue, deadline, seq, timer);
         Ok(TimerHandle::new(deadline, seq))
+    }
+}
+
+impl TimerService for TimerScheduler {
+    fn current_processing_time(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError> {
+        self.register(timer, None)
+    }
+
+    fn register_periodic(&self, first: Timer, period: Period) -> Result<TimerHandle, TimerError> {
+        self.register(first, Some(period.validate()?))
     }
 
     fn cancel_timer(&self, handle: TimerHandle) {
         if handle == TimerHandle::NEVER {
             return;
         }
-        self.shared
-            .queue
-            .lock()
-            .timers
-            .remove(&(handle.deadline, handle.seq));
+        let mut queue = self.shared.queue.lock();
+        // A periodic series is known by its sequence number; its next run (if armed) is removed
+        // with it, and a run in flight finds no entry when it completes, so nothing follows.
+        match queue.periodic.remove(&handle.seq) {
+            Some(PeriodicEntry {
+                armed: Some(deadline),
+                ..
+            }) => {
+                queue.timers.remove(&(deadline, handle.seq));
+            }
+            Some(PeriodicEntry { armed: None, .. }) => {}
+            None => {
+                queue.timers.remove(&(handle.deadline, handle.seq));
+            }
+        }
+    }
+}
+
+fn insert_run(
+    shared: &SchedulerShared,
+    queue: &mut SchedulerQueue,
+    deadline: i64,
+    seq: u64,
+    timer: Timer,
+) {
+    let is_earliest = queue
+        .timers
+        .first_key_value()
+        .is_none_or(|(&(d, _), _)| deadline < d);
+    queue.timers.insert((deadline, seq), timer);
+    if is_earliest {
+        queue.epoch += 1;
+        shared.changed.notify_all();
+    }
+}
+
+/// The completion of one run of a fixed-delay timer, handed to a
+/// [`spawn_deferred`](TimerScheduler::spawn_deferred) scheduler's `fire`: [`done`](Self::done)
+/// schedules the next run `delay` after now; dropping it instead ends the series (the run never
+/// happened, e.g. its mail was refused by a closed mailbox).
+pub struct Rearm {
+    shared: Arc<SchedulerShared>,
+    clock: Clock,
+    seq: u64,
+    due: i64,
+    timer: Timer,
+    done: bool,
+}
+
+impl Rearm {
+    /// The run completed: the next one is due `delay` after now, unless the series was
+    /// cancelled, or the scheduler quiesced or shut down, meanwhile.
+    pub fn done(mut self) {
+        self.done = true;
+        let completed = self.clock.now_millis();
+        let mut queue = self.shared.queue.lock();
+        if SchedulerState::from_u8(self.shared.state.load(Ordering::Acquire))
+            != SchedulerState::Alive
+        {
+            return;
+        }
+        let Some(entry) = queue.periodic.get_mut(&self.seq) else {
+            return; // cancelled while in flight
+        };
+        let timestamp = entry.period.next_timestamp(self.timer.timestamp, completed);
+        let next = timestamp.saturating_add(1);
+        entry.armed = Some(next);
+        let timer = Timer {
+            timestamp,
+            ..self.timer
+        };
+        insert_run(&self.shared, &mut queue, next, self.seq, timer);
+    }
+}
+
+impl Drop for Rearm {
+    fn drop(&mut self) {
+        if !self.done {
+            // The run never completed: the series ends here (and stops counting as registered).
+            self.shared.queue.lock().periodic.remove(&self.seq);
+        }
+    }
+}
+
+impl fmt::Debug for Rearm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rearm")
+            .field("timer", &self.timer)
+            .field("due", &self.due)
+            .finish_non_exhaustive()
     }
 }
 
@@ -483,9 +702,9 @@ impl fmt::Debug for TimerScheduler {
 }
 
 fn run_scheduler<E>(
-    shared: &SchedulerShared,
+    shared: &Arc<SchedulerShared>,
     clock: &Clock,
-    fire: &mut impl FnMut(Timer) -> Result<(), E>,
+    fire: &mut impl FnMut(Timer, Option<Rearm>) -> Result<(), E>,
 ) -> Result<(), E> {
     let mut queue = shared.queue.lock();
     loop {
@@ -502,10 +721,40 @@ fn run_scheduler<E>(
             Some((&(deadline, seq), _)) if deadline <= now => Some((deadline, seq)),
             _ => None,
         };
-        if let Some(key) = due {
-            let timer = queue.timers.remove(&key).expect("due timer is present");
+        if let Some((deadline, seq)) = due {
+            let timer = queue
+                .timers
+                .remove(&(deadline, seq))
+                .expect("due timer is present");
+            let rearm = match queue.periodic.get_mut(&seq) {
+                None => None,
+                Some(entry) => match entry.period {
+                    // Fixed rate: the next run is armed before this one fires, so a slow run
+                    // is followed by the ones that fell due meanwhile (catch up).
+                    Period::FixedRate(_) => {
+                        let timestamp = entry.period.next_timestamp(deadline - 1, now);
+                        let next = timestamp.saturating_add(1);
+                        entry.armed = Some(next);
+                        let next_timer = Timer { timestamp, ..timer };
+                        insert_run(shared, &mut queue, next, seq, next_timer);
+                        None
+                    }
+                    // Fixed delay: armed when the run completes.
+                    Period::FixedDelay(_) => {
+                        entry.armed = None;
+                        Some(Rearm {
+                            shared: Arc::clone(shared),
+                            clock: clock.clone(),
+                            seq,
+                            due: deadline,
+                            timer,
+                            done: false,
+                        })
+                    }
+                },
+            };
             // Fire outside the queue lock: `fire` may register new timers.
-            let result = crate::sync::unlocked(&mut queue, false, || fire(timer));
+            let result = crate::sync::unlocked(&mut queue, false, || fire(timer, rearm));
             result?;
             continue;
         }
@@ -713,5 +962,180 @@ mod tests {
         let tags: Vec<u64> = (0..3).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(tags, vec![1, 2, 3]);
         scheduler.shutdown();
+    }
+
+    fn stamps(rx: &mpsc::Receiver<Timer>, n: usize) -> Vec<i64> {
+        (0..n).map(|_| rx.recv().unwrap().timestamp).collect()
+    }
+
+    // A one-shot sentinel due after everything the test expects: once it fired, every run due
+    // before it has fired too (one thread, deadline order), so "nothing else" needs no timing.
+    const SENTINEL: u64 = 999;
+
+    fn until_sentinel(rx: &mpsc::Receiver<Timer>) -> Vec<i64> {
+        let mut seen = Vec::new();
+        loop {
+            let t = rx.recv().unwrap();
+            if t.tag == SENTINEL {
+                return seen;
+            }
+            seen.push(t.timestamp);
+        }
+    }
+
+    #[test]
+    fn fixed_rate_runs_catch_up_on_the_due_times() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        scheduler
+            .register_periodic(timer(10, 1), Period::FixedRate(10))
+            .unwrap();
+        clock.set(11);
+        assert_eq!(stamps(&rx, 1), vec![10]);
+        // Four periods pass at once: the runs due meanwhile fire back to back, on their times.
+        clock.set(51);
+        scheduler.register_timer(timer(50, SENTINEL)).unwrap();
+        assert_eq!(until_sentinel(&rx), vec![20, 30, 40, 50]);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn fixed_delay_runs_count_from_the_end_of_the_previous_run() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        scheduler
+            .register_periodic(timer(10, 1), Period::FixedDelay(10))
+            .unwrap();
+        // Far past several periods: one run, and the next is due 10 after it completed.
+        clock.set(45);
+        assert_eq!(stamps(&rx, 1), vec![10]);
+        clock.set(56);
+        scheduler.register_timer(timer(60, SENTINEL)).unwrap();
+        clock.set(61);
+        assert_eq!(until_sentinel(&rx), vec![55]);
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn cancelling_a_periodic_handle_ends_the_series() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        let handle = scheduler
+            .register_periodic(timer(0, 1), Period::FixedRate(5))
+            .unwrap();
+        clock.set(1);
+        assert_eq!(stamps(&rx, 1), vec![0]);
+        scheduler.cancel_timer(handle);
+        assert_eq!(scheduler.pending(), 0);
+        clock.set(100);
+        scheduler.register_timer(timer(99, SENTINEL)).unwrap();
+        assert_eq!(until_sentinel(&rx), Vec::<i64>::new());
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn a_deferred_run_rearms_only_when_done_and_a_cancel_in_flight_wins() {
+        let clock = ManualClock::new(0);
+        let (tx, rx) = mpsc::channel::<(Timer, Option<Rearm>)>();
+        let scheduler = TimerScheduler::spawn_deferred(
+            "deferred",
+            Clock::Manual(clock.clone()),
+            move |t, rearm| -> Result<(), ()> {
+                let _ = tx.send((t, rearm));
+                Ok(())
+            },
+            |_| {},
+        );
+        let handle = scheduler
+            .register_periodic(timer(0, 1), Period::FixedDelay(10))
+            .unwrap();
+        clock.set(1);
+        let (first, rearm) = rx.recv().unwrap();
+        assert_eq!(first.timestamp, 0);
+        // Not re-armed while the run is in flight, however much time passes.
+        clock.set(30);
+        assert_eq!(scheduler.pending(), 0);
+        rearm.expect("a fixed-delay run carries its rearm").done();
+        assert_eq!(scheduler.pending(), 1);
+        clock.set(41);
+        let (second, rearm) = rx.recv().unwrap();
+        assert_eq!(second.timestamp, 40, "10 after the run completed at 30");
+        scheduler.cancel_timer(handle);
+        rearm.unwrap().done();
+        assert_eq!(scheduler.pending(), 0, "a cancel in flight is final");
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn a_dropped_rearm_ends_the_series() {
+        let clock = ManualClock::new(0);
+        let (tx, rx) = mpsc::channel::<Option<Rearm>>();
+        let scheduler = TimerScheduler::spawn_deferred(
+            "dropped",
+            Clock::Manual(clock.clone()),
+            move |_t, rearm| -> Result<(), ()> {
+                let _ = tx.send(rearm);
+                Ok(())
+            },
+            |_| {},
+        );
+        scheduler
+            .register_periodic(timer(0, 1), Period::FixedDelay(1))
+            .unwrap();
+        clock.set(1);
+        drop(rx.recv().unwrap());
+        clock.set(100);
+        assert_eq!(scheduler.pending(), 0);
+        assert!(scheduler.shared.queue.lock().periodic.is_empty());
+        scheduler.shutdown();
+    }
+
+    #[test]
+    fn a_failing_periodic_run_stops_every_later_run() {
+        let clock = ManualClock::new(0);
+        let (tx, rx) = mpsc::channel();
+        let (err_tx, err_rx) = mpsc::channel();
+        let scheduler = TimerScheduler::spawn(
+            "failing-periodic",
+            Clock::Manual(clock.clone()),
+            move |t: Timer| {
+                let _ = tx.send(t.timestamp);
+                if t.timestamp == 10 {
+                    Err("boom")
+                } else {
+                    Ok(())
+                }
+            },
+            move |e| err_tx.send(e).unwrap(),
+        );
+        scheduler
+            .register_periodic(timer(0, 1), Period::FixedRate(10))
+            .unwrap();
+        clock.set(100);
+        assert_eq!(err_rx.recv().unwrap(), "boom");
+        // The thread is gone: the runs due at 20..=90 never fired.
+        scheduler.shutdown();
+        assert_eq!(rx.iter().collect::<Vec<_>>(), vec![0, 10]);
+    }
+
+    #[test]
+    fn quiesce_ends_periodic_series_and_bad_periods_are_refused() {
+        let clock = ManualClock::new(0);
+        let (scheduler, rx) = collecting(&clock);
+        assert_eq!(
+            scheduler.register_periodic(timer(0, 1), Period::FixedRate(0)),
+            Err(TimerError::NonPositivePeriod(0))
+        );
+        scheduler
+            .register_periodic(timer(5, 1), Period::FixedDelay(5))
+            .unwrap();
+        scheduler.quiesce();
+        assert_eq!(
+            scheduler.register_periodic(timer(5, 2), Period::FixedRate(5)),
+            Ok(TimerHandle::NEVER)
+        );
+        clock.set(100);
+        scheduler.shutdown();
+        assert!(rx.try_recv().is_err());
     }
 }

@@ -348,7 +348,9 @@ mod timer_scheduler {
 
     use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
     use streamtask_core::sync::{Arc, Condvar, Mutex, thread};
-    use streamtask_core::{Clock, ManualClock, Timer, TimerHandle, TimerScheduler, TimerService};
+    use streamtask_core::{
+        Clock, ManualClock, Period, Rearm, Timer, TimerHandle, TimerScheduler, TimerService,
+    };
 
     fn timer(timestamp: i64, tag: u64) -> Timer {
         Timer {
@@ -468,6 +470,50 @@ mod timer_scheduler {
             // Nothing fires after shutdown, even when the clock moves on.
             clock.set(100);
             assert_eq!(entered.load(Ordering::SeqCst), started);
+        });
+    }
+
+    /// A fixed-delay run completing on another thread (the mailbox thread's `Rearm::done`)
+    /// racing a cancel of the series: whichever wins, no run is left armed and none fires
+    /// after the cancel returned.
+    #[test]
+    fn a_fixed_delay_rearm_racing_cancel_leaves_no_run() {
+        loom::model(|| {
+            let clock = ManualClock::new(10);
+            let slot: Arc<(Mutex<Vec<Rearm>>, Condvar)> = Arc::new(Default::default());
+            let fired = Arc::new(AtomicUsize::new(0));
+            let scheduler = {
+                let (slot, fired) = (Arc::clone(&slot), Arc::clone(&fired));
+                TimerScheduler::spawn_deferred(
+                    "loom-timers",
+                    Clock::Manual(clock.clone()),
+                    move |_t: Timer, rearm: Option<Rearm>| -> Result<(), Infallible> {
+                        // SeqCst: read after the join, which orders it anyway.
+                        fired.fetch_add(1, Ordering::SeqCst);
+                        slot.0.lock().extend(rearm);
+                        slot.1.notify_all();
+                        Ok(())
+                    },
+                    |never: Infallible| match never {},
+                )
+            };
+            let handle = scheduler
+                .register_periodic(timer(0, 1), Period::FixedDelay(1))
+                .unwrap();
+            let rearm = {
+                let mut rearms = slot.0.lock();
+                while rearms.is_empty() {
+                    slot.1.wait(&mut rearms);
+                }
+                rearms.pop().unwrap()
+            };
+            let completer = thread::spawn(move || rearm.done());
+            scheduler.cancel_timer(handle);
+            completer.join().unwrap();
+            assert_eq!(scheduler.pending(), 0, "a run is armed after the cancel");
+            clock.set(100);
+            scheduler.shutdown();
+            assert_eq!(fired.load(Ordering::SeqCst), 1);
         });
     }
 }

@@ -9,7 +9,8 @@ use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::task::{TaskConfig, TaskError};
 use streamtask_core::trace::Tracer;
 use streamtask_core::{
-    Clock, OperatorError, Timer, TimerError, TimerHandle, TimerScheduler, TimerService, catch_panic,
+    Clock, OperatorError, Period, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
+    catch_panic,
 };
 
 use crate::lock::{CheckpointGuard, CheckpointLock, LockId};
@@ -228,6 +229,17 @@ impl TimerService for SystemProcessingTimeService {
     fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError> {
         match self.status() {
             TimerStatus::Alive => self.scheduler.register_timer(timer),
+            TimerStatus::Quiesced => Ok(TimerHandle::NEVER),
+            TimerStatus::ShutDown => Err(TimerError::ShutDown),
+        }
+    }
+
+    fn register_periodic(&self, first: Timer, period: Period) -> Result<TimerHandle, TimerError> {
+        let period = period.validate()?;
+        match self.status() {
+            // Each run fires under the lock like any timer; a fixed delay counts from the end
+            // of the run (the scheduler's `fire` returns once the target did).
+            TimerStatus::Alive => self.scheduler.register_periodic(first, period),
             TimerStatus::Quiesced => Ok(TimerHandle::NEVER),
             TimerStatus::ShutDown => Err(TimerError::ShutDown),
         }

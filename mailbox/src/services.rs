@@ -12,7 +12,9 @@ use streamtask_core::operator::{EventSink, OperatorEvent};
 use streamtask_core::sync::atomic::{AtomicBool, Ordering};
 use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::trace::Tracer;
-use streamtask_core::{Clock, Timer, TimerError, TimerHandle, TimerScheduler, TimerService};
+use streamtask_core::{
+    Clock, Period, Rearm, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
+};
 
 use crate::letter::MailAction;
 use crate::mail::Priority;
@@ -189,19 +191,22 @@ impl<S: OperatorMails<E> + 'static, E: Send + 'static> MailboxTimerService<S, E>
         if let Some(metrics) = &self.shared.metrics {
             metrics.threads.inc();
         }
-        TimerScheduler::spawn(
+        // Deferred: a fixed-delay run completes when its mail ran, not when it was enqueued.
+        TimerScheduler::spawn_deferred(
             &self.thread_name,
             self.shared.clock.clone(),
-            move |timer: Timer| -> Result<(), Infallible> {
+            move |timer: Timer, rearm: Option<Rearm>| -> Result<(), Infallible> {
                 if shared.quiesced.load(Ordering::Acquire) {
                     return Ok(());
                 }
                 let mail = TimerMail {
                     timer,
+                    rearm,
                     shared: Arc::clone(&shared),
                 };
                 // Refused once the mailbox is quiesced or closed: the task is ending and the
-                // timer is dropped, as Flink does after FLINK-23558.
+                // timer is dropped, as Flink does after FLINK-23558 (a periodic series ends with
+                // it: the refused mail drops its `Rearm`).
                 let _ = core.enqueue(Priority::operator(timer.operator), "timer", mail);
                 Ok(())
             },
@@ -228,6 +233,20 @@ impl<S: OperatorMails<E> + 'static, E: Send + 'static> TimerService for MailboxT
         }
     }
 
+    fn register_periodic(&self, first: Timer, period: Period) -> Result<TimerHandle, TimerError> {
+        let period = period.validate()?;
+        let mut slot = self.slot.lock();
+        if matches!(*slot, TimerSlot::Idle) {
+            *slot = TimerSlot::Running(self.start());
+        }
+        match &*slot {
+            TimerSlot::Running(scheduler) => scheduler.register_periodic(first, period),
+            TimerSlot::Quiesced(_) => Ok(TimerHandle::NEVER),
+            TimerSlot::ShutDown => Err(TimerError::ShutDown),
+            TimerSlot::Idle => unreachable!("an idle slot was started above"),
+        }
+    }
+
     fn cancel_timer(&self, handle: TimerHandle) {
         if let TimerSlot::Running(scheduler) = &*self.slot.lock() {
             scheduler.cancel_timer(handle);
@@ -244,15 +263,21 @@ impl<S, E> fmt::Debug for MailboxTimerService<S, E> {
     }
 }
 
-/// A due timer on its way to the mailbox thread.
+/// A due timer on its way to the mailbox thread; a fixed-delay run carries the [`Rearm`] that
+/// schedules its next run once this one ran.
 struct TimerMail {
     timer: Timer,
+    rearm: Option<Rearm>,
     shared: Arc<TimerShared>,
 }
 
 impl<S: OperatorMails<E>, E> MailAction<S, E> for TimerMail {
     fn run(self: Box<Self>, state: &mut S) -> Result<(), E> {
-        let TimerMail { timer, shared } = *self;
+        let TimerMail {
+            timer,
+            rearm,
+            shared,
+        } = *self;
         // Queued before the quiesce, run after it: do nothing (Flink 1.11+, FLINK-14231).
         if shared.quiesced.load(Ordering::Acquire) {
             return Ok(());
@@ -266,7 +291,20 @@ impl<S: OperatorMails<E>, E> MailAction<S, E> for TimerMail {
         let _span = shared.tracer.span("timer", || {
             format!("timer {} of operator {}", timer.tag, timer.operator)
         });
-        state.on_timer(timer)
+        match state.on_timer(timer) {
+            Ok(()) => {
+                if let Some(rearm) = rearm {
+                    rearm.done();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // The task fails with this error; no timer runs after it, not even mails already
+                // queued (a fixed-rate series keeps enqueuing until the thread is shut down).
+                shared.quiesced.store(true, Ordering::Release);
+                Err(e)
+            }
+        }
     }
 }
 

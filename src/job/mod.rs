@@ -2,6 +2,7 @@
 
 mod error;
 mod executor;
+mod files;
 mod graph;
 mod identity;
 mod iterate;
@@ -20,6 +21,7 @@ pub use self::executor::{
     JobConfig, JobMetrics, JobPhase, JobResult, PhaseCallback, ProgressCallback, RestartStrategy,
     TaskResult,
 };
+pub use self::files::ContinuousFiles;
 pub use self::graph::{ConnectedStreams, DataStream, JobGraph, KeyedStream, StreamEnvironment};
 pub use self::iterate::IterativeStream;
 pub use self::keyed_connect::KeyedConnectedStreams;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use streamtask_core::operator::Emitted;
 use streamtask_core::state::encode;
-use streamtask_core::time::Timer;
+use streamtask_core::time::{Period, Timer, TimerHandle};
 use streamtask_core::{
     CheckpointBarrier, Context, Operator, OperatorError, Output, StreamRecord, StreamStatus,
     TaskError, TaskOutput, Watermark,
@@ -36,6 +36,8 @@ pub(crate) enum Ev {
     Complete(&'static str, u64),
     Aborted(&'static str, u64),
     Timer(&'static str),
+    /// A run of the operator's periodic timer, with the run's scheduled timestamp.
+    Periodic(&'static str, i64),
     EndInput(&'static str),
     Finish(&'static str),
     Close(&'static str),
@@ -227,9 +229,16 @@ pub(crate) struct Faults {
     pub(crate) block_snapshot: Option<Latch>,
     /// `open` registers a processing-time timer for this time.
     pub(crate) timer_at: Option<i64>,
-    /// What the timer does when it fires.
+    /// What the timer does when it fires (the periodic one too).
     pub(crate) timer: TimerAct,
+    /// `open` registers a periodic timer: its first timestamp and its period.
+    pub(crate) periodic: Option<(i64, Period)>,
+    /// `process_element` of this value cancels the periodic timer.
+    pub(crate) cancel_periodic_on: Option<u64>,
 }
+
+/// The tag of a [`Probe`]'s periodic timer.
+const PERIODIC_TAG: u64 = 7;
 
 /// An operator that logs every call, forwards records, and keeps the number of records it
 /// processed as its state.
@@ -238,6 +247,7 @@ pub(crate) struct Probe {
     log: Log,
     faults: Faults,
     processed: u64,
+    periodic: Option<TimerHandle>,
 }
 
 impl Probe {
@@ -247,6 +257,7 @@ impl Probe {
             log: log.clone(),
             faults,
             processed: 0,
+            periodic: None,
         }
     }
 }
@@ -260,10 +271,14 @@ impl Operator for Probe {
     }
 
     fn open(&mut self, ctx: &mut Context<'_, u64>) -> Result<(), OperatorError> {
-        self.log.push(Ev::Open(self.name));
         if let Some(at) = self.faults.timer_at {
             ctx.register_timer(at, 0)?;
         }
+        if let Some((first, period)) = self.faults.periodic {
+            self.periodic = Some(ctx.register_periodic(first, period, PERIODIC_TAG)?);
+        }
+        // Last, so a test that saw it may move the clock past what `open` registered.
+        self.log.push(Ev::Open(self.name));
         Ok(())
     }
 
@@ -272,6 +287,12 @@ impl Operator for Probe {
         record: StreamRecord<u64>,
         ctx: &mut Context<'_, u64>,
     ) -> Result<(), OperatorError> {
+        // Before the record is logged, so a test that saw it knows the cancel is done.
+        if self.faults.cancel_periodic_on == Some(record.value) {
+            if let Some(handle) = self.periodic.take() {
+                ctx.cancel_timer(handle);
+            }
+        }
         if record.value < HOT {
             self.log.push(Ev::Record(self.name, record.value));
         }
@@ -290,10 +311,14 @@ impl Operator for Probe {
 
     fn on_processing_time(
         &mut self,
-        _timer: Timer,
+        timer: Timer,
         _ctx: &mut Context<'_, u64>,
     ) -> Result<(), OperatorError> {
-        self.log.push(Ev::Timer(self.name));
+        if timer.tag == PERIODIC_TAG {
+            self.log.push(Ev::Periodic(self.name, timer.timestamp));
+        } else {
+            self.log.push(Ev::Timer(self.name));
+        }
         match &self.faults.timer {
             TimerAct::Log => Ok(()),
             TimerAct::Fail => Err(OperatorError::user(self.name, "timer failed on purpose")),

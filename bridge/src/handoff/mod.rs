@@ -589,5 +589,14 @@ impl TimerService for ClockOnly {
         Err(TimerError::ShutDown)
     }
 
+    fn register_periodic(
+        &self,
+        _first: Timer,
+        _period: streamtask_core::Period,
+    ) -> Result<TimerHandle, TimerError> {
+        // As `register_timer`: no flavour this service is used for registers timers.
+        Err(TimerError::ShutDown)
+    }
+
     fn cancel_timer(&self, _handle: TimerHandle) {}
 }

@@ -60,7 +60,7 @@ use crate::error::OperatorError;
 use crate::state::TaskSnapshot;
 // std `Arc` on purpose: trait objects need unsized coercion, which loom's `Arc` lacks, and
 // nothing here is a synchronization protocol loom should model.
-use crate::time::{Timer, TimerError, TimerHandle, TimerService};
+use crate::time::{Period, Timer, TimerError, TimerHandle, TimerService};
 use std::sync::Arc;
 
 pub use self::basic::{Filter, FlatMap, Map};
@@ -333,7 +333,32 @@ impl<'a, O> Context<'a, O> {
         })
     }
 
-    /// Cancels a timer registered earlier.
+    /// Registers a periodic processing-time timer for this operator: the first run once
+    /// processing time has passed `first`, then as `period` says; every run reaches
+    /// [`Operator::on_processing_time`] with `tag` and the run's scheduled timestamp.
+    /// [`cancel_timer`](Self::cancel_timer) with the handle ends the series.
+    ///
+    /// # Errors
+    ///
+    /// [`TimerError::NonPositivePeriod`] for a period below 1 ms, [`TimerError::ShutDown`] once
+    /// the task is over.
+    pub fn register_periodic(
+        &self,
+        first: i64,
+        period: Period,
+        tag: u64,
+    ) -> Result<TimerHandle, TimerError> {
+        self.services.timers.register_periodic(
+            Timer {
+                operator: self.operator,
+                timestamp: first,
+                tag,
+            },
+            period,
+        )
+    }
+
+    /// Cancels a timer registered earlier (every later run, for a periodic one).
     pub fn cancel_timer(&self, handle: TimerHandle) {
         self.services.timers.cancel_timer(handle);
     }
