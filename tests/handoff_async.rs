@@ -104,10 +104,14 @@ fn run(faults: FaultPlan, mode: OutputMode) -> (Vec<(u64, i64, i64)>, u32) {
         let (pool, faults) = (pool.clone(), Arc::clone(&faults));
         move |_subtask: usize| {
             let faults = Arc::clone(&faults);
-            BlockingAsyncFunction::new(pool.clone(), || Ok(()), move |_: &mut (), n: &u64| {
-                faults.check(FaultKind::AsyncCompletion);
-                Ok(vec![n * 10])
-            })
+            BlockingAsyncFunction::new(
+                pool.clone(),
+                || Ok(()),
+                move |_: &mut (), n: &u64| {
+                    faults.check(FaultKind::AsyncCompletion);
+                    Ok(vec![n * 10])
+                },
+            )
         }
     };
     env.add_reader("clicks", move |_| {
@@ -145,7 +149,11 @@ fn run(faults: FaultPlan, mode: OutputMode) -> (Vec<(u64, i64, i64)>, u32) {
         .with_channel_capacity(16);
     let result = job.run(&config).unwrap();
     pool.shutdown();
-    assert_eq!(faults.fired(), faults.planned().len(), "every planned fault fired");
+    assert_eq!(
+        faults.fired(),
+        faults.planned().len(),
+        "every planned fault fired"
+    );
     assert!(
         result.failures.iter().all(|f| f.contains("injected fault")),
         "{:?}",
@@ -158,10 +166,17 @@ fn run(faults: FaultPlan, mode: OutputMode) -> (Vec<(u64, i64, i64)>, u32) {
 
 fn check(got: &[(u64, i64, i64)]) {
     let values: Vec<u64> = got.iter().map(|&(v, _, _)| v).collect();
-    assert_eq!(values, (0..END).map(|n| n * 10).collect::<Vec<_>>(), "exactly once");
+    assert_eq!(
+        values,
+        (0..END).map(|n| n * 10).collect::<Vec<_>>(),
+        "exactly once"
+    );
     for &(value, ts, watermark) in got {
         assert_eq!(ts, (value / 10) as i64, "the record kept its timestamp");
-        assert!(watermark < ts, "watermark {watermark} overtook record @ {ts}");
+        assert!(
+            watermark < ts,
+            "watermark {watermark} overtook record @ {ts}"
+        );
     }
     // Watermarks did flow: after the first record, every record saw the one before it.
     assert!(got.iter().any(|&(_, _, watermark)| watermark >= 0));

@@ -59,7 +59,10 @@ fn a_handoff_reader_keeps_the_sources_timestamps_watermarks_and_idle_marks_by_de
     let emitted = run(HandoffReader::new(Clicks));
     let mut expected = Vec::new();
     for n in 0..3u64 {
-        expected.push(Emitted::Record(StreamRecord::with_timestamp(n, 100 + n as i64)));
+        expected.push(Emitted::Record(StreamRecord::with_timestamp(
+            n,
+            100 + n as i64,
+        )));
         expected.push(Emitted::Watermark(Watermark(100 + n as i64)));
     }
     expected.push(Emitted::Status(StreamStatus::Idle));
@@ -71,8 +74,11 @@ fn a_handoff_reader_keeps_the_sources_timestamps_watermarks_and_idle_marks_by_de
 
 #[test]
 fn an_explicit_processing_time_context_still_drops_them() {
-    let emitted = run(HandoffReader::new(Clicks).with_context(SourceContextConfig::processing_time()));
-    let records: Vec<Emitted<u64>> = (0..3).map(|n| Emitted::Record(StreamRecord::new(n))).collect();
+    let emitted =
+        run(HandoffReader::new(Clicks).with_context(SourceContextConfig::processing_time()));
+    let records: Vec<Emitted<u64>> = (0..3)
+        .map(|n| Emitted::Record(StreamRecord::new(n)))
+        .collect();
     let mut expected = records;
     expected.push(Emitted::Watermark(Watermark::MAX));
     expected.push(Emitted::EndOfInput);
