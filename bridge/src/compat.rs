@@ -190,6 +190,12 @@ pub(crate) fn write_port_state<T, R: LegacyStateCompat<T>>(
     encoded.map_err(|e| OperatorError::state(reader.name().to_string(), e))
 }
 
+/// Whether `bytes` (a port's checkpoint) are in the legacy form, so the legacy source can
+/// restore from them (the compatibility is declared both ways).
+pub(crate) fn is_legacy_form(bytes: &[u8]) -> bool {
+    decode::<Envelope>(bytes).is_err()
+}
+
 /// A port run with its declared [`LegacyStateCompat`]: a [`SourceReader`] whose checkpoints
 /// hold the legacy source's state, and that restores from the legacy source's checkpoints.
 ///
