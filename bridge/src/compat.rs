@@ -55,7 +55,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 /// use std::task::Waker;
 /// use streamtask_bridge::{LegacyStateCompat, PortedReader};
 /// use streamtask_core::state::encode;
-/// use streamtask_core::OperatorError;
+/// use streamtask_core::{OperatorError, TaskSnapshot};
 /// use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 ///
 /// struct CountReader { next: u64, limit: u64 }
