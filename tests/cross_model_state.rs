@@ -168,7 +168,7 @@ impl SourceReader<u64> for CountReader {
 impl LegacyStateCompat<u64> for CountReader {
     type LegacyState = Position;
 
-    fn from_legacy_state(&mut self, state: Position) -> Result<(), OperatorError> {
+    fn restore_legacy_state(&mut self, state: Position) -> Result<(), OperatorError> {
         self.next = state.next;
         self.probe.started_at.store(self.next, Ordering::Release);
         Ok(())

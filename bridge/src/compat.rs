@@ -1,31 +1,7 @@
-//! Declared state compatibility between a legacy [`SourceFunction`](streamtask_legacy::SourceFunction) and its port, so a
-//! checkpoint (or savepoint) taken under one model restores under another.
-//!
-//! # Where a source's state lives, in every model
-//!
-//! Every model keeps a source task's state under [`TaskSnapshot::SOURCE`](streamtask_core::TaskSnapshot::SOURCE) in the snapshot of the
-//! source's task (`<vertex>#<subtask>`; the vertex is the name the job gave the source, the same
-//! under every model). What differs is the *bytes*:
-//!
-//! | the task runs | the bytes under `source` |
-//! |---|---|
-//! | a legacy `SourceFunction` (legacy `SourceStreamTask`, bridge `LegacySourceStreamTask`) | `encode(&State)`: the JSON of its [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) |
-//! | a `SourceReader` in a mailbox `SourceTask` (mailbox and bridge models) | whatever the reader's `snapshot_state` returned |
-//! | a [`PortedReader`] around a port in a mailbox `SourceTask` | `encode(&LegacyState)`, byte for byte what the legacy source writes (declared both ways), or the port's own bytes in an envelope (declared one way) |
-//!
-//! So a port restores its legacy source's state only when it says how: it implements
-//! [`LegacyStateCompat`] and runs inside a [`PortedReader`], which reads either form and names
-//! the fix when the bytes are neither (never a silent fresh start).
-//!
-//! # The format a `PortedReader` writes and reads
-//!
-//! | declared | snapshot | restore accepts |
-//! |---|---|---|
-//! | both ways ([`to_legacy_state`](LegacyStateCompat::to_legacy_state) returns `Some`) | `encode(&to_legacy_state())`: a legacy source restores from it unchanged | the legacy form, and the envelope |
-//! | one way (`None`) | `{"port_state": [bytes of snapshot_state]}` | the legacy form, and the envelope |
-//!
-//! The envelope's single field `port_state` is what tells the port's own bytes from a legacy
-//! state; a legacy state type with exactly that one field would be read as an envelope.
+//! Declared state compatibility between a legacy `SourceFunction` and its port, so a
+//! checkpoint (or savepoint) taken under one model restores under another. The one place that
+//! tells a port's own state bytes from its legacy source's; the protocol is on
+//! [`LegacyStateCompat`].
 
 use std::any::type_name;
 use std::fmt;
@@ -43,9 +19,35 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 /// `LegacyState` is the legacy source's [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) (the same type, or one that
 /// decodes from the same JSON). Run the port inside a [`PortedReader`] to use the declaration:
 /// the wrapper reads the legacy bytes, hands the decoded state to
-/// [`from_legacy_state`](Self::from_legacy_state), and writes what
+/// [`restore_legacy_state`](Self::restore_legacy_state), and writes what
 /// [`to_legacy_state`](Self::to_legacy_state) returns, so checkpoints move between the legacy
 /// source and its port in either direction.
+///
+/// # Where a source's state lives, in every model
+///
+/// Every model keeps a source task's state under [`TaskSnapshot::SOURCE`](streamtask_core::TaskSnapshot::SOURCE) in the snapshot of the
+/// source's task (`<vertex>#<subtask>`; the vertex is the name the job gave the source, the same
+/// under every model). What differs is the *bytes*:
+///
+/// | the task runs | the bytes under `source` |
+/// |---|---|
+/// | a legacy `SourceFunction` (legacy `SourceStreamTask`, bridge `LegacySourceStreamTask`) | `encode(&State)`: the JSON of its [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) |
+/// | a `SourceReader` in a mailbox `SourceTask` (mailbox and bridge models) | whatever the reader's `snapshot_state` returned |
+/// | a [`PortedReader`] around a port in a mailbox `SourceTask` | `encode(&LegacyState)`, byte for byte what the legacy source writes (declared both ways), or the port's own bytes in an envelope (declared one way) |
+///
+/// So a port restores its legacy source's state only when it says how: it implements
+/// this trait and runs inside a [`PortedReader`], which reads either form and names
+/// the fix when the bytes are neither (never a silent fresh start).
+///
+/// # The format a `PortedReader` writes and reads
+///
+/// | declared | snapshot | restore accepts |
+/// |---|---|---|
+/// | both ways ([`to_legacy_state`](LegacyStateCompat::to_legacy_state) returns `Some`) | `encode(&to_legacy_state())`: a legacy source restores from it unchanged | the legacy form, and the envelope |
+/// | one way (`None`) | `{"port_state": [bytes of snapshot_state]}` | the legacy form, and the envelope |
+///
+/// The envelope's single field `port_state` is what tells the port's own bytes from a legacy
+/// state; a legacy state type with exactly that one field would be read as an envelope.
 ///
 /// # Examples
 ///
@@ -78,7 +80,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 ///
 /// impl LegacyStateCompat<u64> for CountReader {
 ///     type LegacyState = u64; // the legacy `Count`'s State: the next number
-///     fn from_legacy_state(&mut self, next: u64) -> Result<(), OperatorError> {
+///     fn restore_legacy_state(&mut self, next: u64) -> Result<(), OperatorError> {
 ///         self.next = next;
 ///         Ok(())
 ///     }
@@ -112,7 +114,7 @@ pub trait LegacyStateCompat<T>: SourceReader<T> {
     /// # Errors
     ///
     /// Any failure fails the task (a state the port cannot continue from).
-    fn from_legacy_state(&mut self, state: Self::LegacyState) -> Result<(), OperatorError>;
+    fn restore_legacy_state(&mut self, state: Self::LegacyState) -> Result<(), OperatorError>;
 
     /// The legacy source's state for the reader's current position, so the legacy source can
     /// restore from the port's checkpoints; `None` (the default) declares the compatibility one
@@ -163,7 +165,7 @@ pub(crate) fn read_port_state<T, R: LegacyStateCompat<T>>(
         return reader.restore_state(Some(&envelope.port_state));
     }
     match decode::<R::LegacyState>(bytes) {
-        Ok(state) => reader.from_legacy_state(state),
+        Ok(state) => reader.restore_legacy_state(state),
         Err(source) => Err(OperatorError::user(
             reader.name().to_string(),
             StateCompatError::Incompatible {
@@ -203,7 +205,7 @@ pub(crate) fn is_legacy_form(bytes: &[u8]) -> bool {
 /// mailbox and bridge models it restores a checkpoint the legacy source took under the legacy
 /// or bridge model, and (declared both ways) the legacy source restores from its checkpoints.
 /// Everything else (polls, wakers, notices, close) is the port's own. See the
-/// [module docs](self) for the bytes.
+/// [`LegacyStateCompat`] for the bytes.
 pub struct PortedReader<R> {
     inner: R,
 }

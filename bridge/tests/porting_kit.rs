@@ -340,7 +340,7 @@ impl SourceReader<u64> for PortedCount {
 
 impl LegacyStateCompat<u64> for PortedCount {
     type LegacyState = u64;
-    fn from_legacy_state(&mut self, next: u64) -> Result<(), OperatorError> {
+    fn restore_legacy_state(&mut self, next: u64) -> Result<(), OperatorError> {
         self.reader.next = next + self.from_offset;
         Ok(())
     }
@@ -415,7 +415,10 @@ fn a_port_that_reads_the_legacy_state_off_by_one_is_caught() {
             got: Some(Emitted::Record(StreamRecord::new(11))),
         })
     );
-    assert!(error.to_string().contains("from_legacy_state"), "{error}");
+    assert!(
+        error.to_string().contains("restore_legacy_state"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -473,7 +476,7 @@ impl SourceReader<u64> for FilePort {
 
 impl LegacyStateCompat<u64> for FilePort {
     type LegacyState = FilePosition;
-    fn from_legacy_state(&mut self, state: FilePosition) -> Result<(), OperatorError> {
+    fn restore_legacy_state(&mut self, state: FilePosition) -> Result<(), OperatorError> {
         self.0.next = state.offset;
         Ok(())
     }

@@ -1,12 +1,26 @@
 //! The porting kit: proves that a new-style [`SourceReader`] is a faithful port of a legacy
-//! [`SourceFunction`], in the user's own test suite.
+//! [`SourceFunction`], state included, in the user's own test suite.
 //!
 //! [`PortingKit::run`] runs both on the same input with the same checkpoint schedule, counted in
 //! records and driven by a [`ManualClock`](streamtask_core::ManualClock) (no wall-clock time
 //! anywhere, so a run is deterministic), fails and restores each side from its *own* snapshots
-//! at the same points, and compares what each committed: the records up to every checkpoint,
-//! and the final output. On the first difference it returns a [`Divergence`] naming the record
-//! (its index and both values) and the checkpoint involved.
+//! where failures are scheduled, and compares every element each committed, in order: records
+//! with their timestamps, watermarks, and idle/active status changes (the end of event time
+//! included). Then it proves the snapshots: at *every* checkpoint of the run it restores the
+//! legacy source from its own snapshot of that checkpoint, runs it to the end, and requires
+//! each restore below to emit exactly the same elements:
+//!
+//! | restore ([`RestoreCheck`]) | when |
+//! |---|---|
+//! | the reader from its own snapshot | always |
+//! | the reader from the legacy source's snapshot | [`PortingKit::ported`]: the port declares [`LegacyStateCompat`] and runs in a [`PortedReader`], as in a job |
+//! | the legacy source from the reader's snapshot | `ported`, and the port declares the compatibility both ways (`to_legacy_state` returns the state) |
+//!
+//! So a port whose snapshot is one record off is caught even where no failure is scheduled,
+//! and a port whose declared legacy state does not read what the legacy source writes is
+//! caught as [`PortingError::IncompatibleState`]. On the first difference the kit returns a
+//! [`Divergence`] naming the element (its index and both sides' elements) and the checkpoint it
+//! follows.
 //!
 //! # How each side runs
 //!
@@ -15,7 +29,7 @@
 //! | thread | its own, through `run_source`, as in every legacy task | the calling thread, polled as a mailbox task polls |
 //! | quiet point (where checkpoints and failures happen) | between two locked sections: the kit's backend reports no capacity once the next stop is reached, so the source waits before its next section | between two `poll_next` calls |
 //! | snapshot | the source state, under the lock (`TaskSnapshot::SOURCE`) | `snapshot_state`, then `notify_checkpoint_complete` |
-//! | restore | a new instance from the factory, state from its latest snapshot | a new instance, `restore_state` with its latest snapshot |
+//! | restore | a new instance from the factory, state from its latest snapshot | a new instance, `restore_state` with its latest snapshot (a [`PortedReader`] reads either side's form) |
 //! | processing time | a manual clock: `start` ms, `step` ms more after every checkpoint; context timers fire then | - |
 //!
 //! A checkpoint or failure scheduled "after N records" happens at each side's first quiet point
@@ -25,7 +39,11 @@
 //! either a port that emits per poll what the source emits per section, or a schedule both can
 //! stop at.
 //!
-//! Only records (value and timestamp) are compared; watermarks and stream status are not.
+//! Stream status is compared as each side emits it: a source marked idle emits
+//! [`StreamStatus::Idle`](streamtask_core::StreamStatus::Idle) once, and its next record or
+//! watermark emits `Active` first; a restored side starts active, as a restored task does. A
+//! reader that ends gets the end of event time (`Watermark::MAX`) from the kit, as from its
+//! task; the legacy source emits it itself.
 //!
 //! # Examples
 //!
@@ -33,7 +51,8 @@
 //!
 //! ```
 //! use std::task::Waker;
-//! use streamtask_bridge::porting::PortingKit;
+//! use streamtask_bridge::LegacyStateCompat;
+//! use streamtask_bridge::porting::{PortingKit, RestoreCheck};
 //! use streamtask_core::OperatorError;
 //! use streamtask_core::state::{decode, encode};
 //! use streamtask_legacy::{SourceContext, SourceFunction};
@@ -89,6 +108,25 @@
 //!     .unwrap();
 //! assert_eq!(report.records.len(), 50);
 //! assert_eq!(report.restores[0].from_checkpoint, Some(1));
+//!
+//! // Declared state compatibility: checkpoints then move between the two, both ways.
+//! impl LegacyStateCompat<u64> for CountReader {
+//!     type LegacyState = u64; // Count's State
+//!     fn restore_legacy_state(&mut self, next: u64) -> Result<(), OperatorError> {
+//!         self.next = next;
+//!         Ok(())
+//!     }
+//!     fn to_legacy_state(&self) -> Option<u64> {
+//!         Some(self.next)
+//!     }
+//! }
+//!
+//! let report = PortingKit::ported(|| Count, || CountReader { next: 0 })
+//!     .checkpoint_every(10)
+//!     .run()
+//!     .unwrap();
+//! assert!(report.restores_checked.contains(&(1, RestoreCheck::ReaderFromLegacy)));
+//! assert!(report.restores_checked.contains(&(5, RestoreCheck::LegacyFromReader)));
 //! ```
 
 mod ledger;

@@ -97,7 +97,7 @@ impl RestoreCheck {
                  restore_state continue from exactly there"
             }
             RestoreCheck::ReaderFromLegacy => {
-                "make from_legacy_state continue where the legacy source with that state \
+                "make restore_legacy_state continue where the legacy source with that state \
                  continues"
             }
             RestoreCheck::LegacyFromReader => {
