@@ -172,8 +172,13 @@ impl DemoJob {
             Model::Legacy | Model::Bridge => env.add_source("orders", move |_| {
                 OrdersFileSource::new(orders.clone(), Arc::clone(&faults))
             }),
+            // The port with its declared state compatibility: it resumes the legacy source's
+            // checkpoints and savepoints, and they resume its.
             Model::Mailbox => env.add_reader("orders", move |_| {
-                OrdersFileReader::new(orders.clone(), Arc::clone(&faults))
+                streamtask_bridge::PortedReader::new(OrdersFileReader::new(
+                    orders.clone(),
+                    Arc::clone(&faults),
+                ))
             }),
         };
         let faults = Arc::clone(&self.faults);
