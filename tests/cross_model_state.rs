@@ -59,14 +59,17 @@ impl Probe {
         }
     }
 
-    /// Before record `END / 2` of a run that will fail: wait (bounded) until a checkpoint
-    /// committed, so the failure leaves a checkpoint to resume.
+    /// Before record `END / 2` of a run that will fail, outside the lock: wait (bounded) until
+    /// a checkpoint triggered after this point committed, so the failure leaves a checkpoint
+    /// past the start to resume. One checkpoint runs at a time (the default), so the second
+    /// commit from here was triggered here or later.
     fn wait_for_a_checkpoint(&self, cancelled: impl Fn() -> bool) {
         if !self.faults.is_active() {
             return;
         }
+        let target = self.committed.load(Ordering::Acquire) + 2;
         let deadline = Instant::now() + HANG_GUARD;
-        while self.committed.load(Ordering::Acquire) == 0 && !cancelled() {
+        while self.committed.load(Ordering::Acquire) < target && !cancelled() {
             assert!(
                 Instant::now() < deadline,
                 "hang guard: no checkpoint committed"
@@ -117,9 +120,13 @@ struct CountReader {
     probe: Probe,
     /// Declares the compatibility one way only (legacy -> port).
     one_way: bool,
-    /// A checkpoint completed on this reader (it never blocks the mailbox thread waiting for
-    /// one: it reports nothing available and is woken by the notice).
+    /// A checkpoint taken at `END / 2` completed on this reader (it never blocks the mailbox
+    /// thread waiting for one: it reports nothing available and is woken by the notice).
     checkpointed: bool,
+    /// The last checkpoint completed before the reader reached `END / 2`: one checkpoint runs
+    /// at a time, so one two ids later was triggered while it waited there.
+    completed_before_half: Option<u64>,
+    last_completed: u64,
     waker: Option<Waker>,
 }
 
@@ -130,6 +137,8 @@ impl CountReader {
             probe,
             one_way: false,
             checkpointed: false,
+            completed_before_half: None,
+            last_completed: 0,
             waker: None,
         }
     }
@@ -155,6 +164,8 @@ impl SourceReader<u64> for CountReader {
         }
         if self.next == END / 2 && self.probe.faults.is_active() && !self.checkpointed {
             // A run that will fail waits for a checkpoint here, so it leaves one to resume.
+            self.completed_before_half
+                .get_or_insert(self.last_completed);
             return Ok(InputStatus::NothingAvailable);
         }
         self.probe.faults.check(FaultKind::Source);
@@ -175,7 +186,12 @@ impl SourceReader<u64> for CountReader {
         streamtask_core::state::encode(&self.next).map_err(|e| OperatorError::state("count", e))
     }
 
-    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), OperatorError> {
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        self.last_completed = self.last_completed.max(checkpoint_id);
+        match self.completed_before_half {
+            Some(before) if checkpoint_id >= before + 2 => {}
+            _ => return Ok(()),
+        }
         self.checkpointed = true;
         if let Some(waker) = self.waker.take() {
             waker.wake();
