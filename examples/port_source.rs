@@ -1,6 +1,8 @@
 //! Porting a legacy source, before and after: a line-reading source that checkpoints its file
-//! offset, its port to a new-style reader, and the porting kit proving the port, then both
-//! running in jobs with the same committed output.
+//! offset, its port to a new-style reader that declares it reads (and writes) the source's
+//! state, and the porting kit proving the port at every checkpoint, in both directions; then
+//! both running in jobs with the same committed output (MIGRATION.md, "Moving state across the
+//! port", resumes a legacy job's checkpoint with the port).
 //!
 //! ```sh
 //! cargo run --example port_source
@@ -13,8 +15,8 @@ use std::task::Waker;
 
 use streamtask::sink::CollectHandle;
 use streamtask::{JobConfig, Model, StreamEnvironment};
-use streamtask_bridge::HandoffReader;
 use streamtask_bridge::porting::PortingKit;
+use streamtask_bridge::{HandoffReader, LegacyStateCompat, PortedReader};
 use streamtask_core::OperatorError;
 use streamtask_core::state::{decode, encode};
 use streamtask_legacy::{SourceContext, SourceFunction};
@@ -104,6 +106,29 @@ impl SourceReader<String> for LinesReader {
     }
 }
 
+/// The declaration: the port reads the legacy source's state (the byte offset of the next line)
+/// and writes it, so checkpoints move between the two in both directions.
+impl LegacyStateCompat<String> for LinesReader {
+    type LegacyState = u64; // LinesSource::State
+
+    fn restore_legacy_state(&mut self, offset: u64) -> Result<(), OperatorError> {
+        self.offset = offset;
+        Ok(())
+    }
+
+    fn to_legacy_state(&self) -> Option<u64> {
+        Some(self.offset)
+    }
+}
+
+fn port(path: &Path) -> LinesReader {
+    LinesReader {
+        path: path.to_path_buf(),
+        offset: 0,
+        reader: None,
+    }
+}
+
 fn run(model: Model, path: &Path, dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     let env = StreamEnvironment::new(model);
     let out = CollectHandle::new();
@@ -112,11 +137,7 @@ fn run(model: Model, path: &Path, dir: &Path) -> Result<Vec<String>, Box<dyn std
         Model::Legacy | Model::Bridge => {
             env.add_source("lines", move |_| LinesSource { path: path.clone() })
         }
-        Model::Mailbox => env.add_reader("lines", move |_| LinesReader {
-            path: path.clone(),
-            offset: 0,
-            reader: None,
-        }),
+        Model::Mailbox => env.add_reader("lines", move |_| PortedReader::new(port(&path))),
     };
     lines
         .map("upper", |l: String| l.to_uppercase())
@@ -153,23 +174,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         handoff.restores.len()
     );
 
-    // Step 4: the port proper.
-    let port = PortingKit::new(
-        || LinesSource { path: path.clone() },
-        || LinesReader {
-            path: path.clone(),
-            offset: 0,
-            reader: None,
-        },
-    )
-    .checkpoint_every(40)
-    .fail_after([55, 310])
-    .run()
-    .map_err(|e| e.to_string())?;
+    // Step 4: the port proper, with its declared state compatibility: at every checkpoint the
+    // port restores from the legacy source's snapshot and the legacy source from the port's.
+    let ported = PortingKit::ported(|| LinesSource { path: path.clone() }, || port(&path))
+        .checkpoint_every(40)
+        .fail_after([55, 310])
+        .run()
+        .map_err(|e| e.to_string())?;
     println!(
-        "ported reader: {} records, {} restores, same output as the legacy source",
-        port.records.len(),
-        port.restores.len()
+        "ported reader: {} records, {} restores, {} restores checked across the port, same \
+         elements as the legacy source",
+        ported.records.len(),
+        ported.restores.len(),
+        ported.restores_checked.len()
     );
 
     // And in jobs: the legacy source under the legacy and bridge models, the port under the
@@ -182,5 +199,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "jobs: {} lines committed under every model, identical",
         legacy.len()
     );
+
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! | [`CheckpointLockExecutor`] | the mailbox processor's action executor that runs each mail under the lock (control mails bypass it) |
 //! | [`HandoffReader`], [`DEFAULT_HANDOFF_CAPACITY`] | a legacy `SourceFunction` as a new-style `SourceReader`, through a bounded handoff checkpointed with the source's state |
 //! | [`ReaderSource`], [`ReaderSourceState`] | the other way: a `SourceReader` run as a legacy `SourceFunction` |
+//! | [`LegacyStateCompat`], [`PortedReader`], [`StateCompatError`] | a port's declared state compatibility with its legacy source, so checkpoints move between the models in either direction |
 //! | [`porting`] | the porting kit: a legacy source and its port on the same input and checkpoint schedule, compared record by record |
 //!
 //! # Which to use
@@ -109,12 +110,14 @@
 
 #![forbid(unsafe_code)]
 
+mod compat;
 mod executor;
 mod handoff;
 pub mod porting;
 mod reader_source;
 mod task;
 
+pub use crate::compat::{LegacyStateCompat, PortedReader, StateCompatError};
 pub use crate::executor::CheckpointLockExecutor;
 pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader};
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};

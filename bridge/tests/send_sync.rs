@@ -14,22 +14,23 @@ fn smoke() {
 }
 
 use streamtask_bridge::porting::{
-    CheckpointSummary, Divergence, PortingError, PortingReport, RestoreSummary, Side,
+    CheckpointSummary, Divergence, PortingError, PortingReport, RestoreCheck, RestoreSummary, Side,
 };
 use streamtask_bridge::{
-    ChainingError, CheckpointLockExecutor, HandoffReader, LegacySourceStreamTask, ReaderSource,
-    ReaderSourceState, TaskHandle,
+    ChainingError, CheckpointLockExecutor, HandoffReader, LegacySourceStreamTask, PortedReader,
+    ReaderSource, ReaderSourceState, StateCompatError, TaskHandle,
 };
 use streamtask_core::operator::{Operator, TaskOutput};
 use streamtask_legacy::SourceFunction;
 use streamtask_mailbox::SourceReader;
 
 // The handle the executor holds, and the errors.
-assert_send_sync!(TaskHandle, ChainingError);
+assert_send_sync!(TaskHandle, ChainingError, StateCompatError);
 
 // The porting kit's reports travel back to the test thread.
 assert_send_sync!(
     Side,
+    RestoreCheck,
     CheckpointSummary,
     RestoreSummary,
     PortingReport<u64>,
@@ -53,4 +54,5 @@ where
     streamtask_core::testing::assert_send::<HandoffReader<F>>();
     streamtask_core::testing::assert_send::<ReaderSource<R, F::Out>>();
     streamtask_core::testing::assert_send::<ReaderSourceState<R, F::Out>>();
+    streamtask_core::testing::assert_send::<PortedReader<R>>();
 }

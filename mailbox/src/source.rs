@@ -185,8 +185,11 @@ impl<'a, T> ReaderOutput<'a, T> {
         ReaderOutput::resume(out, false)
     }
 
-    /// An output that continues a stream whose status is idle if `idle`.
-    pub(crate) fn resume(out: &'a mut dyn Output<T>, idle: bool) -> Self {
+    /// An output that continues a stream whose status is idle if `idle` (what
+    /// [`is_idle`](Self::is_idle) said after the previous step), so a driver that builds one
+    /// output per poll (a task, the porting kit) keeps the stream status across polls: the
+    /// first record or watermark after an idle mark emits [`StreamStatus::Active`].
+    pub fn resume(out: &'a mut dyn Output<T>, idle: bool) -> Self {
         ReaderOutput {
             out,
             idle,

@@ -188,9 +188,13 @@ impl DemoJob {
                 OrdersFileSource::new(orders.clone(), Arc::clone(&faults))
                     .with_stop_at(stop_at.clone())
             }),
+            // The port with its declared state compatibility: it resumes the legacy source's
+            // checkpoints and savepoints, and they resume its.
             Model::Mailbox => env.add_reader("orders", move |_| {
-                OrdersFileReader::new(orders.clone(), Arc::clone(&faults))
-                    .with_stop_at(stop_at.clone())
+                streamtask_bridge::PortedReader::new(
+                    OrdersFileReader::new(orders.clone(), Arc::clone(&faults))
+                        .with_stop_at(stop_at.clone()),
+                )
             }),
         };
         let faults = Arc::clone(&self.faults);

@@ -234,3 +234,18 @@ impl SourceReader<Order> for OrdersFileReader {
         encode(&self.position).map_err(|e| OperatorError::state("orders", e))
     }
 }
+
+/// The declared state compatibility: the port keeps the legacy source's `FilePosition`, so a
+/// checkpoint of `OrdersFileSource` (legacy, bridge) resumes the reader (mailbox) and back.
+impl streamtask_bridge::LegacyStateCompat<Order> for OrdersFileReader {
+    type LegacyState = FilePosition;
+
+    fn restore_legacy_state(&mut self, position: FilePosition) -> Result<(), OperatorError> {
+        self.position = position;
+        Ok(())
+    }
+
+    fn to_legacy_state(&self) -> Option<FilePosition> {
+        Some(self.position)
+    }
+}

@@ -190,13 +190,20 @@ where
     F: SourceFunction,
     F::Out: Serialize + DeserializeOwned,
 {
-    /// A reader running `function`: a handoff of [`DEFAULT_HANDOFF_CAPACITY`] elements, a
-    /// processing-time context, the system clock, and `DEFAULT_CANCEL_GRACE` to stop.
+    /// A reader running `function`: a handoff of [`DEFAULT_HANDOFF_CAPACITY`] elements, the
+    /// context that keeps the function's own time characteristic
+    /// ([`SourceContextConfig::event_time`]: its timestamps, watermarks and idle marks reach the
+    /// chain as it emitted them, as in the job API and the porting kit), the system clock, and
+    /// `DEFAULT_CANCEL_GRACE` to stop.
+    ///
+    /// A reader never drops what the source emits unless told to: set
+    /// [`with_context`](Self::with_context) to `SourceContextConfig::processing_time()` to drop
+    /// timestamps and watermarks, or to an ingestion-time context for automatic ones.
     pub fn new(function: F) -> Self {
         HandoffReader {
             name: function.name().to_string(),
             capacity: DEFAULT_HANDOFF_CAPACITY,
-            context: SourceContextConfig::default(),
+            context: SourceContextConfig::event_time(),
             clock: Clock::System,
             grace: DEFAULT_CANCEL_GRACE,
             metrics: None,
@@ -217,7 +224,8 @@ where
         self
     }
 
-    /// The source context's flavour, watermark interval and idle timeout.
+    /// The source context's flavour, watermark interval and idle timeout (event time, the
+    /// function's own timestamps and watermarks, unless set).
     pub fn with_context(mut self, context: SourceContextConfig) -> Self {
         self.context = context;
         self

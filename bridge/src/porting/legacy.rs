@@ -8,7 +8,7 @@
 use std::sync::Arc as StdArc;
 use std::time::Duration;
 
-use streamtask_core::operator::Output;
+use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::sync::{Arc, thread};
 use streamtask_core::testing::ManualTimerService;
 use streamtask_core::{
@@ -24,9 +24,9 @@ use super::ledger::{Due, Ledger};
 use super::report::{PortingError, Side};
 use super::{ClockPlan, Plan};
 
-/// The legacy side's backend: keeps the records, pauses the source at the stop.
+/// The legacy side's backend: keeps what the source emits, pauses the source at the stop.
 struct Recorder<T> {
-    records: Vec<StreamRecord<T>>,
+    records: Vec<Emitted<T>>,
     position: u64,
     stop_at: u64,
     done: Option<Result<SourceEnd, OperatorError>>,
@@ -34,17 +34,19 @@ struct Recorder<T> {
 
 impl<T> Output<T> for Recorder<T> {
     fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
-        self.records.push(record);
+        self.records.push(Emitted::Record(record));
         self.position += 1;
         Ok(())
     }
 
-    // Only records are compared.
-    fn emit_watermark(&mut self, _watermark: Watermark) -> Result<(), OperatorError> {
+    // Every element is compared: watermarks and status changes too.
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.records.push(Emitted::Watermark(watermark));
         Ok(())
     }
 
-    fn emit_status(&mut self, _status: StreamStatus) -> Result<(), OperatorError> {
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        self.records.push(Emitted::Status(status));
         Ok(())
     }
 }
@@ -140,12 +142,12 @@ impl<F: SourceFunction> Attempt<F> {
     }
 }
 
-/// Runs the legacy side through the whole plan.
+/// Runs the legacy side through `ledger`'s schedule (the whole plan, or a fork's).
 pub(crate) fn run<F: SourceFunction>(
     make: &mut impl FnMut() -> F,
     plan: &Plan,
+    mut ledger: Ledger<F::Out, TaskSnapshot>,
 ) -> Result<Ledger<F::Out, TaskSnapshot>, PortingError<F::Out>> {
-    let mut ledger: Ledger<F::Out, TaskSnapshot> = Ledger::new(&plan.schedule);
     let failed = |error| PortingError::Failed {
         side: Side::Legacy,
         error,

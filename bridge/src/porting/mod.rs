@@ -1,12 +1,26 @@
 //! The porting kit: proves that a new-style [`SourceReader`] is a faithful port of a legacy
-//! [`SourceFunction`], in the user's own test suite.
+//! [`SourceFunction`], state included, in the user's own test suite.
 //!
 //! [`PortingKit::run`] runs both on the same input with the same checkpoint schedule, counted in
 //! records and driven by a [`ManualClock`](streamtask_core::ManualClock) (no wall-clock time
 //! anywhere, so a run is deterministic), fails and restores each side from its *own* snapshots
-//! at the same points, and compares what each committed: the records up to every checkpoint,
-//! and the final output. On the first difference it returns a [`Divergence`] naming the record
-//! (its index and both values) and the checkpoint involved.
+//! where failures are scheduled, and compares every element each committed, in order: records
+//! with their timestamps, watermarks, and idle/active status changes (the end of event time
+//! included). Then it proves the snapshots: at *every* checkpoint of the run it restores the
+//! legacy source from its own snapshot of that checkpoint, runs it to the end, and requires
+//! each restore below to emit exactly the same elements:
+//!
+//! | restore ([`RestoreCheck`]) | when |
+//! |---|---|
+//! | the reader from its own snapshot | always |
+//! | the reader from the legacy source's snapshot | [`PortingKit::ported`]: the port declares [`LegacyStateCompat`] and runs in a [`PortedReader`], as in a job |
+//! | the legacy source from the reader's snapshot | `ported`, and the port declares the compatibility both ways (`to_legacy_state` returns the state) |
+//!
+//! So a port whose snapshot is one record off is caught even where no failure is scheduled,
+//! and a port whose declared legacy state does not read what the legacy source writes is
+//! caught as [`PortingError::IncompatibleState`]. On the first difference the kit returns a
+//! [`Divergence`] naming the element (its index and both sides' elements) and the checkpoint it
+//! follows.
 //!
 //! # How each side runs
 //!
@@ -15,7 +29,7 @@
 //! | thread | its own, through `run_source`, as in every legacy task | the calling thread, polled as a mailbox task polls |
 //! | quiet point (where checkpoints and failures happen) | between two locked sections: the kit's backend reports no capacity once the next stop is reached, so the source waits before its next section | between two `poll_next` calls |
 //! | snapshot | the source state, under the lock (`TaskSnapshot::SOURCE`) | `snapshot_state`, then `notify_checkpoint_complete` |
-//! | restore | a new instance from the factory, state from its latest snapshot | a new instance, `restore_state` with its latest snapshot |
+//! | restore | a new instance from the factory, state from its latest snapshot | a new instance, `restore_state` with its latest snapshot (a [`PortedReader`] reads either side's form) |
 //! | processing time | a manual clock: `start` ms, `step` ms more after every checkpoint; context timers fire then | - |
 //!
 //! A checkpoint or failure scheduled "after N records" happens at each side's first quiet point
@@ -25,7 +39,11 @@
 //! either a port that emits per poll what the source emits per section, or a schedule both can
 //! stop at.
 //!
-//! Only records (value and timestamp) are compared; watermarks and stream status are not.
+//! Stream status is compared as each side emits it: a source marked idle emits
+//! [`StreamStatus::Idle`](streamtask_core::StreamStatus::Idle) once, and its next record or
+//! watermark emits `Active` first; a restored side starts active, as a restored task does. A
+//! reader that ends gets the end of event time (`Watermark::MAX`) from the kit, as from its
+//! task; the legacy source emits it itself.
 //!
 //! # Examples
 //!
@@ -33,7 +51,8 @@
 //!
 //! ```
 //! use std::task::Waker;
-//! use streamtask_bridge::porting::PortingKit;
+//! use streamtask_bridge::LegacyStateCompat;
+//! use streamtask_bridge::porting::{PortingKit, RestoreCheck};
 //! use streamtask_core::OperatorError;
 //! use streamtask_core::state::{decode, encode};
 //! use streamtask_legacy::{SourceContext, SourceFunction};
@@ -89,6 +108,25 @@
 //!     .unwrap();
 //! assert_eq!(report.records.len(), 50);
 //! assert_eq!(report.restores[0].from_checkpoint, Some(1));
+//!
+//! // Declared state compatibility: checkpoints then move between the two, both ways.
+//! impl LegacyStateCompat<u64> for CountReader {
+//!     type LegacyState = u64; // Count's State
+//!     fn restore_legacy_state(&mut self, next: u64) -> Result<(), OperatorError> {
+//!         self.next = next;
+//!         Ok(())
+//!     }
+//!     fn to_legacy_state(&self) -> Option<u64> {
+//!         Some(self.next)
+//!     }
+//! }
+//!
+//! let report = PortingKit::ported(|| Count, || CountReader { next: 0 })
+//!     .checkpoint_every(10)
+//!     .run()
+//!     .unwrap();
+//! assert!(report.restores_checked.contains(&(1, RestoreCheck::ReaderFromLegacy)));
+//! assert!(report.restores_checked.contains(&(5, RestoreCheck::LegacyFromReader)));
 //! ```
 
 mod ledger;
@@ -99,13 +137,16 @@ mod report;
 use std::fmt;
 use std::time::Duration;
 
-use streamtask_legacy::{SourceContextConfig, SourceFunction};
+use streamtask_core::operator::Emitted;
+use streamtask_core::{OperatorError, TaskSnapshot};
+use streamtask_legacy::{SourceContextConfig, SourceFunction, restore_source_state};
 use streamtask_mailbox::SourceReader;
 
 use self::ledger::{Ledger, Schedule};
+use crate::compat::{LegacyStateCompat, PortedReader, is_legacy_form};
 
 pub use self::report::{
-    CheckpointSummary, Divergence, PortingError, PortingReport, RestoreSummary, Side,
+    CheckpointSummary, Divergence, PortingError, PortingReport, RestoreCheck, RestoreSummary, Side,
 };
 
 /// How long a side may make no progress before the kit gives up on it, unless set.
@@ -138,6 +179,33 @@ pub struct PortingKit<L, R> {
     reader: R,
     plan: Plan,
     zero_interval: bool,
+    /// The reader is a [`PortedReader`]: restores cross between the sides.
+    compat: bool,
+}
+
+impl<L> PortingKit<L, ()> {
+    /// A kit comparing the legacy sources `legacy()` makes with their port, run as a job runs a
+    /// port with a declared state compatibility: each `port()` in a [`PortedReader`]. Besides
+    /// what [`new`](PortingKit::new) checks, at every checkpoint the port restores from the
+    /// legacy source's snapshot and, where the port declares the compatibility both ways
+    /// ([`LegacyStateCompat::to_legacy_state`] returns the state), the legacy source restores
+    /// from the port's snapshot; each continues to the end and must emit what the legacy
+    /// source restored from its own snapshot emits.
+    pub fn ported<F, P, PF>(
+        legacy: L,
+        mut port: PF,
+    ) -> PortingKit<L, impl FnMut() -> PortedReader<P>>
+    where
+        L: FnMut() -> F,
+        F: SourceFunction,
+        P: LegacyStateCompat<F::Out>,
+        PF: FnMut() -> P,
+    {
+        PortingKit {
+            compat: true,
+            ..PortingKit::new(legacy, move || PortedReader::new(port()))
+        }
+    }
 }
 
 impl<L, R> PortingKit<L, R> {
@@ -159,6 +227,7 @@ impl<L, R> PortingKit<L, R> {
                 timeout: DEFAULT_TIMEOUT,
             },
             zero_interval: false,
+            compat: false,
         }
     }
 
@@ -228,48 +297,107 @@ where
     F::Out: Clone + PartialEq + fmt::Debug,
     Rd: SourceReader<F::Out>,
 {
-    /// Runs the legacy side, then the reader side, and compares them.
+    /// Runs the legacy side, then the reader side, and compares them; then, at every
+    /// checkpoint, restores each side as [`RestoreCheck`] lists and compares what follows
+    /// with the legacy source restored from its own snapshot of that checkpoint.
     ///
     /// # Errors
     ///
-    /// [`PortingError::Diverged`] with the first difference; [`PortingError::Failed`] if a
-    /// side failed; [`PortingError::Stalled`] if one made no progress within the timeout;
+    /// [`PortingError::Diverged`] with the first difference; [`PortingError::IncompatibleState`]
+    /// if a side cannot read the other's snapshot; [`PortingError::Failed`] if a side failed;
+    /// [`PortingError::Stalled`] if one made no progress within the timeout;
     /// [`PortingError::ZeroInterval`] for `checkpoint_every(0)`.
     pub fn run(mut self) -> Result<PortingReport<F::Out>, PortingError<F::Out>> {
         if self.zero_interval {
             return Err(PortingError::ZeroInterval);
         }
-        let legacy = legacy::run(&mut self.legacy, &self.plan)?;
-        let reader = reader::run(&mut self.reader, &self.plan)?;
+        let schedule = &self.plan.schedule;
+        let legacy = legacy::run(&mut self.legacy, &self.plan, Ledger::new(schedule))?;
+        let reader = reader::run(&mut self.reader, &self.plan, Ledger::new(schedule))?;
         compare(&legacy, &reader)?;
+        let mut checked = Vec::new();
+        for (k, checkpoint) in legacy.checkpoints.iter().enumerate() {
+            let (legacy_snapshot, reader_snapshot) = (&legacy.snapshots[k], &reader.snapshots[k]);
+            let fork =
+                |snapshot| Ledger::fork(schedule, checkpoint.id, checkpoint.records, snapshot);
+            let expected =
+                legacy::run(&mut self.legacy, &self.plan, fork(legacy_snapshot.clone()))?;
+            let mut checks = Vec::new();
+            if self.compat {
+                checks.push(RestoreCheck::ReaderFromLegacy);
+                if is_legacy_form(reader_snapshot) {
+                    checks.push(RestoreCheck::LegacyFromReader);
+                }
+            }
+            checks.push(RestoreCheck::ReaderFromReader);
+            for check in checks {
+                let incompatible = |error| PortingError::IncompatibleState {
+                    checkpoint: checkpoint.id,
+                    restore: check,
+                    error,
+                };
+                let got = match check {
+                    RestoreCheck::LegacyFromReader => {
+                        let mut snapshot = TaskSnapshot::new();
+                        snapshot.put(TaskSnapshot::SOURCE, reader_snapshot.clone());
+                        restore_source_state::<F::State>(Some(&snapshot))
+                            .map_err(|e| incompatible(OperatorError::state("porting kit", e)))?;
+                        legacy::run(&mut self.legacy, &self.plan, fork(snapshot))?.committed
+                    }
+                    RestoreCheck::ReaderFromLegacy | RestoreCheck::ReaderFromReader => {
+                        let bytes = match check {
+                            RestoreCheck::ReaderFromLegacy => legacy_snapshot
+                                .get(TaskSnapshot::SOURCE)
+                                .unwrap_or_default()
+                                .to_vec(),
+                            _ => reader_snapshot.clone(),
+                        };
+                        // A restore the reader refuses is an incompatibility, not a failure.
+                        let mut probe = (self.reader)();
+                        let restored = probe.restore_state(Some(&bytes));
+                        let _ = probe.close();
+                        restored.map_err(incompatible)?;
+                        let ledger =
+                            Ledger::fork(schedule, checkpoint.id, checkpoint.records, bytes);
+                        reader::run(&mut self.reader, &self.plan, ledger)?.committed
+                    }
+                };
+                compare_restore(checkpoint, check, &expected.committed, &got)?;
+                checked.push((checkpoint.id, check));
+            }
+        }
         Ok(PortingReport {
-            records: legacy.committed,
+            records: legacy
+                .committed
+                .iter()
+                .filter_map(|e| match e {
+                    Emitted::Record(r) => Some(r.clone()),
+                    _ => None,
+                })
+                .collect(),
+            elements: legacy.committed,
             checkpoints: legacy.checkpoints,
             restores: legacy.restores,
+            restores_checked: checked,
         })
     }
 }
 
-/// The first difference between the two sides' committed outputs, then between their
+/// The first difference between the two sides' committed streams, then between their
 /// checkpoints.
 fn compare<T: Clone + PartialEq, A, B>(
     legacy: &Ledger<T, A>,
     reader: &Ledger<T, B>,
 ) -> Result<(), PortingError<T>> {
-    let longest = legacy.committed.len().max(reader.committed.len());
-    for index in 0..longest {
-        let (l, r) = (legacy.committed.get(index), reader.committed.get(index));
-        if l != r {
-            let index = index as u64;
-            return Err(PortingError::Diverged(Divergence::Record {
-                index,
-                legacy: l.cloned(),
-                reader: r.cloned(),
-                checkpoint: legacy.committed_by(index),
-                legacy_restored_from: legacy.restored_from(index),
-                reader_restored_from: reader.restored_from(index),
-            }));
-        }
+    if let Some(index) = first_difference(&legacy.committed, &reader.committed) {
+        return Err(PortingError::Diverged(Divergence::Element {
+            index: index as u64,
+            legacy: legacy.committed.get(index).cloned(),
+            reader: reader.committed.get(index).cloned(),
+            after_checkpoint: legacy.follows(index),
+            legacy_restored_from: legacy.restored_from(index),
+            reader_restored_from: reader.restored_from(index),
+        }));
     }
     let checkpoints = legacy.checkpoints.len().max(reader.checkpoints.len());
     for k in 0..checkpoints {
@@ -283,6 +411,31 @@ fn compare<T: Clone + PartialEq, A, B>(
         }
     }
     Ok(())
+}
+
+/// What a restore from `checkpoint` emitted against what the legacy source restored from its
+/// own snapshot emitted.
+fn compare_restore<T: Clone + PartialEq>(
+    checkpoint: &CheckpointSummary,
+    restore: RestoreCheck,
+    expected: &[Emitted<T>],
+    got: &[Emitted<T>],
+) -> Result<(), PortingError<T>> {
+    match first_difference(expected, got) {
+        None => Ok(()),
+        Some(index) => Err(PortingError::Diverged(Divergence::Restore {
+            checkpoint: checkpoint.id,
+            records: checkpoint.records,
+            restore,
+            index: index as u64,
+            expected: expected.get(index).cloned(),
+            got: got.get(index).cloned(),
+        })),
+    }
+}
+
+fn first_difference<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
+    (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))
 }
 
 impl<L, R> fmt::Debug for PortingKit<L, R> {

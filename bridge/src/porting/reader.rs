@@ -5,6 +5,7 @@ use std::sync::Arc as StdArc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
+use streamtask_core::Watermark;
 use streamtask_core::operator::Emitted;
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
@@ -13,12 +14,12 @@ use super::Plan;
 use super::ledger::{Due, Ledger};
 use super::report::{PortingError, Side};
 
-/// Runs the reader side through the whole plan.
+/// Runs the reader side through `ledger`'s schedule (the whole plan, or a fork's).
 pub(crate) fn run<T, R: SourceReader<T>>(
     make: &mut impl FnMut() -> R,
     plan: &Plan,
+    mut ledger: Ledger<T, Vec<u8>>,
 ) -> Result<Ledger<T, Vec<u8>>, PortingError<T>> {
-    let mut ledger: Ledger<T, Vec<u8>> = Ledger::new(&plan.schedule);
     let failed = |error| PortingError::Failed {
         side: Side::Reader,
         error,
@@ -30,16 +31,18 @@ pub(crate) fn run<T, R: SourceReader<T>>(
         let mut reader = make();
         let restore = ledger.start_attempt().cloned();
         reader.restore_state(restore.as_deref()).map_err(failed)?;
+        // A restored stream starts active, as in a task.
+        let mut idle = false;
         loop {
             // Poll up to the next stop (or the end).
             let stop = ledger.next_stop();
             let mut ended = false;
             while ledger.position() < stop {
-                let status = reader.poll_next(&mut ReaderOutput::new(&mut emitted));
+                let mut output = ReaderOutput::resume(&mut emitted, idle);
+                let status = reader.poll_next(&mut output);
+                idle = output.is_idle();
                 for element in emitted.drain(..) {
-                    if let Emitted::Record(record) = element {
-                        ledger.emitted(record);
-                    }
+                    ledger.emitted(element);
                 }
                 match status.map_err(failed)? {
                     InputStatus::MoreAvailable => {}
@@ -54,6 +57,9 @@ pub(crate) fn run<T, R: SourceReader<T>>(
                         }
                     }
                     InputStatus::EndOfInput => {
+                        // The task advances to the end of event time when a reader ends, as
+                        // the legacy source does when it returns.
+                        ledger.emitted(Emitted::Watermark(Watermark::MAX));
                         ended = true;
                         break;
                     }

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use streamtask_core::{OperatorError, StreamRecord};
+use streamtask_core::operator::Emitted;
+use streamtask_core::{OperatorError, StreamRecord, StreamStatus};
 
 /// One of the two sources the kit compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,37 +46,89 @@ pub struct RestoreSummary {
 
 /// Both sides agreed: the committed output, the checkpoints and the restores.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct PortingReport<T> {
-    /// The committed output (records up to the last checkpoint, then the rest of the run).
+    /// The committed records (records up to the last checkpoint, then the rest of the run).
     pub records: Vec<StreamRecord<T>>,
+    /// Every committed element in order: records, watermarks and status changes.
+    pub elements: Vec<Emitted<T>>,
     /// Every checkpoint taken, in order.
     pub checkpoints: Vec<CheckpointSummary>,
     /// Every injected failure and its restore, in order.
     pub restores: Vec<RestoreSummary>,
+    /// The restores the kit checked at the checkpoints (besides the scheduled failures), each
+    /// run to the end and compared with the legacy source restored from the same checkpoint.
+    pub restores_checked: Vec<(u64, RestoreCheck)>,
+}
+
+/// A restore the kit tries at every checkpoint: which side restores from whose snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RestoreCheck {
+    /// The reader from its own snapshot (always).
+    ReaderFromReader,
+    /// The reader from the legacy source's snapshot (a port with a declared
+    /// [`LegacyStateCompat`](crate::LegacyStateCompat), [`PortingKit::ported`](super::PortingKit::ported)).
+    ReaderFromLegacy,
+    /// The legacy source from the reader's snapshot (the compatibility declared both ways:
+    /// `to_legacy_state` returns the state).
+    LegacyFromReader,
+}
+
+impl fmt::Display for RestoreCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RestoreCheck::ReaderFromReader => "the reader restored from its own snapshot",
+            RestoreCheck::ReaderFromLegacy => {
+                "the reader restored from the legacy source's snapshot"
+            }
+            RestoreCheck::LegacyFromReader => {
+                "the legacy source restored from the reader's snapshot"
+            }
+        })
+    }
+}
+
+impl RestoreCheck {
+    /// What to look at when this restore diverges.
+    fn fix(self) -> &'static str {
+        match self {
+            RestoreCheck::ReaderFromReader => {
+                "make snapshot_state return the position the reader has emitted up to, and \
+                 restore_state continue from exactly there"
+            }
+            RestoreCheck::ReaderFromLegacy => {
+                "make restore_legacy_state continue where the legacy source with that state \
+                 continues"
+            }
+            RestoreCheck::LegacyFromReader => {
+                "make to_legacy_state return the state the legacy source has after emitting \
+                 what the reader has emitted"
+            }
+        }
+    }
 }
 
 /// Where the port parts from the legacy source.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Divergence<T> {
-    /// The committed outputs differ first at record `index` (`None` on a side that committed
-    /// fewer records).
-    Record {
-        /// Position of the first differing record in the committed output.
+    /// The committed streams (records with timestamps, watermarks, status changes) differ
+    /// first at element `index` (`None` on a side that committed fewer elements).
+    Element {
+        /// Position of the first differing element in the committed stream.
         index: u64,
         /// What the legacy source committed there.
-        legacy: Option<StreamRecord<T>>,
+        legacy: Option<Emitted<T>>,
         /// What the reader committed there.
-        reader: Option<StreamRecord<T>>,
-        /// The checkpoint that committed the record on the legacy side (`None`: after the last
-        /// checkpoint).
-        checkpoint: Option<u64>,
+        reader: Option<Emitted<T>>,
+        /// The checkpoint the element follows on the legacy side (`None`: before the first).
+        after_checkpoint: Option<u64>,
         /// The checkpoint the legacy source had last restored from before emitting it.
         legacy_restored_from: Option<u64>,
         /// The checkpoint the reader had last restored from before emitting it.
         reader_restored_from: Option<u64>,
     },
-    /// The same records were committed, but checkpoint `checkpoint` was taken after different
+    /// The same elements were committed, but checkpoint `checkpoint` was taken after different
     /// numbers of records (`None`: that side took fewer checkpoints).
     Checkpoint {
         /// The checkpoint.
@@ -85,39 +138,78 @@ pub enum Divergence<T> {
         /// Records the reader had committed at it.
         reader_records: Option<u64>,
     },
+    /// Restored from checkpoint `checkpoint` as `restore` says, the stream that follows
+    /// differs from what the legacy source restored from its own snapshot of that checkpoint
+    /// emits, first at element `index` after the restore.
+    Restore {
+        /// The checkpoint restored from.
+        checkpoint: u64,
+        /// Records committed at that checkpoint: where the restore resumed.
+        records: u64,
+        /// Who restored from whose snapshot.
+        restore: RestoreCheck,
+        /// Position of the first differing element after the restore (0: the first one).
+        index: u64,
+        /// What the legacy source restored from its own snapshot emitted there.
+        expected: Option<Emitted<T>>,
+        /// What the restored side emitted there.
+        got: Option<Emitted<T>>,
+    },
 }
 
-fn record<T: fmt::Debug>(record: &Option<StreamRecord<T>>) -> String {
-    match record {
-        Some(r) => match r.timestamp {
+fn element<T: fmt::Debug>(element: &Option<Emitted<T>>) -> String {
+    match element {
+        Some(Emitted::Record(r)) => match r.timestamp {
             Some(ts) => format!("{:?} @ {ts}", r.value),
             None => format!("{:?}", r.value),
         },
+        Some(Emitted::Watermark(w)) if w.is_max() => "the end of event time".to_string(),
+        Some(Emitted::Watermark(w)) => format!("watermark {}", w.timestamp()),
+        Some(Emitted::Status(StreamStatus::Idle)) => "an idle mark".to_string(),
+        Some(Emitted::Status(StreamStatus::Active)) => "an active mark".to_string(),
+        Some(Emitted::Barrier(b)) => format!("barrier {}", b.id),
+        Some(Emitted::EndOfInput) => "the end of input".to_string(),
         None => "nothing".to_string(),
+    }
+}
+
+/// What to fix when these two elements differ.
+fn element_fix<T>(a: &Option<Emitted<T>>, b: &Option<Emitted<T>>) -> &'static str {
+    let is = |f: fn(&Emitted<T>) -> bool| a.as_ref().is_some_and(f) || b.as_ref().is_some_and(f);
+    if is(|e| matches!(e, Emitted::Status(_))) {
+        "mark the reader idle (ReaderOutput::mark_idle) where the legacy source marks itself \
+         idle"
+    } else if is(|e| matches!(e, Emitted::Watermark(_))) {
+        "emit the watermarks the legacy source emits (ReaderOutput::emit_watermark), in the \
+         same place among the records"
+    } else {
+        "compare what the reader's snapshot_state and restore_state keep with the state the \
+         legacy source updates in the locked section that emits this record, and the timestamps \
+         both give it"
     }
 }
 
 impl<T: fmt::Debug> fmt::Display for Divergence<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Divergence::Record {
+            Divergence::Element {
                 index,
                 legacy,
                 reader,
-                checkpoint,
+                after_checkpoint,
                 legacy_restored_from,
                 reader_restored_from,
             } => {
-                write!(f, "the port diverges at record {index}")?;
-                match checkpoint {
-                    Some(id) => write!(f, " (committed by checkpoint {id})")?,
-                    None => write!(f, " (after the last checkpoint)")?,
+                write!(f, "the port diverges at element {index}")?;
+                match after_checkpoint {
+                    Some(id) => write!(f, " (after checkpoint {id})")?,
+                    None => write!(f, " (before the first checkpoint)")?,
                 }
                 write!(
                     f,
                     ": the legacy source committed {}, the reader {}",
-                    record(legacy),
-                    record(reader)
+                    element(legacy),
+                    element(reader)
                 )?;
                 for (side, from) in [
                     ("legacy source", legacy_restored_from),
@@ -127,10 +219,7 @@ impl<T: fmt::Debug> fmt::Display for Divergence<T> {
                         write!(f, "; the {side} had restored from checkpoint {from}")?;
                     }
                 }
-                f.write_str(
-                    "; compare what the reader's snapshot_state and restore_state keep with the \
-                     state the legacy source updates in the locked section that emits this record",
-                )
+                write!(f, "; {}", element_fix(legacy, reader))
             }
             Divergence::Checkpoint {
                 checkpoint,
@@ -150,6 +239,22 @@ impl<T: fmt::Debug> fmt::Display for Divergence<T> {
                     count(reader_records)
                 )
             }
+            Divergence::Restore {
+                checkpoint,
+                records,
+                restore,
+                index,
+                expected,
+                got,
+            } => write!(
+                f,
+                "after checkpoint {checkpoint} (at record {records}), {restore} diverges at \
+                 element {index} after the restore: the legacy source restored from its own \
+                 snapshot emits {}, the restored side {}; {}",
+                element(expected),
+                element(got),
+                restore.fix()
+            ),
         }
     }
 }
@@ -174,6 +279,16 @@ pub enum PortingError<T> {
         side: Side,
         /// Records it had emitted.
         records: u64,
+    },
+    /// A side could not read the other side's snapshot of checkpoint `checkpoint` (a port
+    /// whose declared `LegacyState` is not what the legacy source writes, or the other way).
+    IncompatibleState {
+        /// The checkpoint whose snapshot was restored.
+        checkpoint: u64,
+        /// Who restored from whose snapshot.
+        restore: RestoreCheck,
+        /// What the restore failed with.
+        error: OperatorError,
     },
     /// `checkpoint_every(0)`.
     ZeroInterval,
@@ -201,6 +316,17 @@ impl<T: fmt::Debug> fmt::Display for PortingError<T> {
                 "{side} made no progress after {records} records within the kit's timeout; make \
                  it emit, end, or return when cancelled (or raise the timeout)"
             ),
+            PortingError::IncompatibleState {
+                checkpoint,
+                restore,
+                error,
+            } => write!(
+                f,
+                "{restore} failed at checkpoint {checkpoint}: {error}; the state bytes of the \
+                 legacy source and its port are not compatible: declare as the port's \
+                 LegacyState the legacy source's State type (and make to_legacy_state return \
+                 that type's value)"
+            ),
             PortingError::ZeroInterval => {
                 f.write_str("checkpoint_every(0) checkpoints nothing; give at least 1 record")
             }
@@ -211,7 +337,9 @@ impl<T: fmt::Debug> fmt::Display for PortingError<T> {
 impl<T: fmt::Debug> std::error::Error for PortingError<T> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PortingError::Failed { error, .. } => Some(error),
+            PortingError::Failed { error, .. } | PortingError::IncompatibleState { error, .. } => {
+                Some(error)
+            }
             _ => None,
         }
     }
