@@ -7,11 +7,10 @@
 //! cargo bench --bench async_littles_law
 //! ```
 
-mod async_common;
-
 use std::time::Duration;
 
-use async_common::{Chain, Completer, benching, rate, run};
+use streamtask::bench::async_io::{Chain, Completer, rate, run};
+use streamtask::bench::benching;
 use streamtask::Model;
 use streamtask_core::async_io::OutputMode;
 

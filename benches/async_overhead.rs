@@ -8,11 +8,10 @@
 //! cargo bench --bench async_overhead
 //! ```
 
-mod async_common;
-
 use std::time::Duration;
 
-use async_common::{Chain, Immediate, benching, median, rate, run};
+use streamtask::bench::async_io::{Chain, Immediate, median, rate, run};
+use streamtask::bench::benching;
 use streamtask::Model;
 use streamtask_core::async_io::OutputMode;
 
