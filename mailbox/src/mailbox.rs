@@ -129,6 +129,20 @@ const NEW_MAIL: u8 = 1;
 /// The owner's batch holds at least one mail. Changed only under the batch lock.
 const BATCH: u8 = 2;
 
+/// Whether a mailbox holds mail: its flag word, without the mailbox's type parameter. Exact on
+/// the owner thread (as [`TaskMailbox::has_mail`]); a hint elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MailHint<'a>(&'a AtomicU8);
+
+impl MailHint<'_> {
+    /// One atomic load, as [`TaskMailbox::has_mail`].
+    #[inline]
+    pub(crate) fn is_set(self) -> bool {
+        // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`.
+        self.0.load(Ordering::Acquire) != 0
+    }
+}
+
 /// A priority mailbox bound to one owner thread.
 ///
 #[doc = include_str!("mailbox.md")]
@@ -306,6 +320,13 @@ impl<T> TaskMailbox<T> {
         // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`; the mail itself
         // is read under the lock of its container.
         self.flags.load(Ordering::Acquire) != 0
+    }
+
+    /// The flag word [`has_mail_hint`](Self::has_mail_hint) loads, for a default action that
+    /// checks it between records (one load each) without a reference to the typed mailbox.
+    #[inline]
+    pub(crate) fn mail_hint(&self) -> MailHint<'_> {
+        MailHint(&self.flags)
     }
 
     /// Takes the first mail with priority `>= priority`, from the batch first, then the queue,

@@ -16,7 +16,7 @@ use crate::action::{ActionExecutor, Immediate};
 use crate::executor::{MailboxExecutor, Rejected};
 use crate::letter::{Control, Letter, LetterKind, MailAction};
 use crate::mail::{Mail, Priority};
-use crate::mailbox::{MailboxState, TakeError, TaskMailbox, WrongThread};
+use crate::mailbox::{MailHint, MailboxState, TakeError, TaskMailbox, WrongThread};
 
 /// The processor's state shared with its handles: the mailbox and the control flags.
 ///
@@ -224,6 +224,7 @@ struct OwnerLocal {
 /// What the default action gets to steer the loop; owner thread only.
 pub struct Controller<'a> {
     ops: &'a dyn OwnerOps,
+    mail: MailHint<'a>,
     owner: &'a OwnerLocal,
     resume: &'a std::sync::Arc<dyn ResumeTarget>,
 }
@@ -258,6 +259,15 @@ impl Controller<'_> {
             token,
             target: std::sync::Arc::clone(self.resume),
         }
+    }
+
+    /// Whether a mail is waiting: one atomic load. A default action that processes several
+    /// records per step checks it between records and returns as soon as it is set, so a mail
+    /// waits for at most the record in flight (what a loop batching records per select gives
+    /// up).
+    #[inline]
+    pub fn has_mail(&self) -> bool {
+        self.mail.is_set()
     }
 
     /// Ends the loop for good after this step (end of input).
@@ -576,6 +586,7 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
         // One controller for the whole loop: nothing is set up per step.
         let mut controller = Controller {
             ops: core,
+            mail: core.mailbox.mail_hint(),
             owner,
             resume,
         };
@@ -621,6 +632,7 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
         if self.core.default_action_available() && self.core.loop_possible() {
             let mut controller = Controller {
                 ops: &*self.core,
+                mail: self.core.mailbox.mail_hint(),
                 owner: &self.owner,
                 resume: &self.resume,
             };
