@@ -128,6 +128,10 @@ const SPIN_STEPS: u32 = 7;
 const NEW_MAIL: u8 = 1;
 /// The owner's batch holds at least one mail. Changed only under the batch lock.
 const BATCH: u8 = 2;
+/// The doorbell rang: work waits outside the queue (a task's checkpoint-trigger slot). Set by
+/// any thread without a lock, cleared by the owner; it counts as mail for the one-load checks,
+/// so the loop looks before its next record.
+const DOORBELL: u8 = 4;
 
 /// Whether a mailbox holds mail: its flag word, without the mailbox's type parameter. Exact on
 /// the owner thread (as [`TaskMailbox::has_mail`]); a hint elsewhere.
@@ -302,7 +306,8 @@ impl<T> TaskMailbox<T> {
         self.update_batch_flag(&batch);
     }
 
-    /// Whether a mail is waiting (in the batch or the queue). One atomic load; owner only.
+    /// Whether a mail is waiting (in the batch or the queue), or the processor's doorbell rang
+    /// (a checkpoint trigger waiting in its task's slot). One atomic load; owner only.
     ///
     /// # Errors
     ///
@@ -327,6 +332,27 @@ impl<T> TaskMailbox<T> {
     #[inline]
     pub(crate) fn mail_hint(&self) -> MailHint<'_> {
         MailHint(&self.flags)
+    }
+
+    /// Rings the doorbell; from any thread, no lock. `SeqCst`: a ringer that then finds the
+    /// owner not waiting knows the owner will see the bell before it waits (see the
+    /// processor's `ring`).
+    #[inline]
+    pub(crate) fn ring_doorbell(&self) {
+        self.flags.fetch_or(DOORBELL, Ordering::SeqCst);
+    }
+
+    /// Whether the doorbell rang (`SeqCst`, pairing with [`ring_doorbell`](Self::ring_doorbell)).
+    #[inline]
+    pub(crate) fn doorbell_rung(&self) -> bool {
+        self.flags.load(Ordering::SeqCst) & DOORBELL != 0
+    }
+
+    /// Owner: clears the doorbell; returns whether it had rung.
+    #[inline]
+    pub(crate) fn answer_doorbell(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & DOORBELL != 0
+            && self.flags.fetch_and(!DOORBELL, Ordering::AcqRel) & DOORBELL != 0
     }
 
     /// Takes the first mail with priority `>= priority`, from the batch first, then the queue,

@@ -88,3 +88,69 @@ fn a_trigger_waits_for_at_most_the_record_in_flight() {
         }
     }
 }
+
+/// Emits forever (`hot`), or never has anything (idle: the task thread blocks for mail).
+struct Endless {
+    next: u64,
+    hot: bool,
+}
+
+impl SourceReader<u64> for Endless {
+    fn name(&self) -> &str {
+        "endless"
+    }
+    fn poll_next(&mut self, out: &mut ReaderOutput<'_, u64>) -> Result<InputStatus, OperatorError> {
+        if !self.hot {
+            return Ok(InputStatus::NothingAvailable);
+        }
+        out.collect(self.next)?;
+        self.next += 1;
+        Ok(InputStatus::MoreAvailable)
+    }
+    fn register_waker(&mut self, _waker: &Waker) {
+        // Idle for good: only mails (and the trigger slot's doorbell) wake the task.
+    }
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        Ok(self.next.to_le_bytes().to_vec())
+    }
+}
+
+/// Triggers made back to back from one thread take the slot or, while it is taken, go as
+/// mails; either way each is snapshotted once, in the order made, and none is lost: whether the
+/// task thread is busy with records or blocked waiting for mail.
+#[test]
+fn back_to_back_triggers_are_snapshotted_in_order_hot_or_idle() {
+    for hot in [true, false] {
+        let (reports, acks) = unbounded();
+        let task = SourceTask::spawn(
+            TaskConfig::new("in-order").with_responder(CheckpointResponder::new(
+                "in-order", reports,
+            )),
+            Endless { next: 0, hot },
+            Map::new("double", |x: u64| x * 2),
+            Discard,
+        );
+        // Wait until the task runs (a trigger before that is declined as not running).
+        while task.state() != streamtask_core::runtime::TaskState::Running {
+            std::thread::yield_now();
+        }
+        const TRIGGERS: u64 = 300;
+        for id in 1..=TRIGGERS {
+            task.trigger_checkpoint(CheckpointBarrier::new(id, 0))
+                .expect("a source task");
+        }
+        let mut seen = Vec::new();
+        for _ in 1..=TRIGGERS {
+            match acks.recv().expect("a report per trigger") {
+                TaskReport::Acknowledged { checkpoint, .. } => seen.push(checkpoint),
+                TaskReport::Declined { checkpoint, reason, .. } => {
+                    panic!("hot={hot}: checkpoint {checkpoint} declined: {reason:?}")
+                }
+            }
+        }
+        assert_eq!(seen, (1..=TRIGGERS).collect::<Vec<_>>(), "hot={hot}");
+        task.cancel();
+        task.join();
+        assert!(acks.try_recv().is_err(), "one report per trigger");
+    }
+}

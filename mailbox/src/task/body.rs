@@ -130,6 +130,19 @@ where
         Ok(())
     }
 
+    /// A checkpoint trigger from the task's slot: counted as a mail (with its latency from the
+    /// trigger call), as one that came as a mail is, then taken.
+    pub(crate) fn slot_checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        requested: Instant,
+    ) -> Result<(), TaskFailure> {
+        let metrics = self.body.metrics();
+        metrics.mails.inc();
+        metrics.mailbox_latency.record(requested.elapsed());
+        self.checkpoint(barrier, requested)
+    }
+
     /// A checkpoint-complete or -aborted notice: the chain, then the input (a reader commits;
     /// a gate releases the channels held for an aborted checkpoint's alignment).
     pub(crate) fn notify(&mut self, id: u64, completed: bool) -> Result<(), TaskFailure> {
