@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
+use streamtask::Model;
 use streamtask::bench::async_io::{Chain, Immediate, median, rate, run};
 use streamtask::bench::benching;
-use streamtask::Model;
 use streamtask_core::async_io::OutputMode;
 
 const CAPACITY: usize = 100;

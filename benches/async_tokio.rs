@@ -16,9 +16,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use streamtask::Model;
 use streamtask::bench::async_io::{Chain, median, rate, run};
 use streamtask::bench::benching;
-use streamtask::Model;
 use streamtask_core::async_io::{
     BlockingAsyncFunction, BlockingPool, FutureAsyncFunction, OutputMode, TokioRuntime,
 };

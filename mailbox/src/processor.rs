@@ -787,7 +787,9 @@ fn answer_doorbell<S, E, X: ActionExecutor<S>>(
         return Ok(false);
     }
     if let Some(action) = doorbell {
-        executor.run(|state| action(state)).map_err(LoopError::Failed)?;
+        executor
+            .run(|state| action(state))
+            .map_err(LoopError::Failed)?;
     }
     Ok(true)
 }

@@ -52,10 +52,8 @@ fn a_trigger_waits_for_at_most_the_record_in_flight() {
         let (go, go_rx) = bounded(1);
         let (reports, acks) = unbounded();
         let task = SourceTask::spawn(
-            TaskConfig::new("step-bound").with_responder(CheckpointResponder::new(
-                "step-bound",
-                reports,
-            )),
+            TaskConfig::new("step-bound")
+                .with_responder(CheckpointResponder::new("step-bound", reports)),
             Pausing {
                 next: 0,
                 end: 10_000,
@@ -123,9 +121,8 @@ fn back_to_back_triggers_are_snapshotted_in_order_hot_or_idle() {
     for hot in [true, false] {
         let (reports, acks) = unbounded();
         let task = SourceTask::spawn(
-            TaskConfig::new("in-order").with_responder(CheckpointResponder::new(
-                "in-order", reports,
-            )),
+            TaskConfig::new("in-order")
+                .with_responder(CheckpointResponder::new("in-order", reports)),
             Endless { next: 0, hot },
             Map::new("double", |x: u64| x * 2),
             Discard,
@@ -143,7 +140,9 @@ fn back_to_back_triggers_are_snapshotted_in_order_hot_or_idle() {
         for _ in 1..=TRIGGERS {
             match acks.recv().expect("a report per trigger") {
                 TaskReport::Acknowledged { checkpoint, .. } => seen.push(checkpoint),
-                TaskReport::Declined { checkpoint, reason, .. } => {
+                TaskReport::Declined {
+                    checkpoint, reason, ..
+                } => {
                     panic!("hot={hot}: checkpoint {checkpoint} declined: {reason:?}")
                 }
             }

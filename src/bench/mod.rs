@@ -210,7 +210,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             "vs_tokio_per_record_rps",
             mailbox.records_per_s / per_record.records_per_s,
         );
-        s.push("vs_tokio_per_record_p99", mailbox.p99_us / per_record.p99_us);
+        s.push(
+            "vs_tokio_per_record_p99",
+            mailbox.p99_us / per_record.p99_us,
+        );
 
         progress(round, "mailbox put/take vs crossbeam");
         for (producers, take, batch) in [
@@ -229,7 +232,11 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         for (model, mode, name) in [
             (Model::Legacy, OutputMode::Ordered, "async_legacy_ordered"),
             (Model::Mailbox, OutputMode::Ordered, "async_mailbox_ordered"),
-            (Model::Legacy, OutputMode::Unordered, "async_legacy_unordered"),
+            (
+                Model::Legacy,
+                OutputMode::Unordered,
+                "async_legacy_unordered",
+            ),
             (
                 Model::Mailbox,
                 OutputMode::Unordered,
@@ -258,7 +265,11 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let mut trigger_runs = BTreeMap::new();
     for (label, rps, p99) in [
         ("mailbox", "mailbox_rps", "mailbox_p99"),
-        ("tokio batched 1024", "tokio_batched_rps", "tokio_batched_p99"),
+        (
+            "tokio batched 1024",
+            "tokio_batched_rps",
+            "tokio_batched_p99",
+        ),
         (
             "tokio per record",
             "tokio_per_record_rps",
@@ -279,14 +290,18 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         vs_tokio_per_record_p99: s.median("vs_tokio_per_record_p99"),
         trigger_runs,
         trigger_call_p50_us: s.median("trigger_call_p50"),
-        put_take_vs_crossbeam: [(1, "put_take_1", "put_batch_1"), (2, "put_take_2", "put_batch_2"), (4, "put_take_4", "put_batch_4")]
-            .into_iter()
-            .map(|(producers, take, batch)| PutTake {
-                producers,
-                take: s.median(take),
-                batch: s.median(batch),
-            })
-            .collect(),
+        put_take_vs_crossbeam: [
+            (1, "put_take_1", "put_batch_1"),
+            (2, "put_take_2", "put_batch_2"),
+            (4, "put_take_4", "put_batch_4"),
+        ]
+        .into_iter()
+        .map(|(producers, take, batch)| PutTake {
+            producers,
+            take: s.median(take),
+            batch: s.median(batch),
+        })
+        .collect(),
         async_littles_law: AsyncLittlesLaw {
             legacy: AsyncModes {
                 ordered: s.median("async_legacy_ordered"),
@@ -325,9 +340,17 @@ impl fmt::Display for BenchReport {
                 ""
             }
         )?;
-        writeln!(f, "{:<58} {:>12} {:>12}  verdict", "what", "measured", "target")?;
+        writeln!(
+            f,
+            "{:<58} {:>12} {:>12}  verdict",
+            "what", "measured", "target"
+        )?;
         let mut row = |what: String, measured: String, target: &str, met: bool| {
-            writeln!(f, "{what:<58} {measured:>12} {target:>12}  {}", verdict(met))
+            writeln!(
+                f,
+                "{what:<58} {measured:>12} {target:>12}  {}",
+                verdict(met)
+            )
         };
         row(
             format!(
@@ -411,7 +434,10 @@ impl fmt::Display for BenchReport {
             self.bridge_vs_legacy_trigger_p99 <= 0.1,
         )?;
         for (label, (rps, p99)) in &self.trigger_runs {
-            writeln!(f, "  under triggers: {label:<20} {rps:>14.0} records/s  p99 {p99:>9.1} us")?;
+            writeln!(
+                f,
+                "  under triggers: {label:<20} {rps:>14.0} records/s  p99 {p99:>9.1} us"
+            )?;
         }
         Ok(())
     }

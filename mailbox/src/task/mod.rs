@@ -65,7 +65,8 @@ where
             fence(Ordering::SeqCst);
             if !core.mailbox.state().is_accepting_mails() {
                 if let Some((barrier, _)) = self.triggers.take() {
-                    self.responder.decline(barrier.id, DeclineReason::NotRunning);
+                    self.responder
+                        .decline(barrier.id, DeclineReason::NotRunning);
                 }
             }
             return;
@@ -302,7 +303,9 @@ where
     // A trigger left in the slot never runs: declined (see `Remote::trigger_checkpoint`).
     fence(Ordering::SeqCst);
     if let Some((barrier, _)) = triggers.take() {
-        parts.responder.decline(barrier.id, DeclineReason::NotRunning);
+        parts
+            .responder
+            .decline(barrier.id, DeclineReason::NotRunning);
     }
     if finished && lifecycle.state() == streamtask_core::runtime::TaskState::Finishing {
         match catch_panic(|| processor.drain()) {
