@@ -7,12 +7,11 @@
 //! cargo bench --bench async_littles_law
 //! ```
 
-mod async_common;
-
 use std::time::Duration;
 
-use async_common::{Chain, Completer, benching, rate, run};
 use streamtask::Model;
+use streamtask::bench::async_io::{Chain, Completer, rate, run};
+use streamtask::bench::benching;
 use streamtask_core::async_io::OutputMode;
 
 const CAPACITY: usize = 100;

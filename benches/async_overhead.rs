@@ -8,12 +8,11 @@
 //! cargo bench --bench async_overhead
 //! ```
 
-mod async_common;
-
 use std::time::Duration;
 
-use async_common::{Chain, Immediate, benching, median, rate, run};
 use streamtask::Model;
+use streamtask::bench::async_io::{Chain, Immediate, median, rate, run};
+use streamtask::bench::benching;
 use streamtask_core::async_io::OutputMode;
 
 const CAPACITY: usize = 100;

@@ -13,13 +13,12 @@
 //! cargo bench --bench async_tokio
 //! ```
 
-mod async_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_common::{Chain, benching, median, rate, run};
 use streamtask::Model;
+use streamtask::bench::async_io::{Chain, median, rate, run};
+use streamtask::bench::benching;
 use streamtask_core::async_io::{
     BlockingAsyncFunction, BlockingPool, FutureAsyncFunction, OutputMode, TokioRuntime,
 };

@@ -14,6 +14,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(not(loom))]
+pub mod bench;
 pub mod checkpoint;
 pub mod demo;
 pub mod files;

@@ -55,6 +55,16 @@ enum Command {
         #[arg(long, value_enum)]
         model: Vec<Model>,
     },
+    /// Measure the models against each other and their peers in one run (interleaved rounds,
+    /// medians) and print the table of ratios; `--json FILE` writes them.
+    Bench {
+        /// One round on tiny inputs (for CI: checks that it runs; the figures mean little).
+        #[arg(long)]
+        quick: bool,
+        /// Interleaved rounds [default: 5, or 1 with --quick].
+        #[arg(long)]
+        rounds: Option<usize>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -348,6 +358,42 @@ fn pause_at_phases() -> bool {
     std::env::var_os("STREAMTASK_PAUSE_AT_PHASES").is_some_and(|v| v == "1")
 }
 
+/// `streamtask bench`: the measurements, the table, and the JSON if asked for.
+fn bench(options: &Options, quick: bool, rounds: Option<usize>) -> Result<(), CliError> {
+    use streamtask::bench::{BenchConfig, run};
+    let mut config = if quick {
+        BenchConfig::quick()
+    } else {
+        BenchConfig::full()
+    };
+    if let Some(rounds) = rounds {
+        if rounds == 0 {
+            return Err(CliError::Usage(
+                "--rounds 0 measures nothing: give at least 1".into(),
+            ));
+        }
+        config.rounds = rounds;
+    }
+    let quiet = options.quiet;
+    let report = run(config, |round, what| {
+        if !quiet {
+            eprintln!("round {}/{}: {what}", round + 1, config.rounds);
+        }
+    });
+    print!("{report}");
+    if let Some(path) = &options.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::Failed(format!("the bench report as JSON: {e}")))?;
+        std::fs::write(path, json + "\n").map_err(|e| {
+            CliError::Usage(format!(
+                "cannot write the JSON report to {}: {e}; give --json a writable path",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
 fn announce(phase: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "streamtask-phase {phase}");
@@ -392,6 +438,7 @@ fn main() -> ExitCode {
             };
             soak(&cli.options, seeds, &models, &cancel)
         }
+        Command::Bench { quick, rounds } => bench(&cli.options, quick, rounds),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -128,6 +128,24 @@ const SPIN_STEPS: u32 = 7;
 const NEW_MAIL: u8 = 1;
 /// The owner's batch holds at least one mail. Changed only under the batch lock.
 const BATCH: u8 = 2;
+/// The doorbell rang: work waits outside the queue (a task's checkpoint-trigger slot). Set by
+/// any thread without a lock, cleared by the owner; it counts as mail for the one-load checks,
+/// so the loop looks before its next record.
+const DOORBELL: u8 = 4;
+
+/// Whether a mailbox holds mail: its flag word, without the mailbox's type parameter. Exact on
+/// the owner thread (as [`TaskMailbox::has_mail`]); a hint elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MailHint<'a>(&'a AtomicU8);
+
+impl MailHint<'_> {
+    /// One atomic load, as [`TaskMailbox::has_mail`].
+    #[inline]
+    pub(crate) fn is_set(self) -> bool {
+        // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`.
+        self.0.load(Ordering::Acquire) != 0
+    }
+}
 
 /// A priority mailbox bound to one owner thread.
 ///
@@ -288,7 +306,8 @@ impl<T> TaskMailbox<T> {
         self.update_batch_flag(&batch);
     }
 
-    /// Whether a mail is waiting (in the batch or the queue). One atomic load; owner only.
+    /// Whether a mail is waiting (in the batch or the queue), or the processor's doorbell rang
+    /// (a checkpoint trigger waiting in its task's slot). One atomic load; owner only.
     ///
     /// # Errors
     ///
@@ -306,6 +325,34 @@ impl<T> TaskMailbox<T> {
         // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`; the mail itself
         // is read under the lock of its container.
         self.flags.load(Ordering::Acquire) != 0
+    }
+
+    /// The flag word [`has_mail_hint`](Self::has_mail_hint) loads, for a default action that
+    /// checks it between records (one load each) without a reference to the typed mailbox.
+    #[inline]
+    pub(crate) fn mail_hint(&self) -> MailHint<'_> {
+        MailHint(&self.flags)
+    }
+
+    /// Rings the doorbell; from any thread, no lock. `SeqCst`: a ringer that then finds the
+    /// owner not waiting knows the owner will see the bell before it waits (see the
+    /// processor's `ring`).
+    #[inline]
+    pub(crate) fn ring_doorbell(&self) {
+        self.flags.fetch_or(DOORBELL, Ordering::SeqCst);
+    }
+
+    /// Whether the doorbell rang (`SeqCst`, pairing with [`ring_doorbell`](Self::ring_doorbell)).
+    #[inline]
+    pub(crate) fn doorbell_rung(&self) -> bool {
+        self.flags.load(Ordering::SeqCst) & DOORBELL != 0
+    }
+
+    /// Owner: clears the doorbell; returns whether it had rung.
+    #[inline]
+    pub(crate) fn answer_doorbell(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & DOORBELL != 0
+            && self.flags.fetch_and(!DOORBELL, Ordering::AcqRel) & DOORBELL != 0
     }
 
     /// Takes the first mail with priority `>= priority`, from the batch first, then the queue,

@@ -16,7 +16,7 @@ use crate::action::{ActionExecutor, Immediate};
 use crate::executor::{MailboxExecutor, Rejected};
 use crate::letter::{Control, Letter, LetterKind, MailAction};
 use crate::mail::{Mail, Priority};
-use crate::mailbox::{MailboxState, TakeError, TaskMailbox, WrongThread};
+use crate::mailbox::{MailHint, MailboxState, TakeError, TaskMailbox, WrongThread};
 
 /// The processor's state shared with its handles: the mailbox and the control flags.
 ///
@@ -29,6 +29,8 @@ pub(crate) struct Core<S, E> {
     loop_suspended: AtomicBool,
     /// The current suspension's token; 0 when the default action is available.
     suspension: AtomicU64,
+    /// Whether the owner is about to block or blocks for mail (`SeqCst`, see [`Core::ring`]).
+    blocked: AtomicBool,
     metrics: Option<std::sync::Arc<TaskMetrics>>,
     tracer: Tracer,
 }
@@ -44,6 +46,7 @@ impl<S, E> Core<S, E> {
             loop_running: AtomicBool::new(true),
             loop_suspended: AtomicBool::new(false),
             suspension: AtomicU64::new(0),
+            blocked: AtomicBool::new(false),
             metrics,
             tracer,
         }
@@ -139,6 +142,18 @@ impl<S, E> Core<S, E> {
         });
     }
 
+    /// Rings the doorbell: the owner runs its doorbell action before its next record or mail
+    /// batch. From any thread; no lock and no allocation unless the owner blocks for mail, when
+    /// a signal mail wakes it. The ring and the owner's `blocked` flag are `SeqCst` on both
+    /// sides: either the ringer sees the owner blocked (and signals), or the owner sees the
+    /// bell before it blocks.
+    pub(crate) fn ring(&self) {
+        self.mailbox.ring_doorbell();
+        if self.blocked.load(Ordering::SeqCst) {
+            self.send_control_if_open("doorbell", Control::Signal);
+        }
+    }
+
     /// Owner only: makes sure the loop looks at its flags at the next check.
     fn signal(&self) {
         if !self.mailbox.has_mail_hint() {
@@ -224,6 +239,7 @@ struct OwnerLocal {
 /// What the default action gets to steer the loop; owner thread only.
 pub struct Controller<'a> {
     ops: &'a dyn OwnerOps,
+    mail: MailHint<'a>,
     owner: &'a OwnerLocal,
     resume: &'a std::sync::Arc<dyn ResumeTarget>,
 }
@@ -258,6 +274,15 @@ impl Controller<'_> {
             token,
             target: std::sync::Arc::clone(self.resume),
         }
+    }
+
+    /// Whether a mail is waiting: one atomic load. A default action that processes several
+    /// records per step checks it between records and returns as soon as it is set, so a mail
+    /// waits for at most the record in flight (what a loop batching records per select gives
+    /// up).
+    #[inline]
+    pub fn has_mail(&self) -> bool {
+        self.mail.is_set()
     }
 
     /// Ends the loop for good after this step (end of input).
@@ -421,6 +446,7 @@ impl<S: 'static, E: Send + 'static> ProcessorBuilder<S, E> {
             executor,
             owner: OwnerLocal::default(),
             resume,
+            doorbell: None,
         }
     }
 }
@@ -466,7 +492,11 @@ pub struct MailboxProcessor<S, E, X = Immediate<S>> {
     executor: X,
     owner: OwnerLocal,
     resume: std::sync::Arc<dyn ResumeTarget>,
+    doorbell: Option<Doorbell<S, E>>,
 }
+
+/// What the owner runs when the doorbell rang (see [`Core::ring`]).
+pub(crate) type Doorbell<S, E> = Box<dyn FnMut(&mut S) -> Result<(), E> + Send>;
 
 impl<S: 'static, E: Send + 'static, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
     /// A processor over `mailbox` (whose owner thread will run the loop), running actions
@@ -571,15 +601,17 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
             executor,
             owner,
             resume,
+            doorbell,
         } = self;
         let (core, owner): (&Core<S, E>, &OwnerLocal) = (core, owner);
         // One controller for the whole loop: nothing is set up per step.
         let mut controller = Controller {
             ops: core,
+            mail: core.mailbox.mail_hint(),
             owner,
             resume,
         };
-        if !process_mail(core, executor, owner)? {
+        if !process_mail(core, executor, owner, doorbell)? {
             return Ok(());
         }
         loop {
@@ -587,7 +619,7 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
                 .run(|state| default.run_default_action(state, &mut controller))
                 .map_err(LoopError::Failed)?;
             // The hot path: one atomic load when no mail is waiting.
-            if core.mailbox.has_mail_hint() && !process_mail(core, executor, owner)? {
+            if core.mailbox.has_mail_hint() && !process_mail(core, executor, owner, doorbell)? {
                 return Ok(());
             }
         }
@@ -618,9 +650,14 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
             run_mail(&self.core, &mut self.executor, mail)?;
             return Ok(true);
         }
+        // The batch is empty: every mail put before the bell rang ran.
+        if answer_doorbell(&self.core, &mut self.executor, &mut self.doorbell)? {
+            return Ok(true);
+        }
         if self.core.default_action_available() && self.core.loop_possible() {
             let mut controller = Controller {
                 ops: &*self.core,
+                mail: self.core.mailbox.mail_hint(),
                 owner: &self.owner,
                 resume: &self.resume,
             };
@@ -630,6 +667,12 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Sets what the owner runs when [`Core::ring`] rang the doorbell: before the next record
+    /// (the default action checks the mailbox's flag between records) or mail batch.
+    pub(crate) fn set_doorbell(&mut self, action: Doorbell<S, E>) {
+        self.doorbell = Some(action);
     }
 
     /// Quiesces the mailbox: new mails are refused, the queued ones stay. Owner only.
@@ -675,18 +718,27 @@ fn process_mail<S, E, X: ActionExecutor<S>>(
     core: &Core<S, E>,
     executor: &mut X,
     owner: &OwnerLocal,
+    doorbell: &mut Option<Doorbell<S, E>>,
 ) -> Result<bool, LoopError<E>> {
-    core.mailbox.create_batch_unchecked();
-    while core.loop_possible() {
-        match core.mailbox.try_take_from_batch_unchecked()? {
-            Some(mail) => run_mail(core, executor, mail)?,
-            None => break,
-        }
-    }
+    run_batch(core, executor, doorbell)?;
     while core.loop_possible() && !core.default_action_available() {
+        if core.mailbox.doorbell_rung() {
+            run_batch(core, executor, doorbell)?;
+            continue;
+        }
         let mail = match core.mailbox.try_take_unchecked(Priority::MIN)? {
             Some(mail) => mail,
-            None => take_blocking(core, owner)?,
+            None => {
+                // Announce the wait, then look at the bell once more (see `Core::ring`).
+                core.blocked.store(true, Ordering::SeqCst);
+                if core.mailbox.doorbell_rung() {
+                    core.blocked.store(false, Ordering::Relaxed);
+                    continue;
+                }
+                let mail = take_blocking(core, owner);
+                core.blocked.store(false, Ordering::Relaxed);
+                mail?
+            }
         };
         run_mail(core, executor, mail)?;
     }
@@ -699,6 +751,47 @@ fn process_mail<S, E, X: ActionExecutor<S>>(
         });
     }
     Ok(possible)
+}
+
+/// Runs the batch (every mail queued now), then, if the doorbell had rung before the batch was
+/// made, the doorbell action: what rang it waits for the mails put before it (their order is
+/// kept) and for no more than one batch.
+fn run_batch<S, E, X: ActionExecutor<S>>(
+    core: &Core<S, E>,
+    executor: &mut X,
+    doorbell: &mut Option<Doorbell<S, E>>,
+) -> Result<(), LoopError<E>> {
+    // Every mail put before the ring is in the queue or the batch once the bell is seen: both
+    // set bits of the same flag word, the mail's first.
+    let rung = core.mailbox.doorbell_rung();
+    core.mailbox.create_batch_unchecked();
+    while core.loop_possible() {
+        match core.mailbox.try_take_from_batch_unchecked()? {
+            Some(mail) => run_mail(core, executor, mail)?,
+            None => break,
+        }
+    }
+    if rung && core.loop_possible() {
+        answer_doorbell(core, executor, doorbell)?;
+    }
+    Ok(())
+}
+
+/// Runs the doorbell action if the doorbell rang; returns whether it did.
+fn answer_doorbell<S, E, X: ActionExecutor<S>>(
+    core: &Core<S, E>,
+    executor: &mut X,
+    doorbell: &mut Option<Doorbell<S, E>>,
+) -> Result<bool, LoopError<E>> {
+    if !core.mailbox.answer_doorbell() {
+        return Ok(false);
+    }
+    if let Some(action) = doorbell {
+        executor
+            .run(|state| action(state))
+            .map_err(LoopError::Failed)?;
+    }
+    Ok(true)
 }
 
 /// Blocks for the next mail; the wait counts as idle or backpressured time.

@@ -12,6 +12,10 @@ use super::input::{Input, Step};
 use crate::processor::{Controller, SuspendCause, Suspension};
 use crate::services::OperatorMails;
 
+/// Input steps one default-action step runs at most while no mail waits (it returns earlier
+/// when one does): bounds the time between the processor's own checks.
+const RECORDS_PER_STEP: u32 = 1024;
+
 /// A mailbox task's state: its input, the kit's chain body, and the default action's
 /// suspensions.
 pub(crate) struct MailboxBody<I, C, W> {
@@ -67,7 +71,22 @@ where
             self.suspend_backpressured(controller);
             return Ok(());
         }
-        match self.input.step(&mut self.body).map_err(|e| self.fail(e))? {
+        // Many records per step while no mail waits: the loop's state stays in registers, and
+        // the mailbox flag (one load) and the output's room are checked between records, so a
+        // mail waits for at most the record in flight.
+        let mut budget = RECORDS_PER_STEP;
+        let step = loop {
+            let step = self.input.step(&mut self.body).map_err(|e| self.fail(e))?;
+            budget -= 1;
+            if !matches!(step, Step::More)
+                || budget == 0
+                || controller.has_mail()
+                || !self.body.output_available()
+            {
+                break step;
+            }
+        };
+        match step {
             Step::More => Ok(()),
             Step::Backpressured => {
                 self.suspend_backpressured(controller);
@@ -109,6 +128,19 @@ where
         taken.map_err(|e| self.fail(e))?;
         self.after_mail();
         Ok(())
+    }
+
+    /// A checkpoint trigger from the task's slot: counted as a mail (with its latency from the
+    /// trigger call), as one that came as a mail is, then taken.
+    pub(crate) fn slot_checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        requested: Instant,
+    ) -> Result<(), TaskFailure> {
+        let metrics = self.body.metrics();
+        metrics.mails.inc();
+        metrics.mailbox_latency.record(requested.elapsed());
+        self.checkpoint(barrier, requested)
     }
 
     /// A checkpoint-complete or -aborted notice: the chain, then the input (a reader commits;

@@ -8,6 +8,7 @@ mod input;
 mod iteration;
 mod one_input;
 mod source;
+mod trigger;
 mod two_input;
 
 use std::time::Instant;
@@ -16,6 +17,7 @@ use streamtask_core::TaskOutput;
 use streamtask_core::runtime::{
     ChainBody, TaskChain, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode,
 };
+use streamtask_core::sync::atomic::{Ordering, fence};
 use streamtask_core::sync::spawn_named;
 use streamtask_core::task::{DeclineReason, TaskConfig};
 use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
@@ -38,6 +40,7 @@ pub use streamtask_core::runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
+use self::trigger::TriggerSlot;
 
 /// How the handle reaches a mailbox task: every call is a mail.
 struct Remote<B> {
@@ -45,6 +48,7 @@ struct Remote<B> {
     notices: MailboxExecutor<B, TaskFailure>,
     responder: streamtask_core::task::CheckpointResponder,
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
+    triggers: std::sync::Arc<TriggerSlot>,
 }
 
 impl<I, C, W> TaskControl for Remote<MailboxBody<I, C, W>>
@@ -54,10 +58,27 @@ where
     I: Input<C, W>,
 {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
+        // The fast way: the slot and the doorbell (no allocation, no lock).
+        if self.triggers.offer(barrier, requested) {
+            let core = self.processor.core();
+            core.ring();
+            // Ordered against the task thread's quiesce-then-take at its end: one of the two
+            // sees the other, and whoever takes the trigger back declines it.
+            fence(Ordering::SeqCst);
+            if !core.mailbox.state().is_accepting_mails() {
+                if let Some((barrier, _)) = self.triggers.take() {
+                    self.responder
+                        .decline(barrier.id, DeclineReason::NotRunning);
+                }
+            }
+            return;
+        }
+        self.triggers.mail_queued();
         let trigger = TriggerMail {
             barrier,
             requested,
             responder: Some(self.responder.clone()),
+            slot: std::sync::Arc::clone(&self.triggers),
         };
         // Refused once the task is ending: the mail comes back and, dropped, declines.
         let _ = self
@@ -95,6 +116,8 @@ struct TriggerMail {
     barrier: CheckpointBarrier,
     requested: Instant,
     responder: Option<streamtask_core::task::CheckpointResponder>,
+    /// The task's slot: a trigger waiting there that is older than this one runs first.
+    slot: std::sync::Arc<TriggerSlot>,
 }
 
 impl<I, C, W> MailAction<MailboxBody<I, C, W>, TaskFailure> for TriggerMail
@@ -106,6 +129,9 @@ where
     fn run(mut self: Box<Self>, body: &mut MailboxBody<I, C, W>) -> Result<(), TaskFailure> {
         // Ran: from here on the body acknowledges or declines.
         self.responder = None;
+        if let Some((older, requested)) = self.slot.take_older_than(self.barrier.id) {
+            body.slot_checkpoint(older, requested)?;
+        }
         body.checkpoint(self.barrier, self.requested)
     }
 }
@@ -115,6 +141,7 @@ impl Drop for TriggerMail {
         if let Some(responder) = self.responder.take() {
             responder.decline(self.barrier.id, DeclineReason::NotRunning);
         }
+        self.slot.mail_done();
     }
 }
 
@@ -126,6 +153,7 @@ struct Setup<B> {
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
     parts: TaskParts,
     restore: Option<streamtask_core::TaskSnapshot>,
+    triggers: std::sync::Arc<TriggerSlot>,
 }
 
 /// Starts the task thread and wires the mailbox, the services and the body around `input`,
@@ -181,17 +209,28 @@ where
     parts
         .lifecycle
         .set_stop_hook(move || poison.all_actions_completed());
+    let triggers = std::sync::Arc::new(TriggerSlot::new());
     let remote = Remote {
         notices: builder.mailbox_executor(Priority::MAX),
         processor: handle,
         responder: parts.responder.clone(),
         timers: std::sync::Arc::clone(&timers),
+        triggers: std::sync::Arc::clone(&triggers),
     };
+    let mut processor = builder.build(Immediate::new(body));
+    let slot = std::sync::Arc::clone(&triggers);
+    processor.set_doorbell(Box::new(move |body: &mut Body<I, C, W>| {
+        match slot.take() {
+            Some((barrier, requested)) => body.slot_checkpoint(barrier, requested),
+            None => Ok(()),
+        }
+    }));
     let setup = Setup {
-        processor: builder.build(Immediate::new(body)),
+        processor,
         timers,
         parts: parts.clone(),
         restore,
+        triggers,
     };
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
@@ -231,6 +270,7 @@ where
         timers,
         parts,
         restore,
+        triggers,
     } = setup;
     let lifecycle = &parts.lifecycle;
     parts.metrics.threads.inc();
@@ -262,6 +302,13 @@ where
     // otherwise they are dropped (triggers decline as they drop).
     timers.quiesce();
     let _ = processor.prepare_close();
+    // A trigger left in the slot never runs: declined (see `Remote::trigger_checkpoint`).
+    fence(Ordering::SeqCst);
+    if let Some((barrier, _)) = triggers.take() {
+        parts
+            .responder
+            .decline(barrier.id, DeclineReason::NotRunning);
+    }
     if finished && lifecycle.state() == streamtask_core::runtime::TaskState::Finishing {
         match catch_panic(|| processor.drain()) {
             Ok(Ok(())) => {}

@@ -1,13 +1,13 @@
-//! What the async I/O benches share: a task of either model fed by a producer thread, and the
-//! async functions they run (immediate completion, and a timer-driven completer).
-#![allow(dead_code)]
+//! Async I/O measurements: a task of either model fed by a producer thread, and the async
+//! functions it runs (immediate completion, and a timer-driven completer standing in for a
+//! remote service). `streamtask bench` and the `async_*` benches share them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use streamtask::Model;
+use crate::Model;
 use streamtask_core::async_io::{AsyncConfig, OutputMode};
 use streamtask_core::channel::{InputGate, bounded};
 use streamtask_core::function::{AsyncFunction, ResultFuture};
@@ -15,15 +15,9 @@ use streamtask_core::operator::{Discard, Map};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord};
 
-/// Whether `cargo bench` runs us (it passes `--bench`); under `cargo test` the benches only
-/// check that they run, on tiny inputs.
-pub(crate) fn benching() -> bool {
-    std::env::args().any(|a| a == "--bench")
-}
-
 /// What a task runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Chain {
+pub enum Chain {
     /// The async operator (capacity, mode).
     Async(usize, OutputMode),
     /// A map instead: the task's per-record cost without async I/O, the baseline.
@@ -36,7 +30,7 @@ pub(crate) enum Chain {
 /// # Panics
 ///
 /// If the task does not finish, or does not emit one record per input.
-pub(crate) fn run<F>(model: Model, chain: Chain, function: F, records: u64) -> Duration
+pub fn run<F>(model: Model, chain: Chain, function: F, records: u64) -> Duration
 where
     F: AsyncFunction<In = u64, Out = u64>,
 {
@@ -99,7 +93,7 @@ where
 /// Completes every call at once, on the task thread (zero latency): what remains is the
 /// operator's own cost per record (a completion mail, or a hand-off to the emitter thread).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Immediate;
+pub struct Immediate;
 
 impl AsyncFunction for Immediate {
     type In = u64;
@@ -127,7 +121,7 @@ struct CompleterState {
 
 /// One thread completing every call `latency` after it was made: a simulated remote service
 /// with a timer wheel, not a sleeping thread per request.
-pub(crate) struct Completer {
+pub struct Completer {
     latency: Duration,
     shared: Arc<(Mutex<CompleterState>, Condvar)>,
     thread: Option<JoinHandle<()>>,
@@ -135,7 +129,7 @@ pub(crate) struct Completer {
 
 impl Completer {
     /// Starts the completer thread.
-    pub(crate) fn start(latency: Duration) -> Completer {
+    pub fn start(latency: Duration) -> Completer {
         let shared = Arc::new((
             Mutex::new(CompleterState {
                 queue: VecDeque::new(),
@@ -159,7 +153,7 @@ impl Completer {
 
     /// The mean time from a call to its completion so far: the latency the operator saw
     /// (the configured one plus the timer's lateness).
-    pub(crate) fn mean_latency(&self) -> Duration {
+    pub fn mean_latency(&self) -> Duration {
         let state = self.shared.0.lock().unwrap();
         state
             .total_latency
@@ -168,7 +162,7 @@ impl Completer {
     }
 
     /// An async function whose calls this completer completes.
-    pub(crate) fn function(&self) -> Delayed {
+    pub fn function(&self) -> Delayed {
         Delayed {
             latency: self.latency,
             shared: Arc::clone(&self.shared),
@@ -219,7 +213,7 @@ impl Drop for Completer {
 }
 
 /// Hands every call to a [`Completer`].
-pub(crate) struct Delayed {
+pub struct Delayed {
     latency: Duration,
     shared: Arc<(Mutex<CompleterState>, Condvar)>,
 }
@@ -248,12 +242,71 @@ impl AsyncFunction for Delayed {
 }
 
 /// The median of `runs`.
-pub(crate) fn median(mut runs: Vec<Duration>) -> Duration {
+pub fn median(mut runs: Vec<Duration>) -> Duration {
     runs.sort();
     runs[runs.len() / 2]
 }
 
 /// Records per second.
-pub(crate) fn rate(records: u64, elapsed: Duration) -> f64 {
+pub fn rate(records: u64, elapsed: Duration) -> f64 {
     records as f64 / elapsed.as_secs_f64()
+}
+
+impl std::fmt::Debug for Completer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completer")
+            .field("latency", &self.latency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Delayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delayed")
+            .field("latency", &self.latency)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One run against Little's law: `records` records through an async operator of `capacity`
+/// whose calls a [`Completer`] completes after `latency`.
+#[derive(Debug, Clone, Copy)]
+pub struct LittlesLaw {
+    /// Records per second achieved.
+    pub achieved: f64,
+    /// `achieved / (capacity / latency)`: the fraction of the bound reached.
+    pub of_bound: f64,
+    /// The mean latency the calls actually had (the configured one plus the timer's lateness).
+    pub mean_latency: Duration,
+    /// `achieved / (capacity / mean_latency)`: the fraction of the bound at the latency seen.
+    pub of_effective_bound: f64,
+}
+
+/// Runs `records` records through `model`'s async operator (`capacity`, `mode`) with every call
+/// taking `latency`, and compares the rate with Little's bound `capacity / latency`.
+pub fn littles_law(
+    model: Model,
+    mode: OutputMode,
+    capacity: usize,
+    latency: Duration,
+    records: u64,
+) -> LittlesLaw {
+    let completer = Completer::start(latency);
+    let elapsed = run(
+        model,
+        Chain::Async(capacity, mode),
+        completer.function(),
+        records,
+    );
+    let mean_latency = completer.mean_latency();
+    drop(completer); // joins its thread
+    let achieved = rate(records, elapsed);
+    let bound = capacity as f64 / latency.as_secs_f64();
+    let effective = capacity as f64 / mean_latency.as_secs_f64().max(f64::MIN_POSITIVE);
+    LittlesLaw {
+        achieved,
+        of_bound: achieved / bound,
+        mean_latency,
+        of_effective_bound: achieved / effective,
+    }
 }

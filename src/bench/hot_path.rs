@@ -1,0 +1,145 @@
+//! The per-record cost of a mailbox source task against a bare loop running the same steps:
+//! what the task, its mailbox check and its bookkeeping add to a record.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use streamtask_core::operator::{ChainOutput, Discard, Map, NoEvents, TaskServices};
+use streamtask_core::task::TaskConfig;
+use streamtask_core::testing::ManualTimerService;
+use streamtask_core::{ManualClock, OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+
+/// A reader emitting `next, next + 1, ...` up to `end` (exclusive), one record per poll.
+#[derive(Debug, Clone, Copy)]
+pub struct Counter {
+    /// The next value.
+    pub next: u64,
+    /// Where it ends.
+    pub end: u64,
+}
+
+impl SourceReader<u64> for Counter {
+    fn name(&self) -> &str {
+        "counter"
+    }
+    #[inline]
+    fn poll_next(&mut self, out: &mut ReaderOutput<'_, u64>) -> Result<InputStatus, OperatorError> {
+        if self.next == self.end {
+            return Ok(InputStatus::EndOfInput);
+        }
+        out.collect(self.next)?;
+        self.next += 1;
+        Ok(InputStatus::MoreAvailable)
+    }
+    fn register_waker(&mut self, waker: &Waker) {
+        waker.wake_by_ref();
+    }
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        Ok(self.next.to_le_bytes().to_vec())
+    }
+}
+
+/// An output summing what it gets, so nothing is optimized away.
+#[derive(Debug, Default)]
+pub struct Sum(pub u64);
+
+impl Output<u64> for Sum {
+    #[inline]
+    fn collect(&mut self, record: StreamRecord<u64>) -> Result<(), OperatorError> {
+        self.0 = self.0.wrapping_add(record.value);
+        Ok(())
+    }
+    fn emit_watermark(&mut self, _watermark: Watermark) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    fn emit_status(&mut self, _status: StreamStatus) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+/// The map every hot-path measurement runs.
+pub type Triple = Map<u64, u64, fn(u64) -> u64>;
+
+/// The map every hot-path measurement runs: `x * 3`.
+pub fn triple() -> Triple {
+    Map::new("triple", (|x: u64| x.wrapping_mul(3)) as fn(u64) -> u64)
+}
+
+/// What a source task's default action does per record (reader -> chain -> output), without a
+/// task around it.
+#[derive(Debug)]
+pub struct Pipeline {
+    /// The reader.
+    pub reader: Counter,
+    /// The chain.
+    pub chain: Triple,
+    /// The output.
+    pub sink: Sum,
+    /// The services the chain's context needs.
+    pub services: TaskServices,
+}
+
+impl Pipeline {
+    /// A pipeline over `records` records.
+    pub fn new(records: u64) -> Self {
+        let timers = Arc::new(ManualTimerService::new(ManualClock::new(0)));
+        Pipeline {
+            reader: Counter {
+                next: 0,
+                end: records,
+            },
+            chain: triple(),
+            sink: Sum::default(),
+            services: TaskServices::new("bench", timers, Arc::new(NoEvents)),
+        }
+    }
+
+    /// One reader step through the chain.
+    ///
+    /// # Panics
+    ///
+    /// Never: nothing in the pipeline fails.
+    #[inline]
+    pub fn step(&mut self) -> InputStatus {
+        let mut chain = ChainOutput::new(&mut self.chain, &mut self.sink, &self.services, 0);
+        let mut out = ReaderOutput::new(&mut chain);
+        self.reader
+            .poll_next(&mut out)
+            .expect("the bench pipeline never fails")
+    }
+}
+
+/// `records` records through a bare loop of [`Pipeline::step`]: the wall time.
+pub fn bare_loop(records: u64) -> Duration {
+    let mut pipeline = Pipeline::new(records);
+    let start = Instant::now();
+    while pipeline.step() == InputStatus::MoreAvailable {}
+    let elapsed = start.elapsed();
+    black_box(pipeline.sink.0);
+    elapsed
+}
+
+/// `records` records through a whole [`SourceTask`] (spawn to join): the wall time.
+///
+/// # Panics
+///
+/// If the task does not finish.
+pub fn source_task(records: u64) -> Duration {
+    let start = Instant::now();
+    let task = SourceTask::spawn(
+        TaskConfig::new("bench-hot-path"),
+        Counter {
+            next: 0,
+            end: records,
+        },
+        triple(),
+        Discard,
+    );
+    let outcome = task.join();
+    let elapsed = start.elapsed();
+    assert!(outcome.is_finished(), "the hot-path task: {outcome}");
+    elapsed
+}

@@ -1,0 +1,444 @@
+//! `streamtask bench`: the model-comparison measurements of one machine in one run.
+//!
+//! Ratios from separate runs on a shared, noisy machine say little, so every measurement here
+//! runs in the same process, in interleaved rounds (round 1 runs each measurement once, then
+//! round 2, ...), and each figure is the median over the rounds. What is compared:
+//!
+//! | key | what | better |
+//! |---|---|---|
+//! | `source_task_vs_bare` | a mailbox `SourceTask` through a map, ns/record, over a bare loop of the same steps | lower |
+//! | `vs_tokio_batched_throughput` | the same task's records/s under 1 ms triggers over a tokio `select!` loop batching 1024 records | higher |
+//! | `vs_tokio_batched_p99` | their trigger latency (scheduled -> snapshot), p99, task over tokio | lower |
+//! | `trigger_call_p50_us` | the mailbox `trigger_checkpoint` call on the triggering thread, median | lower |
+//! | `put_take_vs_crossbeam` | crossbeam unbounded time over mailbox time, 1/2/4 producers, `take` and batch paths | higher |
+//! | `async_littles_law` | async I/O (capacity 100, 1 ms) achieved over Little's bound | higher |
+//! | `handoff_vs_legacy` | the `HandoffReader`'s records/s over the legacy task's, capacity 64 and 1024 | higher |
+//! | `bridge_vs_legacy_trigger_p99` | trigger latency p99 under a hot legacy source, bridge over legacy | lower |
+//!
+//! The figures are for reading, never for asserting: the tests run [`run`] in quick mode and
+//! check only that it completes and what keys the report has.
+
+pub mod async_io;
+pub mod hot_path;
+pub mod models;
+pub mod put_take;
+pub mod sources;
+pub mod tokio_peer;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use streamtask_core::async_io::OutputMode;
+use streamtask_legacy::Fairness;
+
+use crate::Model;
+use models::Runner;
+use put_take::Consumer;
+
+/// Whether `cargo bench` runs the calling bench (it passes `--bench`); under `cargo test` the
+/// benches only check that they run, on tiny inputs.
+pub fn benching() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// How much `streamtask bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BenchConfig {
+    /// Interleaved rounds; each figure is the median over them.
+    pub rounds: usize,
+    /// Tiny inputs (seconds, for CI): the figures mean little.
+    pub quick: bool,
+}
+
+impl BenchConfig {
+    /// The measurement: five rounds (about a minute on two cores).
+    pub fn full() -> Self {
+        BenchConfig {
+            rounds: 5,
+            quick: false,
+        }
+    }
+
+    /// One round on tiny inputs: checks that everything runs, in seconds.
+    pub fn quick() -> Self {
+        BenchConfig {
+            rounds: 1,
+            quick: true,
+        }
+    }
+
+    fn pick<T>(&self, quick: T, full: T) -> T {
+        if self.quick { quick } else { full }
+    }
+}
+
+/// One model's put/take against crossbeam.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PutTake {
+    /// Producer threads.
+    pub producers: u64,
+    /// Crossbeam's time over the mailbox's with `take` per mail (>= 1: the mailbox is as fast).
+    pub take: f64,
+    /// The same for the processor's batch path.
+    pub batch: f64,
+}
+
+/// Achieved over Little's bound, ordered and unordered.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AsyncModes {
+    /// Ordered output.
+    pub ordered: f64,
+    /// Unordered output.
+    pub unordered: f64,
+}
+
+/// Little's-law fractions of both models.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AsyncLittlesLaw {
+    /// The legacy async operator (emitter thread under the lock).
+    pub legacy: AsyncModes,
+    /// The mailbox async operator (completion mails).
+    pub mailbox: AsyncModes,
+}
+
+/// Everything one `streamtask bench` run measured (medians over its rounds).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Rounds run.
+    pub rounds: usize,
+    /// Whether it was a quick run (tiny inputs).
+    pub quick: bool,
+    /// Source task ns/record over the bare loop's.
+    pub source_task_vs_bare: f64,
+    /// The source task's ns/record.
+    pub source_task_ns: f64,
+    /// The bare loop's ns/record.
+    pub bare_ns: f64,
+    /// Source task records/s under triggers over the tokio loop's (batched 1024).
+    pub vs_tokio_batched_throughput: f64,
+    /// Source task trigger p99 over the tokio loop's (batched 1024).
+    pub vs_tokio_batched_p99: f64,
+    /// The same against the per-record tokio loop.
+    pub vs_tokio_per_record_throughput: f64,
+    /// The same against the per-record tokio loop.
+    pub vs_tokio_per_record_p99: f64,
+    /// Records/s and trigger p99 (us) of each of: mailbox, tokio batched, tokio per record.
+    pub trigger_runs: BTreeMap<String, (f64, f64)>,
+    /// The mailbox `trigger_checkpoint` call, median, microseconds.
+    pub trigger_call_p50_us: f64,
+    /// Put/take against crossbeam, for 1, 2 and 4 producers.
+    pub put_take_vs_crossbeam: Vec<PutTake>,
+    /// Async I/O at capacity 100 and 1 ms latency: achieved over Little's bound.
+    pub async_littles_law: AsyncLittlesLaw,
+    /// The handoff reader's records/s over the legacy task's, by capacity ("64", "1024").
+    pub handoff_vs_legacy: BTreeMap<String, f64>,
+    /// Trigger p99 under a hot source: bridge over legacy (lock fairness `Eventual`).
+    pub bridge_vs_legacy_trigger_p99: f64,
+    /// The legacy and bridge p99s (us) behind that ratio.
+    pub legacy_trigger_p99_us: f64,
+    /// See `legacy_trigger_p99_us`.
+    pub bridge_trigger_p99_us: f64,
+}
+
+/// The median of `xs` (the upper one of an even count); `NaN` for none.
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Samples per named figure, one per round.
+#[derive(Default)]
+struct Samples(BTreeMap<&'static str, Vec<f64>>);
+
+impl Samples {
+    fn push(&mut self, name: &'static str, value: f64) {
+        self.0.entry(name).or_default().push(value);
+    }
+    fn median(&self, name: &str) -> f64 {
+        median(self.0.get(name).cloned().unwrap_or_default())
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Runs every measurement `config.rounds` times, interleaved, and reports the medians.
+/// `progress` hears the name of each measurement as it starts.
+///
+/// # Panics
+///
+/// If a measured task fails (none of them should).
+pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchReport {
+    let records = config.pick(200_000, 5_000_000);
+    let triggers = config.pick(50, 2_000);
+    let interval = Duration::from_millis(1);
+    let mails = config.pick(20_000, 200_000);
+    let async_records = config.pick(2_000, 50_000);
+    let handoff_records = config.pick(100_000, 2_000_000);
+    let mut s = Samples::default();
+    for round in 0..config.rounds {
+        progress(round, "hot path");
+        let bare = hot_path::bare_loop(records);
+        let task = hot_path::source_task(records);
+        s.push("bare_ns", secs(bare) * 1e9 / records as f64);
+        s.push("task_ns", secs(task) * 1e9 / records as f64);
+        s.push("task_vs_bare", secs(task) / secs(bare));
+
+        progress(round, "triggers: mailbox vs tokio select!");
+        let mailbox = models::hot_triggers(Runner::Native, Fairness::Eventual, triggers, interval);
+        let batched = tokio_peer::select_loop(1024, triggers, interval);
+        let per_record = tokio_peer::select_loop(1, triggers, interval);
+        s.push("mailbox_rps", mailbox.records_per_s);
+        s.push("mailbox_p99", mailbox.p99_us);
+        s.push("tokio_batched_rps", batched.records_per_s);
+        s.push("tokio_batched_p99", batched.p99_us);
+        s.push("tokio_per_record_rps", per_record.records_per_s);
+        s.push("tokio_per_record_p99", per_record.p99_us);
+        s.push("trigger_call_p50", mailbox.call_p50_us);
+        s.push(
+            "vs_tokio_batched_rps",
+            mailbox.records_per_s / batched.records_per_s,
+        );
+        s.push("vs_tokio_batched_p99", mailbox.p99_us / batched.p99_us);
+        s.push(
+            "vs_tokio_per_record_rps",
+            mailbox.records_per_s / per_record.records_per_s,
+        );
+        s.push(
+            "vs_tokio_per_record_p99",
+            mailbox.p99_us / per_record.p99_us,
+        );
+
+        progress(round, "mailbox put/take vs crossbeam");
+        for (producers, take, batch) in [
+            (1, "put_take_1", "put_batch_1"),
+            (2, "put_take_2", "put_batch_2"),
+            (4, "put_take_4", "put_batch_4"),
+        ] {
+            let crossbeam = put_take::crossbeam_run(producers, mails);
+            let taken = put_take::mailbox_run(producers, mails, Consumer::Take);
+            let batched = put_take::mailbox_run(producers, mails, Consumer::Batch);
+            s.push(take, secs(crossbeam) / secs(taken));
+            s.push(batch, secs(crossbeam) / secs(batched));
+        }
+
+        progress(round, "async I/O at Little's bound");
+        for (model, mode, name) in [
+            (Model::Legacy, OutputMode::Ordered, "async_legacy_ordered"),
+            (Model::Mailbox, OutputMode::Ordered, "async_mailbox_ordered"),
+            (
+                Model::Legacy,
+                OutputMode::Unordered,
+                "async_legacy_unordered",
+            ),
+            (
+                Model::Mailbox,
+                OutputMode::Unordered,
+                "async_mailbox_unordered",
+            ),
+        ] {
+            let law =
+                async_io::littles_law(model, mode, 100, Duration::from_millis(1), async_records);
+            s.push(name, law.of_bound);
+        }
+
+        progress(round, "handoff vs legacy");
+        let legacy = models::throughput(Runner::Legacy, handoff_records);
+        for (capacity, name) in [(64, "handoff_64"), (1024, "handoff_1024")] {
+            let handoff = models::throughput(Runner::Handoff(capacity), handoff_records);
+            s.push(name, secs(legacy) / secs(handoff));
+        }
+
+        progress(round, "bridge vs legacy trigger latency");
+        let legacy = models::hot_triggers(Runner::Legacy, Fairness::Eventual, triggers, interval);
+        let bridge = models::hot_triggers(Runner::Bridge, Fairness::Eventual, triggers, interval);
+        s.push("legacy_p99", legacy.p99_us);
+        s.push("bridge_p99", bridge.p99_us);
+        s.push("bridge_vs_legacy_p99", bridge.p99_us / legacy.p99_us);
+    }
+    let mut trigger_runs = BTreeMap::new();
+    for (label, rps, p99) in [
+        ("mailbox", "mailbox_rps", "mailbox_p99"),
+        (
+            "tokio batched 1024",
+            "tokio_batched_rps",
+            "tokio_batched_p99",
+        ),
+        (
+            "tokio per record",
+            "tokio_per_record_rps",
+            "tokio_per_record_p99",
+        ),
+    ] {
+        trigger_runs.insert(label.to_string(), (s.median(rps), s.median(p99)));
+    }
+    BenchReport {
+        rounds: config.rounds,
+        quick: config.quick,
+        source_task_vs_bare: s.median("task_vs_bare"),
+        source_task_ns: s.median("task_ns"),
+        bare_ns: s.median("bare_ns"),
+        vs_tokio_batched_throughput: s.median("vs_tokio_batched_rps"),
+        vs_tokio_batched_p99: s.median("vs_tokio_batched_p99"),
+        vs_tokio_per_record_throughput: s.median("vs_tokio_per_record_rps"),
+        vs_tokio_per_record_p99: s.median("vs_tokio_per_record_p99"),
+        trigger_runs,
+        trigger_call_p50_us: s.median("trigger_call_p50"),
+        put_take_vs_crossbeam: [
+            (1, "put_take_1", "put_batch_1"),
+            (2, "put_take_2", "put_batch_2"),
+            (4, "put_take_4", "put_batch_4"),
+        ]
+        .into_iter()
+        .map(|(producers, take, batch)| PutTake {
+            producers,
+            take: s.median(take),
+            batch: s.median(batch),
+        })
+        .collect(),
+        async_littles_law: AsyncLittlesLaw {
+            legacy: AsyncModes {
+                ordered: s.median("async_legacy_ordered"),
+                unordered: s.median("async_legacy_unordered"),
+            },
+            mailbox: AsyncModes {
+                ordered: s.median("async_mailbox_ordered"),
+                unordered: s.median("async_mailbox_unordered"),
+            },
+        },
+        handoff_vs_legacy: [("64", "handoff_64"), ("1024", "handoff_1024")]
+            .into_iter()
+            .map(|(capacity, name)| (capacity.to_string(), s.median(name)))
+            .collect(),
+        bridge_vs_legacy_trigger_p99: s.median("bridge_vs_legacy_p99"),
+        legacy_trigger_p99_us: s.median("legacy_p99"),
+        bridge_trigger_p99_us: s.median("bridge_p99"),
+    }
+}
+
+/// A target's verdict.
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}
+
+impl fmt::Display for BenchReport {
+    /// The table of ratios, with issue 16's targets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "streamtask bench: {} round(s){}, medians",
+            self.rounds,
+            if self.quick {
+                " (quick: tiny inputs, figures mean little)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(
+            f,
+            "{:<58} {:>12} {:>12}  verdict",
+            "what", "measured", "target"
+        )?;
+        let mut row = |what: String, measured: String, target: &str, met: bool| {
+            writeln!(
+                f,
+                "{what:<58} {measured:>12} {target:>12}  {}",
+                verdict(met)
+            )
+        };
+        row(
+            format!(
+                "source task vs bare loop ({:.2} vs {:.2} ns/record)",
+                self.source_task_ns, self.bare_ns
+            ),
+            format!("{:.2}x", self.source_task_vs_bare),
+            "<= 1.5x",
+            self.source_task_vs_bare <= 1.5,
+        )?;
+        row(
+            "records/s under 1 ms triggers vs tokio select! batched 1024".into(),
+            format!("{:.2}x", self.vs_tokio_batched_throughput),
+            ">= 1x",
+            self.vs_tokio_batched_throughput >= 1.0,
+        )?;
+        row(
+            "trigger p99 vs tokio select! batched 1024".into(),
+            format!("{:.2}x", self.vs_tokio_batched_p99),
+            "<= 1x",
+            self.vs_tokio_batched_p99 <= 1.0,
+        )?;
+        row(
+            "records/s vs tokio select! per record (reference)".into(),
+            format!("{:.2}x", self.vs_tokio_per_record_throughput),
+            "-",
+            true,
+        )?;
+        row(
+            "trigger p99 vs tokio select! per record (reference)".into(),
+            format!("{:.2}x", self.vs_tokio_per_record_p99),
+            "-",
+            true,
+        )?;
+        row(
+            "trigger_checkpoint call p50".into(),
+            format!("{:.3} us", self.trigger_call_p50_us),
+            "<= 0.3 us",
+            self.trigger_call_p50_us <= 0.3,
+        )?;
+        for p in &self.put_take_vs_crossbeam {
+            row(
+                format!("put/take vs crossbeam, {} producer(s): take", p.producers),
+                format!("{:.2}x", p.take),
+                ">= 0.8x",
+                p.take >= 0.8,
+            )?;
+            row(
+                format!("put/take vs crossbeam, {} producer(s): batch", p.producers),
+                format!("{:.2}x", p.batch),
+                ">= 0.8x",
+                p.batch >= 0.8,
+            )?;
+        }
+        let law = &self.async_littles_law;
+        for (model, modes) in [("legacy", law.legacy), ("mailbox", law.mailbox)] {
+            for (mode, value) in [("ordered", modes.ordered), ("unordered", modes.unordered)] {
+                row(
+                    format!("async I/O (C=100, 1 ms) of Little's bound: {model} {mode}"),
+                    format!("{value:.3}"),
+                    ">= 0.9",
+                    value >= 0.9,
+                )?;
+            }
+        }
+        for (capacity, value) in &self.handoff_vs_legacy {
+            row(
+                format!("HandoffReader vs legacy task, capacity {capacity}"),
+                format!("{value:.2}x"),
+                ">= 0.5x",
+                *value >= 0.5,
+            )?;
+        }
+        row(
+            format!(
+                "bridge vs legacy trigger p99, hot source ({:.0} vs {:.0} us)",
+                self.bridge_trigger_p99_us, self.legacy_trigger_p99_us
+            ),
+            format!("{:.3}x", self.bridge_vs_legacy_trigger_p99),
+            "<= 0.1x",
+            self.bridge_vs_legacy_trigger_p99 <= 0.1,
+        )?;
+        for (label, (rps, p99)) in &self.trigger_runs {
+            writeln!(
+                f,
+                "  under triggers: {label:<20} {rps:>14.0} records/s  p99 {p99:>9.1} us"
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,241 @@
+//! One legacy source (and its native port) behind the same chain under each model: throughput
+//! to the end, and checkpoint-trigger latency while the source runs flat out.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use streamtask_bridge::{HandoffReader, LegacySourceStreamTask};
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::operator::Discard;
+use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskOutcome, TaskReport};
+use streamtask_core::{CheckpointBarrier, TriggerError};
+use streamtask_legacy::{Fairness, SourceStreamTask};
+use streamtask_mailbox::SourceTask;
+
+use super::sources::{Count, CountReader, Stamp};
+
+/// Which task runs the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// `streamtask_legacy::SourceStreamTask`: the source on the task thread, under the lock.
+    Legacy,
+    /// `streamtask_bridge::LegacySourceStreamTask`: the source on its own thread, mails under
+    /// the lock.
+    Bridge,
+    /// `streamtask_bridge::HandoffReader` of this capacity in a mailbox `SourceTask`.
+    Handoff(usize),
+    /// The native port in a mailbox `SourceTask`.
+    Native,
+}
+
+impl Runner {
+    /// A short label.
+    pub fn label(self) -> String {
+        match self {
+            Runner::Legacy => "legacy".into(),
+            Runner::Bridge => "bridge".into(),
+            Runner::Handoff(capacity) => format!("handoff({capacity})"),
+            Runner::Native => "mailbox".into(),
+        }
+    }
+}
+
+/// The handles of the models behind one interface.
+enum Running {
+    Legacy(streamtask_legacy::TaskHandle),
+    Bridge(streamtask_bridge::TaskHandle),
+    Mailbox(streamtask_mailbox::TaskHandle),
+}
+
+impl Running {
+    fn spawn(
+        runner: Runner,
+        fairness: Fairness,
+        config: TaskConfig,
+        limit: Option<u64>,
+        stamp: Stamp,
+    ) -> Self {
+        let source = Count { limit };
+        match runner {
+            Runner::Legacy => Running::Legacy(
+                SourceStreamTask::new(config, source, stamp, Discard)
+                    .with_fairness(fairness)
+                    .spawn(),
+            ),
+            Runner::Bridge => Running::Bridge(
+                LegacySourceStreamTask::new(config, source, stamp, Discard)
+                    .with_fairness(fairness)
+                    .spawn()
+                    .expect("a plain chain"),
+            ),
+            Runner::Handoff(capacity) => Running::Mailbox(SourceTask::spawn(
+                config,
+                HandoffReader::new(source).with_capacity(capacity),
+                stamp,
+                Discard,
+            )),
+            Runner::Native => Running::Mailbox(SourceTask::spawn(
+                config,
+                CountReader {
+                    next: 0,
+                    limit: limit.unwrap_or(u64::MAX),
+                },
+                stamp,
+                Discard,
+            )),
+        }
+    }
+
+    fn trigger(&self, barrier: CheckpointBarrier) -> Result<(), TriggerError> {
+        match self {
+            Running::Legacy(t) => t.trigger_checkpoint(barrier),
+            Running::Bridge(t) => t.trigger_checkpoint(barrier),
+            Running::Mailbox(t) => t.trigger_checkpoint(barrier),
+        }
+    }
+
+    fn metrics(&self) -> Arc<TaskMetrics> {
+        match self {
+            Running::Legacy(t) => Arc::clone(t.metrics()),
+            Running::Bridge(t) => Arc::clone(t.metrics()),
+            Running::Mailbox(t) => Arc::clone(t.metrics()),
+        }
+    }
+
+    fn join(self) -> TaskOutcome {
+        match self {
+            Running::Legacy(t) => t.join(),
+            Running::Bridge(t) => t.join(),
+            Running::Mailbox(t) => t.join(),
+        }
+    }
+
+    fn stop(self) -> TaskOutcome {
+        match &self {
+            Running::Legacy(t) => t.cancel(),
+            Running::Bridge(t) => t.cancel(),
+            Running::Mailbox(t) => t.cancel(),
+        }
+        self.join()
+    }
+}
+
+/// `records` records of the counting source through `runner`: the wall time, spawn to join.
+///
+/// # Panics
+///
+/// If the task does not finish.
+pub fn throughput(runner: Runner, records: u64) -> Duration {
+    let start = Instant::now();
+    let task = Running::spawn(
+        runner,
+        Fairness::Eventual,
+        TaskConfig::new(runner.label()),
+        Some(records),
+        Stamp::new(),
+    );
+    let outcome = task.join();
+    let elapsed = start.elapsed();
+    assert!(outcome.is_finished(), "{}: {outcome}", runner.label());
+    elapsed
+}
+
+/// What [`hot_triggers`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct TriggerRun {
+    /// Scheduled trigger time -> snapshot start, median, in microseconds.
+    pub p50_us: f64,
+    /// The same, 99th percentile.
+    pub p99_us: f64,
+    /// How long the `trigger_checkpoint` call itself took on this thread, median, in
+    /// microseconds.
+    pub call_p50_us: f64,
+    /// Records per second the source got through meanwhile.
+    pub records_per_s: f64,
+    /// Triggers acknowledged.
+    pub acked: u64,
+}
+
+/// Triggers `triggers` checkpoints on absolute deadlines every `interval` (a slow snapshot does
+/// not delay the next one: no coordinated omission) while the source runs flat out under
+/// `runner`; latency from each trigger's scheduled time to the start of its snapshot.
+///
+/// # Panics
+///
+/// If a trigger is refused or the task does not end cancelled.
+pub fn hot_triggers(
+    runner: Runner,
+    fairness: Fairness,
+    triggers: u64,
+    interval: Duration,
+) -> TriggerRun {
+    let (reports, acks) = crossbeam::channel::unbounded();
+    let name = format!("{} {fairness:?}", runner.label());
+    let config = TaskConfig::new(name.clone())
+        .with_responder(CheckpointResponder::new(name.clone(), reports))
+        .with_cancel_grace(Duration::from_secs(60));
+    let stamp = Stamp::new();
+    let starts = Arc::clone(&stamp.starts);
+    let task = Running::spawn(runner, fairness, config, None, stamp);
+    let metrics = task.metrics();
+    let warm = Instant::now() + Duration::from_secs(10);
+    while metrics.records_in.get() == 0 && Instant::now() < warm {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let records_before = metrics.records_in.get();
+    let begin = Instant::now();
+    let scheduled: Vec<Instant> = (0..triggers).map(|k| begin + interval * k as u32).collect();
+    let mut calls = new_histogram();
+    for (k, at) in scheduled.iter().enumerate() {
+        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let called = Instant::now();
+        task.trigger(CheckpointBarrier::new(k as u64 + 1, 0))
+            .expect("a source task");
+        calls.saturating_record(nanos(called.elapsed()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut acked, mut declined) = (0, 0);
+    while acked + declined < triggers && Instant::now() < deadline {
+        match acks.recv_timeout(Duration::from_millis(100)) {
+            Ok(TaskReport::Acknowledged { .. }) => acked += 1,
+            Ok(TaskReport::Declined { .. }) => declined += 1,
+            Err(_) => {}
+        }
+    }
+    let elapsed = begin.elapsed().as_secs_f64();
+    let records = metrics.records_in.get() - records_before;
+    let outcome = task.stop();
+    assert!(
+        matches!(outcome, TaskOutcome::Cancelled),
+        "{name}: {outcome}"
+    );
+    let mut latency = new_histogram();
+    for (id, start) in starts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        if let Some(at) = usize::try_from(*id - 1).ok().and_then(|i| scheduled.get(i)) {
+            latency.saturating_record(nanos(start.saturating_duration_since(*at)));
+        }
+    }
+    TriggerRun {
+        p50_us: latency.value_at_quantile(0.5) as f64 / 1e3,
+        p99_us: latency.value_at_quantile(0.99) as f64 / 1e3,
+        call_p50_us: calls.value_at_quantile(0.5) as f64 / 1e3,
+        records_per_s: records as f64 / elapsed,
+        acked,
+    }
+}
+
+pub(crate) fn new_histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).expect("valid bounds")
+}
+
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+}
