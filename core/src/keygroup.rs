@@ -187,7 +187,8 @@ stable_tuple!(A, B);
 stable_tuple!(A, B, C);
 stable_tuple!(A, B, C, D);
 
-/// MurmurHash3, x86 32-bit variant (Austin Appleby's reference `MurmurHash3_x86_32`).
+/// MurmurHash3, x86 32-bit variant (Austin Appleby's reference `MurmurHash3_x86_32`), the hash
+/// Flink's key groups use; computed by the `murmur3` crate, so it is the same on every platform.
 ///
 /// # Examples
 ///
@@ -198,33 +199,8 @@ stable_tuple!(A, B, C, D);
 /// assert_eq!(murmur3_32(b"hello", 0), 0x248b_fa47);
 /// ```
 pub fn murmur3_32(bytes: &[u8], seed: u32) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mut h = seed;
-    let mut blocks = bytes.chunks_exact(4);
-    for block in &mut blocks {
-        let mut k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let tail = blocks.remainder();
-    if !tail.is_empty() {
-        let mut k = 0u32;
-        for (i, &b) in tail.iter().enumerate() {
-            k |= u32::from(b) << (8 * i);
-        }
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
-    }
-    // The length is mixed in modulo 2^32, as the reference does.
-    h ^= bytes.len() as u32;
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
-    h
+    murmur3::murmur3_32(&mut std::io::Cursor::new(bytes), seed)
+        .expect("reading from an in-memory slice cannot fail")
 }
 
 /// The key group of `key` among `max_parallelism` (Flink's `assignToKeyGroup`).
