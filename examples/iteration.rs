@@ -16,7 +16,7 @@ use std::time::Duration;
 use streamtask::checkpoint::CheckpointStorage;
 use streamtask::demo::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
-use streamtask_core::runtime::FEEDBACK_LOG;
+use streamtask_core::runtime::feedback_log;
 
 const RECORDS: u64 = 2_000;
 const BOUND: u64 = 10;
@@ -74,10 +74,8 @@ fn logged(dir: &std::path::Path) -> usize {
         let checkpoint = storage.load(id).expect("a completed checkpoint");
         for (task, snapshot) in &checkpoint.tasks {
             if task.starts_with("halve loop#") {
-                let log: Vec<StreamRecord<(u64, u64)>> = snapshot
-                    .get_value(FEEDBACK_LOG)
-                    .expect("a readable log")
-                    .unwrap_or_default();
+                let log: Vec<StreamRecord<(u64, u64)>> =
+                    feedback_log(snapshot).expect("a readable log");
                 logged += log.len();
             }
         }

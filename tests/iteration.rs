@@ -3,16 +3,23 @@
 //! output of a reference computed without the runtime, also with checkpoints every 10 ms and
 //! faults in the loop, in the head and downstream of it: the records circulating in the loop at
 //! a checkpoint are in the head's snapshot (Carbone et al. 2015) and replayed on restore.
+//!
+//! Savepoints: a run stopped with a savepoint while every record is in the loop, restored from
+//! it (under the same model, across a pair of models, with another parallelism), commits
+//! exactly the reference output: the heads' feedback logs are part of the savepoint's shape.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Waker;
 use std::time::Duration;
 
-use streamtask::JobPhase;
-use streamtask::checkpoint::CheckpointStorage;
+use streamtask::checkpoint::{CheckpointStorage, Savepoint};
 use streamtask::demo::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
-use streamtask_core::runtime::{FEEDBACK_LOG, IterationError};
+use streamtask::{JobPhase, SavepointHandle};
+use streamtask_core::runtime::{IterationError, feedback_log};
+use streamtask_core::state::{decode, encode};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 const RECORDS: u64 = 1_500;
@@ -162,10 +169,7 @@ fn logged_records(dir: &std::path::Path) -> usize {
             let head = checkpoint
                 .task(&format!("halve loop#{subtask}"))
                 .expect("the head acknowledges every completed checkpoint");
-            let log: Vec<StreamRecord<(u64, u64)>> = head
-                .get_value(FEEDBACK_LOG)
-                .unwrap()
-                .expect("a feedback log");
+            let log: Vec<StreamRecord<(u64, u64)>> = feedback_log(head).unwrap();
             logged += log.len();
         }
     }
@@ -344,4 +348,210 @@ fn a_feedback_stream_of_another_parallelism_is_a_build_error() {
         ),
         "{error}"
     );
+}
+
+/// Records of the savepoint tests (each circulates until the savepoint).
+const HELD: u64 = 300;
+
+/// A reader of `(id, value(id))` for `id` in `0..HELD`; at the end it pulls `stop` (if given)
+/// and waits for the job to stop around it, else its input ends.
+struct Held {
+    next: u64,
+    stop: Option<SavepointHandle>,
+    pulled: bool,
+}
+
+impl SourceReader<(u64, u64)> for Held {
+    fn name(&self) -> &str {
+        "numbers"
+    }
+
+    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+        if let Some(bytes) = state {
+            self.next = decode(bytes).map_err(|e| OperatorError::state("numbers", e))?;
+        }
+        Ok(())
+    }
+
+    fn poll_next(
+        &mut self,
+        output: &mut ReaderOutput<'_, (u64, u64)>,
+    ) -> Result<InputStatus, OperatorError> {
+        if self.next < HELD {
+            output.collect((self.next, value(self.next)))?;
+            self.next += 1;
+            return Ok(InputStatus::MoreAvailable);
+        }
+        match &self.stop {
+            Some(stop) => {
+                if !self.pulled {
+                    self.pulled = true;
+                    stop.stop_with_savepoint();
+                }
+                Ok(InputStatus::NothingAvailable)
+            }
+            None => Ok(InputStatus::EndOfInput),
+        }
+    }
+
+    fn register_waker(&mut self, waker: &Waker) {
+        if !self.pulled {
+            waker.wake_by_ref();
+        }
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        encode(&self.next).map_err(|e| OperatorError::state("numbers", e))
+    }
+}
+
+/// The held loop's reference output, as the sink writes it.
+fn held_reference() -> Vec<String> {
+    let mut out: Vec<String> = reference()
+        .into_iter()
+        .take(HELD as usize)
+        .map(|(id, v)| format!("{id},{v}"))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The halving loop with `parallelism` heads, into an exactly-once file sink in `work/output`.
+/// Unless `release`, the loop holds every record: nothing is halved and nothing leaves, so at
+/// a savepoint every record is in the loop (in the heads' feedback logs). A released loop
+/// halves as the reference does.
+fn build_held(
+    model: Model,
+    work: &Path,
+    parallelism: usize,
+    release: bool,
+    stop: Option<SavepointHandle>,
+) -> JobGraph {
+    let env = StreamEnvironment::new(model);
+    let (iteration, head) = env
+        .add_reader("numbers", move |_| Held {
+            next: 0,
+            stop: stop.clone(),
+            pulled: false,
+        })
+        .rebalance("spread", parallelism)
+        .iterate("halve loop", MAX_WAIT);
+    let mut branches = head
+        .map(
+            "halve",
+            move |(id, v): (u64, u64)| {
+                if release { (id, v / 2) } else { (id, v) }
+            },
+        )
+        .fan_out(&["again", "done"]);
+    let done = branches.pop().unwrap();
+    let again = branches.pop().unwrap();
+    let feedback = again
+        .filter("big", move |&(_, v): &(u64, u64)| !release || v >= BOUND)
+        .key_by(|&(id, _): &(u64, u64)| id % 5)
+        .map_with_parallelism("requeue", parallelism, |record: (u64, u64)| record);
+    iteration.close_with(feedback);
+    done.filter("small", move |&(_, v): &(u64, u64)| release && v < BOUND)
+        .map("format", |(id, v): (u64, u64)| format!("{id},{v}"))
+        .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
+    env.build().unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+fn held_config(work: &Path, restore: Restore) -> JobConfig {
+    JobConfig::new(work)
+        .with_checkpoints(Some(CheckpointConfig::new(Duration::from_millis(20))))
+        .with_restore(restore)
+}
+
+/// The committed output in `work/output`, sorted.
+fn committed(work: &Path) -> Vec<String> {
+    let mut lines = streamtask::sink::read_committed(work.join("output")).unwrap();
+    lines.sort_unstable();
+    lines
+}
+
+/// Stops the held loop (`from` heads, under `models[0]`) with a savepoint, checks that the
+/// savepoint holds every record in its heads' feedback logs, restores it (`to` heads, under
+/// `models[1]`) and checks the output.
+fn stop_in_the_loop_and_restore(models: [Model; 2], from: usize, to: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    let handle = SavepointHandle::new();
+    let first = build_held(models[0], work, from, false, Some(handle.clone()));
+    let result = first
+        .run(&held_config(work, Restore::Fresh).with_stop_with_savepoint(
+            StopWithSavepoint::new(work.join("savepoints")).with_handle(handle),
+        ))
+        .unwrap_or_else(|e| panic!("{models:?}: {e}"));
+    let path: PathBuf = result.savepoint.expect("stopped with a savepoint");
+    assert!(
+        committed(work).is_empty(),
+        "{models:?}: nothing leaves a held loop"
+    );
+
+    // Every record is in the loop at the cut, so the heads' logs hold each exactly once.
+    let savepoint = Savepoint::load(&path).unwrap();
+    let mut logged: Vec<u64> = (0..from)
+        .flat_map(|i| {
+            let head = savepoint
+                .checkpoint
+                .task(&format!("halve loop#{i}"))
+                .expect("the head's snapshot is in the savepoint");
+            feedback_log::<(u64, u64)>(head)
+                .unwrap()
+                .into_iter()
+                .map(|r| r.value.0)
+        })
+        .collect();
+    logged.sort_unstable();
+    assert_eq!(
+        logged,
+        (0..HELD).collect::<Vec<_>>(),
+        "{models:?}: the savepoint's feedback logs hold every record in the loop once"
+    );
+
+    let second = build_held(models[1], work, to, true, None);
+    let result = second
+        .run(&held_config(work, Restore::Savepoint(path.clone())))
+        .unwrap_or_else(|e| panic!("{models:?}: {e}"));
+    assert!(
+        result.savepoint.is_none(),
+        "the restored run runs to its end"
+    );
+    assert_eq!(
+        committed(work),
+        held_reference(),
+        "{models:?} ({from} -> {to} heads): the records in the loop at the savepoint"
+    );
+    let ids: Vec<&str> = savepoint
+        .metadata
+        .vertices
+        .iter()
+        .flat_map(|v| v.states.iter().map(|s| s.operator_id.as_str()))
+        .collect();
+    assert!(
+        ids.contains(&"halve loop/feedback-log"),
+        "the feedback log is in the savepoint's shape: {ids:?}"
+    );
+}
+
+#[test]
+fn a_savepoint_with_records_in_the_loop_restores_them_under_every_model() {
+    for model in MODELS {
+        stop_in_the_loop_and_restore([model, model], 2, 2);
+    }
+}
+
+/// The reader runs natively under the mailbox and bridge models, so its state moves between
+/// them as is (see `tests/rescale.rs`).
+#[test]
+fn a_savepoint_with_records_in_the_loop_restores_them_across_models() {
+    stop_in_the_loop_and_restore([Model::Mailbox, Model::Bridge], 2, 2);
+}
+
+/// The feedback log is list state: the old heads' logs are split over the new heads.
+#[test]
+fn a_savepoint_with_records_in_the_loop_restores_them_with_another_parallelism() {
+    stop_in_the_loop_and_restore([Model::Mailbox, Model::Mailbox], 2, 3);
+    stop_in_the_loop_and_restore([Model::Legacy, Model::Legacy], 2, 1);
 }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use streamtask_core::async_io::QueuedInput;
 use streamtask_core::operator::Emitted;
-use streamtask_core::runtime::FEEDBACK_LOG;
+use streamtask_core::runtime::{FEEDBACK_LOG, feedback_log};
 use streamtask_core::state::decode;
 use streamtask_core::task::TaskReport;
 use streamtask_core::time::Period;
@@ -838,7 +838,11 @@ fn an_iteration_head_acknowledges_once_its_barrier_returned_and_restore_replays_
         );
         t.return_barrier(1);
         let snapshot = t.ack(1);
-        let logged: Vec<StreamRecord<u64>> = snapshot.get_value(FEEDBACK_LOG).unwrap().unwrap();
+        assert!(
+            snapshot.get(FEEDBACK_LOG).is_some(),
+            "the head's snapshot has a log"
+        );
+        let logged: Vec<StreamRecord<u64>> = feedback_log(&snapshot).unwrap();
         assert_eq!(
             logged,
             vec![StreamRecord::new(7)],

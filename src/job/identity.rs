@@ -9,11 +9,18 @@
 //!
 //! An operator's id is its name unless `.uid(..)` set one. Ids must be unique within the job
 //! once state moves through a savepoint; names of chained operators need not be otherwise.
+//!
+//! An iteration head (see `iterate.rs`) has one more entry: its feedback log
+//! (`streamtask_core::runtime::FEEDBACK_LOG`), the records that were in the loop at the cut,
+//! with the id `<iteration>/feedback-log` (or the uid given right after `iterate`). Without it
+//! a restore from a savepoint would drop the records in the loop. The log is list state: on a
+//! rescale the old heads' logs are concatenated and split evenly over the new heads.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use streamtask_core::TaskSnapshot;
 use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, check_parallelism};
+use streamtask_core::runtime::FEEDBACK_LOG;
 
 use super::JobError;
 use super::graph::{DataStream, JobGraph, StreamEnvironment};
@@ -27,6 +34,8 @@ pub(crate) struct StateIds {
     /// Explicit uids: `(vertex, None)` for a vertex's source, `(vertex, Some(i))` for the
     /// operator at chain index `i`.
     pub(crate) uids: BTreeMap<(String, Option<usize>), String>,
+    /// The iteration heads: vertices whose snapshots hold a feedback log.
+    pub(crate) feedback_logs: BTreeSet<String>,
 }
 
 impl Default for StateIds {
@@ -34,6 +43,7 @@ impl Default for StateIds {
         StateIds {
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             uids: BTreeMap::new(),
+            feedback_logs: BTreeSet::new(),
         }
     }
 }
@@ -86,7 +96,8 @@ impl StreamEnvironment {
 }
 
 impl<T: Send + 'static> DataStream<T> {
-    /// Gives the operator just added (or the source, right after `add_source`) the stable id
+    /// Gives the operator just added (or the source, right after `add_source`, or the head's
+    /// feedback log, on the head's stream right after [`iterate`](Self::iterate)) the stable id
     /// `uid`, as Flink's `uid()`: its state in a savepoint is found by this id, so the operator
     /// may be renamed, moved to another chain or task, or the job changed around it, and still
     /// restore its state. Without a uid the operator's name is its id.
@@ -108,18 +119,27 @@ impl<T: Send + 'static> DataStream<T> {
     pub fn uid(self, uid: &str) -> DataStream<T> {
         // A source task's plan names the source first; operator indices count after it.
         let offset = usize::from(self.is_source);
-        let index = match self.plan.chain.len().checked_sub(offset) {
-            Some(0) if self.is_source => None,
-            None | Some(0) => {
-                self.env.graph.borrow_mut().errors.push(JobError::Config(format!(
-                    "uid({uid:?}) follows no operator of {:?}; call it right after the source or \
-                     the operator it names",
+        let is_head = self
+            .env
+            .graph
+            .borrow()
+            .ids
+            .feedback_logs
+            .contains(&self.vertex);
+        let index =
+            match self.plan.chain.len().checked_sub(offset) {
+                // Right after the source, or right after `iterate` (the head's feedback log).
+                Some(0) if self.is_source || is_head => None,
+                None | Some(0) => {
+                    self.env.graph.borrow_mut().errors.push(JobError::Config(format!(
+                    "uid({uid:?}) follows no operator of {:?}; call it right after the source, \
+                     the iteration or the operator it names",
                     self.vertex
                 )));
-                return self;
-            }
-            Some(n) => Some(n - 1),
-        };
+                    return self;
+                }
+                Some(n) => Some(n - 1),
+            };
         self.env
             .graph
             .borrow_mut()
@@ -156,6 +176,18 @@ impl JobGraph {
                     .unwrap_or_else(|| v.name.clone());
                 states.push(StateEntry {
                     key: TaskSnapshot::SOURCE.to_string(),
+                    operator_id: id,
+                });
+            }
+            if self.ids.feedback_logs.contains(&v.name) {
+                let id = self
+                    .ids
+                    .uids
+                    .get(&(v.name.clone(), None))
+                    .cloned()
+                    .unwrap_or_else(|| format!("{}/feedback-log", v.name));
+                states.push(StateEntry {
+                    key: FEEDBACK_LOG.to_string(),
                     operator_id: id,
                 });
             }

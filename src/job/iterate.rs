@@ -87,6 +87,8 @@ where
         env.claim_name(name);
         let feedback = {
             let mut graph = env.graph.borrow_mut();
+            // The head's feedback log is part of the savepoint's shape (see `identity.rs`).
+            graph.ids.feedback_logs.insert(name.to_string());
             graph.edges.push(EdgeSpec {
                 pattern: EdgePattern::Forward,
                 up: parallelism,

@@ -66,6 +66,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::channel::{InputClosed, InputGate};
+use crate::keygroup::ListState;
 use crate::operator::{Context, Operator};
 use crate::state::StateError;
 use crate::sync::{Arc, Condvar, Mutex, spawn_named, thread};
@@ -77,8 +78,27 @@ use crate::{
 
 use super::input::{InputEvent, TaskInput};
 
-/// The key of the feedback log in the head's [`TaskSnapshot`].
+/// The key of the feedback log in the head's [`TaskSnapshot`]: a [`ListState`] of the
+/// records in the loop at the checkpoint (read it with [`feedback_log`]).
 pub const FEEDBACK_LOG: &str = "iteration/feedback-log";
+
+/// The feedback log stored in a head's `snapshot` (empty if it has none).
+///
+/// The log is a [`ListState`]: any head subtask can replay any record of the loop (the loop
+/// body repartitions what the head emits), so a savepoint restored with another parallelism
+/// concatenates the old subtasks' logs and splits them evenly over the new ones.
+///
+/// # Errors
+///
+/// [`StateError::Decode`] if the entry is not a list of records of `T`.
+pub fn feedback_log<T: DeserializeOwned>(
+    snapshot: &TaskSnapshot,
+) -> Result<Vec<StreamRecord<T>>, StateError> {
+    match snapshot.get(FEEDBACK_LOG) {
+        Some(bytes) => Ok(ListState::decode(bytes)?.items),
+        None => Ok(Vec::new()),
+    }
+}
 
 /// What an iteration refused.
 #[derive(Debug, thiserror::Error)]
@@ -335,13 +355,10 @@ where
     ) -> Result<Self, IterationError> {
         let iteration = iteration.into();
         let replay: Vec<StreamRecord<T>> = match &config.restore {
-            Some(snapshot) => snapshot
-                .get_value(FEEDBACK_LOG)
-                .map_err(|source| IterationError::Restore {
-                    iteration: iteration.clone(),
-                    source,
-                })?
-                .unwrap_or_default(),
+            Some(snapshot) => feedback_log(snapshot).map_err(|source| IterationError::Restore {
+                iteration: iteration.clone(),
+                source,
+            })?,
             None => Vec::new(),
         };
         let (tx, reports) = report_channel();
@@ -418,8 +435,11 @@ where
             let Some(mut snapshot) = pending.snapshot else {
                 return; // the checkpoint failed in the head: its decline went on already
             };
-            match snapshot.put_value(FEEDBACK_LOG, &pending.log) {
-                Ok(()) => self.responder.acknowledge(id, snapshot),
+            match ListState::new(pending.log).encode() {
+                Ok(bytes) => {
+                    snapshot.put(FEEDBACK_LOG, bytes);
+                    self.responder.acknowledge(id, snapshot);
+                }
                 Err(e) => self.responder.decline(
                     id,
                     crate::task::DeclineReason::Failed(format!(
@@ -832,8 +852,7 @@ mod tests {
             } => {
                 assert_eq!(checkpoint, 7);
                 assert_eq!(snapshot.get("op-0"), Some(&[1u8, 2, 3][..]));
-                let log: Vec<StreamRecord<u32>> =
-                    snapshot.get_value(FEEDBACK_LOG).unwrap().unwrap();
+                let log: Vec<StreamRecord<u32>> = feedback_log(&snapshot).unwrap();
                 assert_eq!(
                     log,
                     vec![StreamRecord::new(5)],
@@ -848,12 +867,12 @@ mod tests {
     #[test]
     fn a_restored_log_is_replayed_first() {
         let mut snapshot = TaskSnapshot::new();
-        snapshot
-            .put_value(
-                FEEDBACK_LOG,
-                &vec![StreamRecord::new(8u32), StreamRecord::new(9)],
-            )
-            .unwrap();
+        snapshot.put(
+            FEEDBACK_LOG,
+            ListState::new(vec![StreamRecord::new(8u32), StreamRecord::new(9)])
+                .encode()
+                .unwrap(),
+        );
         let mut config = TaskConfig::new("head").with_restore(Some(snapshot));
         let (tx, feedback, mut input, _reports) = head(&mut config);
         tx.send(StreamElement::Record(StreamRecord::new(1)))

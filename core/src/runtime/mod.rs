@@ -51,7 +51,7 @@ pub use self::handle::{TaskControl, TaskHandle, TriggerMode};
 pub use self::input::{InputEvent, InputRecord, TaskInput, TwoInputRecord};
 pub use self::iteration::{
     FEEDBACK_LOG, FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
-    IterationInput, feedback_edge,
+    IterationInput, feedback_edge, feedback_log,
 };
 pub use self::lifecycle::{Lifecycle, TaskState};
 
