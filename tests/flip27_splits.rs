@@ -39,11 +39,11 @@ fn expected(files: usize, per_file: usize) -> Vec<String> {
     all
 }
 
-/// Checkpoints every 10 ms, up to 10 restarts 1 ms apart, small channels.
+/// Checkpoints every 2 ms, up to 10 restarts 1 ms apart, small channels.
 fn config(dir: &Path) -> JobConfig {
     JobConfig::new(dir)
         .with_checkpoints(Some(
-            CheckpointConfig::new(Duration::from_millis(10))
+            CheckpointConfig::new(Duration::from_millis(2))
                 .with_timeout(Duration::from_millis(250)),
         ))
         .with_restart(RestartStrategy::fixed_delay(10, Duration::from_millis(1)))
@@ -88,6 +88,10 @@ fn run(
         "{model}: a failure that was not injected: {:?}",
         result.failures
     );
+    eprintln!(
+        "{model}: {} checkpoints completed, {} restarts",
+        result.checkpoints_completed, result.restarts
+    );
     let mut lines = out.committed();
     lines.sort();
     (lines, result.restarts)
@@ -105,18 +109,18 @@ fn smoke() {
 
 #[test]
 fn every_line_is_committed_exactly_once_through_reader_faults() {
-    // 4 files of 150 lines, splits of 512 bytes (about 6 a file), 3 readers: faults at the
-    // 200th and 450th line emitted, so restores happen mid-split with splits assigned.
-    let faults = [(FaultKind::Operator, 200), (FaultKind::Operator, 450)];
+    // 4 files of 3000 lines, splits of 4 KiB (about 12 a file), 3 readers: faults at the
+    // 1500th and 7000th line emitted, so restores happen mid-split with splits assigned.
+    let faults = [(FaultKind::Operator, 1500), (FaultKind::Operator, 7000)];
     for model in MODELS {
-        let (clean, restarts) = run(model, (4, 150), 512, 3, FaultPlan::none());
+        let (clean, restarts) = run(model, (4, 3000), 4096, 3, FaultPlan::none());
         assert_eq!(restarts, 0, "{model}: restarted without faults");
-        assert_eq!(clean, expected(4, 150), "{model}: output without faults");
-        let (faulty, restarts) = run(model, (4, 150), 512, 3, FaultPlan::at(&faults));
+        assert_eq!(clean, expected(4, 3000), "{model}: output without faults");
+        let (faulty, restarts) = run(model, (4, 3000), 4096, 3, FaultPlan::at(&faults));
         assert!(restarts >= 1, "{model}: the faults did not restart the job");
         assert_eq!(
             faulty,
-            expected(4, 150),
+            expected(4, 3000),
             "{model}: output with faults is not exactly once"
         );
     }
