@@ -33,6 +33,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 use std::time::UNIX_EPOCH;
 
@@ -70,6 +71,19 @@ pub enum SplitError {
         /// The directory.
         dir: PathBuf,
     },
+    /// A reader of an earlier attempt registered after a later attempt's readers did: its
+    /// task should have been joined.
+    #[error(
+        "reader {subtask} of attempt {attempt} registered during attempt {current} (make every reader through the enumerator's `reader_made`)"
+    )]
+    StaleReader {
+        /// The reader.
+        subtask: usize,
+        /// Its attempt.
+        attempt: u64,
+        /// The enumerator's attempt.
+        current: u64,
+    },
     /// Two restored readers hold the same split: the checkpoint is not one of this job.
     #[error("split {split:?} is held by two restored readers (restore a checkpoint of this job)")]
     HeldTwice {
@@ -92,6 +106,8 @@ pub enum Assignment {
 
 #[derive(Debug)]
 struct EnumeratorState {
+    /// The attempt whose readers registered.
+    attempt: u64,
     /// What each reader of the current attempt claimed when it registered.
     registered: Vec<Option<Vec<FileSplit>>>,
     /// The splits not assigned, once every reader registered.
@@ -107,6 +123,9 @@ struct EnumeratorState {
 pub struct SplitEnumerator {
     dir: PathBuf,
     splits: Vec<FileSplit>,
+    parallelism: usize,
+    /// Readers made so far, over every attempt.
+    made: AtomicU64,
     state: Mutex<EnumeratorState>,
 }
 
@@ -150,7 +169,10 @@ impl SplitEnumerator {
         SplitEnumerator {
             dir,
             splits,
+            parallelism,
+            made: AtomicU64::new(0),
             state: Mutex::new(EnumeratorState {
+                attempt: 0,
                 registered: vec![None; parallelism],
                 unassigned: None,
                 waiting: vec![None; parallelism],
@@ -163,19 +185,40 @@ impl SplitEnumerator {
         &self.splits
     }
 
-    /// Reader `subtask` of an attempt registers with the splits its restored state holds
-    /// (none on a fresh start). A reader registering a second time means the job restarted:
-    /// the executor joins every task of an attempt before it starts the next, so the
-    /// enumerator starts over, and once every reader of the new attempt registered, the
-    /// unassigned splits are those no restored reader holds.
+    /// The attempt a reader made now belongs to. The executor makes every reader of an
+    /// attempt (one per subtask, on its spawning thread) before any of the next, so the
+    /// `parallelism` readers made first are attempt 0, the next ones attempt 1, and so on.
+    pub fn reader_made(&self) -> u64 {
+        self.made.fetch_add(1, Ordering::AcqRel) / self.parallelism.max(1) as u64
+    }
+
+    /// Reader `subtask` of `attempt` registers with the splits its restored state holds
+    /// (none on a fresh start). The first reader of a newer attempt starts the enumerator
+    /// over (the executor joins every task of an attempt before it starts the next); once
+    /// every reader of the attempt registered, the unassigned splits are those no restored
+    /// reader holds.
     ///
     /// # Errors
     ///
+    /// [`SplitError::StaleReader`] for a reader of an attempt before the current one;
     /// [`SplitError::UnknownSplit`] or [`SplitError::HeldTwice`] when the restored readers'
     /// splits do not fit this enumerator's.
-    pub fn register(&self, subtask: usize, held: Vec<FileSplit>) -> Result<(), SplitError> {
+    pub fn register(
+        &self,
+        attempt: u64,
+        subtask: usize,
+        held: Vec<FileSplit>,
+    ) -> Result<(), SplitError> {
         let mut state = self.state.lock();
-        if state.registered[subtask].is_some() {
+        if attempt < state.attempt {
+            return Err(SplitError::StaleReader {
+                subtask,
+                attempt,
+                current: state.attempt,
+            });
+        }
+        if attempt > state.attempt {
+            state.attempt = attempt;
             state.registered.iter_mut().for_each(|r| *r = None);
             state.unassigned = None;
             state.waiting.iter_mut().for_each(|w| *w = None);
@@ -266,6 +309,7 @@ impl FileReaderState {
 pub struct FileSourceReader {
     name: String,
     subtask: usize,
+    attempt: u64,
     enumerator: Arc<SplitEnumerator>,
     state: FileReaderState,
     cursor: Option<LineCursor>,
@@ -274,7 +318,8 @@ pub struct FileSourceReader {
 }
 
 impl FileSourceReader {
-    /// Reader `subtask` of `enumerator`; `faults` count emitted lines as
+    /// Reader `subtask` of `enumerator`, of the attempt
+    /// [`reader_made`](SplitEnumerator::reader_made) says; `faults` count emitted lines as
     /// [`FaultKind::Operator`].
     pub fn new(
         name: String,
@@ -285,6 +330,7 @@ impl FileSourceReader {
         FileSourceReader {
             name,
             subtask,
+            attempt: enumerator.reader_made(),
             enumerator,
             state: FileReaderState::default(),
             cursor: None,
@@ -308,7 +354,7 @@ impl SourceReader<String> for FileSourceReader {
             self.state = decode(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?;
         }
         self.enumerator
-            .register(self.subtask, self.state.held())
+            .register(self.attempt, self.subtask, self.state.held())
             .map_err(|e| self.failed(e))
     }
 
