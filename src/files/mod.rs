@@ -13,8 +13,12 @@
 
 pub mod monitor;
 pub mod reader;
+pub mod source;
 mod split;
 
 pub use self::monitor::{FileMonitor, MonitorState};
 pub use self::reader::{ReadMode, SplitReader};
+pub use self::source::{
+    Assignment, FileReaderState, FileSource, FileSourceReader, SplitEnumerator, SplitError,
+};
 pub use self::split::{FileSplit, LineCursor, ReaderSnapshot, SplitProgress};

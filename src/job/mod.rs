@@ -3,6 +3,7 @@
 mod error;
 mod executor;
 mod files;
+mod from_source;
 mod graph;
 mod identity;
 mod iterate;

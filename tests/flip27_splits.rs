@@ -1,0 +1,228 @@
+//! FLIP-27 splits (issue 14, part 2) under every model: a bounded `FileSource` whose split
+//! enumerator hands byte-range splits to parallel readers on request, the readers' snapshots
+//! holding their splits with positions, and the committed output holding every line exactly
+//! once, also with faults injected in the readers. A split assigned after its reader's snapshot
+//! goes back to the enumerator on restore; a reader with no split is idle until the
+//! enumerator can answer.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::files::{FileReaderState, FileSource, FileSourceReader, SplitEnumerator};
+use streamtask::prelude::*;
+use streamtask_core::operator::Emitted;
+use streamtask_core::state::decode;
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+
+const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
+
+fn lines_of(file: usize, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|l| format!("file{file:02}-line{l:04}"))
+        .collect()
+}
+
+fn write_files(dir: &Path, files: usize, per_file: usize) {
+    for f in 0..files {
+        let mut text = lines_of(f, per_file).join("\n");
+        text.push('\n');
+        std::fs::write(dir.join(format!("f{f:02}.txt")), text).unwrap();
+    }
+}
+
+fn expected(files: usize, per_file: usize) -> Vec<String> {
+    let mut all: Vec<String> = (0..files).flat_map(|f| lines_of(f, per_file)).collect();
+    all.sort();
+    all
+}
+
+/// Checkpoints every 2 ms, up to 10 restarts 1 ms apart, small channels.
+fn config(dir: &Path) -> JobConfig {
+    JobConfig::new(dir)
+        .with_checkpoints(Some(
+            CheckpointConfig::new(Duration::from_millis(2))
+                .with_timeout(Duration::from_millis(250)),
+        ))
+        .with_restart(RestartStrategy::fixed_delay(10, Duration::from_millis(1)))
+        .with_channel_capacity(16)
+        .with_fairness(streamtask_legacy::Fairness::Fair)
+}
+
+/// Runs `from_source` under `model` with `parallelism` readers; returns the sorted committed
+/// lines and the restarts.
+fn run(
+    model: Model,
+    (files, per_file): (usize, usize),
+    split_bytes: u64,
+    parallelism: usize,
+    faults: FaultPlan,
+) -> (Vec<String>, u32) {
+    let input = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    write_files(input.path(), files, per_file);
+    let faults = Arc::new(faults);
+    let env = StreamEnvironment::new(model);
+    let out = CollectHandle::new();
+    env.from_source(
+        "files",
+        FileSource::for_dir(input.path())
+            .with_split_bytes(split_bytes)
+            .with_faults(Arc::clone(&faults)),
+        parallelism,
+    )
+    .collect_sink("collect", &out);
+    let job = env.build().unwrap_or_else(|e| panic!("{model}: {e}"));
+    let result = job
+        .run(&config(work.path()))
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
+    assert_eq!(
+        faults.fired(),
+        faults.planned().len(),
+        "{model}: not every planned fault fired"
+    );
+    assert!(
+        result.failures.iter().all(|f| f.contains("injected fault")),
+        "{model}: a failure that was not injected: {:?}",
+        result.failures
+    );
+    eprintln!(
+        "{model}: {} checkpoints completed, {} restarts",
+        result.checkpoints_completed, result.restarts
+    );
+    let mut lines = out.committed();
+    lines.sort();
+    (lines, result.restarts)
+}
+
+#[test]
+fn smoke() {
+    // More readers than splits: the readers left without one get NoMoreSplits and end.
+    for model in MODELS {
+        let (lines, restarts) = run(model, (2, 5), 1 << 20, 3, FaultPlan::none());
+        assert_eq!(restarts, 0, "{model}");
+        assert_eq!(lines, expected(2, 5), "{model}");
+    }
+}
+
+#[test]
+fn every_line_is_committed_exactly_once_through_reader_faults() {
+    // 4 files of 3000 lines, splits of 4 KiB (about 12 a file), 3 readers: faults at the
+    // 1500th and 7000th line emitted, so restores happen mid-split with splits assigned.
+    let faults = [(FaultKind::Operator, 1500), (FaultKind::Operator, 7000)];
+    for model in MODELS {
+        let (clean, restarts) = run(model, (4, 3000), 4096, 3, FaultPlan::none());
+        assert_eq!(restarts, 0, "{model}: restarted without faults");
+        assert_eq!(clean, expected(4, 3000), "{model}: output without faults");
+        let (faulty, restarts) = run(model, (4, 3000), 4096, 3, FaultPlan::at(&faults));
+        assert!(restarts >= 1, "{model}: the faults did not restart the job");
+        assert_eq!(
+            faulty,
+            expected(4, 3000),
+            "{model}: output with faults is not exactly once"
+        );
+    }
+}
+
+fn poll(reader: &mut FileSourceReader, sink: &mut Vec<String>) -> InputStatus {
+    let mut out = Vec::new();
+    let status = {
+        let mut output = ReaderOutput::new(&mut out);
+        reader.poll_next(&mut output).unwrap()
+    };
+    sink.extend(out.into_iter().filter_map(|e| match e {
+        Emitted::Record(r) => Some(r.value),
+        _ => None,
+    }));
+    status
+}
+
+/// Polls until the reader holds no split and would ask the enumerator for one.
+fn read_current_split(reader: &mut FileSourceReader, sink: &mut Vec<String>) {
+    loop {
+        let before = sink.len();
+        assert_eq!(poll(reader, sink), InputStatus::MoreAvailable);
+        if sink.len() == before {
+            return; // the split ended
+        }
+    }
+}
+
+#[test]
+fn a_split_assigned_after_the_snapshot_goes_back_to_the_enumerator_on_restore() {
+    let input = tempfile::tempdir().unwrap();
+    write_files(input.path(), 3, 4);
+    let enumerator = Arc::new(SplitEnumerator::for_dir(input.path(), 1 << 20, 2).unwrap());
+    assert_eq!(enumerator.splits().len(), 3);
+    let reader = |subtask| {
+        FileSourceReader::new(
+            format!("r#{subtask}"),
+            subtask,
+            Arc::clone(&enumerator),
+            Arc::new(FaultPlan::none()),
+        )
+    };
+
+    // First attempt. Reader 0 registers alone: no split yet, it is idle.
+    let mut r0 = reader(0);
+    let mut r1 = reader(1);
+    r0.restore_state(None).unwrap();
+    let mut out0 = Vec::new();
+    {
+        let mut values = Vec::new();
+        let mut output = ReaderOutput::new(&mut values);
+        assert_eq!(
+            r0.poll_next(&mut output).unwrap(),
+            InputStatus::NothingAvailable
+        );
+        assert!(output.is_idle(), "a reader without a split is idle");
+    }
+    r1.restore_state(None).unwrap();
+    // Reader 0 gets split 0, reads one line; reader 1 gets split 1, reads it all.
+    assert_eq!(poll(&mut r0, &mut out0), InputStatus::MoreAvailable);
+    assert_eq!(out0, lines_of(0, 4)[..1]);
+    let mut out1 = Vec::new();
+    read_current_split(&mut r1, &mut out1);
+    assert_eq!(out1, lines_of(1, 4));
+    // Checkpoint N.
+    let s0 = r0.snapshot_state(1).unwrap();
+    let s1 = r1.snapshot_state(1).unwrap();
+    let held: FileReaderState = decode(&s1).unwrap();
+    assert_eq!(held.finished.len(), 1, "reader 1 finished split 1");
+    // After N: reader 1 is assigned split 2 and reads a line; then the attempt fails.
+    assert_eq!(poll(&mut r1, &mut out1), InputStatus::MoreAvailable);
+    assert_eq!(out1.last().unwrap(), &lines_of(2, 4)[0]);
+    drop((r0, r1));
+
+    // Restore from N: split 2 was in no snapshot, so it is unassigned again; reader 0
+    // continues split 0 after its first line.
+    let mut r0 = reader(0);
+    let mut r1 = reader(1);
+    r0.restore_state(Some(&s0)).unwrap();
+    r1.restore_state(Some(&s1)).unwrap();
+    let mut again0 = Vec::new();
+    read_current_split(&mut r0, &mut again0);
+    assert_eq!(again0, lines_of(0, 4)[1..]);
+    let mut again1 = Vec::new();
+    read_current_split(&mut r1, &mut again1);
+    assert_eq!(again1, lines_of(2, 4), "split 2 was assigned again");
+    let waker = Waker::noop();
+    r0.register_waker(waker);
+    assert_eq!(poll(&mut r0, &mut Vec::new()), InputStatus::EndOfInput);
+    assert_eq!(poll(&mut r1, &mut Vec::new()), InputStatus::EndOfInput);
+}
+
+#[test]
+fn a_missing_directory_fails_the_build_with_the_fix() {
+    let env = StreamEnvironment::new(Model::Mailbox);
+    let out = CollectHandle::new();
+    env.from_source("files", FileSource::for_dir("/nonexistent/streamtask-k"), 2)
+        .collect_sink("collect", &out);
+    let err = env.build().unwrap_err().to_string();
+    assert!(
+        err.contains("give an existing, readable directory"),
+        "{err}"
+    );
+}
