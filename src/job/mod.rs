@@ -11,6 +11,7 @@ mod plan;
 mod restore;
 mod runtime;
 mod savepoint;
+mod sequence;
 mod side_output;
 mod sources;
 mod time;
