@@ -114,7 +114,10 @@ fn async_inputs(snapshot: &TaskSnapshot, index: usize) -> Vec<u64> {
     let bytes = snapshot
         .get(&key)
         .unwrap_or_else(|| panic!("no {key:?} in the snapshot {snapshot:?}"));
-    let queued: Vec<QueuedInput<u64>> = decode(bytes).unwrap();
+    let queued: Vec<QueuedInput<u64>> =
+        decode::<streamtask_core::keygroup::ListState<QueuedInput<u64>>>(bytes)
+            .unwrap()
+            .items;
     queued
         .into_iter()
         .filter_map(|q| match q {

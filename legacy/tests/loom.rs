@@ -220,12 +220,14 @@ mod async_wait {
 
     /// The inputs an acknowledged snapshot holds for the async head.
     fn in_flight(snapshot: &TaskSnapshot) -> Vec<u32> {
-        let state: Vec<QueuedInput<u32>> = decode(
-            snapshot
-                .get(&TaskSnapshot::operator_key(0))
-                .expect("the head's state"),
-        )
-        .unwrap();
+        let state: Vec<QueuedInput<u32>> =
+            decode::<streamtask_core::keygroup::ListState<QueuedInput<u32>>>(
+                snapshot
+                    .get(&TaskSnapshot::operator_key(0))
+                    .expect("the head's state"),
+            )
+            .unwrap()
+            .items;
         state
             .into_iter()
             .map(|input| match input {

@@ -71,7 +71,11 @@ fn checkpoints_complete_while_the_queue_is_full() {
     };
     let position: u64 = snapshot.get_value(TaskSnapshot::SOURCE).unwrap().unwrap();
     let in_flight: Vec<QueuedInput<u64>> =
-        decode(snapshot.get(&TaskSnapshot::operator_key(0)).unwrap()).unwrap();
+        decode::<streamtask_core::keygroup::ListState<QueuedInput<u64>>>(
+            snapshot.get(&TaskSnapshot::operator_key(0)).unwrap(),
+        )
+        .unwrap()
+        .items;
     // The reader stops at the full queue: after two records, or after a third that the
     // operator holds for room (the trigger mail may run between those two steps).
     assert!((2..=3).contains(&position), "position {position}");

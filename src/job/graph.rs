@@ -313,7 +313,7 @@ impl StreamEnvironment {
     /// The numbers of `range`, in order, with parallelism 1: [`from_iter`](Self::from_iter)
     /// over a range, checkpointed the same way.
     pub fn from_sequence(&self, name: &str, range: std::ops::Range<u64>) -> DataStream<u64> {
-        self.from_iter(name, range)
+        self.from_sequence_parallel(name, range, 1)
     }
 
     fn stream<T: Send + 'static>(

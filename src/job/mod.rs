@@ -12,6 +12,7 @@ mod plan;
 mod restore;
 mod runtime;
 mod savepoint;
+mod sequence;
 mod side_output;
 mod sources;
 mod time;

@@ -26,8 +26,8 @@
 //! |---|---|---|
 //! | keyed (`KeyGroupedState`) | by key group to the subtask whose range holds it | `key_by(..).process(..)` state and timers |
 //! | union (`UnionState`) | every new subtask gets every old subtask's items | the two-phase file sink's transactions |
-//! | list (`ListState`) | concatenated, split evenly | (none built in yet) |
-//! | anything else | only to the same parallelism | source offsets, async in-flight inputs |
+//! | list (`ListState`) | concatenated, split evenly | `from_sequence`/`from_sequence_parallel`'s ranges left (a range belongs to no subtask); `async_wait`'s in-flight inputs (each re-submitted once where it lands; union state would repeat it on every subtask) |
+//! | anything else | only to the same parallelism | the offsets of user sources that do not snapshot list state; `from_iter`'s position (always parallelism 1) |
 //!
 //! A savepoint entry no operator of the new job claims is refused
 //! ([`JobError::NonRestoredState`]) unless the user allows dropping it; an operator the

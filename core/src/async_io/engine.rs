@@ -13,6 +13,7 @@ use super::retry::RetryPolicy;
 use crate::element::{StreamRecord, Watermark};
 use crate::error::OperatorError;
 use crate::function::{AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture};
+use crate::keygroup::{ListState, StateKind, state_kind};
 use crate::operator::Context;
 use crate::state::{decode, encode};
 use crate::time::{Timer, TimerHandle};
@@ -186,13 +187,21 @@ where
     /// Restores the elements a [`snapshot`](Self::snapshot) saved; they are held until
     /// [`open`](Self::open) admits them (as many as fit) and emission frees room for the rest.
     ///
+    /// Takes the [`ListState`] a snapshot writes (after a rescale: this subtask's even share of
+    /// every old subtask's elements, each re-submitted here once) and, from snapshots written
+    /// before the in-flight inputs were list state, the bare list of elements.
+    ///
     /// # Errors
     ///
     /// [`OperatorError::State`] when the bytes do not decode.
     pub fn restore(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
         if let Some(bytes) = restored {
-            let elements: Vec<QueuedInput<F::In>> =
-                decode(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?;
+            let elements: Vec<QueuedInput<F::In>> = if state_kind(bytes) == StateKind::List {
+                ListState::decode(bytes).map(|s| s.items)
+            } else {
+                decode(bytes)
+            }
+            .map_err(|e| OperatorError::state(self.name.clone(), e))?;
             self.held.extend(elements);
         }
         Ok(())
@@ -425,7 +434,11 @@ where
         !self.held.is_empty()
     }
 
-    /// The inputs of every element not yet emitted, in order (queued, then held), encoded.
+    /// The inputs of every element not yet emitted, in order (queued, then held), encoded as a
+    /// [`ListState`]: an in-flight input belongs to no subtask in particular, so a rescale
+    /// splits the inputs evenly over the new subtasks and each is re-submitted once, where it
+    /// lands (Flink's async operator keeps them as list state too). Union state would re-submit
+    /// every input on every new subtask, a duplicate per extra subtask.
     ///
     /// # Errors
     ///
@@ -433,7 +446,9 @@ where
     pub fn snapshot(&self) -> Result<Vec<u8>, OperatorError> {
         let elements: Vec<&QueuedInput<F::In>> =
             self.queue.values().into_iter().chain(&self.held).collect();
-        encode(&elements).map_err(|e| OperatorError::state(self.name.clone(), e))
+        ListState::new(elements)
+            .encode()
+            .map_err(|e| OperatorError::state(self.name.clone(), e))
     }
 
     /// Closes the function (once; later calls do nothing).
@@ -673,7 +688,9 @@ mod tests {
         }
 
         fn snapshot(&self) -> Vec<QueuedInput<u32>> {
-            decode(&self.engine.snapshot().unwrap()).unwrap()
+            crate::keygroup::ListState::decode(&self.engine.snapshot().unwrap())
+                .unwrap()
+                .items
         }
     }
 
@@ -689,6 +706,30 @@ mod tests {
         RetryPolicy::fixed_delay(retries, Duration::from_millis(delay_ms))
             .unwrap()
             .retry_if_result(|values| values.is_empty())
+    }
+
+    /// In-flight inputs are list state (so a rescale splits them); a snapshot of the bare list
+    /// an older release wrote still restores.
+    #[test]
+    fn in_flight_inputs_are_list_state_and_the_old_bare_list_still_restores() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 4));
+        rig.record(1);
+        rig.record(2);
+        let bytes = rig.engine.snapshot().unwrap();
+        assert_eq!(state_kind(&bytes), StateKind::List);
+
+        let old = encode(&vec![r(5), w(5), r(6)]).unwrap();
+        let restored = Rig::with(
+            ManualAsyncFunction::new(),
+            AsyncConfig::new(OutputMode::Ordered, 4),
+            Some(&old),
+        );
+        assert_eq!(restored.snapshot(), vec![r(5), w(5), r(6)]);
+        assert_eq!(
+            restored.calls.invocation_count(),
+            2,
+            "both records re-submitted"
+        );
     }
 
     #[test]

@@ -303,12 +303,14 @@ mod tests {
             2,
             "nothing completed, nothing admitted"
         );
-        let state: Vec<QueuedInput<u32>> = decode(
-            snapshot
-                .get(&TaskSnapshot::operator_key(0))
-                .expect("the head's state"),
-        )
-        .unwrap();
+        let state: Vec<QueuedInput<u32>> =
+            decode::<streamtask_core::keygroup::ListState<QueuedInput<u32>>>(
+                snapshot
+                    .get(&TaskSnapshot::operator_key(0))
+                    .expect("the head's state"),
+            )
+            .unwrap()
+            .items;
         let inputs = |xs: &[u32]| -> Vec<QueuedInput<u32>> {
             xs.iter().map(|&x| QueuedInput::Record(record(x))).collect()
         };
