@@ -7,6 +7,10 @@
 //! with a legacy source's thread, and a mail runs only while that thread is between two locked
 //! sections.
 //!
+//! Each action takes the lock through [`CheckpointLock::request_handover`]: the source's
+//! context lets go at its next section (every emit), so a mail waits for at most the section in
+//! flight whatever the lock's fairness (the bounded bridge hand-over).
+//!
 //! After each action the executor notifies the lock's condition (one atomic load when nobody
 //! waits): a mail may have changed what a source waiting on the condition checks (room in its
 //! output, say).
@@ -57,7 +61,9 @@ impl<T> CheckpointLockExecutor<T> {
 impl<T> ActionExecutor<T> for CheckpointLockExecutor<T> {
     #[inline]
     fn run<R>(&mut self, action: impl FnOnce(&mut T) -> R) -> R {
-        let mut state = self.lock.lock();
+        // A pending mail asks the legacy source to let go at its next section, so the mail
+        // waits for at most the section in flight, whatever the lock's fairness.
+        let mut state = self.lock.request_handover().lock();
         let result = action(&mut state);
         // Changed under the lock, so the fast-path notify is enough (legacy's condition docs).
         state.notify_all();

@@ -99,7 +99,7 @@ mod task;
 mod timer;
 
 pub use crate::cancel::{CancelHook, CancellationToken, Cancelled};
-pub use crate::lock::{CheckpointGuard, CheckpointLock, Fairness};
+pub use crate::lock::{CheckpointGuard, CheckpointLock, Fairness, HandoverRequest};
 pub use crate::source::{
     CONTEXT_TIMER_OPERATOR, ContextConfigError, Emission, SourceCell, SourceContext,
     SourceContextConfig, SourceEnd, SourceFunction, SourceGuard, SourceOutput, TimeCharacteristic,

@@ -38,6 +38,17 @@
 //! | held | one [`CheckpointGuard`] exists | free (guard dropped; fair hand-off if `Fair`), waiting |
 //! | waiting | the guard's owner blocks in `wait_until` with the lock released | held (re-acquired after a notification) |
 //!
+//! # Bounded hand-over
+//!
+//! Whatever the fairness, a thread may ask the source to let go: [`CheckpointLock::request_handover`]
+//! raises a count (one atomic word) before it blocks on the mutex, and a source context that
+//! starts a section ([`SourceContext::lock`](crate::SourceContext::lock), so every emit) while
+//! the count is raised waits on the lock's condition, with the lock released, until the
+//! requester has the lock and lowered it. So the requester gets the lock after at most the
+//! section in flight when it asked: within one emit. A section is never cut: its atomicity is
+//! what a checkpoint relies on. The bridge's mailbox thread asks for every mail; the legacy
+//! model's checkpoint trigger asks when [`CheckpointLock::with_bounded_handover`] is on.
+//!
 //! The lock is not reentrant: a thread holding a guard that calls [`CheckpointLock::lock`] again
 //! deadlocks. Code running under the lock that needs "the lock" (an operator sending itself an
 //! event) enqueues instead (see the `task` module).
@@ -50,6 +61,7 @@ use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
 use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
 use streamtask_core::sync::{BargingMutex, BargingMutexGuard, Mutex, MutexGuard, unlock_fair};
 use streamtask_core::trace::Tracer;
 
@@ -115,6 +127,10 @@ enum LockMutex<T> {
 /// What a guard needs besides the mutex: fairness, condition, metrics.
 struct LockShared {
     fairness: Fairness,
+    /// Threads that asked the source to let go and do not hold the lock yet.
+    handover: AtomicUsize,
+    /// Whether the legacy checkpoint trigger asks for the lock this way.
+    handover_triggers: bool,
     condition: Condition,
     metrics: Option<StdArc<TaskMetrics>>,
     tracer: Tracer,
@@ -165,6 +181,8 @@ impl<T> CheckpointLock<T> {
         CheckpointLock {
             shared: LockShared {
                 fairness,
+                handover: AtomicUsize::new(0),
+                handover_triggers: false,
                 condition: Condition::default(),
                 metrics: None,
                 tracer: Tracer::off(),
@@ -189,6 +207,61 @@ impl<T> CheckpointLock<T> {
     /// The fairness setting.
     pub fn fairness(&self) -> Fairness {
         self.shared.fairness
+    }
+
+    /// Whether checkpoint triggers take the lock through a [bounded
+    /// hand-over](Self::request_handover) (off unless set; the legacy task's option).
+    pub fn with_bounded_handover(mut self, on: bool) -> Self {
+        self.shared.handover_triggers = on;
+        self
+    }
+
+    /// Whether checkpoint triggers ask the source to let go (see
+    /// [`with_bounded_handover`](Self::with_bounded_handover)).
+    pub fn bounded_handover(&self) -> bool {
+        self.shared.handover_triggers
+    }
+
+    /// Asks a source to let go of the lock at its next section: from now until the returned
+    /// request takes the lock (or is dropped), a source context starting a section waits, with
+    /// the lock released. Take the lock with [`HandoverRequest::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask_legacy::{CheckpointLock, Fairness};
+    ///
+    /// let lock = CheckpointLock::new(0u32, Fairness::Unfair);
+    /// let request = lock.request_handover();
+    /// assert!(lock.handover_requested());
+    /// *request.lock() += 1;
+    /// assert!(!lock.handover_requested());
+    /// ```
+    #[inline]
+    pub fn request_handover(&self) -> HandoverRequest<'_, T> {
+        // SeqCst: a source's check in `yield_if_requested` is ordered with this raise (the
+        // mutex orders nothing here: the source may hold it, or take it after).
+        self.shared.handover.fetch_add(1, Ordering::SeqCst);
+        HandoverRequest {
+            lock: self,
+            live: true,
+        }
+    }
+
+    /// Whether some thread asked the source to let go and does not have the lock yet.
+    pub fn handover_requested(&self) -> bool {
+        self.shared.handover.load(Ordering::SeqCst) != 0
+    }
+
+    /// The lock as a checkpoint trigger takes it: through a hand-over if
+    /// [`bounded_handover`](Self::bounded_handover) is on, plainly otherwise.
+    #[inline]
+    pub(crate) fn lock_for_trigger(&self) -> CheckpointGuard<'_, T> {
+        if self.shared.handover_triggers {
+            self.request_handover().lock()
+        } else {
+            self.lock()
+        }
     }
 
     /// This lock's identity, to check that a guard given as proof is one of this lock's.
@@ -319,6 +392,46 @@ impl<'a, T: ?Sized> MutexRef<'a, T> {
     }
 }
 
+/// A raised request for the lock (see [`CheckpointLock::request_handover`]); dropping it
+/// unlocked lowers the request again.
+#[must_use = "the request is lowered when dropped; take the lock with `lock`"]
+pub struct HandoverRequest<'a, T> {
+    lock: &'a CheckpointLock<T>,
+    live: bool,
+}
+
+impl<'a, T> HandoverRequest<'a, T> {
+    /// Takes the lock (a source lets go at its next section), then lowers the request and
+    /// wakes the sources waiting for that.
+    #[inline]
+    pub fn lock(mut self) -> CheckpointGuard<'a, T> {
+        let guard = self.lock.lock();
+        self.live = false;
+        // Lowered under the lock and notified: the condition's fast-path protocol.
+        self.lock.shared.handover.fetch_sub(1, Ordering::SeqCst);
+        guard.notify_all();
+        guard
+    }
+}
+
+impl<T> Drop for HandoverRequest<'_, T> {
+    fn drop(&mut self) {
+        if self.live {
+            self.lock.shared.handover.fetch_sub(1, Ordering::SeqCst);
+            // Not under the lock: wake unconditionally.
+            self.lock.wake_all();
+        }
+    }
+}
+
+impl<T> fmt::Debug for HandoverRequest<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandoverRequest")
+            .field("live", &self.live)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Proof of holding the [`CheckpointLock`]: derefs to the guarded data; releases the lock when
 /// dropped (handing it to the longest waiter under [`Fairness::Fair`]).
 ///
@@ -398,6 +511,30 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// The lock's fairness setting.
     pub fn fairness(&self) -> Fairness {
         self.shared.fairness
+    }
+
+    /// Lets go of the lock while some thread asked for it (see
+    /// [`CheckpointLock::request_handover`]), then takes it back; one atomic load when nobody
+    /// asked. A source context calls it before each section starts. Returns whether it let go.
+    #[inline]
+    pub(crate) fn yield_if_requested(&mut self) -> bool {
+        let shared = self.shared;
+        if shared.handover.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        self.yield_slow(shared);
+        true
+    }
+
+    /// Whether some thread asked for the lock and does not have it yet.
+    #[inline]
+    pub(crate) fn handover_requested(&self) -> bool {
+        self.shared.handover.load(Ordering::SeqCst) != 0
+    }
+
+    #[cold]
+    fn yield_slow(&mut self, shared: &LockShared) {
+        self.wait_until(|_| shared.handover.load(Ordering::SeqCst) == 0);
     }
 
     /// The identity of the lock this guard holds (see [`CheckpointLock::id`]).

@@ -103,9 +103,15 @@ impl<'a, T, S> SourceContext<'a, T, S> {
     /// draining the output) can see its state updated but its records not yet emitted, or the
     /// reverse. If the source is cancelled while waiting, the section's emits fail with
     /// [`OperatorError::Cancelled`].
+    ///
+    /// If another thread asked for the lock ([`CheckpointLock::request_handover`]: the bridge's
+    /// mailbox thread with a mail, a legacy trigger with the bounded hand-over on), this first
+    /// lets go of the lock until that thread has had it, so it waits for at most the section in
+    /// flight when it asked, whatever the lock's fairness. One atomic load otherwise.
     #[inline]
     pub fn lock(&mut self) -> SourceGuard<'_, T, S> {
         let mut guard = self.lock.lock_source();
+        guard.yield_if_requested();
         let refused = !guard.output().has_capacity() && !wait_for_capacity(&mut guard, self.cancel);
         SourceGuard {
             guard,
@@ -269,6 +275,14 @@ impl<T, S> SourceGuard<'_, T, S> {
     /// Whether the task cancelled the source.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Whether another thread asked for the lock while this section holds it (a bridge mail,
+    /// a legacy trigger with the bounded hand-over on): a long section may end early to let it
+    /// in; the next section lets go of the lock anyway (see [`SourceContext::lock`]).
+    #[inline]
+    pub fn handover_requested(&self) -> bool {
+        self.guard.handover_requested()
     }
 
     /// Waits, with the lock released, until `done(state)` holds (checked under the lock) or

@@ -133,6 +133,7 @@ where
             config,
             TriggerMode::Inputs,
             fairness,
+            false,
             move |env, _| ChainBody::new(chain, output, env),
             move |parts| process_input(parts, gate),
         )

@@ -96,6 +96,7 @@ pub(crate) fn spawn<B, M>(
     config: TaskConfig,
     mode: TriggerMode,
     fairness: Fairness,
+    bounded_handover: bool,
     make_body: impl FnOnce(TaskEnv, &TaskServices) -> B,
     main: M,
 ) -> TaskHandle
@@ -149,6 +150,7 @@ where
     );
     let lock = Arc::new(
         CheckpointLock::new(body, fairness)
+            .with_bounded_handover(bounded_handover)
             .with_metrics(StdArc::clone(&metrics))
             .with_tracer(tracer),
     );
@@ -307,7 +309,7 @@ fn perform_checkpoint<B: LockedBody>(
     requested: Instant,
     thread_name: &str,
 ) {
-    let taken = lock.lock().checkpoint(barrier, requested);
+    let taken = lock.lock_for_trigger().checkpoint(barrier, requested);
     if let Err(error) = taken {
         task.lifecycle.fail(thread_name, error);
     }

@@ -64,6 +64,7 @@ pub struct SourceStreamTask<F, C, O> {
     output: O,
     context: SourceContextConfig,
     fairness: Fairness,
+    bounded_handover: bool,
 }
 
 impl<F, C, O> SourceStreamTask<F, C, O>
@@ -82,6 +83,7 @@ where
             output,
             context: SourceContextConfig::default(),
             fairness: Fairness::default(),
+            bounded_handover: false,
         }
     }
 
@@ -97,6 +99,16 @@ where
         self
     }
 
+    /// Whether a checkpoint trigger asks the source to let go of the lock at its next section
+    /// (off unless set, as in Flink 1.9): with it on, a trigger waits for at most the source's
+    /// section in flight, whatever the fairness (see
+    /// [`CheckpointLock::request_handover`](crate::CheckpointLock::request_handover)). The
+    /// bridge's `LegacySourceStreamTask` always hands over this way, for every mail.
+    pub fn with_bounded_handover(mut self, on: bool) -> Self {
+        self.bounded_handover = on;
+        self
+    }
+
     /// What was built, taken apart: for another model's runtime that runs the same legacy
     /// source its own way (the bridge's `LegacySourceStreamTask` builds on this builder).
     pub fn into_parts(self) -> SourceTaskParts<F, C, O> {
@@ -107,6 +119,7 @@ where
             output,
             context,
             fairness,
+            bounded_handover: _,
         } = self;
         SourceTaskParts {
             config,
@@ -120,6 +133,7 @@ where
 
     /// Starts the task's threads.
     pub fn spawn(self) -> TaskHandle {
+        let bounded_handover = self.bounded_handover;
         let SourceTaskParts {
             config,
             mut source,
@@ -133,6 +147,7 @@ where
             config,
             TriggerMode::Source,
             fairness,
+            bounded_handover,
             move |env, services| {
                 let timers: StdArc<dyn TimerService> = StdArc::clone(services.timers());
                 let body = ChainBody::new(chain, output, env);

@@ -227,6 +227,7 @@ where
             config,
             TriggerMode::Inputs,
             fairness,
+            false,
             move |env, _| ChainBody::new(chain, output, env),
             move |parts| {
                 // The emitter runs from the open chain to the end of the run (it is stopped and
