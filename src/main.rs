@@ -358,7 +358,19 @@ fn pause_at_phases() -> bool {
     std::env::var_os("STREAMTASK_PAUSE_AT_PHASES").is_some_and(|v| v == "1")
 }
 
+/// `streamtask bench` in a `--cfg loom` build (the model-checking build of the tests): the
+/// measurements need real threads and clocks, which that build does not have.
+#[cfg(loom)]
+fn bench(_options: &Options, _quick: bool, _rounds: Option<usize>) -> Result<(), CliError> {
+    Err(CliError::Usage(
+        "this binary was built with --cfg loom (for the model checks); build it without \
+         RUSTFLAGS=\"--cfg loom\" to run the bench"
+            .into(),
+    ))
+}
+
 /// `streamtask bench`: the measurements, the table, and the JSON if asked for.
+#[cfg(not(loom))]
 fn bench(options: &Options, quick: bool, rounds: Option<usize>) -> Result<(), CliError> {
     use streamtask::bench::{BenchConfig, run};
     let mut config = if quick {
