@@ -903,3 +903,49 @@ fn cancel_while_an_iteration_head_waits_for_feedback_leaves_no_thread() {
         assert_cancelled(&outcome);
     });
 }
+
+// ---- the bounded hand-over (legacy with the option, bridge) ----------------------------------------
+
+/// A checkpoint trigger asks a hot legacy source for the checkpoint lock by hand-over
+/// (`CheckpointLock::request_handover`), so it waits for at most the section in flight,
+/// whatever the lock's fairness: legacy's trigger with `with_bounded_handover(true)`, every
+/// bridge mail always.
+///
+/// Deterministic, with `streamtask_legacy::testing`'s probe: the source counts, under the
+/// lock, the sections that saw a request raised, and the trigger's first step under the lock
+/// reads and resets that count (at most one). Before each trigger the probe is armed: the next
+/// section holds the lock until it sees the request, so it is certainly the one in flight, and
+/// no section may run after it before the trigger has the lock. No timings.
+#[test]
+fn a_checkpoint_trigger_waits_for_at_most_the_section_in_flight_of_a_hot_legacy_source() {
+    use std::sync::Arc;
+
+    use adapter::{HANDOVER_CASES, start_hot_source};
+    use streamtask_legacy::Fairness;
+    use streamtask_legacy::testing::HandoverProbe;
+
+    const TRIGGERS: u64 = 50;
+    each(HANDOVER_CASES.to_vec(), |model, _| {
+        for fairness in [Fairness::Unfair, Fairness::Eventual, Fairness::Fair] {
+            let probe = Arc::new(HandoverProbe::default());
+            let t = start_hot_source(model, "HO", fairness, &probe).expect("a hand-over case");
+            for id in 1..=TRIGGERS {
+                // The source is hot again, then the next section waits for the request.
+                probe.wait_sections(50);
+                probe.arm();
+                t.checkpoint_acked(id);
+            }
+            assert_cancelled(&t.cancel_and_join());
+            let most = probe.most();
+            assert!(
+                most <= 1,
+                "{fairness:?}: {most} sections ran while a trigger waited for the lock"
+            );
+            let after = probe.most_after_armed();
+            assert_eq!(
+                after, 0,
+                "{fairness:?}: {after} sections ran after the one in flight when the trigger asked"
+            );
+        }
+    });
+}

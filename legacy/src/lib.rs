@@ -19,6 +19,7 @@
 //! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] ([`InputStreamTask`]), [`SourceTaskParts`] | the tasks (builders ending in `spawn`) |
 //! | [`TaskHandle`], [`TaskState`] | the kit's one handle and lifecycle (`streamtask_core::runtime`), as every model's tasks return them |
 //! | [`AsyncWaitStreamTask`], [`AsyncHead`], [`NoChain`], [`AsyncChainError`] | async I/O: an input task headed by an async operator, with its emitter thread (always the head: FLINK-13063) |
+//! | [`testing`] | test support: the bounded hand-over's section probe, hot source and snapshot probe (this crate's and the bridge's tests) |
 //!
 //! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]). What every task
 //! does (the checkpoint order, end of input with drains, close, the lifecycle on [`TaskState`]
@@ -96,6 +97,8 @@ mod cancel;
 mod lock;
 mod source;
 mod task;
+#[cfg(not(loom))]
+pub mod testing;
 mod timer;
 
 pub use crate::cancel::{CancelHook, CancellationToken, Cancelled};

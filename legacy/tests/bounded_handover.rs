@@ -1,112 +1,27 @@
 //! The bounded hand-over: a thread that asks for the checkpoint lock
 //! ([`CheckpointLock::request_handover`]) gets it within one section of a hot source, whatever
-//! the lock's fairness; the legacy task's checkpoint trigger asks this way with
-//! `SourceStreamTask::with_bounded_handover(true)`.
+//! the lock's fairness. The tasks that ask this way (the legacy task's checkpoint trigger with
+//! `SourceStreamTask::with_bounded_handover(true)`, every bridge mail) are checked in the
+//! cross-model conformance suite, `tests/task_runtime.rs`.
 //!
 //! Deterministic: the source counts, under the lock, the sections that saw a request raised;
 //! the requester reads and resets that count once it holds the lock. Every section that starts
 //! after the request lets go instead, so only the one in flight can count: at most one emit
-//! between the request and the hand-over. No timings.
-
-mod common;
+//! between the request and the hand-over. No timings. The counting is
+//! `streamtask_legacy::testing`'s, shared with the conformance suite's hand-over test.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
-use common::{HANG_GUARD, responder, wait_running};
-use streamtask_core::operator::{Context, Discard, Emitted, Operator, Output};
-use streamtask_core::task::{TaskConfig, TaskReport};
+use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::testing::ManualTimerService;
-use streamtask_core::{
-    CheckpointBarrier, ManualClock, OperatorError, StreamRecord, StreamStatus, Watermark,
-};
+use streamtask_core::{ManualClock, OperatorError, StreamRecord, StreamStatus, Watermark};
+use streamtask_legacy::testing::HandoverProbe;
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
-    SourceContextConfig, SourceFunction, SourceOutput, SourceStreamTask,
+    SourceContextConfig, SourceOutput,
 };
-
-/// Sections that saw a request raised since the requester last reset the count, and the most
-/// any requester found.
-#[derive(Debug, Default)]
-struct Seen {
-    since_reset: AtomicU64,
-    most: AtomicU64,
-    sections: AtomicU64,
-}
-
-impl Seen {
-    /// In a section, under the lock.
-    fn section(&self, requested: bool) {
-        if requested {
-            self.since_reset.fetch_add(1, Ordering::SeqCst);
-        }
-        self.sections.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The requester, holding the lock: how many sections saw its request.
-    fn handed_over(&self) -> u64 {
-        let seen = self.since_reset.swap(0, Ordering::SeqCst);
-        self.most.fetch_max(seen, Ordering::SeqCst);
-        seen
-    }
-
-    /// Waits (yielding, no timing) until the source ran `n` more sections: it is hot again.
-    fn wait_sections(&self, n: u64) {
-        let from = self.sections.load(Ordering::SeqCst);
-        while self.sections.load(Ordering::SeqCst) < from + n {
-            thread::yield_now();
-        }
-    }
-}
-
-/// Emits forever, one section per record, noting in each whether a hand-over was asked for.
-struct Hot(Arc<Seen>);
-
-impl SourceFunction for Hot {
-    type Out = u64;
-    type State = u64;
-    fn name(&self) -> &str {
-        "hot"
-    }
-    fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
-        while !ctx.is_cancelled() {
-            let mut locked = ctx.lock();
-            let n = *locked.state();
-            locked.collect(n)?;
-            *locked.state_mut() = n + 1;
-            self.0.section(locked.handover_requested());
-        }
-        Ok(())
-    }
-}
-
-/// A map that, in each snapshot (under the lock, as the trigger's first step), reads how many
-/// sections saw the trigger's request.
-struct Snapshots(Arc<Seen>);
-
-impl Operator for Snapshots {
-    type In = u64;
-    type Out = u64;
-    fn name(&self) -> &str {
-        "snapshots"
-    }
-    fn process_element(
-        &mut self,
-        record: StreamRecord<u64>,
-        ctx: &mut Context<'_, u64>,
-    ) -> Result<(), OperatorError> {
-        ctx.collect(record)
-    }
-    fn prepare_snapshot_pre_barrier(
-        &mut self,
-        _checkpoint_id: u64,
-        _ctx: &mut Context<'_, u64>,
-    ) -> Result<(), OperatorError> {
-        self.0.handed_over();
-        Ok(())
-    }
-}
 
 /// A source output that counts and drops what it gets.
 #[derive(Debug, Default)]
@@ -143,7 +58,7 @@ fn a_requester_gets_the_lock_within_one_section_under_every_fairness() {
             Count::default(),
         );
         let lock = CheckpointLock::new(cell, fairness);
-        let seen = Arc::new(Seen::default());
+        let seen = Arc::new(HandoverProbe::default());
         let cancel = CancellationToken::new();
         let stop = AtomicBool::new(false);
         thread::scope(|s| {
@@ -202,39 +117,4 @@ fn a_dropped_request_releases_a_source_waiting_for_it() {
             .expect("the source returns once the request is gone");
     });
     assert_eq!(lock.into_inner().output().len(), 1);
-}
-
-fn legacy_triggers(bounded: bool) -> (u64, u64) {
-    let seen = Arc::new(Seen::default());
-    let (responder, reports) = responder("hot");
-    let task = SourceStreamTask::new(
-        TaskConfig::new("hot").with_responder(responder),
-        Hot(Arc::clone(&seen)),
-        Snapshots(Arc::clone(&seen)),
-        Discard,
-    )
-    .with_fairness(Fairness::Eventual)
-    .with_bounded_handover(bounded)
-    .spawn();
-    wait_running(&task);
-    let mut acked = 0;
-    for id in 1..=ROUNDS / 4 {
-        seen.wait_sections(50);
-        task.trigger_checkpoint(CheckpointBarrier::new(id, 0))
-            .expect("a running source task");
-        match reports.recv_timeout(HANG_GUARD) {
-            Ok(TaskReport::Acknowledged { .. }) => acked += 1,
-            other => panic!("checkpoint {id}: {other:?}"),
-        }
-    }
-    task.cancel();
-    task.join();
-    (acked, seen.most.load(Ordering::SeqCst))
-}
-
-#[test]
-fn the_legacy_trigger_with_the_bounded_handover_waits_for_at_most_one_section() {
-    let (acked, most) = legacy_triggers(true);
-    assert_eq!(acked, ROUNDS / 4);
-    assert!(most <= 1, "{most} sections ran while a trigger waited");
 }

@@ -567,3 +567,86 @@ fn threads_left_after_join(name: &str) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+// ---- the bounded hand-over: a hot legacy source under the checkpoint lock ----------------------
+
+use std::sync::Arc;
+
+use streamtask_core::operator::Discard;
+use streamtask_legacy::Fairness;
+use streamtask_legacy::testing::{HandoverProbe, HotSource, SnapshotProbe};
+
+/// The cases whose source task keeps a legacy source's state in a checkpoint lock that a
+/// checkpoint trigger asks for by hand-over: legacy's `SourceStreamTask` with
+/// `with_bounded_handover(true)`, and the bridge's `LegacySourceStreamTask` (always, every
+/// mail). The mailbox model has no checkpoint lock, so no case.
+pub(crate) const HANDOVER_CASES: [(Model, Kind); 2] =
+    [(Model::Legacy, Kind::Source), (Model::Bridge, Kind::Source)];
+
+/// A source task of a [`HANDOVER_CASES`] model: `HotSource` -> `SnapshotProbe` over one
+/// `HandoverProbe` (`streamtask_legacy::testing`), into a discarding output.
+pub(crate) struct HotSourceTask {
+    name: String,
+    handle: Handle,
+    reports: Receiver<TaskReport>,
+}
+
+/// Starts the hand-over case of `model` with a checkpoint lock of `fairness`, named `<id>`,
+/// the model's letter and `S`; `None` for the mailbox model.
+pub(crate) fn start_hot_source(
+    model: Model,
+    id: &'static str,
+    fairness: Fairness,
+    probe: &Arc<HandoverProbe>,
+) -> Option<HotSourceTask> {
+    let letter = match model {
+        Model::Legacy => 'L',
+        Model::Bridge => 'B',
+        Model::Mailbox => return None,
+    };
+    let name = format!("{id}{letter}S");
+    let (reports_tx, reports) = unbounded();
+    let config =
+        TaskConfig::new(name.clone()).with_responder(CheckpointResponder::new(&name, reports_tx));
+    let (source, chain) = (
+        HotSource(Arc::clone(probe)),
+        SnapshotProbe(Arc::clone(probe)),
+    );
+    let handle = match model {
+        Model::Legacy => streamtask_legacy::SourceStreamTask::new(config, source, chain, Discard)
+            .with_fairness(fairness)
+            .with_bounded_handover(true)
+            .spawn(),
+        _ => streamtask_bridge::LegacySourceStreamTask::new(config, source, chain, Discard)
+            .with_fairness(fairness)
+            .spawn()
+            .expect("a chain without async operators"),
+    };
+    Some(HotSourceTask {
+        name,
+        handle,
+        reports,
+    })
+}
+
+impl HotSourceTask {
+    /// Triggers checkpoint `id` and waits (hang guard only) for its acknowledgement.
+    pub(crate) fn checkpoint_acked(&self, id: u64) {
+        self.handle
+            .trigger_checkpoint(CheckpointBarrier::new(id, 0))
+            .expect("a running source task");
+        match self.reports.recv_timeout(GUARD) {
+            Ok(TaskReport::Acknowledged { checkpoint, .. }) if checkpoint == id => {}
+            other => panic!("{}: checkpoint {id}: {other:?}", self.name),
+        }
+    }
+
+    /// Cancels and joins the task, then checks that none of its threads is left.
+    pub(crate) fn cancel_and_join(self) -> TaskOutcome {
+        self.handle.cancel();
+        let outcome = self.handle.join();
+        let left = threads_left_after_join(&self.name);
+        assert!(left.is_empty(), "{}: threads left: {left:?}", self.name);
+        outcome
+    }
+}

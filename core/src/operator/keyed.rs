@@ -1,7 +1,8 @@
 //! Keyed processing: per-key state and per-key timers in processing and event time.
 //!
 //! [`KeyedProcessOperator`] runs a [`KeyedProcessFunction`] over the shared keyed machinery
-//! (`keyed_backend`: state, timers, watermark and their snapshot), and offers side outputs.
+//! (`keyed_backend`: state, timers, watermark, side outputs and their snapshot, and what a
+//! watermark, a status or a timer does); the operator only keys records and hands them in.
 //!
 //! # End of input
 //!
@@ -10,16 +11,17 @@
 //! [`end_input`](KeyedProcessFunction::end_input) hook once, with every key's state, the main
 //! and side outputs. Processing-time timers still pending then do not fire (as Flink: the task
 //! stops its timer service at end of input); the hook sees them through
-//! [`EndOfInputContext::pending_processing_timers`] and may emit what they would have.
+//! [`EndOfInputContext::pending_processing_timers`](super::EndOfInputContext::pending_processing_timers)
+//! and may emit what they would have.
 
 use std::fmt;
 
-use super::keyed_backend::{EndOfInputContext, KeyedBackend};
+use super::keyed_backend::KeyedBackend;
 use super::side_output::SideOutputs;
 use super::{Context, Operator};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
-use crate::function::{KeyedProcessFunction, TimeDomain};
+use crate::function::KeyedProcessFunction;
 use crate::keygroup::StableKey;
 use crate::time::Timer;
 
@@ -29,7 +31,6 @@ pub struct KeyedProcessOperator<KS, F: KeyedProcessFunction> {
     key_of: KS,
     function: F,
     backend: KeyedBackend<F::Key, F::State>,
-    side: SideOutputs,
 }
 
 impl<KS, F> KeyedProcessOperator<KS, F>
@@ -44,13 +45,12 @@ where
             key_of,
             function,
             backend: KeyedBackend::new(),
-            side: SideOutputs::new(),
         }
     }
 
     /// The same operator, emitting side outputs into `side`.
     pub fn with_side_outputs(mut self, side: SideOutputs) -> Self {
-        self.side = side;
+        self.backend.set_side_outputs(side);
         self
     }
 
@@ -87,10 +87,7 @@ where
     }
 
     fn initialize_state(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
-        match restored {
-            Some(bytes) => self.backend.restore(&self.name, bytes),
-            None => Ok(()),
-        }
+        self.backend.initialize_state(&self.name, restored)
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
@@ -103,12 +100,10 @@ where
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
         let key = (self.key_of)(&record.value);
-        let value = record.value;
-        let function = &mut self.function;
-        self.backend
-            .call(key, record.timestamp, &mut self.side, ctx, |kctx| {
-                function.process_element(value, kctx)
-            })
+        let (value, function) = (record.value, &mut self.function);
+        self.backend.call(key, record.timestamp, ctx, |kctx| {
+            function.process_element(value, kctx)
+        })
     }
 
     fn process_watermark(
@@ -118,11 +113,9 @@ where
     ) -> Result<(), OperatorError> {
         let function = &mut self.function;
         self.backend
-            .advance_watermark(watermark, &mut self.side, ctx, |ts, kctx| {
-                function.on_timer(ts, TimeDomain::EventTime, kctx)
-            })?;
-        ctx.emit_watermark(watermark)?;
-        self.side.emit_watermark(watermark)
+            .process_watermark(watermark, ctx, |ts, domain, kctx| {
+                function.on_timer(ts, domain, kctx)
+            })
     }
 
     fn process_status(
@@ -130,8 +123,7 @@ where
         status: StreamStatus,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        ctx.emit_status(status)?;
-        self.side.emit_status(status)
+        self.backend.process_status(status, ctx)
     }
 
     fn on_processing_time(
@@ -141,8 +133,8 @@ where
     ) -> Result<(), OperatorError> {
         let function = &mut self.function;
         self.backend
-            .fire_processing_timers(timer.timestamp, &mut self.side, ctx, |ts, kctx| {
-                function.on_timer(ts, TimeDomain::ProcessingTime, kctx)
+            .on_processing_time(timer, ctx, |ts, domain, kctx| {
+                function.on_timer(ts, domain, kctx)
             })
     }
 
@@ -151,9 +143,7 @@ where
     }
 
     fn end_input(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        let mut end: EndOfInputContext<'_, '_, _, _, _> =
-            self.backend.end_of_input(&mut self.side, ctx);
-        self.function.end_input(&mut end)
+        self.function.end_input(&mut self.backend.end_of_input(ctx))
     }
 }
 
@@ -162,7 +152,6 @@ impl<KS, F: KeyedProcessFunction> fmt::Debug for KeyedProcessOperator<KS, F> {
         f.debug_struct("KeyedProcessOperator")
             .field("name", &self.name)
             .field("backend", &self.backend)
-            .field("side", &self.side)
             .finish_non_exhaustive()
     }
 }

@@ -1,12 +1,15 @@
 //! The keyed state and timer machinery shared by every keyed operator: one `State` value per
-//! key, per-key timers in processing and event time, the current watermark, and the snapshot of
-//! all of it.
+//! key, per-key timers in processing and event time, the current watermark, the side outputs,
+//! and the snapshot of the state and timers.
 //!
 //! [`KeyedProcessOperator`](super::KeyedProcessOperator) (one input) and
 //! [`KeyedCoProcessOperator`](super::KeyedCoProcessOperator) (two inputs sharing per-key state)
-//! both keep a [`KeyedBackend`] and differ only in how records reach it. The snapshot format
-//! lives in one place, [`KeyedBackend::snapshot`] and [`KeyedBackend::restore`], so a change of
-//! format is made once for every keyed operator.
+//! both keep a [`KeyedBackend`] and differ only in how records reach it: everything else an
+//! operator is called for (restore, open, a watermark, a watermark status, a processing-time
+//! timer, the snapshot, end of input) is one backend method, so what a keyed operator does
+//! with it (fire the due timers, then forward to the main and the side outputs) is written
+//! once. The snapshot format lives in one place, [`KeyedBackend::snapshot`] and
+//! [`KeyedBackend::restore`], so a change of format is made once for every keyed operator.
 //!
 //! The snapshot is cut by key group (a [`KeyGroupedState`] of each key group's states and
 //! timers, see [`crate::keygroup`]), so a restore with another parallelism gets exactly the keys
@@ -25,9 +28,11 @@ use serde::de::DeserializeOwned;
 
 use super::Context;
 use super::side_output::{OutputTag, SideOutputs};
-use crate::element::{StreamRecord, Watermark};
+use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
+use crate::function::TimeDomain;
 use crate::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupedState, StableKey, key_group_of};
+use crate::time::Timer;
 
 #[derive(Debug)]
 pub(crate) struct KeyedTimers<K> {
@@ -39,12 +44,13 @@ pub(crate) struct KeyedTimers<K> {
     to_register: Vec<i64>,
 }
 
-/// Per-key state, per-key timers and the watermark of one keyed operator.
+/// Per-key state, per-key timers, the watermark and the side outputs of one keyed operator.
 pub(crate) struct KeyedBackend<K, S> {
     states: BTreeMap<K, S>,
     timers: KeyedTimers<K>,
     watermark: Watermark,
     max_parallelism: u32,
+    side: SideOutputs,
 }
 
 /// What one key group holds in a snapshot: its keys' states and timers (the snapshot is a
@@ -82,7 +88,13 @@ impl<K: Ord, S> KeyedBackend<K, S> {
             },
             watermark: Watermark::MIN,
             max_parallelism: DEFAULT_MAX_PARALLELISM,
+            side: SideOutputs::new(),
         }
+    }
+
+    /// Emits side outputs into `side` (none by default).
+    pub(crate) fn set_side_outputs(&mut self, side: SideOutputs) {
+        self.side = side;
     }
 
     /// Sets the max parallelism the state is cut into key groups by; it must equal the job's,
@@ -101,6 +113,18 @@ where
     K: Ord + Clone + Serialize + DeserializeOwned + StableKey,
     S: Default + Serialize + DeserializeOwned,
 {
+    /// The operator's `initialize_state`: restores `restored` if there is one.
+    pub(crate) fn initialize_state(
+        &mut self,
+        operator: &str,
+        restored: Option<&[u8]>,
+    ) -> Result<(), OperatorError> {
+        match restored {
+            Some(bytes) => self.restore(operator, bytes),
+            None => Ok(()),
+        }
+    }
+
     /// The state of every key and its timers, cut by key group, and the watermark, encoded: the
     /// one snapshot format of every keyed operator.
     pub(crate) fn snapshot(&self, operator: &str) -> Result<Vec<u8>, OperatorError> {
@@ -162,7 +186,6 @@ where
         &mut self,
         key: K,
         timestamp: Option<i64>,
-        side: &mut SideOutputs,
         ctx: &mut Context<'_, O>,
         body: impl FnOnce(&mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
@@ -175,7 +198,7 @@ where
                 timestamp,
                 watermark: self.watermark,
                 timers: &mut self.timers,
-                side,
+                side: &mut self.side,
                 out: ctx,
             };
             let result = body(&mut kctx);
@@ -188,15 +211,18 @@ where
         result
     }
 
-    /// Advances the watermark and fires every event-time timer at or below it, in time order
-    /// (a timer may register another that is also due, so it looks again each round). The
-    /// caller forwards the watermark afterwards.
-    pub(crate) fn advance_watermark<O>(
+    /// The operator's `process_watermark`: advances the watermark, fires every event-time timer
+    /// at or below it in time order (a timer may register another that is also due, so it looks
+    /// again each round), then forwards the watermark to the main and the side outputs.
+    pub(crate) fn process_watermark<O>(
         &mut self,
         watermark: Watermark,
-        side: &mut SideOutputs,
         ctx: &mut Context<'_, O>,
-        mut on_timer: impl FnMut(i64, &mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
+        mut on_timer: impl FnMut(
+            i64,
+            TimeDomain,
+            &mut KeyedContext<'_, '_, K, S, O>,
+        ) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
         self.watermark = self.watermark.max(watermark);
         while let Some((ts, _)) = self.timers.event.first() {
@@ -204,22 +230,39 @@ where
                 break;
             }
             let (ts, key) = self.timers.event.pop_first().expect("checked non-empty");
-            self.call(key, Some(ts), side, ctx, |kctx| on_timer(ts, kctx))?;
+            self.call(key, Some(ts), ctx, |kctx| {
+                on_timer(ts, TimeDomain::EventTime, kctx)
+            })?;
         }
-        Ok(())
+        ctx.emit_watermark(watermark)?;
+        self.side.emit_watermark(watermark)
     }
 
-    /// The runtime timer at `timestamp` fired: fires every processing-time timer due by then.
-    pub(crate) fn fire_processing_timers<O>(
+    /// The operator's `process_status`: forwards `status` to the main and the side outputs.
+    pub(crate) fn process_status<O>(
         &mut self,
-        timestamp: i64,
-        side: &mut SideOutputs,
+        status: StreamStatus,
         ctx: &mut Context<'_, O>,
-        mut on_timer: impl FnMut(i64, &mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
-        self.timers.physical.remove(&timestamp);
+        ctx.emit_status(status)?;
+        self.side.emit_status(status)
+    }
+
+    /// The operator's `on_processing_time`: the runtime timer fired, so every processing-time
+    /// timer due by then fires, in time order.
+    pub(crate) fn on_processing_time<O>(
+        &mut self,
+        timer: Timer,
+        ctx: &mut Context<'_, O>,
+        mut on_timer: impl FnMut(
+            i64,
+            TimeDomain,
+            &mut KeyedContext<'_, '_, K, S, O>,
+        ) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        self.timers.physical.remove(&timer.timestamp);
         while let Some((ts, _)) = self.timers.processing.first() {
-            if *ts > timestamp {
+            if *ts > timer.timestamp {
                 break;
             }
             let (ts, key) = self
@@ -227,7 +270,9 @@ where
                 .processing
                 .pop_first()
                 .expect("checked non-empty");
-            self.call(key, None, side, ctx, |kctx| on_timer(ts, kctx))?;
+            self.call(key, None, ctx, |kctx| {
+                on_timer(ts, TimeDomain::ProcessingTime, kctx)
+            })?;
         }
         Ok(())
     }
@@ -235,14 +280,13 @@ where
     /// The context of the end-of-input hook.
     pub(crate) fn end_of_input<'a, 'b, O>(
         &'a mut self,
-        side: &'a mut SideOutputs,
         ctx: &'a mut Context<'b, O>,
     ) -> EndOfInputContext<'a, 'b, K, S, O> {
         EndOfInputContext {
             states: &mut self.states,
             timers: &self.timers,
             watermark: self.watermark,
-            side,
+            side: &mut self.side,
             out: ctx,
         }
     }
@@ -262,6 +306,7 @@ impl<K, S> fmt::Debug for KeyedBackend<K, S> {
         f.debug_struct("KeyedBackend")
             .field("keys", &self.states.len())
             .field("watermark", &self.watermark)
+            .field("side", &self.side)
             .finish_non_exhaustive()
     }
 }

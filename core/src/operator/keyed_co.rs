@@ -15,7 +15,7 @@ use super::side_output::SideOutputs;
 use super::{Context, TwoInputOperator};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
-use crate::function::{CoProcessFunction, TimeDomain};
+use crate::function::CoProcessFunction;
 use crate::keygroup::StableKey;
 use crate::time::Timer;
 
@@ -26,7 +26,6 @@ pub struct KeyedCoProcessOperator<K1, K2, F: CoProcessFunction> {
     key2: K2,
     function: F,
     backend: KeyedBackend<F::Key, F::State>,
-    side: SideOutputs,
     inputs_ended: u8,
 }
 
@@ -45,14 +44,13 @@ where
             key2,
             function,
             backend: KeyedBackend::new(),
-            side: SideOutputs::new(),
             inputs_ended: 0,
         }
     }
 
     /// The same operator, emitting side outputs into `side`.
     pub fn with_side_outputs(mut self, side: SideOutputs) -> Self {
-        self.side = side;
+        self.backend.set_side_outputs(side);
         self
     }
 
@@ -91,10 +89,7 @@ where
     }
 
     fn initialize_state(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
-        match restored {
-            Some(bytes) => self.backend.restore(&self.name, bytes),
-            None => Ok(()),
-        }
+        self.backend.initialize_state(&self.name, restored)
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
@@ -107,12 +102,10 @@ where
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
         let key = (self.key1)(&record.value);
-        let value = record.value;
-        let function = &mut self.function;
-        self.backend
-            .call(key, record.timestamp, &mut self.side, ctx, |kctx| {
-                function.process_element1(value, kctx)
-            })
+        let (value, function) = (record.value, &mut self.function);
+        self.backend.call(key, record.timestamp, ctx, |kctx| {
+            function.process_element1(value, kctx)
+        })
     }
 
     fn process_element2(
@@ -121,12 +114,10 @@ where
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
         let key = (self.key2)(&record.value);
-        let value = record.value;
-        let function = &mut self.function;
-        self.backend
-            .call(key, record.timestamp, &mut self.side, ctx, |kctx| {
-                function.process_element2(value, kctx)
-            })
+        let (value, function) = (record.value, &mut self.function);
+        self.backend.call(key, record.timestamp, ctx, |kctx| {
+            function.process_element2(value, kctx)
+        })
     }
 
     fn process_watermark(
@@ -136,11 +127,9 @@ where
     ) -> Result<(), OperatorError> {
         let function = &mut self.function;
         self.backend
-            .advance_watermark(watermark, &mut self.side, ctx, |ts, kctx| {
-                function.on_timer(ts, TimeDomain::EventTime, kctx)
-            })?;
-        ctx.emit_watermark(watermark)?;
-        self.side.emit_watermark(watermark)
+            .process_watermark(watermark, ctx, |ts, domain, kctx| {
+                function.on_timer(ts, domain, kctx)
+            })
     }
 
     fn process_status(
@@ -148,8 +137,7 @@ where
         status: StreamStatus,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        ctx.emit_status(status)?;
-        self.side.emit_status(status)
+        self.backend.process_status(status, ctx)
     }
 
     fn on_processing_time(
@@ -159,8 +147,8 @@ where
     ) -> Result<(), OperatorError> {
         let function = &mut self.function;
         self.backend
-            .fire_processing_timers(timer.timestamp, &mut self.side, ctx, |ts, kctx| {
-                function.on_timer(ts, TimeDomain::ProcessingTime, kctx)
+            .on_processing_time(timer, ctx, |ts, domain, kctx| {
+                function.on_timer(ts, domain, kctx)
             })
     }
 
@@ -168,6 +156,7 @@ where
         self.backend.snapshot(&self.name).map(Some)
     }
 
+    /// The end-of-input hook runs once, when the second input ends.
     fn end_input(
         &mut self,
         _input: u8,
@@ -175,8 +164,8 @@ where
     ) -> Result<(), OperatorError> {
         self.inputs_ended += 1;
         if self.inputs_ended == 2 {
-            let mut end = self.backend.end_of_input(&mut self.side, ctx);
-            self.function.end_input(&mut end)?;
+            self.function
+                .end_input(&mut self.backend.end_of_input(ctx))?;
         }
         Ok(())
     }
@@ -187,7 +176,6 @@ impl<K1, K2, F: CoProcessFunction> fmt::Debug for KeyedCoProcessOperator<K1, K2,
         f.debug_struct("KeyedCoProcessOperator")
             .field("name", &self.name)
             .field("backend", &self.backend)
-            .field("side", &self.side)
             .finish_non_exhaustive()
     }
 }
@@ -195,7 +183,7 @@ impl<K1, K2, F: CoProcessFunction> fmt::Debug for KeyedCoProcessOperator<K1, K2,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::CoProcessFunction;
+    use crate::function::{CoProcessFunction, TimeDomain};
     use crate::operator::EndOfInputContext;
     use crate::operator::{KeyedContext, Map, TwoInputChain};
     use crate::testing::TwoInputHarness;
