@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use streamtask::checkpoint::CheckpointStorage;
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::demo::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 use streamtask::prelude::*;
 use streamtask_core::runtime::feedback_log;
 
@@ -84,18 +84,9 @@ fn logged(dir: &std::path::Path) -> usize {
 }
 
 fn main() {
-    // The injected fault panics on purpose: keep its message out of the output.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .unwrap_or_default();
-        if !message.starts_with("injected fault") {
-            default_hook(info);
-        }
-    }));
+    // The injected faults panic on purpose: keep their messages out of the output (no logger
+    // is installed, so the one-line report goes nowhere).
+    quiet_injected_panics();
     let expected = reference();
     let mut outputs = Vec::new();
     for model in [Model::Legacy, Model::Mailbox, Model::Bridge] {

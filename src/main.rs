@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use streamtask::demo::data::DemoData;
-use streamtask::demo::fault::FaultPlan;
+use streamtask::demo::fault::{FaultPlan, quiet_injected_panics};
 use streamtask::demo::job::{DemoJob, DemoRun};
 use streamtask::report::{CompareReport, ModelReport};
 use streamtask::{JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
@@ -459,26 +459,6 @@ fn main() -> ExitCode {
             error.exit_code()
         }
     }
-}
-
-/// Injected faults are expected: report them in one line instead of a panic message with a
-/// backtrace hint.
-fn quiet_injected_panics() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.starts_with("injected fault") {
-            let thread = std::thread::current();
-            log::info!("{} on thread {}", message, thread.name().unwrap_or("?"));
-        } else {
-            default(info);
-        }
-    }));
 }
 
 fn run_model(

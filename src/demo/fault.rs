@@ -157,6 +157,28 @@ impl FaultPlan {
     }
 }
 
+/// Installs a panic hook that reports an injected fault ([`FaultPlan::check`]'s panic) in one
+/// `info` log line (thread named) instead of a panic message with a backtrace hint; every other
+/// panic goes to the hook that was installed before. For the CLI and the examples, whose runs
+/// inject faults on purpose.
+pub fn quiet_injected_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("injected fault") {
+            let thread = std::thread::current();
+            log::info!("{} on thread {}", message, thread.name().unwrap_or("?"));
+        } else {
+            default(info);
+        }
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
