@@ -119,7 +119,7 @@ mod task;
 
 pub use crate::compat::{LegacyStateCompat, PortedReader, StateCompatError};
 pub use crate::executor::CheckpointLockExecutor;
-pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader};
+pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader, InFlightReplay};
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};
 pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
 
