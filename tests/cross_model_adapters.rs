@@ -30,10 +30,10 @@ use streamtask::sink::read_committed;
 use streamtask::{JobError, JobPhase, JobResult, Restore, SavepointHandle};
 use streamtask_bridge::{HandoffReader, InFlightReplay};
 use streamtask_core::operator::{Emitted, Map, Output, TaskOutput};
-use streamtask_core::{CheckpointBarrier, StreamStatus, TaskSnapshot};
-use streamtask_legacy::SourceStreamTask;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::task::TaskConfig;
+use streamtask_core::{CheckpointBarrier, StreamStatus, TaskSnapshot};
+use streamtask_legacy::SourceStreamTask;
 
 const END: u64 = 2_000;
 const HALF: u64 = END / 2;
@@ -255,7 +255,10 @@ impl TickFunction {
             if done {
                 return;
             }
-            assert!(Instant::now() < deadline, "hang guard: the source waited too long");
+            assert!(
+                Instant::now() < deadline,
+                "hang guard: the source waited too long"
+            );
             let _ = ctx.sleep(Duration::from_millis(1));
         }
     }
@@ -278,7 +281,9 @@ impl KeyedProcessFunction for Totals {
     ) -> Result<(), OperatorError> {
         *ctx.state() += n;
         let total = *ctx.state();
-        let ts = ctx.timestamp().expect("the source's timestamps reach the keyed stage");
+        let ts = ctx
+            .timestamp()
+            .expect("the source's timestamps reach the keyed stage");
         ctx.register_event_timer(ts + TIMER_AFTER);
         ctx.collect(format!("record,{key},{n},{ts},{total}"))
     }
@@ -314,7 +319,10 @@ fn reference() -> Vec<String> {
     for n in 0..END {
         let ((key, value), ts, wm) = element(n);
         totals[key as usize] += value;
-        out.push(format!("record,{key},{value},{ts},{}", totals[key as usize]));
+        out.push(format!(
+            "record,{key},{value},{ts},{}",
+            totals[key as usize]
+        ));
         timers.push((ts + TIMER_AFTER, key));
         if let Some(wm) = wm {
             fire(wm, &mut timers, &totals, &mut out);
@@ -407,8 +415,14 @@ fn smoke() {
     for source in [Source::Reader, Source::Function] {
         for model in MODELS {
             let dir = tempfile::tempdir().unwrap();
-            run(dir.path(), source, model, &Probe::new(Stop::Never), Restore::Fresh)
-                .unwrap_or_else(|e| panic!("{source:?} under {model:?}: {e}"));
+            run(
+                dir.path(),
+                source,
+                model,
+                &Probe::new(Stop::Never),
+                Restore::Fresh,
+            )
+            .unwrap_or_else(|e| panic!("{source:?} under {model:?}: {e}"));
             assert_eq!(
                 committed(dir.path()),
                 reference(),
@@ -439,8 +453,8 @@ fn the_source_entry_is_the_sources_own_bytes_under_every_model() {
         let dir = tempfile::tempdir().unwrap();
         let path = savepoint_under(dir.path(), Source::Function, model);
         let bytes = source_entry(&path, TaskSnapshot::SOURCE).expect("a source entry");
-        let position: Position = decode(&bytes)
-            .unwrap_or_else(|e| panic!("function under {model:?}: {e} in {bytes:?}"));
+        let position: Position =
+            decode(&bytes).unwrap_or_else(|e| panic!("function under {model:?}: {e} in {bytes:?}"));
         assert_eq!(position.next, HALF, "function under {model:?}");
     }
 }
@@ -576,7 +590,10 @@ fn elements_in_flight_in_a_mailbox_checkpoint_are_replayed_by_the_legacy_task() 
         if reader.pending() >= CAPACITY {
             seen_full.store(true, Ordering::Relaxed);
         }
-        assert!(emitted.len() < 100, "the handoff never held {CAPACITY} elements");
+        assert!(
+            emitted.len() < 100,
+            "the handoff never held {CAPACITY} elements"
+        );
     }
     let mut snapshot = TaskSnapshot::new();
     reader.snapshot_task_state(1, &mut snapshot).unwrap();
@@ -600,7 +617,10 @@ fn elements_in_flight_in_a_mailbox_checkpoint_are_replayed_by_the_legacy_task() 
     .spawn();
     let outcome = handle.join();
     assert!(!outcome.is_finished(), "refused: {outcome:?}");
-    assert!(format!("{outcome:?}").contains("InFlightReplay"), "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("InFlightReplay"),
+        "{outcome:?}"
+    );
 
     // ... and replays them through `InFlightReplay`, then continues from the state.
     let in_flight = snapshot.remove(TaskSnapshot::SOURCE_IN_FLIGHT);
@@ -625,5 +645,8 @@ fn elements_in_flight_in_a_mailbox_checkpoint_are_replayed_by_the_legacy_task() 
         })
         .collect();
     let expected: Vec<(u64, Option<i64>)> = (done..100).map(|n| (n, Some(n as i64))).collect();
-    assert_eq!(replayed, expected, "every record after the barrier, once, in order");
+    assert_eq!(
+        replayed, expected,
+        "every record after the barrier, once, in order"
+    );
 }

@@ -18,8 +18,8 @@
 //! legacy state are refused with a typed error naming the fix, never a silent fresh start.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 

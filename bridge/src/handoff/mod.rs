@@ -31,8 +31,8 @@ use streamtask_legacy::{
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use self::buffer::{Handoff, HandoffEnd, HandoffItem, Pending, Restored, SnapshotRef};
-use self::in_flight::{InFlight, InFlightRef};
 pub use self::in_flight::InFlightReplay;
+use self::in_flight::{InFlight, InFlightRef};
 use crate::task::SourceExit;
 
 /// Elements the handoff holds before the source waits for room, unless set.
@@ -125,6 +125,19 @@ enum Seen {
 ///   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
 ///   the grace period; a source that ignores cancellation is left behind and reported as
 ///   ignoring it, rather than hanging the task.
+///
+/// # Checkpoints
+///
+/// In a task ([`snapshot_task_state`](SourceReader::snapshot_task_state)) the reader writes,
+/// under one lock, the function's state under `TaskSnapshot::SOURCE` exactly as the legacy
+/// `SourceStreamTask` and the bridge write it (`encode(&State)`), and the elements in flight
+/// (its batch, then the handoff) with whether the function had finished under
+/// `TaskSnapshot::SOURCE_IN_FLIGHT`, only when there are any. So its checkpoints restore under
+/// the legacy and bridge models (the job API runs the function in an
+/// [`InFlightReplay`](crate::InFlightReplay) there), and theirs here. Called on its own,
+/// [`snapshot_state`](SourceReader::snapshot_state) returns both in one self-contained envelope
+/// (`{"state", "pending", "finished"}`, the format of earlier versions' checkpoints);
+/// [`restore_state`](SourceReader::restore_state) reads the envelope and the legacy form.
 ///
 /// # Context timers
 ///
@@ -589,6 +602,8 @@ where
         }
     }
 
+    /// The state and the elements in flight in one self-contained envelope (see the type's
+    /// `# Checkpoints`; a task writes them apart instead).
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
         let finished_on_restore = matches!(self.phase, Phase::FinishedOnRestore);
         let lock = Arc::clone(self.lock());
