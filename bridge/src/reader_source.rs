@@ -307,7 +307,7 @@ fn raw_json(name: &str, bytes: Vec<u8>) -> Result<Box<RawValue>, String> {
     };
     let text = String::from_utf8(bytes).map_err(|_| not_json())?;
     let raw = RawValue::from_string(text).map_err(|_| not_json())?;
-    // `from_string` trims surrounding whitespace; only exact bytes are the same bytes.
+    // Surrounding whitespace would not survive the round trip: only exact bytes are the same.
     if raw.get().len() != len {
         return Err(not_json());
     }
@@ -423,5 +423,63 @@ impl Wake for Signal {
 
     fn wake_by_ref(self: &StdArc<Self>) {
         self.set();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use streamtask_core::state::{decode, encode};
+
+    /// A reader of one position, for the state's bytes.
+    struct At(u64);
+
+    impl SourceReader<u64> for At {
+        fn name(&self) -> &str {
+            "at"
+        }
+        fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+            if let Some(bytes) = state {
+                self.0 = decode(bytes).map_err(|e| OperatorError::state("at", e))?;
+            }
+            Ok(())
+        }
+        fn poll_next(
+            &mut self,
+            _: &mut ReaderOutput<'_, u64>,
+        ) -> Result<InputStatus, OperatorError> {
+            Ok(InputStatus::EndOfInput)
+        }
+        fn register_waker(&mut self, waker: &Waker) {
+            waker.wake_by_ref();
+        }
+        fn snapshot_state(&mut self, _: u64) -> Result<Vec<u8>, OperatorError> {
+            Ok(self.0.to_le_bytes().to_vec())
+        }
+    }
+
+    #[test]
+    fn the_state_encodes_as_the_readers_bytes_verbatim() {
+        for bytes in [&b"42"[..], br#"{"format":"list","items":[[1,9]]}"#, b"null"] {
+            let state: ReaderSourceState<At, u64> = decode(bytes).unwrap();
+            assert_eq!(encode(&state).unwrap(), bytes);
+        }
+    }
+
+    #[test]
+    fn an_earlier_versions_array_is_read_when_the_reader_refuses_it() {
+        let old = encode(&Some(encode(&7u64).unwrap())).unwrap(); // `[55]`
+        let state: ReaderSourceState<At, u64> = decode(&old).unwrap();
+        let mut reader = At(0);
+        restore_reader(&mut reader, state.restored.as_deref()).unwrap();
+        assert_eq!(reader.0, 7);
+    }
+
+    #[test]
+    fn bytes_that_are_not_json_fail_the_snapshot_naming_the_fix() {
+        let state = ReaderSourceState::<At, u64>::default();
+        *state.reader.borrow_mut() = Some(At(3));
+        let err = encode(&state).unwrap_err().to_string();
+        assert!(err.contains("streamtask_core::state::encode"), "{err}");
     }
 }
