@@ -9,6 +9,7 @@
 //! | legacy source | bridge | `Count` in a bridge `LegacySourceStreamTask` |
 //! | port | mailbox | `PortedReader<CountReader>` in a mailbox `SourceTask` |
 //! | port | bridge | `PortedReader<CountReader>` in a mailbox `SourceTask` |
+//! | port | legacy | `PortedReader<CountReader>` through a `ReaderSource` in a legacy `SourceStreamTask` (which writes the reader's bytes verbatim) |
 //!
 //! The first run fails for good after a checkpoint committed (no restarts left: an unfinished
 //! run, as a crash leaves one); the second, under the other deployment, resumes it with
@@ -17,8 +18,8 @@
 //! legacy state are refused with a typed error naming the fix, never a silent fresh start.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,8 @@ struct Probe {
     faults: Arc<FaultPlan>,
     committed: Arc<AtomicU64>,
     started_at: Arc<AtomicU64>,
+    /// A port waiting for a commit.
+    waker: Arc<Mutex<Option<Waker>>>,
 }
 
 impl Probe {
@@ -56,6 +59,15 @@ impl Probe {
             faults: Arc::new(faults),
             committed: Arc::new(AtomicU64::new(0)),
             started_at: Arc::new(AtomicU64::new(u64::MAX)),
+            waker: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// A checkpoint committed (the job's phase callback).
+    fn on_commit(&self) {
+        self.committed.fetch_add(1, Ordering::AcqRel);
+        if let Some(waker) = self.waker.lock().unwrap().take() {
+            waker.wake();
         }
     }
 
@@ -120,14 +132,11 @@ struct CountReader {
     probe: Probe,
     /// Declares the compatibility one way only (legacy -> port).
     one_way: bool,
-    /// A checkpoint taken at `END / 2` completed on this reader (it never blocks the mailbox
-    /// thread waiting for one: it reports nothing available and is woken by the notice).
-    checkpointed: bool,
-    /// The last checkpoint completed before the reader reached `END / 2`: one checkpoint runs
-    /// at a time, so one two ids later was triggered while it waited there.
-    completed_before_half: Option<u64>,
-    last_completed: u64,
-    waker: Option<Waker>,
+    /// A run that will fail waits at `END / 2` until this many checkpoints committed (it never
+    /// blocks the mailbox thread: it reports nothing available and the commit wakes it; under
+    /// the legacy model, where checkpoint notices do not reach a reader, the same way).
+    target: Option<u64>,
+    passed: bool,
 }
 
 impl CountReader {
@@ -136,11 +145,13 @@ impl CountReader {
             next: 0,
             probe,
             one_way: false,
-            checkpointed: false,
-            completed_before_half: None,
-            last_completed: 0,
-            waker: None,
+            target: None,
+            passed: false,
         }
+    }
+
+    fn waiting(&self) -> bool {
+        self.next == END / 2 && self.probe.faults.is_active() && !self.passed
     }
 }
 
@@ -162,11 +173,16 @@ impl SourceReader<u64> for CountReader {
         if self.next == END {
             return Ok(InputStatus::EndOfInput);
         }
-        if self.next == END / 2 && self.probe.faults.is_active() && !self.checkpointed {
+        if self.waiting() {
             // A run that will fail waits for a checkpoint here, so it leaves one to resume.
-            self.completed_before_half
-                .get_or_insert(self.last_completed);
-            return Ok(InputStatus::NothingAvailable);
+            let committed = &self.probe.committed;
+            let target = *self
+                .target
+                .get_or_insert_with(|| committed.load(Ordering::Acquire) + 2);
+            if committed.load(Ordering::Acquire) < target {
+                return Ok(InputStatus::NothingAvailable);
+            }
+            self.passed = true;
         }
         self.probe.faults.check(FaultKind::Source);
         out.collect(self.next)?;
@@ -175,28 +191,20 @@ impl SourceReader<u64> for CountReader {
     }
 
     fn register_waker(&mut self, waker: &Waker) {
-        if self.next == END / 2 && self.probe.faults.is_active() && !self.checkpointed {
-            self.waker = Some(waker.clone());
-        } else {
-            waker.wake_by_ref();
+        match self.target {
+            Some(target) if self.waiting() => {
+                // Register, then look again: a commit in between wakes at once.
+                *self.probe.waker.lock().unwrap() = Some(waker.clone());
+                if self.probe.committed.load(Ordering::Acquire) >= target {
+                    waker.wake_by_ref();
+                }
+            }
+            _ => waker.wake_by_ref(),
         }
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
         streamtask_core::state::encode(&self.next).map_err(|e| OperatorError::state("count", e))
-    }
-
-    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
-        self.last_completed = self.last_completed.max(checkpoint_id);
-        match self.completed_before_half {
-            Some(before) if checkpoint_id >= before + 2 => {}
-            _ => return Ok(()),
-        }
-        self.checkpointed = true;
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
-        }
-        Ok(())
     }
 }
 
@@ -219,15 +227,17 @@ impl LegacyStateCompat<u64> for CountReader {
 enum Deployment {
     /// The legacy `Count`, under the legacy or the bridge model.
     LegacySource(Model),
-    /// The port in a `PortedReader`, under the mailbox or the bridge model.
+    /// The port in a `PortedReader`, under any model (through a `ReaderSource` under the
+    /// legacy model).
     Port(Model),
 }
 
-const DEPLOYMENTS: [Deployment; 4] = [
+const DEPLOYMENTS: [Deployment; 5] = [
     Deployment::LegacySource(Model::Legacy),
     Deployment::LegacySource(Model::Bridge),
     Deployment::Port(Model::Mailbox),
     Deployment::Port(Model::Bridge),
+    Deployment::Port(Model::Legacy),
 ];
 
 impl Deployment {
@@ -282,11 +292,11 @@ fn run(
         .key_by(|n: &u64| n % 5)
         .map_with_parallelism("plus one", 2, |n: u64| n + 1)
         .two_phase_file_sink("out", dir.join("out"), |n: &u64| n.to_string());
-    let committed = Arc::clone(&probe.committed);
+    let on_commit = probe.clone();
     let config = JobConfig::new(dir)
         .with_phases(Arc::new(move |phase| {
             if let JobPhase::CheckpointCommitting { .. } = phase {
-                committed.fetch_add(1, Ordering::AcqRel);
+                on_commit.on_commit();
             }
         }))
         .with_checkpoints(Some(

@@ -31,13 +31,22 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 ///
 /// | the task runs | the bytes under `source` |
 /// |---|---|
-/// | a legacy `SourceFunction` (legacy `SourceStreamTask`, bridge `LegacySourceStreamTask`) | `encode(&State)`: the JSON of its [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) |
-/// | a `SourceReader` in a mailbox `SourceTask` (mailbox and bridge models) | whatever the reader's `snapshot_state` returned |
-/// | a [`PortedReader`] around a port in a mailbox `SourceTask` | `encode(&LegacyState)`, byte for byte what the legacy source writes (declared both ways), or the port's own bytes in an envelope (declared one way) |
+/// | a legacy `SourceFunction` (legacy `SourceStreamTask`, bridge `LegacySourceStreamTask`, or a [`HandoffReader`](crate::HandoffReader) in a mailbox `SourceTask`) | `encode(&State)`: the JSON of its [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) (the handoff's records in flight go beside it, under `source-in-flight`) |
+/// | a `SourceReader` (in a mailbox `SourceTask`, or a [`ReaderSource`](crate::ReaderSource) in a legacy task) | whatever the reader's `snapshot_state` returned, verbatim |
+/// | a [`PortedReader`] around a port (either way a reader runs) | `encode(&LegacyState)`, byte for byte what the legacy source writes (declared both ways), or the port's own bytes in an envelope (declared one way) |
 ///
-/// So a port restores its legacy source's state only when it says how: it implements
-/// this trait and runs inside a [`PortedReader`], which reads either form and names
-/// the fix when the bytes are neither (never a silent fresh start).
+/// # The same source, or a port
+///
+/// Two different things cross models. The *same* source run by another model (a
+/// `SourceFunction` through a `HandoffReader`, a `SourceReader` through a `ReaderSource`)
+/// needs nothing from its author: the adapters write the bytes of the first two rows, exactly
+/// what the source's native task writes, so its checkpoints restore under every model. A
+/// *port* is a different type with a different state (a reader replacing a legacy function):
+/// it restores its legacy source's state only when it says how: it implements this trait and
+/// runs inside a [`PortedReader`], which reads either form and names the fix when the bytes
+/// are neither (never a silent fresh start). Under the legacy model a `PortedReader` runs
+/// through a `ReaderSource` like any reader, which keeps its bytes as they are: the two
+/// mechanisms compose.
 ///
 /// # The format a `PortedReader` writes and reads
 ///

@@ -10,6 +10,7 @@
 //! | [`LegacySourceStreamTask`], [`TaskHandle`], [`ChainingError`] | a legacy `SourceFunction`, unchanged, on its own thread; the task thread takes mails only, each under the checkpoint lock (Flink 1.10's `SourceStreamTask`); the chaining rule (FLINK-16219) |
 //! | [`CheckpointLockExecutor`] | the mailbox processor's action executor that runs each mail under the lock (control mails bypass it) |
 //! | [`HandoffReader`], [`DEFAULT_HANDOFF_CAPACITY`] | a legacy `SourceFunction` as a new-style `SourceReader`, through a bounded handoff checkpointed with the source's state |
+//! | [`InFlightReplay`] | a legacy `SourceFunction` that first replays the records a `HandoffReader` had in flight in the checkpoint it restores, so the legacy and bridge models restore the mailbox model's checkpoints |
 //! | [`ReaderSource`], [`ReaderSourceState`] | the other way: a `SourceReader` run as a legacy `SourceFunction` |
 //! | [`LegacyStateCompat`], [`PortedReader`], [`StateCompatError`] | a port's declared state compatibility with its legacy source, so checkpoints move between the models in either direction |
 //! | [`porting`] | the porting kit: a legacy source and its port on the same input and checkpoint schedule, compared record by record |
@@ -22,6 +23,16 @@
 //! | [`LegacySourceStreamTask`] | on its own thread, emits under the lock | anything but operators that wait for their own events | the same lock, plus one mailbox thread; mails wait for the source's sections |
 //! | [`HandoffReader`] in a mailbox `SourceTask` | on its own thread, emits into the handoff | anything, async I/O included | one queue hop per record; in-flight records in every checkpoint |
 //! | a native `SourceReader` port, proven with [`porting::PortingKit`] | on the mailbox thread | anything | none of the above |
+//!
+//! # State across models
+//!
+//! The adapters keep a source's checkpoints the source's own: a [`HandoffReader`] writes under
+//! `source` exactly the `encode(&State)` a legacy task writes for the same function (the
+//! records in its handoff go beside it, under `source-in-flight`, which every model replays),
+//! and a [`ReaderSource`] writes exactly the reader's `snapshot_state` bytes, as a mailbox task
+//! does. So a checkpoint or savepoint of a job restores under every model, whichever adapter
+//! ran its source. A port (a *different* type replacing a legacy source) declares how it reads
+//! the legacy state with [`LegacyStateCompat`] and runs in a [`PortedReader`].
 //!
 //! The threads, mails and lock protocol of each are written out on the types:
 //! [`LegacySourceStreamTask`] (the source thread / mailbox thread hand-over, cancellation of a
@@ -119,7 +130,7 @@ mod task;
 
 pub use crate::compat::{LegacyStateCompat, PortedReader, StateCompatError};
 pub use crate::executor::CheckpointLockExecutor;
-pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader};
+pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader, InFlightReplay};
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};
 pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
 

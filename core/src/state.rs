@@ -79,6 +79,12 @@ impl TaskSnapshot {
     /// The key of a source's state.
     pub const SOURCE: &'static str = "source";
 
+    /// The key of the elements a source had emitted before the barrier but not yet passed to
+    /// the chain: what the bridge's `HandoffReader` holds in its handoff. Kept beside
+    /// [`SOURCE`](Self::SOURCE), so that key holds exactly the bytes the same source writes
+    /// under every model; written only when elements are in flight.
+    pub const SOURCE_IN_FLIGHT: &'static str = "source-in-flight";
+
     /// An empty snapshot.
     pub fn new() -> Self {
         TaskSnapshot::default()
@@ -106,6 +112,11 @@ impl TaskSnapshot {
     ) -> Result<(), StateError> {
         self.put(key, encode(value)?);
         Ok(())
+    }
+
+    /// Takes the bytes stored under `key` out of the snapshot.
+    pub fn remove(&mut self, key: &str) -> Option<Vec<u8>> {
+        self.entries.remove(key)
     }
 
     /// The bytes stored under `key`.

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::task::Waker;
 
-use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, TaskSnapshot, Watermark};
 
 /// What a [`SourceReader::poll_next`] call found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,6 +110,47 @@ pub trait SourceReader<T>: Send {
     /// Any failure declines the checkpoint and fails the task.
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError>;
 
+    /// Writes what the task keeps for this reader at checkpoint `checkpoint_id` into `into`:
+    /// by default the [`snapshot_state`](Self::snapshot_state) bytes under
+    /// [`TaskSnapshot::SOURCE`]. A reader holding elements in flight (taken from its source,
+    /// not yet emitted) overrides it to write its source's own position under `SOURCE` and
+    /// the elements under [`TaskSnapshot::SOURCE_IN_FLIGHT`] (see the state format above).
+    ///
+    /// # Errors
+    ///
+    /// Any failure declines the checkpoint and fails the task.
+    fn snapshot_task_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut TaskSnapshot,
+    ) -> Result<(), OperatorError> {
+        let bytes = self.snapshot_state(checkpoint_id)?;
+        into.put(TaskSnapshot::SOURCE, bytes);
+        Ok(())
+    }
+
+    /// Restores from what [`snapshot_task_state`](Self::snapshot_task_state) wrote (`None` on
+    /// a fresh start); called once, before the first `poll_next`. By default it hands the
+    /// bytes under [`TaskSnapshot::SOURCE`] to [`restore_state`](Self::restore_state) and
+    /// refuses a snapshot with elements in flight, which only a reader that replays them can
+    /// restore (nothing is dropped silently).
+    ///
+    /// # Errors
+    ///
+    /// What `restore_state` fails with; an [`OperatorError::User`] naming the fix for elements
+    /// in flight.
+    fn restore_task_state(&mut self, snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
+        if snapshot.is_some_and(|s| s.get(TaskSnapshot::SOURCE_IN_FLIGHT).is_some()) {
+            return Err(OperatorError::user(
+                self.name().to_string(),
+                "the snapshot holds elements a HandoffReader had in flight, which this reader \
+                 cannot replay; restore it with the legacy SourceFunction that wrote it (in a \
+                 HandoffReader, a legacy task, or the bridge, as the job API runs it)",
+            ));
+        }
+        self.restore_state(snapshot.and_then(|s| s.get(TaskSnapshot::SOURCE)))
+    }
+
     /// Checkpoint `checkpoint_id` completed on every task.
     ///
     /// # Errors
@@ -158,6 +199,16 @@ impl<T, R: SourceReader<T> + ?Sized> SourceReader<T> for Box<R> {
     }
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
         (**self).snapshot_state(checkpoint_id)
+    }
+    fn snapshot_task_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut TaskSnapshot,
+    ) -> Result<(), OperatorError> {
+        (**self).snapshot_task_state(checkpoint_id, into)
+    }
+    fn restore_task_state(&mut self, snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
+        (**self).restore_task_state(snapshot)
     }
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
         (**self).notify_checkpoint_complete(checkpoint_id)

@@ -219,6 +219,11 @@ impl StreamEnvironment {
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.claim_name(name);
+        self.graph
+            .borrow_mut()
+            .ids
+            .handoff_sources
+            .insert(name.to_string());
         let (runtime, adapter) = match self.model {
             Model::Legacy => ("legacy SourceStreamTask", None),
             Model::Bridge => ("bridge LegacySourceStreamTask", None),
@@ -1339,14 +1344,18 @@ where
         let context = self.context;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
+            let mut config = config;
             let source = factory(ctx.subtask);
             match ctx.model {
-                Model::Legacy => Ok(streamtask_legacy::SourceStreamTask::new(
-                    config, source, chain, output,
-                )
-                .with_context(context)
-                .with_fairness(ctx.fairness)
-                .spawn()),
+                Model::Legacy => {
+                    let source = replay_in_flight(source, &mut config);
+                    Ok(
+                        streamtask_legacy::SourceStreamTask::new(config, source, chain, output)
+                            .with_context(context)
+                            .with_fairness(ctx.fairness)
+                            .spawn(),
+                    )
+                }
                 Model::Mailbox => {
                     // The function keeps its loop on a thread of its own; its records reach
                     // the task thread through the handoff, which every checkpoint holds.
@@ -1360,15 +1369,33 @@ where
                         config, reader, chain, output,
                     ))
                 }
-                Model::Bridge => Ok(streamtask_bridge::LegacySourceStreamTask::new(
-                    config, source, chain, output,
-                )
-                .with_context(context)
-                .with_fairness(ctx.fairness)
-                .spawn()?),
+                Model::Bridge => {
+                    let source = replay_in_flight(source, &mut config);
+                    Ok(streamtask_bridge::LegacySourceStreamTask::new(
+                        config, source, chain, output,
+                    )
+                    .with_context(context)
+                    .with_fairness(ctx.fairness)
+                    .spawn()?)
+                }
             }
         })
     }
+}
+
+/// `source` inside an `InFlightReplay` with the elements a `HandoffReader` had in flight in
+/// the snapshot `config` restores (a checkpoint of the mailbox model), taken out of it: they
+/// are replayed before the function continues from its state, which is the function's own.
+fn replay_in_flight<F>(source: F, config: &mut TaskConfig) -> streamtask_bridge::InFlightReplay<F>
+where
+    F: SourceFunction,
+    F::Out: DeserializeOwned,
+{
+    let in_flight = config
+        .restore
+        .as_mut()
+        .and_then(|s| s.remove(streamtask_core::TaskSnapshot::SOURCE_IN_FLIGHT));
+    streamtask_bridge::InFlightReplay::new(source, in_flight)
 }
 
 struct ReaderSegment<T, RF> {

@@ -36,6 +36,10 @@ pub(crate) struct StateIds {
     pub(crate) uids: BTreeMap<(String, Option<usize>), String>,
     /// The iteration heads: vertices whose snapshots hold a feedback log.
     pub(crate) feedback_logs: BTreeSet<String>,
+    /// The vertices whose source is a legacy `SourceFunction`: under the mailbox model a
+    /// `HandoffReader` runs it, whose snapshots may hold elements in flight
+    /// (`TaskSnapshot::SOURCE_IN_FLIGHT`), so the shape declares that entry under every model.
+    pub(crate) handoff_sources: BTreeSet<String>,
 }
 
 impl Default for StateIds {
@@ -44,6 +48,7 @@ impl Default for StateIds {
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             uids: BTreeMap::new(),
             feedback_logs: BTreeSet::new(),
+            handoff_sources: BTreeSet::new(),
         }
     }
 }
@@ -177,6 +182,15 @@ impl JobGraph {
                 states.push(StateEntry {
                     key: TaskSnapshot::SOURCE.to_string(),
                     operator_id: id,
+                });
+            }
+            if self.ids.handoff_sources.contains(&v.name) {
+                let source = states
+                    .first()
+                    .map_or_else(|| v.name.clone(), |s: &StateEntry| s.operator_id.clone());
+                states.push(StateEntry {
+                    key: TaskSnapshot::SOURCE_IN_FLIGHT.to_string(),
+                    operator_id: format!("{source}/in-flight"),
                 });
             }
             if self.ids.feedback_logs.contains(&v.name) {

@@ -5,6 +5,7 @@
 //! handoff itself (the backend the source emits into) and the snapshot format.
 
 mod buffer;
+mod in_flight;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -20,7 +21,8 @@ use streamtask_core::sync::{Arc, Mutex, thread};
 use streamtask_core::task::TaskError;
 use streamtask_core::trace::Tracer;
 use streamtask_core::{
-    Clock, OperatorError, Timer, TimerError, TimerHandle, TimerScheduler, TimerService, catch_panic,
+    Clock, OperatorError, TaskSnapshot, Timer, TimerError, TimerHandle, TimerScheduler,
+    TimerService, catch_panic,
 };
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, DEFAULT_CANCEL_GRACE, Emission, Fairness, SourceCell,
@@ -29,6 +31,8 @@ use streamtask_legacy::{
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use self::buffer::{Handoff, HandoffEnd, HandoffItem, Pending, Restored, SnapshotRef};
+pub use self::in_flight::InFlightReplay;
+use self::in_flight::{InFlight, InFlightRef};
 use crate::task::SourceExit;
 
 /// Elements the handoff holds before the source waits for room, unless set.
@@ -121,6 +125,19 @@ enum Seen {
 ///   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
 ///   the grace period; a source that ignores cancellation is left behind and reported as
 ///   ignoring it, rather than hanging the task.
+///
+/// # Checkpoints
+///
+/// In a task ([`snapshot_task_state`](SourceReader::snapshot_task_state)) the reader writes,
+/// under one lock, the function's state under `TaskSnapshot::SOURCE` exactly as the legacy
+/// `SourceStreamTask` and the bridge write it (`encode(&State)`), and the elements in flight
+/// (its batch, then the handoff) with whether the function had finished under
+/// `TaskSnapshot::SOURCE_IN_FLIGHT`, only when there are any. So its checkpoints restore under
+/// the legacy and bridge models (the job API runs the function in an
+/// [`InFlightReplay`](crate::InFlightReplay) there), and theirs here. Called on its own,
+/// [`snapshot_state`](SourceReader::snapshot_state) returns both in one self-contained envelope
+/// (`{"state", "pending", "finished"}`, the format of earlier versions' checkpoints);
+/// [`restore_state`](SourceReader::restore_state) reads the envelope and the legacy form.
 ///
 /// # Context timers
 ///
@@ -462,17 +479,71 @@ where
         &self.name
     }
 
+    /// Reads either the legacy form (`encode(&F::State)`, what every model writes under
+    /// `source` for this function) or this reader's self-contained envelope (what
+    /// [`snapshot_state`](SourceReader::snapshot_state) returns, and what checkpoints of
+    /// earlier versions hold under `source`).
     fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
         let lock = Arc::clone(self.lock());
         let Some(bytes) = state else {
             return Ok(());
         };
-        let restored: Restored<F::State, F::Out> =
-            decode(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?;
+        // The envelope first: it needs exactly its three fields, which a legacy state is
+        // unlikely to have, while a legacy state type with defaults could decode from anything.
+        let restored = match decode::<Restored<F::State, F::Out>>(bytes) {
+            Ok(restored) => restored,
+            Err(_) => Restored {
+                state: decode(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?,
+                pending: VecDeque::new(),
+                finished: false,
+            },
+        };
         *lock.lock().state_mut() = restored.state;
         // Replayed before anything the restarted function emits.
         self.batch = restored.pending;
         if restored.finished {
+            self.phase = Phase::FinishedOnRestore;
+        }
+        Ok(())
+    }
+
+    /// The function's state under `source`, exactly as the legacy and bridge models write it,
+    /// and the elements in flight (if any, or if the function had finished) under
+    /// `source-in-flight`, taken together under the lock (see `in_flight.rs`).
+    fn snapshot_task_state(
+        &mut self,
+        _checkpoint_id: u64,
+        into: &mut TaskSnapshot,
+    ) -> Result<(), OperatorError> {
+        let finished_on_restore = matches!(self.phase, Phase::FinishedOnRestore);
+        let lock = Arc::clone(self.lock());
+        let cell = lock.lock();
+        let handoff = cell.output();
+        let failed = |e| OperatorError::state(self.name.clone(), e);
+        into.put(TaskSnapshot::SOURCE, encode(cell.state()).map_err(failed)?);
+        let finished = finished_on_restore || matches!(handoff.end, HandoffEnd::Finished);
+        if finished || !self.batch.is_empty() || !handoff.items.is_empty() {
+            let in_flight = InFlightRef {
+                pending: Pending(&self.batch, &handoff.items),
+                finished,
+            };
+            into.put(
+                TaskSnapshot::SOURCE_IN_FLIGHT,
+                encode(&in_flight).map_err(failed)?,
+            );
+        }
+        Ok(())
+    }
+
+    fn restore_task_state(&mut self, snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
+        self.restore_state(snapshot.and_then(|s| s.get(TaskSnapshot::SOURCE)))?;
+        let Some(bytes) = snapshot.and_then(|s| s.get(TaskSnapshot::SOURCE_IN_FLIGHT)) else {
+            return Ok(());
+        };
+        let in_flight = InFlight::<F::Out>::decode(bytes)
+            .map_err(|e| OperatorError::state(self.name.clone(), e))?;
+        self.batch.extend(in_flight.pending);
+        if in_flight.finished {
             self.phase = Phase::FinishedOnRestore;
         }
         Ok(())
@@ -531,6 +602,8 @@ where
         }
     }
 
+    /// The state and the elements in flight in one self-contained envelope (see the type's
+    /// `# Checkpoints`; a task writes them apart instead).
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
         let finished_on_restore = matches!(self.phase, Phase::FinishedOnRestore);
         let lock = Arc::clone(self.lock());

@@ -120,11 +120,23 @@ where
     ///
     /// # Errors
     ///
-    /// A state that does not decode; whatever an operator's restore or `open` fails with.
+    /// A state that does not decode; a snapshot with elements in flight
+    /// ([`TaskSnapshot::SOURCE_IN_FLIGHT`], written by the bridge's `HandoffReader`), which
+    /// this task cannot replay (the bridge's `InFlightReplay` around the source can, with the
+    /// entry taken out of the snapshot, as the job API does); whatever an operator's restore or
+    /// `open` fails with.
     pub fn restore_and_open(
         &mut self,
         restore: Option<&TaskSnapshot>,
     ) -> Result<(), OperatorError> {
+        if restore.is_some_and(|s| s.get(TaskSnapshot::SOURCE_IN_FLIGHT).is_some()) {
+            return Err(OperatorError::user(
+                self.name().to_string(),
+                "the snapshot holds elements a HandoffReader had in flight; run the source in \
+                 streamtask_bridge::InFlightReplay with that entry taken out of the snapshot \
+                 (TaskSnapshot::remove), as the job API does, so they are replayed, not lost",
+            ));
+        }
         *self.state_mut() =
             restore_source_state(restore).map_err(|e| OperatorError::state(self.name(), e))?;
         self.output_mut().restore_and_open(restore)

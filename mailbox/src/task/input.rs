@@ -73,8 +73,7 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     fn restore(&mut self, snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
-        self.reader
-            .restore_state(snapshot.and_then(|s| s.get(TaskSnapshot::SOURCE)))
+        self.reader.restore_task_state(snapshot)
     }
 
     #[inline]
@@ -101,9 +100,7 @@ where
     }
 
     fn snapshot_state(&mut self, id: u64, into: &mut TaskSnapshot) -> Result<(), OperatorError> {
-        let bytes = self.reader.snapshot_state(id)?;
-        into.put(TaskSnapshot::SOURCE, bytes);
-        Ok(())
+        self.reader.snapshot_task_state(id, into)
     }
 
     fn notify_checkpoint(&mut self, id: u64, completed: bool) -> Result<bool, OperatorError> {
