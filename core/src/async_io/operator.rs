@@ -47,6 +47,9 @@ pub struct AsyncWaitOperator<F: AsyncFunction> {
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
     /// The completions waiting for this operator's event, when they come back as events.
     route: Option<Arc<EventRoute<F::Out>>>,
+    /// The buffer the route's list is swapped into (the two take turns, so a burst of
+    /// completions allocates nothing).
+    arrived: Vec<Completion<F::Out>>,
 }
 
 impl<F> AsyncWaitOperator<F>
@@ -68,6 +71,7 @@ where
             engine: AsyncWaitEngine::new(name, function, config)?,
             sink: None,
             route: None,
+            arrived: Vec::new(),
         })
     }
 
@@ -169,11 +173,17 @@ where
             (Ok(_), Some(route)) => {
                 // Every completion delivered since the event was sent, and any after it that
                 // found the list non-empty (their event is this one).
-                let completions = route.take();
-                for completion in completions {
-                    self.engine.on_completion(completion, ctx)?;
+                route.take_into(&mut self.arrived);
+                let mut failed = None;
+                for completion in self.arrived.drain(..) {
+                    if failed.is_none() {
+                        failed = self.engine.on_completion(completion, ctx).err();
+                    }
                 }
-                self.engine.emit_ready(ctx)
+                match failed {
+                    Some(error) => Err(error),
+                    None => self.engine.emit_ready(ctx),
+                }
             }
             _ => Err(OperatorError::UnexpectedEvent {
                 operator: self.engine.name().to_string(),
@@ -239,9 +249,11 @@ impl<O> EventRoute<O> {
         }
     }
 
-    /// The completions delivered so far, oldest first.
-    fn take(&self) -> Vec<Completion<O>> {
-        std::mem::take(&mut *self.pending.lock())
+    /// Swaps the completions delivered so far (oldest first) into `arrived`, which must be
+    /// empty; the list keeps `arrived`'s buffer.
+    fn take_into(&self, arrived: &mut Vec<Completion<O>>) {
+        debug_assert!(arrived.is_empty());
+        std::mem::swap(&mut *self.pending.lock(), arrived);
     }
 }
 
