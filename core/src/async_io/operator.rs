@@ -23,7 +23,7 @@ use crate::{OperatorError, StreamRecord, Timer, Watermark};
 ///
 /// | what | how |
 /// |---|---|
-/// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> an event for this operator (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies it and emits what became ready |
+/// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> a list the operator shares with its sink, and an event for this operator only when the list was empty (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies the whole list and emits what became ready: a burst of completions costs one event |
 /// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
 /// | a timeout, a retry | a timer of this operator -> `on_processing_time` |
 /// | an element that finds the queue full | **held**, in order, in a list that is part of the snapshot, and admitted as completions free slots; [`accepts_input`](Operator::accepts_input) is `false` while one is held, so the task stops feeding the chain (it reads a barrier, though, and the snapshot holds the held element: FLINK-7949) |
