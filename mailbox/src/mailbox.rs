@@ -29,6 +29,7 @@ impl MailboxState {
         self == MailboxState::Open
     }
 
+    #[inline]
     fn from_u8(value: u8) -> Self {
         match value {
             0 => MailboxState::Open,
@@ -278,9 +279,14 @@ impl<T> TaskMailbox<T> {
         } else {
             queue.push_back(mail);
         }
+        // NEW_MAIL changes only under the queue lock (held here), so this load is exact: while
+        // it is set, putting is a push and no read-modify-write on the flag word the owner
+        // polls (with several producers, that RMW per put was the contended cache line).
         // Release: the owner's fast path that sees the bit then takes the queue lock, which is
         // what actually publishes the mail; the ordering keeps the hint no later than the push.
-        self.flags.fetch_or(NEW_MAIL, Ordering::Release);
+        if self.flags.load(Ordering::Relaxed) & NEW_MAIL == 0 {
+            self.flags.fetch_or(NEW_MAIL, Ordering::Release);
+        }
         // Notified under the lock: the owner cannot be between its check and its wait.
         self.not_empty.notify_one();
         Ok(())
@@ -500,7 +506,14 @@ impl<T> TaskMailbox<T> {
         }
         let mut queue = self.queue.lock();
         let mut batch = self.batch.lock();
-        batch.extend(queue.drain(..));
+        if batch.is_empty() {
+            // The usual case: the batch ran out. Swap the buffers instead of moving every mail:
+            // O(1) under the lock producers wait for, and the two buffers take turns, so a
+            // steady stream of mails allocates (and faults in) nothing new.
+            std::mem::swap(&mut *queue, &mut *batch);
+        } else {
+            batch.extend(queue.drain(..));
+        }
         self.flags.fetch_and(!NEW_MAIL, Ordering::Release);
         if batch.is_empty() {
             false

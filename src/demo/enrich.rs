@@ -79,11 +79,19 @@ pub fn enrichment(
     BlockingAsyncFunction::new(
         pool,
         move || {
-            Connection::open_with_flags(
+            let failed = |e| AsyncError::failed(format!("cannot open {}: {e}", db.display()));
+            let conn = Connection::open_with_flags(
                 &db,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
-            .map_err(|e| AsyncError::failed(format!("cannot open {}: {e}", db.display())))
+            .map_err(failed)?;
+            // One read transaction for the connection's life, instead of one per lookup: each
+            // of those locked and unlocked the file (two fcntl calls), took a WAL read mark and
+            // stat'ed the file, and that was most of a lookup's cost (the profile in
+            // CHANGELOG, issue 16). Nothing writes the table while the job runs, so the
+            // snapshot the transaction reads is the table's only version.
+            conn.execute_batch("BEGIN").map_err(failed)?;
+            Ok(conn)
         },
         move |conn: &mut Connection, event: &TotalEvent| {
             // A panic here is caught by the pool and completes the call exceptionally.

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use super::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
 use crate::function::{AsyncFunction, Completion, CompletionSink};
 use crate::operator::{Context, EventSender, Operator, OperatorEvent};
+use crate::sync::Mutex;
 use crate::{OperatorError, StreamRecord, Timer, Watermark};
 
 /// Async I/O (Flink's `AsyncWaitOperator`), the same operator in every model; only the way its
@@ -22,7 +23,7 @@ use crate::{OperatorError, StreamRecord, Timer, Watermark};
 ///
 /// | what | how |
 /// |---|---|
-/// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> an event for this operator (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies it and emits what became ready |
+/// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> a list the operator shares with its sink, and an event for this operator only when the list was empty (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies the whole list and emits what became ready: a burst of completions costs one event |
 /// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
 /// | a timeout, a retry | a timer of this operator -> `on_processing_time` |
 /// | an element that finds the queue full | **held**, in order, in a list that is part of the snapshot, and admitted as completions free slots; [`accepts_input`](Operator::accepts_input) is `false` while one is held, so the task stops feeding the chain (it reads a barrier, though, and the snapshot holds the held element: FLINK-7949) |
@@ -44,6 +45,11 @@ pub struct AsyncWaitOperator<F: AsyncFunction> {
     engine: AsyncWaitEngine<F>,
     /// Where completions go when not back as events; taken at `open`.
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
+    /// The completions waiting for this operator's event, when they come back as events.
+    route: Option<Arc<EventRoute<F::Out>>>,
+    /// The buffer the route's list is swapped into (the two take turns, so a burst of
+    /// completions allocates nothing).
+    arrived: Vec<Completion<F::Out>>,
 }
 
 impl<F> AsyncWaitOperator<F>
@@ -64,6 +70,8 @@ where
         Ok(AsyncWaitOperator {
             engine: AsyncWaitEngine::new(name, function, config)?,
             sink: None,
+            route: None,
+            arrived: Vec::new(),
         })
     }
 
@@ -120,9 +128,13 @@ where
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        let sink = match self.sink.take() {
+        let sink: Arc<dyn CompletionSink<F::Out>> = match self.sink.take() {
             Some(sink) => sink,
-            None => Arc::new(EventRoute(ctx.event_sender())),
+            None => {
+                let route = Arc::new(EventRoute::new(ctx.event_sender()));
+                self.route = Some(Arc::clone(&route));
+                route
+            }
         };
         self.engine.open(sink, ctx)
     }
@@ -157,12 +169,23 @@ where
         event: OperatorEvent,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        match event.downcast::<Completion<F::Out>>() {
-            Ok(completion) => {
-                self.engine.on_completion(*completion, ctx)?;
-                self.engine.emit_ready(ctx)
+        match (event.downcast::<CompletionsReady>(), &self.route) {
+            (Ok(_), Some(route)) => {
+                // Every completion delivered since the event was sent, and any after it that
+                // found the list non-empty (their event is this one).
+                route.take_into(&mut self.arrived);
+                let mut failed = None;
+                for completion in self.arrived.drain(..) {
+                    if failed.is_none() {
+                        failed = self.engine.on_completion(completion, ctx).err();
+                    }
+                }
+                match failed {
+                    Some(error) => Err(error),
+                    None => self.engine.emit_ready(ctx),
+                }
             }
-            Err(_) => Err(OperatorError::UnexpectedEvent {
+            _ => Err(OperatorError::UnexpectedEvent {
                 operator: self.engine.name().to_string(),
             }),
         }
@@ -198,16 +221,55 @@ impl<F: AsyncFunction> fmt::Debug for AsyncWaitOperator<F> {
     }
 }
 
-/// Completions back to the operator as events (mails at its priority, in the mailbox model). An
-/// event refused by a task that ended is dropped (the task is over; FLINK-24846).
-struct EventRoute(EventSender);
+/// Completions back to the operator as events (mails at its priority, in the mailbox model),
+/// one event per burst: a completion joins a list, and only the one that finds the list empty
+/// sends the event, which applies the whole list. A completer that finishes many calls at once
+/// (a timer wheel, a pool catching up) so costs one mail, one clock read and one mailbox lock
+/// for all of them, not one each.
+///
+/// The protocol, under the list's lock: `deliver` pushes and sends the event if the list was
+/// empty; the event takes the whole list. A completion pushed after the take finds the list
+/// empty and sends a new event, so none waits without one; an event that finds the list empty
+/// (its completions went with an earlier one) applies nothing. An event refused by a task that
+/// ended leaves its completions in the list, dropped with the operator (the task is over;
+/// FLINK-24846).
+struct EventRoute<O> {
+    events: EventSender,
+    pending: Mutex<Vec<Completion<O>>>,
+}
 
-impl<O: Send + 'static> CompletionSink<O> for EventRoute {
+/// The event an [`EventRoute`] sends: completions wait in its list.
+struct CompletionsReady;
+
+impl<O> EventRoute<O> {
+    fn new(events: EventSender) -> Self {
+        EventRoute {
+            events,
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Swaps the completions delivered so far (oldest first) into `arrived`, which must be
+    /// empty; the list keeps `arrived`'s buffer.
+    fn take_into(&self, arrived: &mut Vec<Completion<O>>) {
+        debug_assert!(arrived.is_empty());
+        std::mem::swap(&mut *self.pending.lock(), arrived);
+    }
+}
+
+impl<O: Send + 'static> CompletionSink<O> for EventRoute<O> {
     fn deliver(&self, completion: Completion<O>) {
-        if self.0.send(completion).is_err() {
+        let first = {
+            let mut pending = self.pending.lock();
+            pending.push(completion);
+            pending.len() == 1
+        };
+        // Sent outside the list's lock: the event's mail takes the mailbox's lock, and the
+        // owner takes the list's lock while running mails.
+        if first && self.events.send(CompletionsReady).is_err() {
             log::debug!(
                 "a completion for operator {} arrived after its task ended; dropped",
-                self.0.operator()
+                self.events.operator()
             );
         }
     }
