@@ -154,6 +154,9 @@ pub struct ChainBody<C, W> {
     phase: BodyPhase,
     /// While draining: how many operators (head first) had their input ended.
     inputs_ended: usize,
+    /// The stop-with-savepoint this body took the barrier of, until its savepoint completes or
+    /// is aborted (see [`is_suspended`](Self::is_suspended)).
+    suspended: Option<u64>,
 }
 
 /// A context over the body's output for the chain's head (operator index 0).
@@ -180,6 +183,7 @@ where
             env,
             phase: BodyPhase::Opening,
             inputs_ended: 0,
+            suspended: None,
         }
     }
 
@@ -357,6 +361,10 @@ where
         let failure = match taken {
             Ok(Ok(snapshot)) => {
                 metrics.checkpoints.inc();
+                if barrier.kind.is_synchronous() && self.env.parts.lifecycle.suspend() {
+                    // Before the acknowledgement: its notice can only come after it.
+                    self.suspended = Some(id);
+                }
                 responder.acknowledge(id, snapshot);
                 return Ok(());
             }
@@ -382,10 +390,45 @@ where
         }
         self.interrupt();
         if completed {
-            self.chain.notify_checkpoint_complete(id)
+            self.chain.notify_checkpoint_complete(id)?;
         } else {
-            self.chain.notify_checkpoint_aborted(id)
+            self.chain.notify_checkpoint_aborted(id)?;
         }
+        if self.suspended == Some(id) {
+            self.suspended = None;
+            let lifecycle = &self.env.parts.lifecycle;
+            if completed {
+                // The chain committed the savepoint: the task ends (the stop hook wakes its
+                // threads), without end of input.
+                lifecycle.savepoint_completed();
+            } else {
+                log::info!(
+                    "{}: stop-with-savepoint {id} aborted; the task resumes",
+                    self.name()
+                );
+                lifecycle.resume();
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the body took a stop-with-savepoint barrier whose savepoint has not completed or
+    /// been aborted yet: the task's source emits nothing now (see
+    /// [`source_may_emit`](Self::source_may_emit)); mails, timers and notices still run, as in
+    /// Flink's synchronous-savepoint mailbox loop.
+    #[inline]
+    pub fn is_suspended(&self) -> bool {
+        self.suspended.is_some()
+    }
+
+    /// Whether the task's source may emit now: the chain accepts input and no stop-with-savepoint
+    /// is pending. The one check every model's source makes before it emits (a legacy source
+    /// before each locked section, a reader before each poll), so nothing a source reads after
+    /// its stop-with-savepoint barrier is emitted: the savepoint holds the source's position at
+    /// the barrier, and the restored job reads on from there.
+    #[inline]
+    pub fn source_may_emit(&self) -> bool {
+        self.suspended.is_none() && self.chain.accepts_input()
     }
 
     /// A timer for the chain; dropped unless the chain is open and not finished (nothing may

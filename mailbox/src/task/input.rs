@@ -25,6 +25,9 @@ pub(crate) enum Step {
     Barrier(CheckpointBarrier),
     /// Input ended.
     EndOfInput,
+    /// A source task took a stop-with-savepoint barrier: it reads nothing until the savepoint
+    /// completes (the task ends) or is aborted (a notice resumes it).
+    Suspended,
 }
 
 /// The input side of a mailbox task.
@@ -79,8 +82,12 @@ where
 
     #[inline]
     fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
-        if !body.accepts_input() {
-            return Ok(Step::Backpressured);
+        if !body.source_may_emit() {
+            return Ok(if body.is_suspended() {
+                Step::Suspended
+            } else {
+                Step::Backpressured
+            });
         }
         let mut out = ReaderOutput::resume(body, self.idle);
         let polled = self.reader.poll_next(&mut out);
