@@ -500,12 +500,13 @@ pub fn commit_finished(dir: impl AsRef<Path>) -> Result<usize, SinkError> {
         }
     }
     if in_progress > 0 {
-        // Only after a stop-with-savepoint: what the tasks wrote after its barrier (results of
-        // async calls in flight at the barrier, timers). Not part of the job's output: the
-        // restored job removes these files and produces those records again.
+        // After a stop-with-savepoint: what the tasks wrote after its barrier (results of async
+        // calls in flight at the barrier, timers); after a rescale down, also what subtasks the
+        // job no longer has left so. Not part of the job's output: a restore of their subtask
+        // removes them, and the restored job produces those records again.
         log::info!(
-            "{in_progress} transaction file(s) in {} written after the savepoint's barrier left \
-             uncommitted; the restored job produces their records again",
+            "{in_progress} in-progress transaction file(s) in {} left uncommitted (written \
+             after the last checkpoint or savepoint; not part of the output)",
             dir.display()
         );
     }

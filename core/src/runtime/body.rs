@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc as StdArc;
 use std::time::Instant;
 
+use crate::channel::InputClosed;
 use crate::metrics::TaskMetrics;
 use crate::operator::{
     Context, Operator, OperatorEvent, TaskServices, TwoInputChain, TwoInputOperator,
@@ -419,6 +420,29 @@ where
     #[inline]
     pub fn is_suspended(&self) -> bool {
         self.suspended.is_some()
+    }
+
+    /// An input channel closed without end of input. While a stop-with-savepoint is pending
+    /// (see [`is_suspended`](Self::is_suspended)), that is an upstream task that already ended
+    /// on the savepoint's completion notice, before this task's own notice ran (an upstream
+    /// only ends this way once the savepoint completed): not a failure, the model stops reading
+    /// and this task's notice ends it. Otherwise the error comes back, to fail the task with.
+    ///
+    /// # Errors
+    ///
+    /// `closed`, unless a stop-with-savepoint is pending.
+    pub fn input_closed(&self, closed: InputClosed) -> Result<(), InputClosed> {
+        // Suspended: the notice ran, the task is ending and reads on only until it notices.
+        if self.is_suspended() || self.lifecycle().state() == TaskState::Suspended {
+            log::debug!(
+                "{}: input channel {} ended with the stop-with-savepoint",
+                self.name(),
+                closed.channel
+            );
+            Ok(())
+        } else {
+            Err(closed)
+        }
     }
 
     /// Whether the task's source may emit now: the chain accepts input and no stop-with-savepoint

@@ -309,9 +309,7 @@ impl Lifecycle {
                 }
                 TaskState::Cancelling | TaskState::Cancelled => TaskState::Cancelled,
                 TaskState::Failing | TaskState::Failed => TaskState::Failed,
-                state @ (TaskState::Initializing
-                | TaskState::Running
-                | TaskState::Suspending) => {
+                state @ (TaskState::Initializing | TaskState::Running | TaskState::Suspending) => {
                     self.fail(self.name.clone(), TaskError::Ended { state });
                     current = self.state();
                     continue;

@@ -25,8 +25,9 @@ pub(crate) enum Step {
     Barrier(CheckpointBarrier),
     /// Input ended.
     EndOfInput,
-    /// A source task took a stop-with-savepoint barrier: it reads nothing until the savepoint
-    /// completes (the task ends) or is aborted (a notice resumes it).
+    /// A stop-with-savepoint is pending and the task reads nothing more: a source after its
+    /// barrier, or a task whose upstream already ended with the savepoint. The savepoint's
+    /// completion ends the task; its abort (a notice) resumes a source.
     Suspended,
 }
 
@@ -158,7 +159,15 @@ where
     fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
         let event = match self.held.take() {
             Some(held) => held,
-            None => self.gate.poll_event()?,
+            None => match self.gate.poll_event() {
+                Ok(event) => event,
+                Err(closed) => {
+                    // An upstream that ended with a stop-with-savepoint: this task's own
+                    // notice ends it.
+                    body.input_closed(closed)?;
+                    return Ok(Step::Suspended);
+                }
+            },
         };
         if event.needs_room() && !body.accepts_input() {
             self.held = Some(event);
