@@ -56,6 +56,17 @@ pub enum BodyPhase {
     Closed,
 }
 
+/// Where a body is with a stop-with-savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suspension {
+    /// No stop-with-savepoint barrier went through (or its savepoint was aborted).
+    None,
+    /// The barrier of stop-with-savepoint `id` went through; its savepoint is pending.
+    Pending(u64),
+    /// The savepoint completed: the task is ending.
+    Done,
+}
+
 /// What [`ChainBody::end_input_step`] left to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -155,9 +166,9 @@ pub struct ChainBody<C, W> {
     phase: BodyPhase,
     /// While draining: how many operators (head first) had their input ended.
     inputs_ended: usize,
-    /// The stop-with-savepoint this body took the barrier of, until its savepoint completes or
-    /// is aborted (see [`is_suspended`](Self::is_suspended)).
-    suspended: Option<u64>,
+    /// Whether a stop-with-savepoint barrier went through (see
+    /// [`is_suspended`](Self::is_suspended)).
+    suspended: Suspension,
 }
 
 /// A context over the body's output for the chain's head (operator index 0).
@@ -184,7 +195,7 @@ where
             env,
             phase: BodyPhase::Opening,
             inputs_ended: 0,
-            suspended: None,
+            suspended: Suspension::None,
         }
     }
 
@@ -364,7 +375,7 @@ where
                 metrics.checkpoints.inc();
                 if barrier.kind.is_synchronous() && self.env.parts.lifecycle.suspend() {
                     // Before the acknowledgement: its notice can only come after it.
-                    self.suspended = Some(id);
+                    self.suspended = Suspension::Pending(id);
                 }
                 responder.acknowledge(id, snapshot);
                 return Ok(());
@@ -395,31 +406,32 @@ where
         } else {
             self.chain.notify_checkpoint_aborted(id)?;
         }
-        if self.suspended == Some(id) {
-            self.suspended = None;
+        if self.suspended == Suspension::Pending(id) {
             let lifecycle = &self.env.parts.lifecycle;
             if completed {
                 // The chain committed the savepoint: the task ends (the stop hook wakes its
-                // threads), without end of input.
+                // threads), without end of input, and its source emits nothing more.
+                self.suspended = Suspension::Done;
                 lifecycle.savepoint_completed();
             } else {
                 log::info!(
                     "{}: stop-with-savepoint {id} aborted; the task resumes",
                     self.name()
                 );
+                self.suspended = Suspension::None;
                 lifecycle.resume();
             }
         }
         Ok(())
     }
 
-    /// Whether the body took a stop-with-savepoint barrier whose savepoint has not completed or
-    /// been aborted yet: the task's source emits nothing now (see
-    /// [`source_may_emit`](Self::source_may_emit)); mails, timers and notices still run, as in
-    /// Flink's synchronous-savepoint mailbox loop.
+    /// Whether the body took a stop-with-savepoint barrier whose savepoint was not aborted:
+    /// the task's source emits nothing now, nor ever again once the savepoint completed (see
+    /// [`source_may_emit`](Self::source_may_emit)); while it is pending, mails, timers and
+    /// notices still run, as in Flink's synchronous-savepoint mailbox loop.
     #[inline]
     pub fn is_suspended(&self) -> bool {
-        self.suspended.is_some()
+        self.suspended != Suspension::None
     }
 
     /// An input channel closed without end of input. While a stop-with-savepoint is pending
@@ -432,8 +444,7 @@ where
     ///
     /// `closed`, unless a stop-with-savepoint is pending.
     pub fn input_closed(&self, closed: InputClosed) -> Result<(), InputClosed> {
-        // Suspended: the notice ran, the task is ending and reads on only until it notices.
-        if self.is_suspended() || self.lifecycle().state() == TaskState::Suspended {
+        if self.is_suspended() {
             log::debug!(
                 "{}: input channel {} ended with the stop-with-savepoint",
                 self.name(),
@@ -452,7 +463,7 @@ where
     /// the barrier, and the restored job reads on from there.
     #[inline]
     pub fn source_may_emit(&self) -> bool {
-        self.suspended.is_none() && self.chain.accepts_input()
+        self.suspended == Suspension::None && self.chain.accepts_input()
     }
 
     /// A timer for the chain; dropped unless the chain is open and not finished (nothing may

@@ -170,7 +170,8 @@ where
             }
         }
         if !self.body.is_suspended() {
-            // The stop-with-savepoint was aborted: the source reads on.
+            // The stop-with-savepoint was aborted: the source reads on. (Completed, the body
+            // stays suspended and the stop hook's poison mail ends the loop.)
             if let Some(suspension) = self.stopping.take() {
                 suspension.resume();
             }
