@@ -8,11 +8,20 @@
 //!    checkpoint after it. The barrier flows and aligns like any other.
 //! 3. Once every task acknowledged, the savepoint is written (a relocatable directory, see
 //!    `checkpoint/savepoint.rs`) and only then do its completion notices go out.
-//! 4. The executor stops the tasks. Records the sources read after the barrier are not part of
-//!    the savepoint and are not committed: the two-phase sinks' transactions the savepoint
-//!    pre-committed are committed (by the notices, and by the executor after the tasks
-//!    stopped, whichever comes first), what followed the barrier stays uncommitted and is
-//!    removed by the restored job, which reads those records again.
+//!    [`SavepointHandle::wait_written`] returns its path from here on.
+//! 4. The savepoint is synchronous, as Flink's: from its barrier on a source emits nothing
+//!    (the one check is `ChainBody::source_may_emit` in core's runtime kit: a legacy source's
+//!    next locked section waits on the lock's condition, a reader is not polled, its task only
+//!    runs mails), and every task that took the barrier is `Suspending` (triggers declined,
+//!    notices delivered). The savepoint's completion notice commits the two-phase sinks'
+//!    transactions it pre-committed and moves each task to `Suspended`: its stop hook ends it
+//!    without end of input (no `Watermark::MAX`, no flush, no `finish`: Flink's stop without
+//!    `--drain`), and the executor joins them (it cancels nothing). Nothing a source read is
+//!    lost or read twice: what it emitted is exactly the position its savepoint holds. What
+//!    tasks behind it emit while the savepoint is pending (the results of async calls in
+//!    flight at the barrier, which the savepoint holds as inputs and the restored job calls
+//!    again; timers) is after the barrier and never committed; the stop does not wait for it.
+//!    An aborted savepoint resumes the tasks (`Suspending -> Running`).
 //! 5. The run returns with [`JobResult::savepoint`](crate::JobResult::savepoint) set.
 //!
 //! # Restoring a savepoint
