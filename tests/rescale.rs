@@ -151,6 +151,9 @@ mod in_flight {
     /// whose source ended before its savepoint fails its `expect`, it does not hang).
     const GUARD: Duration = Duration::from_secs(120);
 
+    /// One async subtask's calls in flight: input and result, oldest first.
+    type Held = VecDeque<(u64, ResultFuture<u64>)>;
+
     /// The calls one run holds in flight, by async subtask, and when it asks for the savepoint.
     #[derive(Default)]
     struct Gate {
@@ -158,7 +161,7 @@ mod in_flight {
         calls: AtomicU64,
         pull_at: Option<u64>,
         handle: SavepointHandle,
-        held: Mutex<HashMap<usize, VecDeque<(u64, ResultFuture<u64>)>>>,
+        held: Mutex<HashMap<usize, Held>>,
     }
 
     impl Gate {
