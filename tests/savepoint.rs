@@ -394,3 +394,160 @@ fn cli_sigterm_stops_with_a_savepoint() {
     committed.sort_unstable();
     assert!(committed == expected, "output differs");
 }
+
+// ---- synchronous stop-with-savepoint: nothing read after the barrier is emitted -------------
+
+/// What an endless counting reader did: how many records it emitted, and the position each of
+/// its snapshots held, by snapshot call.
+#[derive(Default)]
+struct Emitted {
+    emitted: std::sync::atomic::AtomicU64,
+    positions: streamtask_core::sync::Mutex<Vec<u64>>,
+}
+
+/// Counts from 0 until `end` (or for ever), as `(n % KEYS, n)` records.
+struct Endless {
+    next: u64,
+    end: u64,
+    log: std::sync::Arc<Emitted>,
+}
+
+impl SourceReader<(u64, u64)> for Endless {
+    fn name(&self) -> &str {
+        "numbers"
+    }
+
+    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+        if let Some(bytes) = state {
+            self.next = streamtask_core::state::decode(bytes)
+                .map_err(|e| OperatorError::state("numbers", e))?;
+        }
+        Ok(())
+    }
+
+    fn poll_next(
+        &mut self,
+        output: &mut ReaderOutput<'_, (u64, u64)>,
+    ) -> Result<InputStatus, OperatorError> {
+        if self.next == self.end {
+            return Ok(InputStatus::EndOfInput);
+        }
+        output.collect((self.next % counting::KEYS, self.next))?;
+        self.next += 1;
+        self.log
+            .emitted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(InputStatus::MoreAvailable)
+    }
+
+    fn register_waker(&mut self, waker: &std::task::Waker) {
+        waker.wake_by_ref();
+    }
+
+    fn snapshot_state(&mut self, _id: u64) -> Result<Vec<u8>, OperatorError> {
+        self.log.positions.lock().push(self.next);
+        streamtask_core::state::encode(&self.next).map_err(|e| OperatorError::state("numbers", e))
+    }
+}
+
+/// Runs `numbers` (endless, or up to `end`) -> key_by -> `totals` -> `sink` under `model`,
+/// stopping with a savepoint after two completed checkpoints when `end` is `None`.
+fn run_endless(
+    model: Model,
+    work: &Path,
+    end: Option<u64>,
+    restore: Restore,
+) -> (streamtask::JobResult, std::sync::Arc<Emitted>) {
+    let log = std::sync::Arc::new(Emitted::default());
+    let for_reader = std::sync::Arc::clone(&log);
+    let env = StreamEnvironment::new(model);
+    env.add_reader("numbers", move |_| Endless {
+        next: 0,
+        end: end.unwrap_or(u64::MAX),
+        log: std::sync::Arc::clone(&for_reader),
+    })
+    .key_by(|(k, _): &(u64, u64)| *k)
+    .process("totals", 2, |_| counting::RunningTotal)
+    .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
+    let mut config = JobConfig::new(work)
+        .with_checkpoints(Some(CheckpointConfig::new(
+            std::time::Duration::from_millis(10),
+        )))
+        .with_restore(restore);
+    if end.is_none() {
+        config = config.with_stop_with_savepoint(
+            streamtask::StopWithSavepoint::new(work.join("savepoints")).after_checkpoints(2),
+        );
+    }
+    let result = env.build().unwrap().run(&config).unwrap();
+    (result, log)
+}
+
+/// The transaction files of `work/output` still in progress (written, never pre-committed).
+fn in_progress(work: &Path) -> Vec<String> {
+    std::fs::read_dir(work.join("output"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".inprogress"))
+        .collect()
+}
+
+/// Flink's synchronous savepoint: once the source emitted the stop-with-savepoint barrier it
+/// emits nothing more, so what it emitted is exactly the position its savepoint holds (before,
+/// the executor stopped the tasks after the savepoint's notices, and the records the source
+/// read meanwhile were processed and never committed); the sinks have no transaction left
+/// open; and the restored job continues from there, each record once.
+fn no_record_read_after_the_barrier_is_emitted(model: Model) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    let (first, log) = run_endless(model, work, None, Restore::Fresh);
+    let path = first.savepoint.expect("stopped with a savepoint");
+    // The savepoint is the last snapshot the source took.
+    let position = *log.positions.lock().last().expect("the source snapshotted");
+    assert_eq!(
+        log.emitted.load(std::sync::atomic::Ordering::Relaxed),
+        position,
+        "{model}: the source emitted nothing after the savepoint's barrier"
+    );
+    assert_eq!(committed(work).len() as u64, position, "{model}");
+    assert_eq!(
+        in_progress(work),
+        Vec::<String>::new(),
+        "{model}: nothing left open"
+    );
+    assert!(Savepoint::load(&path).is_ok());
+
+    let end = position + 500;
+    let (second, log) = run_endless(model, work, Some(end), Restore::Savepoint(path));
+    assert!(second.savepoint.is_none());
+    assert_eq!(
+        log.emitted.load(std::sync::atomic::Ordering::Relaxed),
+        500,
+        "{model}: the restored source reads on from the savepoint's position"
+    );
+    let mut totals = vec![0u64; counting::KEYS as usize];
+    let mut expected: Vec<String> = (0..end)
+        .map(|n| {
+            let key = n % counting::KEYS;
+            totals[key as usize] += n;
+            format!("{key},{n},{}", totals[key as usize])
+        })
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(committed(work), expected, "{model}");
+}
+
+#[test]
+fn no_record_read_after_the_barrier_is_emitted_under_the_legacy_model() {
+    no_record_read_after_the_barrier_is_emitted(Model::Legacy);
+}
+
+#[test]
+fn no_record_read_after_the_barrier_is_emitted_under_the_mailbox_model() {
+    no_record_read_after_the_barrier_is_emitted(Model::Mailbox);
+}
+
+#[test]
+fn no_record_read_after_the_barrier_is_emitted_under_the_bridge_model() {
+    no_record_read_after_the_barrier_is_emitted(Model::Bridge);
+}

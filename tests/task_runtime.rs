@@ -949,3 +949,47 @@ fn a_checkpoint_trigger_waits_for_at_most_the_section_in_flight_of_a_hot_legacy_
         }
     });
 }
+
+// ---- stop-with-savepoint (issue 12, helper p) ---------------------------------------------------
+
+/// Flink's synchronous savepoint: after a source task's stop-with-savepoint barrier the source
+/// emits nothing (its next emit waits, or its reader is not polled); the savepoint's completion
+/// notice reaches the chain and ends the task as finished, without end of input: no
+/// `Watermark::MAX`, no `end_input`/`finish`, no end of output.
+#[test]
+fn a_source_emits_nothing_after_a_stop_with_savepoint_barrier() {
+    each(cases(&[Kind::Source]), |model, kind| {
+        let t = started(model, kind, &Spec::new("SW"));
+        pass(&t, 1);
+        t.stop_with_savepoint(1);
+        let snapshot = t.ack(1);
+        assert_eq!(decode_u64(&snapshot, TaskSnapshot::SOURCE), 1);
+        // The source has more to emit: it must wait for the savepoint, and then stop.
+        t.record(2);
+        t.record(3);
+        t.notify_complete(1);
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert_eq!(
+            out_values(&log),
+            vec![1],
+            "nothing after the barrier: {log:?}"
+        );
+        assert!(
+            log.contains(&Ev::Complete("p1", 1)),
+            "the chain commits: {log:?}"
+        );
+        for ev in [
+            Ev::Out(Emitted::Watermark(streamtask_core::Watermark::MAX)),
+            Ev::Out(Emitted::EndOfInput),
+            Ev::EndInput("p0"),
+            Ev::Finish("p0"),
+            Ev::Finish("p1"),
+        ] {
+            assert!(
+                !log.contains(&ev),
+                "suspended, not ended: {ev:?} in {log:?}"
+            );
+        }
+    });
+}

@@ -201,6 +201,12 @@ where
                 // Waits for room before the section: the poll, its emits and the registration
                 // are one section.
                 let mut locked = ctx.lock();
+                if locked.is_cancelled() {
+                    // Cancelled while waiting for room (a stop-with-savepoint that completed,
+                    // say): the section's emits would be refused, so the reader is not polled
+                    // past the position its last snapshot holds.
+                    break;
+                }
                 let polled = {
                     let reader = locked
                         .state_mut()

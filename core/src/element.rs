@@ -111,8 +111,19 @@ pub enum CheckpointKind {
     /// A periodic checkpoint for failure recovery.
     #[default]
     Checkpoint,
-    /// A savepoint a user asked for.
+    /// A savepoint a user asked for. Savepoints are only taken to stop the job
+    /// (stop-with-savepoint), so this barrier is synchronous: see
+    /// [`is_synchronous`](Self::is_synchronous).
     Savepoint,
+}
+
+impl CheckpointKind {
+    /// Whether the job stops at this barrier (Flink's synchronous savepoint, `SAVEPOINT_SUSPEND`):
+    /// a task that took it processes no input after it, only its notices, until the savepoint
+    /// completes (then it ends, without end of input) or is aborted (then it resumes).
+    pub fn is_synchronous(self) -> bool {
+        matches!(self, CheckpointKind::Savepoint)
+    }
 }
 
 /// A checkpoint barrier: everything before it belongs to checkpoint `id`, everything after to

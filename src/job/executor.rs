@@ -635,6 +635,7 @@ impl JobGraph {
         let mut outcomes: Vec<Option<TaskOutcome>> = names.iter().map(|_| None).collect();
         let mut cancelled_by_us = vec![false; names.len()];
         let mut stopping = false;
+        let mut suspended = false;
         loop {
             std::thread::sleep(POLL);
             sampler.sample(&source_metrics, config.on_progress.as_ref());
@@ -667,21 +668,25 @@ impl JobGraph {
                 if sp.trigger_if_due(completed_before + d.stats().summary().completed) {
                     d.trigger_savepoint();
                 }
-                // Stop-with-savepoint, step 4: the savepoint is durable and its notices are out.
-                stopping |= sp.is_complete();
+                // Stop-with-savepoint, step 4: the savepoint is durable and its notices are out;
+                // every task took its barrier and ends by itself on the notice (suspended).
+                suspended |= sp.is_complete();
             }
-            if stopping {
+            if stopping || suspended {
                 // Stop the rest: cancel everything first, then join (a task blocked on a full
-                // channel needs its neighbours gone to notice).
+                // channel needs its neighbours gone to notice). Suspended tasks are only
+                // joined: cancelling one before its notice ran would skip its commit.
                 let rest: Vec<(usize, RunningTask)> = {
                     let mut tasks = handles.lock();
                     (0..tasks.len())
                         .filter_map(|i| tasks[i].take().map(|t| (i, t)))
                         .collect()
                 };
-                rest.iter().for_each(|(_, t)| t.cancel());
+                if stopping {
+                    rest.iter().for_each(|(_, t)| t.cancel());
+                }
                 for (i, task) in rest {
-                    cancelled_by_us[i] = true;
+                    cancelled_by_us[i] = stopping;
                     outcomes[i] = Some(task.join());
                 }
                 break;

@@ -8,11 +8,20 @@
 //!    checkpoint after it. The barrier flows and aligns like any other.
 //! 3. Once every task acknowledged, the savepoint is written (a relocatable directory, see
 //!    `checkpoint/savepoint.rs`) and only then do its completion notices go out.
-//! 4. The executor stops the tasks. Records the sources read after the barrier are not part of
-//!    the savepoint and are not committed: the two-phase sinks' transactions the savepoint
-//!    pre-committed are committed (by the notices, and by the executor after the tasks
-//!    stopped, whichever comes first), what followed the barrier stays uncommitted and is
-//!    removed by the restored job, which reads those records again.
+//!    [`SavepointHandle::wait_written`] returns its path from here on.
+//! 4. The savepoint is synchronous, as Flink's: from its barrier on a source emits nothing
+//!    (the one check is `ChainBody::source_may_emit` in core's runtime kit: a legacy source's
+//!    next locked section waits on the lock's condition, a reader is not polled, its task only
+//!    runs mails), and every task that took the barrier is `Suspending` (triggers declined,
+//!    notices delivered). The savepoint's completion notice commits the two-phase sinks'
+//!    transactions it pre-committed and moves each task to `Suspended`: its stop hook ends it
+//!    without end of input (no `Watermark::MAX`, no flush, no `finish`: Flink's stop without
+//!    `--drain`), and the executor joins them (it cancels nothing). Nothing a source read is
+//!    lost or read twice: what it emitted is exactly the position its savepoint holds. What
+//!    tasks behind it emit while the savepoint is pending (the results of async calls in
+//!    flight at the barrier, which the savepoint holds as inputs and the restored job calls
+//!    again; timers) is after the barrier and never committed; the stop does not wait for it.
+//!    An aborted savepoint resumes the tasks (`Suspending -> Running`).
 //! 5. The run returns with [`JobResult::savepoint`](crate::JobResult::savepoint) set.
 //!
 //! # Restoring a savepoint
@@ -37,19 +46,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use streamtask_core::TaskSnapshot;
 use streamtask_core::keygroup::{
     StateKind, redistribute_key_groups, redistribute_operator_state, state_kind,
 };
 
-use streamtask_core::sync::Mutex;
+use streamtask_core::sync::{Condvar, Mutex};
 
 use super::graph::JobGraph;
 use super::{JobConfig, JobError};
 use crate::checkpoint::{CompletedCheckpoint, Savepoint, SavepointWriter, VertexShape};
 
-/// Asks a running job to stop with a savepoint, from any thread.
+/// Asks a running job to stop with a savepoint, from any thread, and tells when it was written.
 ///
 /// # Examples
 ///
@@ -62,9 +72,41 @@ use crate::checkpoint::{CompletedCheckpoint, Savepoint, SavepointWriter, VertexS
 /// for_signal.stop_with_savepoint();
 /// assert!(handle.is_requested());
 /// ```
+///
+/// Waiting for the savepoint from another thread while the job runs
+/// ([`wait_written`](Self::wait_written)), here to release work the job holds in flight:
+///
+/// ```
+/// use std::time::Duration;
+/// use streamtask::prelude::*;
+///
+/// let work = tempfile::tempdir().unwrap();
+/// let env = StreamEnvironment::new(Model::Mailbox);
+/// env.from_sequence("numbers", 0..u64::MAX)
+///     .map("double", |n: u64| n * 2)
+///     .two_phase_file_sink("sink", work.path().join("out"), |n: &u64| n.to_string());
+/// let job = env.build().unwrap();
+/// let stop = StopWithSavepoint::new(work.path().join("savepoints")).after_checkpoints(1);
+/// let handle = stop.handle();
+/// let config = JobConfig::new(work.path())
+///     .with_checkpoints(Some(CheckpointConfig::new(Duration::from_millis(10))))
+///     .with_stop_with_savepoint(stop);
+/// let waiter = std::thread::spawn(move || handle.wait_written(Duration::from_secs(60)));
+/// let result = job.run(&config).unwrap();
+/// let written = waiter.join().unwrap().expect("written while the job ran");
+/// assert_eq!(result.savepoint, Some(written));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct SavepointHandle {
     requested: Arc<AtomicBool>,
+    written: Arc<Written>,
+}
+
+/// Where [`SavepointHandle::wait_written`] waits: the path, once written.
+#[derive(Debug, Default)]
+struct Written {
+    path: Mutex<Option<PathBuf>>,
+    changed: Condvar,
 }
 
 impl SavepointHandle {
@@ -83,6 +125,41 @@ impl SavepointHandle {
     /// Whether a stop was asked for.
     pub fn is_requested(&self) -> bool {
         self.requested.load(Ordering::Acquire)
+    }
+
+    /// Waits until the savepoint was written (durable, before its completion notices go out
+    /// and the tasks end), at most `timeout`; returns its path, or `None` if none was written
+    /// in time (the job may have ended first, or the savepoint failed). Returns at once once
+    /// written.
+    pub fn wait_written(&self, timeout: Duration) -> Option<PathBuf> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut path = self.written.path.lock();
+        // The lost-wakeup rule: the path changes under the mutex, and is re-read after every
+        // wake-up.
+        while path.is_none() {
+            match deadline {
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return None;
+                    }
+                    self.written.changed.wait_for(&mut path, deadline - now);
+                }
+                None => self.written.changed.wait(&mut path),
+            }
+        }
+        path.clone()
+    }
+
+    /// The savepoint written, if any yet (see [`wait_written`](Self::wait_written)).
+    pub fn written(&self) -> Option<PathBuf> {
+        self.written.path.lock().clone()
+    }
+
+    /// The coordinator wrote the savepoint at `path`: wakes the waiters.
+    fn set_written(&self, path: PathBuf) {
+        *self.written.path.lock() = Some(path);
+        self.written.changed.notify_all();
     }
 }
 
@@ -196,6 +273,7 @@ impl AttemptSavepoint {
                 shared.shape.clone(),
             )?;
             log::info!("savepoint {} written to {}", checkpoint.id, path.display());
+            shared.stop.handle.set_written(path.clone());
             *shared.written.lock() = Some((checkpoint.id, path));
             Ok(())
         })

@@ -105,6 +105,24 @@ pub(crate) struct SequenceSplit {
     end: u64,
 }
 
+/// How many parts each range left is cut into in a snapshot (see
+/// [`SequenceReader::snapshot_state`]).
+const SNAPSHOT_PIECES: u64 = 8;
+
+impl SequenceSplit {
+    /// `self` in up to `n` contiguous, non-empty parts, in order.
+    fn pieces(self, n: u64) -> impl Iterator<Item = SequenceSplit> {
+        let len = self.end - self.start;
+        let n = n.clamp(1, len.max(1));
+        let (base, extra) = (len / n, len % n);
+        (0..n).filter_map(move |i| {
+            let start = self.start + i * base + i.min(extra);
+            let end = start + base + u64::from(i < extra);
+            (start < end).then_some(SequenceSplit { start, end })
+        })
+    }
+}
+
 /// A reader over its share of a range of numbers, checkpointing the ranges it has left as
 /// [`ListState`]: a remaining range belongs to no subtask in particular, so a rescale splits
 /// the ranges evenly over the new subtasks and each number is emitted once, by whichever
@@ -197,7 +215,16 @@ impl SourceReader<u64> for SequenceReader {
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
-        ListState::new(self.splits.iter().copied().collect::<Vec<_>>())
+        // Each range left goes into the snapshot in up to `SNAPSHOT_PIECES` parts, so a
+        // restore at a higher parallelism gives every new subtask some of it (two ranges split
+        // over three subtasks would leave one with nothing, and a subtask that finishes at once
+        // ends every later checkpoint of the run).
+        let pieces: Vec<SequenceSplit> = self
+            .splits
+            .iter()
+            .flat_map(|s| s.pieces(SNAPSHOT_PIECES))
+            .collect();
+        ListState::new(pieces)
             .encode()
             .map_err(|e| OperatorError::state(self.name.clone(), e))
     }

@@ -392,6 +392,16 @@ impl Task {
         }
     }
 
+    /// Triggers stop-with-savepoint `id` on a source task: a barrier of the synchronous kind.
+    pub(crate) fn stop_with_savepoint(&self, id: u64) {
+        assert!(self.is_source(), "only sources are triggered");
+        let mut barrier = CheckpointBarrier::new(id, 0);
+        barrier.kind = streamtask_core::CheckpointKind::Savepoint;
+        self.handle()
+            .trigger_checkpoint(barrier)
+            .expect("a source task");
+    }
+
     /// The source ends, or every input channel ends (and an iteration head's tail).
     pub(crate) fn end(&self) {
         if self.is_source() {

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc as StdArc;
 use std::time::Instant;
 
+use crate::channel::InputClosed;
 use crate::metrics::TaskMetrics;
 use crate::operator::{
     Context, Operator, OperatorEvent, TaskServices, TwoInputChain, TwoInputOperator,
@@ -53,6 +54,17 @@ pub enum BodyPhase {
     Finished,
     /// The chain is closed.
     Closed,
+}
+
+/// Where a body is with a stop-with-savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suspension {
+    /// No stop-with-savepoint barrier went through (or its savepoint was aborted).
+    None,
+    /// The barrier of stop-with-savepoint `id` went through; its savepoint is pending.
+    Pending(u64),
+    /// The savepoint completed: the task is ending.
+    Done,
 }
 
 /// What [`ChainBody::end_input_step`] left to do.
@@ -154,6 +166,9 @@ pub struct ChainBody<C, W> {
     phase: BodyPhase,
     /// While draining: how many operators (head first) had their input ended.
     inputs_ended: usize,
+    /// Whether a stop-with-savepoint barrier went through (see
+    /// [`is_suspended`](Self::is_suspended)).
+    suspended: Suspension,
 }
 
 /// A context over the body's output for the chain's head (operator index 0).
@@ -180,6 +195,7 @@ where
             env,
             phase: BodyPhase::Opening,
             inputs_ended: 0,
+            suspended: Suspension::None,
         }
     }
 
@@ -357,6 +373,10 @@ where
         let failure = match taken {
             Ok(Ok(snapshot)) => {
                 metrics.checkpoints.inc();
+                if barrier.kind.is_synchronous() && self.env.parts.lifecycle.suspend() {
+                    // Before the acknowledgement: its notice can only come after it.
+                    self.suspended = Suspension::Pending(id);
+                }
                 responder.acknowledge(id, snapshot);
                 return Ok(());
             }
@@ -382,10 +402,68 @@ where
         }
         self.interrupt();
         if completed {
-            self.chain.notify_checkpoint_complete(id)
+            self.chain.notify_checkpoint_complete(id)?;
         } else {
-            self.chain.notify_checkpoint_aborted(id)
+            self.chain.notify_checkpoint_aborted(id)?;
         }
+        if self.suspended == Suspension::Pending(id) {
+            let lifecycle = &self.env.parts.lifecycle;
+            if completed {
+                // The chain committed the savepoint: the task ends (the stop hook wakes its
+                // threads), without end of input, and its source emits nothing more.
+                self.suspended = Suspension::Done;
+                lifecycle.savepoint_completed();
+            } else {
+                log::info!(
+                    "{}: stop-with-savepoint {id} aborted; the task resumes",
+                    self.name()
+                );
+                self.suspended = Suspension::None;
+                lifecycle.resume();
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the body took a stop-with-savepoint barrier whose savepoint was not aborted:
+    /// the task's source emits nothing now, nor ever again once the savepoint completed (see
+    /// [`source_may_emit`](Self::source_may_emit)); while it is pending, mails, timers and
+    /// notices still run, as in Flink's synchronous-savepoint mailbox loop.
+    #[inline]
+    pub fn is_suspended(&self) -> bool {
+        self.suspended != Suspension::None
+    }
+
+    /// An input channel closed without end of input. While a stop-with-savepoint is pending
+    /// (see [`is_suspended`](Self::is_suspended)), that is an upstream task that already ended
+    /// on the savepoint's completion notice, before this task's own notice ran (an upstream
+    /// only ends this way once the savepoint completed): not a failure, the model stops reading
+    /// and this task's notice ends it. Otherwise the error comes back, to fail the task with.
+    ///
+    /// # Errors
+    ///
+    /// `closed`, unless a stop-with-savepoint is pending.
+    pub fn input_closed(&self, closed: InputClosed) -> Result<(), InputClosed> {
+        if self.is_suspended() {
+            log::debug!(
+                "{}: input channel {} ended with the stop-with-savepoint",
+                self.name(),
+                closed.channel
+            );
+            Ok(())
+        } else {
+            Err(closed)
+        }
+    }
+
+    /// Whether the task's source may emit now: the chain accepts input and no stop-with-savepoint
+    /// is pending. The one check every model's source makes before it emits (a legacy source
+    /// before each locked section, a reader before each poll), so nothing a source reads after
+    /// its stop-with-savepoint barrier is emitted: the savepoint holds the source's position at
+    /// the barrier, and the restored job reads on from there.
+    #[inline]
+    pub fn source_may_emit(&self) -> bool {
+        self.suspended == Suspension::None && self.chain.accepts_input()
     }
 
     /// A timer for the chain; dropped unless the chain is open and not finished (nothing may

@@ -13,16 +13,21 @@ use crate::task::{TaskError, TaskFailure, TaskOutcome};
 /// | state | meaning | moves to | by |
 /// |---|---|---|---|
 /// | `Initializing` | restoring and opening the chain; triggers are declined | `Running`; `Cancelling`, `Failing` | the task thread once the chain is open; `cancel`; a failure |
-/// | `Running` | processing input (or running the source); triggers snapshot | `Finishing`; `Cancelling`, `Failing` | the task thread at end of input; `cancel`; a failure |
+/// | `Running` | processing input (or running the source); triggers snapshot | `Finishing`, `Suspending`; `Cancelling`, `Failing` | the task thread at end of input; the body at a stop-with-savepoint barrier; `cancel`; a failure |
+/// | `Suspending` | took a stop-with-savepoint barrier: a source emits nothing more; triggers are declined, notices delivered | `Suspended` (the savepoint completed), `Running` (it was aborted); `Cancelling`, `Failing` | the body at the savepoint's notice; `cancel`; a failure |
+/// | `Suspended` | the savepoint completed: the task's threads are stopping, without end of input (Flink's stop without `--drain`) | `Finished` | the task thread after teardown |
 /// | `Finishing` | input ended: the chain drains and finishes; triggers are declined, notices still delivered | `Finished` (terminal); `Cancelling`, `Failing` | the task thread after teardown; `cancel`; a failure |
 /// | `Cancelling` | `cancel()` was called; the task's threads are stopping | `Cancelled`; `Failed` (a thread was left behind) | the task thread after teardown |
 /// | `Failing` | the first failure is kept; the task's threads are stopping | `Failed` | the task thread after teardown |
 /// | `Finished`, `Cancelled`, `Failed` | every thread the task started has ended, but one left behind stuck in user code (see [`TaskHandle`](super::TaskHandle)) | - | - |
 ///
+/// A failure or a cancel while `Suspended` is only logged too (the savepoint holds everything
+/// the task did up to its barrier; whatever failed after it is not part of the job's output).
 /// A failure while `Cancelling` is only logged (Flink ignores a cancelled task's errors,
 /// FLINK-15811); a second failure while `Failing` too (the first wins). Every move into
 /// `Cancelling` or `Failing` runs the task's stop hook once (cancel the source's token, put a
-/// poison mail: whatever wakes that model's threads) and starts the grace period.
+/// poison mail: whatever wakes that model's threads) and starts the grace period; so does the
+/// move into `Suspended`, which is how a suspended task's threads learn to end.
 ///
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -43,6 +48,11 @@ pub enum TaskState {
     Cancelled = 6,
     /// The task ended after a failure (or left a thread behind that ignored cancellation).
     Failed = 7,
+    /// Took a stop-with-savepoint barrier; waits for the savepoint (notices delivered).
+    Suspending = 8,
+    /// The stop-with-savepoint's savepoint completed; the task's threads are stopping, without
+    /// end of input. Ends `Finished`.
+    Suspended = 9,
 }
 
 impl TaskState {
@@ -56,6 +66,8 @@ impl TaskState {
             5 => TaskState::Finished,
             6 => TaskState::Cancelled,
             7 => TaskState::Failed,
+            8 => TaskState::Suspending,
+            9 => TaskState::Suspended,
             // Only `TaskState as u8` is ever stored.
             other => panic!("impossible task state byte {other}"),
         }
@@ -73,7 +85,10 @@ impl TaskState {
     pub fn is_live(self) -> bool {
         matches!(
             self,
-            TaskState::Initializing | TaskState::Running | TaskState::Finishing
+            TaskState::Initializing
+                | TaskState::Running
+                | TaskState::Finishing
+                | TaskState::Suspending
         )
     }
 
@@ -157,6 +172,30 @@ impl Lifecycle {
     /// `Running -> Finishing` at end of input; false if the task was stopped meanwhile.
     pub fn begin_finishing(&self) -> bool {
         self.transition(TaskState::Running, TaskState::Finishing)
+    }
+
+    /// `Running -> Suspending` at a stop-with-savepoint barrier; false if the task was not
+    /// running.
+    pub fn suspend(&self) -> bool {
+        self.transition(TaskState::Running, TaskState::Suspending)
+    }
+
+    /// `Suspending -> Running`: the stop-with-savepoint's savepoint was aborted, the task goes on.
+    /// False if it was not suspending (stopped meanwhile).
+    pub fn resume(&self) -> bool {
+        self.transition(TaskState::Suspending, TaskState::Running)
+    }
+
+    /// `Suspending -> Suspended`: the savepoint completed. The stop hook runs (the task's threads
+    /// end, as on a cancel, but the task ends `Finished`). False if it was not suspending.
+    pub fn savepoint_completed(&self) -> bool {
+        if self.transition(TaskState::Suspending, TaskState::Suspended) {
+            log::debug!("task {}: savepoint complete, suspended", self.name);
+            self.stopped();
+            true
+        } else {
+            false
+        }
     }
 
     fn transition(&self, from: TaskState, to: TaskState) -> bool {
@@ -265,10 +304,12 @@ impl Lifecycle {
         let mut current = self.state();
         let terminal = loop {
             let terminal = match current {
-                TaskState::Finishing | TaskState::Finished => TaskState::Finished,
+                TaskState::Finishing | TaskState::Finished | TaskState::Suspended => {
+                    TaskState::Finished
+                }
                 TaskState::Cancelling | TaskState::Cancelled => TaskState::Cancelled,
                 TaskState::Failing | TaskState::Failed => TaskState::Failed,
-                state @ (TaskState::Initializing | TaskState::Running) => {
+                state @ (TaskState::Initializing | TaskState::Running | TaskState::Suspending) => {
                     self.fail(self.name.clone(), TaskError::Ended { state });
                     current = self.state();
                     continue;

@@ -21,12 +21,25 @@
 //! | how timers reach it | the timer thread, under the lock | mails | mails, under the lock |
 //! | how the task waits while draining ([`Drain::Waiting`]) | on the lock's condition | suspended until a mail | - (no async operator behind a legacy source) |
 //! | the stop hook | cancels the source's token, wakes lock waiters | a poison mail | cancels the source's token, a poison mail |
+//! | how a suspended source waits ([`ChainBody::source_may_emit`]) | its next section waits on the lock's condition | its default action suspends until a mail | as legacy, on its own thread |
 //!
 //! # Checkpoint order
 //!
 //! [`ChainBody::checkpoint`], in Flink's order: prepare the chain before the barrier, send the
 //! barrier downstream, snapshot the source's state, snapshot the chain, acknowledge (or decline
 //! and fail the task with the cause), with the start delay, the duration and a trace span.
+//!
+//! # Stop with a savepoint (suspend, not end of input)
+//!
+//! A barrier whose kind [is synchronous](crate::CheckpointKind::is_synchronous) suspends the
+//! body once acknowledged ([`ChainBody::is_suspended`]) and moves the task to
+//! [`TaskState::Suspending`]. From then on [`ChainBody::source_may_emit`] is false: the one
+//! check every model's source makes (a legacy source before each locked section, waiting on the
+//! lock's condition; a mailbox reader before each poll, its task then only running mails), so
+//! a source emits nothing after its barrier. The savepoint's completion notice
+//! ([`ChainBody::notify_checkpoint`]) moves the task to [`TaskState::Suspended`], whose stop
+//! hook ends it without end of input; an abort resumes it. A task whose upstream already ended
+//! this way waits for its own notice ([`ChainBody::input_closed`]).
 
 mod body;
 mod chain;

@@ -417,10 +417,20 @@ where
             }
             Ok(SourceEnd::Cancelled)
         }
-        Ok(()) => lock
-            .lock()
-            .finish_input::<F::Out>()
-            .map(|()| SourceEnd::Finished),
+        Ok(()) => {
+            // The end of input is the source's last emission: like a section, it waits while
+            // the output has no room (a pending stop-with-savepoint, say, which ends by
+            // cancelling the source: then the input does not end, the task suspends).
+            let mut cell = lock.lock();
+            if !cell.output().has_capacity() {
+                cell.wait_until(|c| c.output().has_capacity() || cancel.is_cancelled());
+            }
+            if cancel.is_cancelled() {
+                Ok(SourceEnd::Cancelled)
+            } else {
+                cell.finish_input::<F::Out>().map(|()| SourceEnd::Finished)
+            }
+        }
         Err(e) => Err(e),
     };
     lock.lock().close_context();

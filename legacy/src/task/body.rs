@@ -202,8 +202,11 @@ where
         Ok(())
     }
 
+    /// The kit's check ([`ChainBody::source_may_emit`]): no room while the chain refuses input,
+    /// nor while a stop-with-savepoint is pending (the source's next section waits for the
+    /// savepoint; once it completes the source is cancelled, once aborted it goes on).
     #[inline]
     fn has_capacity(&self) -> bool {
-        self.accepts_input()
+        self.source_may_emit()
     }
 }

@@ -421,7 +421,18 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     let reader = GateReader::new(&parts.cancel, &parts.aborts, &parts.task.metrics);
-    while let Some(event) = reader.next(&mut gate)? {
+    loop {
+        let event = match reader.next(&mut gate) {
+            Ok(Some(event)) => event,
+            Ok(None) => return Ok(()), // cancelled
+            Err(closed) => {
+                // An upstream that ended with a stop-with-savepoint: this task's own notice
+                // ends it (the stop hook cancels the token).
+                parts.lock.lock().input_closed(closed)?;
+                parts.cancel.wait();
+                return Ok(());
+            }
+        };
         let mut body = if event.needs_room() {
             match parts.lock_with_room() {
                 Some(body) => body,
@@ -442,7 +453,6 @@ where
             }
         }
     }
-    Ok(()) // cancelled
 }
 
 /// Whole microseconds since `start`, saturating.

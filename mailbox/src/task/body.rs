@@ -26,6 +26,9 @@ pub(crate) struct MailboxBody<I, C, W> {
     /// The suspension of a default action waiting for input, for mails that make input
     /// readable without new data arriving (an abort releasing channels held for alignment).
     idle: Option<Suspension>,
+    /// The suspension of a source's default action after its stop-with-savepoint barrier,
+    /// resumed by the savepoint's abort notice (its completion ends the task instead).
+    stopping: Option<Suspension>,
 }
 
 impl<I, C, W> MailboxBody<I, C, W>
@@ -40,6 +43,7 @@ where
             body,
             parked: None,
             idle: None,
+            stopping: None,
         }
     }
 
@@ -94,6 +98,14 @@ where
             }
             Step::Nothing => {
                 self.suspend_idle(controller);
+                Ok(())
+            }
+            Step::Suspended => {
+                // Flink's synchronous savepoint: only mails run now, until the savepoint's
+                // notice ends the task (the lifecycle's stop hook, a poison mail) or resumes it.
+                self.body.interrupt();
+                self.body.publish_metrics();
+                self.stopping = Some(controller.suspend_default_action_for(SuspendCause::Idle));
                 Ok(())
             }
             Step::Barrier(barrier) => self.checkpoint(barrier, Instant::now()),
@@ -154,6 +166,13 @@ where
         if released {
             // What they hold was already there: no data waker will wake the default action.
             if let Some(suspension) = self.idle.take() {
+                suspension.resume();
+            }
+        }
+        if !self.body.is_suspended() {
+            // The stop-with-savepoint was aborted: the source reads on. (Completed, the body
+            // stays suspended and the stop hook's poison mail ends the loop.)
+            if let Some(suspension) = self.stopping.take() {
                 suspension.resume();
             }
         }

@@ -25,6 +25,10 @@ pub(crate) enum Step {
     Barrier(CheckpointBarrier),
     /// Input ended.
     EndOfInput,
+    /// A stop-with-savepoint is pending and the task reads nothing more: a source after its
+    /// barrier, or a task whose upstream already ended with the savepoint. The savepoint's
+    /// completion ends the task; its abort (a notice) resumes a source.
+    Suspended,
 }
 
 /// The input side of a mailbox task.
@@ -78,8 +82,12 @@ where
 
     #[inline]
     fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
-        if !body.accepts_input() {
-            return Ok(Step::Backpressured);
+        if !body.source_may_emit() {
+            return Ok(if body.is_suspended() {
+                Step::Suspended
+            } else {
+                Step::Backpressured
+            });
         }
         let mut out = ReaderOutput::resume(body, self.idle);
         let polled = self.reader.poll_next(&mut out);
@@ -148,7 +156,15 @@ where
     fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
         let event = match self.held.take() {
             Some(held) => held,
-            None => self.gate.poll_event()?,
+            None => match self.gate.poll_event() {
+                Ok(event) => event,
+                Err(closed) => {
+                    // An upstream that ended with a stop-with-savepoint: this task's own
+                    // notice ends it.
+                    body.input_closed(closed)?;
+                    return Ok(Step::Suspended);
+                }
+            },
         };
         if event.needs_room() && !body.accepts_input() {
             self.held = Some(event);
