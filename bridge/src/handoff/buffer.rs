@@ -75,7 +75,7 @@ pub(crate) struct Published<T> {
     /// Elements in `chunks` (read by the source on every section start, without the mutex).
     queued: AtomicUsize,
     /// The source found no room and may wait on the checkpoint lock's condition: the reader
-    /// wakes it once it took enough chunks (see [`Published::take_into`]).
+    /// wakes it when it takes chunks (see [`Published::take_all_into`]).
     source_waits: AtomicBool,
 }
 
@@ -107,29 +107,11 @@ impl<T> Published<T> {
         self.queued.load(Ordering::SeqCst)
     }
 
-    /// Takes the oldest published chunk into `batch` (which must be empty; its queue is kept
-    /// for reuse). Returns `None` if nothing was published, otherwise whether the source may be
-    /// waiting for room and should be woken now: once at most `resume_at` elements are left
-    /// published (half the capacity), so a full source is woken once per half capacity rather
-    /// than once per chunk. The caller wakes it (`CheckpointLock::wake_all`: the flag and the
-    /// count change outside the lock).
-    pub(crate) fn take_into(&self, batch: &mut Chunk<T>, resume_at: usize) -> Option<bool> {
-        debug_assert!(batch.is_empty(), "a chunk is taken into an empty batch");
-        let mut chunks = self.chunks.lock();
-        let chunk = chunks.full.pop_front()?;
-        let left = self.queued.fetch_sub(chunk.len(), Ordering::SeqCst) - chunk.len();
-        let emptied = std::mem::replace(batch, chunk);
-        if chunks.spare.len() < SPARE_CHUNKS && emptied.capacity() != 0 {
-            chunks.spare.push(emptied);
-        }
-        drop(chunks);
-        // After the decrement (Dekker with `has_capacity`: it stores the flag, then loads
-        // `queued`). Left alone above `resume_at`: a later take (the last one leaves 0) wakes.
-        Some(left <= resume_at && self.source_waits.swap(false, Ordering::SeqCst))
-    }
-
-    /// Appends every published chunk to `batch`, in order. Returns whether anything was taken.
-    pub(crate) fn take_all_into(&self, batch: &mut Chunk<T>) -> bool {
+    /// Appends every published chunk to `batch`, in order (the first one by swapping, its
+    /// queue kept for reuse). Returns `None` if nothing was published, otherwise whether the
+    /// source may be waiting for the room this freed: the caller then wakes it
+    /// (`CheckpointLock::wake_all` without the lock; with the lock held, `notify_all`).
+    pub(crate) fn take_all_into(&self, batch: &mut Chunk<T>) -> Option<bool> {
         let mut chunks = self.chunks.lock();
         let mut taken = false;
         while let Some(mut chunk) = chunks.full.pop_front() {
@@ -144,8 +126,10 @@ impl<T> Published<T> {
                 chunks.spare.push(chunk);
             }
         }
-        self.source_waits.store(false, Ordering::SeqCst);
-        taken
+        drop(chunks);
+        // After the decrements (Dekker with `has_capacity`: it stores the flag, then loads
+        // `queued`).
+        taken.then(|| self.source_waits.swap(false, Ordering::SeqCst))
     }
 }
 

@@ -108,10 +108,10 @@ enum Seen {
 /// ```text
 /// source thread (run_source)                    mailbox thread (poll_next / snapshot_state)
 /// --------------------------                    -------------------------------------------
-/// ctx.lock():                                   batch empty? take the oldest published chunk
+/// ctx.lock():                                   batch empty? take the published chunks
 ///   no room (chunk + published >= capacity)?      (chunks mutex; no checkpoint lock); if the
-///   look again a while, then wait on the          source may wait and half the capacity is
-///   lock's condition (lock released) BEFORE       free: wake it (wake_all)
+///   look again a while, then wait on the          source may wait for that room: wake it
+///   lock's condition (lock released) BEFORE       (wake_all)
 ///   the section starts                          none published? wait up to 50 us for one
 /// section: update state, emit -> chunk            (spin, then yield), then take the lock
 ///   publish the chunk (chunks mutex) when it      (hand-over request: within one section) and
@@ -458,7 +458,7 @@ where
         }
         // Still nothing: take the lock (within one section of the source) and whatever it has.
         let mut cell = lock.request_handover().lock();
-        published.take_all_into(&mut self.batch);
+        let _ = published.take_all_into(&mut self.batch); // notified below, under the lock
         let handoff = cell.output_mut();
         handoff.steal_into(&mut self.batch);
         // Room was freed under the lock: wake a source waiting for it.
@@ -477,11 +477,10 @@ where
         }
     }
 
-    /// Takes the oldest published chunk into the (empty) batch, waking the source if it may be
-    /// waiting for the room. Returns whether it took one.
+    /// Takes every published chunk into the (empty) batch, waking the source if it may be
+    /// waiting for the room. Returns whether it took any.
     fn take_published(&mut self, lock: &HandoffLock<F>, published: &Published<F::Out>) -> bool {
-        let resume_at = self.capacity / 2;
-        match published.take_into(&mut self.batch, resume_at) {
+        match published.take_all_into(&mut self.batch) {
             None => false,
             Some(source_waits) => {
                 if source_waits {
@@ -638,7 +637,12 @@ where
         // The source publishes only under the lock: with it held, the published chunks and the
         // chunk being filled are, with the batch, everything handed over and not yet emitted.
         // Taking the published ones into the batch (they are emitted next anyway) frees room.
-        if cell.output().published.take_all_into(&mut self.batch) {
+        if cell
+            .output()
+            .published
+            .take_all_into(&mut self.batch)
+            .is_some()
+        {
             cell.notify_all();
         }
         let handoff = cell.output();
