@@ -270,9 +270,10 @@ where
 
     /// Elements the source publishes to the reader at once (a chunk), at least 1 and at most
     /// the capacity; a quarter of the capacity (at most 256) unless set. The source thread and
-    /// the mailbox thread meet once per chunk rather than once per record; a chunk that is not
-    /// full is published as soon as the reader waits for it, so a small one only costs
-    /// throughput, never latency.
+    /// the mailbox thread meet once per chunk rather than once per record. A chunk that does
+    /// not fill is taken by the reader at most 50 us after it ran out of others (and each
+    /// element is published at once while the reader sleeps), so a large chunk costs at most
+    /// that much latency; a small one costs throughput.
     pub fn with_chunk(mut self, chunk: usize) -> Self {
         self.chunk = Some(chunk.max(1));
         self
