@@ -205,6 +205,32 @@ fn snapshots_never_split_a_section_even_when_the_handoff_is_full() {
     }
 }
 
+/// Chunks in flight at a snapshot: the reader's chunk, published chunks and a chunk being
+/// filled (chunks of 3 in a capacity of 16, two records per section, so the chunk being filled
+/// is often partial): every cut restores exactly once, in order.
+#[test]
+fn snapshots_with_chunks_in_flight_restore_exactly_once() {
+    let end = 400;
+    for cut in [1usize, 2, 3, 7, 16, 40, 199] {
+        let mut first = HandoffReader::new(Pairs { end })
+            .with_capacity(16)
+            .with_chunk(3);
+        first.restore_state(None).unwrap();
+        let (taken, _, _) = poll_records(&mut first, cut);
+        let snapshot = first.snapshot_state(1).unwrap();
+        first.close().unwrap();
+        let mut second = HandoffReader::new(Pairs { end })
+            .with_capacity(16)
+            .with_chunk(3);
+        second.restore_state(Some(&snapshot)).unwrap();
+        let (rest, _, ended) = poll_records(&mut second, usize::MAX);
+        assert!(ended);
+        second.close().unwrap();
+        let all: Vec<u64> = taken.into_iter().chain(rest).collect();
+        assert_eq!(all, (0..end).collect::<Vec<_>>(), "cut after {cut}");
+    }
+}
+
 /// Sleeps between records: the reader finds nothing most of the time.
 struct Slow {
     count: u64,

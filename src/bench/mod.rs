@@ -14,6 +14,7 @@
 //! | `async_littles_law` | async I/O (capacity 100, 1 ms) achieved over Little's bound | higher |
 //! | `handoff_vs_legacy` | the `HandoffReader`'s records/s over the legacy task's, capacity 64 and 1024 | higher |
 //! | `bridge_vs_legacy_trigger_p99` | trigger latency p99 under a hot legacy source, bridge over legacy | lower |
+//! | `legacy_bounded_handover_trigger_p99` | the same for the legacy task with the bounded hand-over on, over legacy's default | lower |
 //!
 //! The figures are for reading, never for asserting: the tests run [`run`] in quick mode and
 //! check only that it completes and what keys the report has.
@@ -140,6 +141,14 @@ pub struct BenchReport {
     pub legacy_trigger_p99_us: f64,
     /// See `legacy_trigger_p99_us`.
     pub bridge_trigger_p99_us: f64,
+    /// Trigger p99 under a hot source: the legacy task with the bounded hand-over on
+    /// (`SourceStreamTask::with_bounded_handover(true)`) over the legacy default, same run.
+    pub legacy_bounded_handover_trigger_p99: f64,
+    /// The p99 (us) behind that ratio (the default's is `legacy_trigger_p99_us`).
+    pub legacy_bounded_handover_trigger_p99_us: f64,
+    /// The source's records/s under those triggers with the bounded hand-over on, over the
+    /// default's: what asking the source to let go costs it.
+    pub legacy_bounded_handover_throughput: f64,
 }
 
 /// The median of `xs` (the upper one of an even count); `NaN` for none.
@@ -255,9 +264,24 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             s.push(name, secs(legacy) / secs(handoff));
         }
 
-        progress(round, "bridge vs legacy trigger latency");
+        progress(
+            round,
+            "bridge and bounded hand-over vs legacy trigger latency",
+        );
         let legacy = models::hot_triggers(Runner::Legacy, Fairness::Eventual, triggers, interval);
         let bridge = models::hot_triggers(Runner::Bridge, Fairness::Eventual, triggers, interval);
+        let bounded = models::hot_triggers(
+            Runner::LegacyBoundedHandover,
+            Fairness::Eventual,
+            triggers,
+            interval,
+        );
+        s.push("bounded_p99", bounded.p99_us);
+        s.push("bounded_vs_legacy_p99", bounded.p99_us / legacy.p99_us);
+        s.push(
+            "bounded_vs_legacy_rps",
+            bounded.records_per_s / legacy.records_per_s,
+        );
         s.push("legacy_p99", legacy.p99_us);
         s.push("bridge_p99", bridge.p99_us);
         s.push("bridge_vs_legacy_p99", bridge.p99_us / legacy.p99_us);
@@ -319,6 +343,9 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         bridge_vs_legacy_trigger_p99: s.median("bridge_vs_legacy_p99"),
         legacy_trigger_p99_us: s.median("legacy_p99"),
         bridge_trigger_p99_us: s.median("bridge_p99"),
+        legacy_bounded_handover_trigger_p99: s.median("bounded_vs_legacy_p99"),
+        legacy_bounded_handover_trigger_p99_us: s.median("bounded_p99"),
+        legacy_bounded_handover_throughput: s.median("bounded_vs_legacy_rps"),
     }
 }
 
@@ -432,6 +459,21 @@ impl fmt::Display for BenchReport {
             format!("{:.3}x", self.bridge_vs_legacy_trigger_p99),
             "<= 0.1x",
             self.bridge_vs_legacy_trigger_p99 <= 0.1,
+        )?;
+        row(
+            format!(
+                "legacy bounded hand-over vs default trigger p99 ({:.0} vs {:.0} us)",
+                self.legacy_bounded_handover_trigger_p99_us, self.legacy_trigger_p99_us
+            ),
+            format!("{:.3}x", self.legacy_bounded_handover_trigger_p99),
+            "-",
+            true,
+        )?;
+        row(
+            "legacy bounded hand-over vs default records/s under triggers".into(),
+            format!("{:.2}x", self.legacy_bounded_handover_throughput),
+            "-",
+            true,
         )?;
         for (label, (rps, p99)) in &self.trigger_runs {
             writeln!(

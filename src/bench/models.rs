@@ -20,6 +20,10 @@ use super::sources::{Count, CountReader, Stamp};
 pub enum Runner {
     /// `streamtask_legacy::SourceStreamTask`: the source on the task thread, under the lock.
     Legacy,
+    /// The same with the bounded hand-over on
+    /// (`SourceStreamTask::with_bounded_handover(true)`): a checkpoint trigger asks the source
+    /// to let go of the lock at its next section.
+    LegacyBoundedHandover,
     /// `streamtask_bridge::LegacySourceStreamTask`: the source on its own thread, mails under
     /// the lock.
     Bridge,
@@ -34,6 +38,7 @@ impl Runner {
     pub fn label(self) -> String {
         match self {
             Runner::Legacy => "legacy".into(),
+            Runner::LegacyBoundedHandover => "legacy (bounded hand-over)".into(),
             Runner::Bridge => "bridge".into(),
             Runner::Handoff(capacity) => format!("handoff({capacity})"),
             Runner::Native => "mailbox".into(),
@@ -58,9 +63,10 @@ impl Running {
     ) -> Self {
         let source = Count { limit };
         match runner {
-            Runner::Legacy => Running::Legacy(
+            Runner::Legacy | Runner::LegacyBoundedHandover => Running::Legacy(
                 SourceStreamTask::new(config, source, stamp, Discard)
                     .with_fairness(fairness)
+                    .with_bounded_handover(runner == Runner::LegacyBoundedHandover)
                     .spawn(),
             ),
             Runner::Bridge => Running::Bridge(
@@ -148,6 +154,10 @@ pub struct TriggerRun {
     pub p50_us: f64,
     /// The same, 99th percentile.
     pub p99_us: f64,
+    /// The same, 99.9th percentile.
+    pub p999_us: f64,
+    /// The same, the slowest.
+    pub max_us: f64,
     /// How long the `trigger_checkpoint` call itself took on this thread, median, in
     /// microseconds.
     pub call_p50_us: f64,
@@ -226,6 +236,8 @@ pub fn hot_triggers(
     TriggerRun {
         p50_us: latency.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: latency.value_at_quantile(0.99) as f64 / 1e3,
+        p999_us: latency.value_at_quantile(0.999) as f64 / 1e3,
+        max_us: latency.max() as f64 / 1e3,
         call_p50_us: calls.value_at_quantile(0.5) as f64 / 1e3,
         records_per_s: records as f64 / elapsed,
         acked,

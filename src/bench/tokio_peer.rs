@@ -76,6 +76,8 @@ pub fn select_loop(batch: usize, triggers: u64, interval: Duration) -> TriggerRu
     TriggerRun {
         p50_us: latency.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: latency.value_at_quantile(0.99) as f64 / 1e3,
+        p999_us: latency.value_at_quantile(0.999) as f64 / 1e3,
+        max_us: latency.max() as f64 / 1e3,
         call_p50_us: calls.value_at_quantile(0.5) as f64 / 1e3,
         records_per_s: records as f64 / elapsed,
         acked: latency.len(),

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc as StdArc;
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -30,13 +30,26 @@ use streamtask_legacy::{
 };
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
-use self::buffer::{Handoff, HandoffEnd, HandoffItem, Pending, Restored, SnapshotRef};
+use self::buffer::{
+    Chunk, Handoff, HandoffEnd, HandoffItem, Pending, Published, Restored, SnapshotRef,
+    default_chunk,
+};
 pub use self::in_flight::InFlightReplay;
 use self::in_flight::{InFlight, InFlightRef};
 use crate::task::SourceExit;
 
 /// Elements the handoff holds before the source waits for room, unless set.
 pub const DEFAULT_HANDOFF_CAPACITY: usize = 1024;
+
+/// How many times the reader spins looking for a published chunk before it yields between
+/// looks; none under loom, where a spin is only more interleavings.
+const READER_SPINS: u32 = if cfg!(loom) { 0 } else { 64 };
+
+/// How many looks at most (spins, then yields), and for how long at most, the reader waits for
+/// the source to publish a chunk before it takes the checkpoint lock for the part of one the
+/// source holds: the bound on how long an element waits in a chunk that does not fill.
+const READER_SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 4096 };
+const READER_WAIT: Duration = Duration::from_micros(50);
 
 type HandoffCell<F> = SourceCell<<F as SourceFunction>::State, Handoff<<F as SourceFunction>::Out>>;
 type HandoffLock<F> = CheckpointLock<HandoffCell<F>>;
@@ -83,44 +96,69 @@ enum Seen {
 /// | part | owner | lock |
 /// |---|---|---|
 /// | the function | the source thread (`<source>-handoff`) | - |
-/// | the source's state, the context's bookkeeping, the **handoff** (bounded), the source's end | the checkpoint lock ([`SourceCell`]) | this reader's own, not the task's |
-/// | the batch taken from the handoff, not yet emitted | the reader (mailbox thread) | - |
+/// | the source's state, the context's bookkeeping, the **chunk being filled**, the source's end, the reader's waker | the checkpoint lock ([`SourceCell`]) | this reader's own, not the task's |
+/// | the **published chunks** (with the chunk being filled, at most the capacity) | shared by both threads | a small mutex of their own, held to move one chunk |
+/// | the chunk taken, not yet emitted | the reader (mailbox thread) | - |
 ///
 /// The chain behind the reader belongs to the mailbox thread alone, as in any mailbox source
 /// task, so operators that wait for their own events (async I/O) may chain behind it. The price
-/// is one queue hop per record, and a checkpoint that holds the records in flight.
+/// is a queue hop per chunk, and a checkpoint that holds the records in flight.
 ///
 /// # The protocol
+///
+/// The two threads meet once per chunk (a quarter of the capacity unless set with
+/// [`with_chunk`](Self::with_chunk)), not once per record:
 ///
 /// ```text
 /// source thread (run_source)                    mailbox thread (poll_next / snapshot_state)
 /// --------------------------                    -------------------------------------------
-/// ctx.lock():                                   batch empty? lock { swap the handoff's queue
-///   handoff full? wait on the lock's condition           with the empty batch; notify_all }
-///   (lock released) BEFORE the section starts    emit one element of the batch per poll
-/// section: update state, emit -> handoff         nothing? NothingAvailable, then
-///   first element after a registration wakes       register_waker: lock { ready ? wake now
-///   the reader's waker                                               : keep the waker }
-/// unlock (notify_all)                           snapshot_state: lock { state + batch + handoff
-/// finite: lock { end_input: Finished; wake }                          + finished }
-/// failed: lock { Failed(error); wake }
+/// ctx.lock():                                   batch empty? take the published chunks
+///   no room (chunk + published >= capacity)?      (chunks mutex; no checkpoint lock); if the
+///   look again a while, then wait on the          source may wait for that room: wake it
+///   lock's condition (lock released) BEFORE       (wake_all)
+///   the section starts                          none published? wait up to 50 us for one
+/// section: update state, emit -> chunk            (spin, then yield), then take the lock
+///   publish the chunk (chunks mutex) when it      (hand-over request: within one section) and
+///   is full, at the capacity, on a watermark      take every published chunk, then the chunk
+///   or status, at the end, or at once while       being filled; notify_all; note the end
+///   the reader's waker is registered (then      nothing at all? NothingAvailable, then
+///   wake it)                                      register_waker: lock { ready ? wake now
+/// unlock (notify_all)                                                : keep the waker }
+/// finite: lock { MAX dropped; publish;          emit one element of the batch per poll (the
+///   end_input: Finished; wake }                   task's step polls many while no mail waits)
+/// failed: lock { Failed(error); wake }          snapshot_state: lock { take the published
+///                                                 chunks into the batch; state + batch +
+///                                                 chunk being filled + finished }
 /// ```
 ///
-/// - **Consistency.** A section of the source is atomic with respect to the mailbox thread: the
-///   context waits for room only *before* a section starts (never mid-section), and the mailbox
-///   thread touches the handoff only under the lock. So every snapshot holds a source state and
-///   exactly the records emitted before it and not yet passed downstream. Restoring replays
-///   those records first, then restarts the function from the state: exactly once. The handoff
-///   may overrun its capacity by what one section emits.
-/// - **No lost wakeup.** The reader registers its waker under the lock after checking the
-///   handoff under that same lock; the source adds elements under the lock and takes (and wakes)
-///   the waker when it does. The wake happens inside the source's section; the woken mailbox
-///   thread needs the lock to read, so it sees the section only once it has ended. (Waking at the
-///   very end of the section would need a per-section hook in `streamtask-legacy`'s guard, a
-///   virtual call on the legacy model's per-record path.) No busy loop: a reader with nothing to
-///   emit sleeps until woken.
-/// - **Room.** Taking a batch frees room; the reader notifies the lock's condition, waking a
-///   source that waits for it.
+/// - **Consistency (exactly once).** A section of the source is atomic with respect to the
+///   mailbox thread: the context waits for room only *before* a section starts (never
+///   mid-section), and the source publishes only inside a section, under the lock. So while the
+///   mailbox thread holds the lock, every element the source emitted since the state it sees is
+///   in exactly one of: passed downstream, the reader's batch, the published chunks (in order),
+///   the chunk being filled; and nothing moves between the last three but by the mailbox thread
+///   itself (taking) or by the source under the lock it cannot have. A snapshot, taken under the
+///   lock, therefore holds a source state and exactly the elements emitted before it and not yet
+///   passed downstream, in order (batch, published, filling). Restoring replays those elements
+///   first, then restarts the function from the state: exactly once. The handoff may overrun
+///   its capacity by what one section emits.
+/// - **No unbounded wait.** An element that does not fill a chunk is taken by the reader once
+///   it ran out of published ones and waited its 50 us (it takes the lock then); a waiting
+///   reader (waker registered) has each element published and is woken. Watermarks and status
+///   changes are published at once; the end's `Watermark::MAX` stays in the chunk being filled
+///   until `end_input`, in the same section, drops it (the task emits its own).
+/// - **No lost wakeup (reader).** The reader registers its waker under the lock after checking
+///   the chunk being filled, the published count and the end under that same lock; the source
+///   adds elements under the lock and takes (and wakes) the waker when it does. The wake happens
+///   inside the source's section; the woken mailbox thread needs the lock to read the chunk
+///   being filled, so it sees the section only once it has ended. No busy loop: a reader with
+///   nothing to emit sleeps until woken (after its bounded wait).
+/// - **No lost wakeup (source).** A full source raises a flag, then looks at the published count
+///   again, before it waits on the lock's condition; the reader lowers the count, then swaps the
+///   flag and, if it was raised, wakes the condition unconditionally (the count changed outside
+///   the lock). Either the source's second look sees the room, or the reader sees the flag: the
+///   condition's epoch protocol does the rest. Taking under the lock (slow path, snapshot)
+///   notifies as any lock holder does.
 /// - **Close.** [`close`](SourceReader::close) cancels the source's token (which wakes a source
 ///   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
 ///   the grace period; a source that ignores cancellation is left behind and reported as
@@ -189,6 +227,7 @@ enum Seen {
 pub struct HandoffReader<F: SourceFunction> {
     name: String,
     capacity: usize,
+    chunk: Option<usize>,
     context: SourceContextConfig,
     clock: Clock,
     grace: Duration,
@@ -196,9 +235,11 @@ pub struct HandoffReader<F: SourceFunction> {
     tracer: Tracer,
     phase: Phase<F>,
     lock: Option<Arc<HandoffLock<F>>>,
+    /// The handoff's published chunks, reached without the checkpoint lock.
+    published: Option<Arc<Published<F::Out>>>,
     timers: Option<StdArc<TimerScheduler>>,
     /// Elements taken from the handoff, not yet emitted (restored ones first).
-    batch: VecDeque<HandoffItem<F::Out>>,
+    batch: Chunk<F::Out>,
     seen: Seen,
 }
 
@@ -220,6 +261,7 @@ where
         HandoffReader {
             name: function.name().to_string(),
             capacity: DEFAULT_HANDOFF_CAPACITY,
+            chunk: None,
             context: SourceContextConfig::event_time(),
             clock: Clock::System,
             grace: DEFAULT_CANCEL_GRACE,
@@ -227,6 +269,7 @@ where
             tracer: Tracer::off(),
             phase: Phase::Idle(function),
             lock: None,
+            published: None,
             timers: None,
             batch: VecDeque::new(),
             seen: Seen::Open,
@@ -234,10 +277,22 @@ where
     }
 
     /// Elements (records, watermarks, status changes) the handoff holds before the source waits
-    /// for room; at least 1. The checkpoint holds up to this many records in flight (plus what
-    /// one locked section emits past it).
+    /// for room (the chunk being filled and the published ones; the chunk the reader took is
+    /// apart); at least 1. The checkpoint holds up to this many records in flight (plus the
+    /// reader's chunk and what one locked section emits past it).
     pub fn with_capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
+        self
+    }
+
+    /// Elements the source publishes to the reader at once (a chunk), at least 1 and at most
+    /// the capacity; a quarter of the capacity (at most 256) unless set. The source thread and
+    /// the mailbox thread meet once per chunk rather than once per record. A chunk that does
+    /// not fill is taken by the reader at most 50 us after it ran out of others (and each
+    /// element is published at once while the reader sleeps), so a large chunk costs at most
+    /// that much latency; a small one costs throughput.
+    pub fn with_chunk(mut self, chunk: usize) -> Self {
+        self.chunk = Some(chunk.max(1));
         self
     }
 
@@ -277,10 +332,10 @@ where
     /// Elements handed off by the source and not yet emitted downstream (what a checkpoint
     /// taken now would hold besides the source's state).
     pub fn pending(&self) -> usize {
-        let in_handoff = self
-            .lock
-            .as_ref()
-            .map_or(0, |lock| lock.lock().output().items.len());
+        let in_handoff = self.lock.as_ref().map_or(0, |lock| {
+            let cell = lock.lock();
+            cell.output().items.len() + cell.output().published.len()
+        });
         self.batch.len() + in_handoff
     }
 
@@ -288,6 +343,7 @@ where
     fn lock(&mut self) -> &Arc<HandoffLock<F>> {
         if self.lock.is_none() {
             let (lock, timers) = self.create_lock();
+            self.published = Some(Arc::clone(&lock.lock().output().published));
             self.lock = Some(lock);
             self.timers = timers;
         }
@@ -340,7 +396,10 @@ where
         let cell = SourceCell::new(
             F::State::default(),
             Emission::new(self.context, timers),
-            Handoff::new(self.capacity),
+            Handoff::new(
+                self.capacity,
+                self.chunk.unwrap_or_else(|| default_chunk(self.capacity)),
+            ),
         );
         let lock = CheckpointLock::new(cell, Fairness::Eventual).with_tracer(self.tracer.clone());
         match &self.metrics {
@@ -380,7 +439,10 @@ where
         });
     }
 
-    /// Takes everything the handoff holds into the (empty) batch, and notes the source's end.
+    /// Fills the (empty) batch: the oldest published chunk if there is one (without the
+    /// checkpoint lock); otherwise, after asking the source to publish at its next element and
+    /// looking again briefly, everything the handoff holds, under the lock. Notes the source's
+    /// end.
     fn refill(&mut self) {
         if matches!(self.phase, Phase::FinishedOnRestore) {
             self.seen = Seen::Finished;
@@ -388,14 +450,37 @@ where
         }
         self.start();
         let lock = Arc::clone(self.lock());
-        let mut cell = lock.lock();
-        let handoff = cell.output_mut();
-        if !handoff.items.is_empty() {
-            // Swap rather than copy: the handoff keeps the batch's (empty, allocated) queue.
-            std::mem::swap(&mut handoff.items, &mut self.batch);
-            // Room was freed under the lock: wake a source waiting for it.
-            cell.notify_all();
+        let published = Arc::clone(self.published.as_ref().expect("created with the lock"));
+        if self.take_published(&lock, &published) {
+            return;
         }
+        // Nothing published: a running source fills a chunk within a chunk's worth of records;
+        // wait that long for it (spinning, then yielding to the source's thread) before taking
+        // the lock for a part of one.
+        let mut spin = 0;
+        let mut since: Option<Instant> = None;
+        while !published.any() && spin < READER_SPIN_LIMIT {
+            spin += 1;
+            if spin < READER_SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            thread::yield_now();
+            let started = *since.get_or_insert_with(Instant::now);
+            if started.elapsed() >= READER_WAIT {
+                break;
+            }
+        }
+        if self.take_published(&lock, &published) {
+            return;
+        }
+        // Still nothing: take the lock (within one section of the source) and whatever it has.
+        let mut cell = lock.request_handover().lock();
+        let _ = published.take_all_into(&mut self.batch); // notified below, under the lock
+        let handoff = cell.output_mut();
+        handoff.steal_into(&mut self.batch);
+        // Room was freed under the lock: wake a source waiting for it.
+        cell.notify_all();
         if matches!(self.seen, Seen::Reported) {
             return;
         }
@@ -406,6 +491,21 @@ where
                 if let Some(error) = error.take() {
                     self.seen = Seen::Failed(error);
                 }
+            }
+        }
+    }
+
+    /// Takes every published chunk into the (empty) batch, waking the source if it may be
+    /// waiting for the room. Returns whether it took any.
+    fn take_published(&mut self, lock: &HandoffLock<F>, published: &Published<F::Out>) -> bool {
+        match published.take_all_into(&mut self.batch) {
+            None => false,
+            Some(source_waits) => {
+                if source_waits {
+                    // Changed outside the lock: wake unconditionally.
+                    lock.wake_all();
+                }
+                true
             }
         }
     }
@@ -518,6 +618,7 @@ where
         let finished_on_restore = matches!(self.phase, Phase::FinishedOnRestore);
         let lock = Arc::clone(self.lock());
         let cell = lock.lock();
+        collect_published(&cell, &mut self.batch);
         let handoff = cell.output();
         let failed = |e| OperatorError::state(self.name.clone(), e);
         into.put(TaskSnapshot::SOURCE, encode(cell.state()).map_err(failed)?);
@@ -595,7 +696,7 @@ where
         match self.phase {
             Phase::Running(_) => {
                 let lock = Arc::clone(self.lock());
-                lock.lock().output_mut().register(waker);
+                lock.request_handover().lock().output_mut().register(waker);
             }
             // Nothing will ever arrive: let the task poll and see that.
             Phase::Idle(_) | Phase::FinishedOnRestore | Phase::Closed => waker.wake_by_ref(),
@@ -608,6 +709,7 @@ where
         let finished_on_restore = matches!(self.phase, Phase::FinishedOnRestore);
         let lock = Arc::clone(self.lock());
         let cell = lock.lock();
+        collect_published(&cell, &mut self.batch);
         let handoff = cell.output();
         let snapshot = SnapshotRef {
             state: cell.state(),
@@ -680,4 +782,17 @@ impl TimerService for ClockOnly {
     }
 
     fn cancel_timer(&self, _handle: TimerHandle) {}
+}
+
+/// Before a snapshot, under the checkpoint lock: the source publishes only under the lock, so
+/// with it held the published chunks and the chunk being filled are, with the reader's batch,
+/// everything handed over and not yet emitted. Taking the published ones into the batch (they
+/// are emitted next anyway) puts them in the snapshot and frees room for a waiting source.
+fn collect_published<S, T>(
+    cell: &streamtask_legacy::CheckpointGuard<'_, SourceCell<S, Handoff<T>>>,
+    batch: &mut Chunk<T>,
+) {
+    if cell.output().published.take_all_into(batch).is_some() {
+        cell.notify_all();
+    }
 }

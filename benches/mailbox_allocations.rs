@@ -1,6 +1,6 @@
 //! Heap allocations on the mailbox hot path, counted by a global allocator: zero per record.
 //!
-//! `cargo bench -p streamtask-mailbox --bench allocations`
+//! `cargo bench --bench mailbox_allocations`
 //!
 //! Two measurements, each at two record counts so that fixed costs cancel out:
 //!
@@ -11,14 +11,12 @@
 //! The per-record figure is `(allocations at N2 - allocations at N1) / (N2 - N1)`; the binary
 //! exits with an error if it is not zero.
 
-mod common;
-
 use std::alloc::System;
+use streamtask::bench::hot_path::{Counter, Pipeline, triple};
 
-use common::{Counter, Pipeline};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use streamtask_core::OperatorError;
-use streamtask_core::operator::{Discard, Map};
+use streamtask_core::operator::Discard;
 use streamtask_core::task::TaskConfig;
 use streamtask_mailbox::{
     Controller, Immediate, InputStatus, MailboxProcessor, SourceTask, TaskMailbox,
@@ -60,7 +58,7 @@ fn source_task(records: u64) -> usize {
             next: 0,
             end: records,
         },
-        Map::new("triple", |x: u64| x.wrapping_mul(3)),
+        triple(),
         Discard,
     );
     let metrics = std::sync::Arc::clone(task.metrics());

@@ -1,7 +1,7 @@
 //! The mailbox hot path: a trivial map per default-action step with an empty mailbox, against
 //! the same steps in a bare loop, in one run (the ratio is the mailbox's per-record cost).
 //!
-//! `cargo bench -p streamtask-mailbox --bench hot_path`
+//! `cargo bench --bench mailbox_hot_path`
 //!
 //! | benchmark | what runs per record |
 //! |---|---|
@@ -9,15 +9,12 @@
 //! | `processor_loop` | the same step as the default action of a `MailboxProcessor` (one atomic load per step) |
 //! | `source_task` | a whole `SourceTask` (thread start and join amortized over the records) |
 
-mod common;
-
 use std::hint::black_box;
 use std::time::Duration;
+use streamtask::bench::hot_path::{Counter, Pipeline, triple};
 
-use common::{Counter, Pipeline};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use streamtask_core::OperatorError;
-use streamtask_core::operator::Map;
 use streamtask_core::task::TaskConfig;
 use streamtask_mailbox::{
     Controller, Immediate, InputStatus, MailboxProcessor, SourceTask, TaskMailbox,
@@ -78,7 +75,7 @@ fn bench(c: &mut Criterion) {
                     next: 0,
                     end: RECORDS * 10,
                 },
-                Map::new("triple", |x: u64| x.wrapping_mul(3)),
+                triple(),
                 streamtask_core::operator::Discard,
             );
             assert!(task.join().is_finished());
