@@ -231,6 +231,32 @@ fn snapshots_with_chunks_in_flight_restore_exactly_once() {
     }
 }
 
+/// The same cuts through the task-state path a `SourceTask` takes (the source's own bytes under
+/// `source`, the records in flight beside them): the published chunks are in the snapshot too.
+#[test]
+fn task_state_snapshots_with_chunks_in_flight_restore_exactly_once() {
+    let end = 400;
+    for cut in [1usize, 2, 3, 7, 16, 40, 199] {
+        let mut first = HandoffReader::new(Pairs { end })
+            .with_capacity(16)
+            .with_chunk(3);
+        first.restore_task_state(None).unwrap();
+        let (taken, _, _) = poll_records(&mut first, cut);
+        let mut snapshot = streamtask_core::TaskSnapshot::new();
+        first.snapshot_task_state(1, &mut snapshot).unwrap();
+        first.close().unwrap();
+        let mut second = HandoffReader::new(Pairs { end })
+            .with_capacity(16)
+            .with_chunk(3);
+        second.restore_task_state(Some(&snapshot)).unwrap();
+        let (rest, _, ended) = poll_records(&mut second, usize::MAX);
+        assert!(ended);
+        second.close().unwrap();
+        let all: Vec<u64> = taken.into_iter().chain(rest).collect();
+        assert_eq!(all, (0..end).collect::<Vec<_>>(), "cut after {cut}");
+    }
+}
+
 /// Sleeps between records: the reader finds nothing most of the time.
 struct Slow {
     count: u64,
