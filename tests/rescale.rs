@@ -66,13 +66,17 @@ fn rescale_under_the_bridge_model() {
     rescale([Model::Bridge; 3]);
 }
 
-/// The reader runs natively under the mailbox and bridge models, so its state moves between
-/// them as is. (Under the legacy model the job API wraps a reader in a `ReaderSource`, whose
-/// state is the reader's bytes wrapped once more: moving it to another model needs the
-/// declared state compatibility of the porting kit, tested in `tests/cross_model_state*.rs`.)
+/// The reader runs natively under the mailbox and bridge models and through a `ReaderSource`
+/// under the legacy model; each writes the reader's own bytes, so its state moves between
+/// every pair of models as is.
 #[test]
 fn rescale_across_models() {
     rescale([Model::Mailbox, Model::Bridge, Model::Mailbox]);
+}
+
+#[test]
+fn rescale_across_models_through_the_legacy_model() {
+    rescale([Model::Legacy, Model::Mailbox, Model::Legacy]);
 }
 
 #[test]
@@ -407,18 +411,24 @@ fn rescale_with_async_calls_in_flight_across_models() {
     );
 }
 
-/// Under the legacy model the job API runs the sequence reader through a `ReaderSource`,
-/// whose snapshot wraps the reader's list state in its own envelope, which restores only at
-/// the same parallelism (the envelope is the porting kit's business, issue 12's
-/// `tests/cross_model_state*.rs`); and the async operator heads a task of its own at the
-/// source's parallelism. So here the sources and the async calls in flight stay at 2 through
-/// both savepoints, and the keyed counts rescale 2 -> 3 -> 1.
+/// Under the legacy model the job API runs the sequence reader through a `ReaderSource`, which
+/// writes the reader's own bytes (its list state of ranges), so the sources and the async calls
+/// in flight rescale there too, as under the mailbox model.
 #[test]
-fn rescale_the_counts_with_ordered_async_calls_in_flight_under_the_legacy_model() {
-    in_flight::rescale([Model::Legacy; 3], OutputMode::Ordered, false);
+fn rescale_with_ordered_async_calls_in_flight_under_the_legacy_model() {
+    in_flight::rescale([Model::Legacy; 3], OutputMode::Ordered, true);
 }
 
 #[test]
-fn rescale_the_counts_with_unordered_async_calls_in_flight_under_the_legacy_model() {
-    in_flight::rescale([Model::Legacy; 3], OutputMode::Unordered, false);
+fn rescale_with_unordered_async_calls_in_flight_under_the_legacy_model() {
+    in_flight::rescale([Model::Legacy; 3], OutputMode::Unordered, true);
+}
+
+#[test]
+fn rescale_with_async_calls_in_flight_from_legacy_to_mailbox_to_bridge() {
+    in_flight::rescale(
+        [Model::Legacy, Model::Mailbox, Model::Bridge],
+        OutputMode::Ordered,
+        true,
+    );
 }
