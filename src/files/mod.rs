@@ -19,6 +19,7 @@ mod split;
 pub use self::monitor::{FileMonitor, MonitorState};
 pub use self::reader::{ReadMode, SplitReader};
 pub use self::source::{
-    Assignment, FileReaderState, FileSource, FileSourceReader, SplitEnumerator, SplitError,
+    Assignment, EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, SourceItem,
+    SplitEnumerator, SplitError,
 };
 pub use self::split::{FileSplit, LineCursor, ReaderSnapshot, SplitProgress};
