@@ -217,8 +217,8 @@ fn a_split_assigned_after_the_snapshot_goes_back_to_the_enumerator_on_restore() 
 
 #[test]
 fn a_split_assigned_between_the_trigger_and_the_barrier_is_read_once() {
-    // Split 0 is unassigned in the enumerator's snapshot of checkpoint 1, then assigned to
-    // reader 1 (partly read) and split 1 to reader 1 after... before their barriers: the
+    // Splits 0 and 1 are unassigned in the enumerator's snapshot of checkpoint 1, then, before
+    // the readers' barriers, reader 1 reads split 0 to its end and split 1 partly: the
     // readers' snapshots win on restore, neither split is assigned again.
     let input = tempfile::tempdir().unwrap();
     write_files(input.path(), 3, 4);
@@ -233,6 +233,8 @@ fn a_split_assigned_between_the_trigger_and_the_barrier_is_read_once() {
     };
     enumerator.start_attempt(None, &[]).unwrap();
     let (mut r0, mut r1) = (reader(0), reader(1));
+    r0.restore_state(None).unwrap();
+    r1.restore_state(None).unwrap();
     enumerator.checkpoint_coordinator(1);
     // After the trigger, before the barriers: reader 1 reads all of split 0, and one line of
     // split 1.
@@ -270,6 +272,7 @@ fn a_restore_without_the_enumerator_snapshot_of_its_checkpoint_is_refused() {
             unassigned: enumerator.splits()[1..].to_vec(),
             seen: MonitorState::default(),
             discovery_done: true,
+            claimed: Default::default(),
         },
     }])
     .encode()

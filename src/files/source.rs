@@ -44,7 +44,10 @@
 //! - a restore removes from the enumerator's unassigned splits every split a restored reader
 //!   holds or finished. A split assigned after the trigger of N is thus read by the reader that
 //!   had it at its barrier (from its offset) or, if it was assigned after that barrier, is in
-//!   no reader's snapshot and assigned again: each split once, none lost.
+//!   no reader's snapshot and assigned again: each split once, none lost;
+//! - a split a restored reader holds or finished whose file the enumerator's snapshot has not
+//!   seen (discovered after the trigger, assigned before the barrier) is remembered as
+//!   claimed, in later snapshots too, and skipped when the file is discovered again.
 //!
 //! Splits discovered after the trigger are in no snapshot, and the files they came from are
 //! not in the snapshot's seen state, so a restore discovers them again.
@@ -78,7 +81,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use streamtask_core::keygroup::ListState;
-use streamtask_core::sync::Mutex;
+use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::{OperatorError, StateError, TaskSnapshot};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
@@ -166,6 +169,11 @@ pub struct EnumeratorCheckpoint {
     pub seen: MonitorState,
     /// Whether discovery has ended (a bounded source, or a stop condition reached).
     pub discovery_done: bool,
+    /// Splits of files not seen yet that restored readers already held or finished (the file
+    /// was discovered after the trigger and its split assigned before the reader's barrier):
+    /// skipped when the file is discovered.
+    #[serde(default)]
+    pub claimed: BTreeSet<FileSplit>,
 }
 
 /// One item of a file source reader's list state.
@@ -218,6 +226,10 @@ struct EnumeratorState {
     assigned: u64,
     /// Readers waiting for an answer.
     waiting: Vec<Option<Waker>>,
+    /// Which readers of the attempt restored their state (started).
+    started: Vec<bool>,
+    /// The attempt is over (its tasks were joined).
+    ended: bool,
     /// When the directory was last listed (continuous discovery).
     last_listing: Option<Instant>,
     /// Why discovery failed, for the readers to report.
@@ -239,6 +251,8 @@ pub struct SplitEnumerator {
     /// checkpoint: no restore can find them unassigned any more.
     settled: AtomicU64,
     state: Mutex<EnumeratorState>,
+    /// Signalled when a reader starts or the attempt ends.
+    changed: Condvar,
 }
 
 impl SplitEnumerator {
@@ -312,11 +326,14 @@ impl SplitEnumerator {
             faults,
             failed: AtomicBool::new(false),
             settled: AtomicU64::new(0),
+            changed: Condvar::new(),
             state: Mutex::new(EnumeratorState {
                 current: None,
                 triggered: BTreeMap::new(),
                 assigned: 0,
                 waiting: vec![None; parallelism],
+                started: vec![false; parallelism],
+                ended: false,
                 last_listing: None,
                 failure: None,
             }),
@@ -347,6 +364,7 @@ impl SplitEnumerator {
                 unassigned: splits.clone(),
                 seen: MonitorState::default(),
                 discovery_done: true,
+                claimed: BTreeSet::new(),
             },
             Discovery::Continuous(_) => EnumeratorCheckpoint::default(),
         }
@@ -406,6 +424,13 @@ impl SplitEnumerator {
         current
             .unassigned
             .retain(|s| !held.contains(s) && !finished.contains(s));
+        // Discovered after the trigger, assigned before the barrier: not again when the file
+        // is discovered again.
+        for split in held.iter().chain(&finished) {
+            if current.seen.is_new(&split.path, split.modified) {
+                current.claimed.insert(split.clone());
+            }
+        }
         if let Discovery::Static(splits) = &self.discovery {
             if let Some(split) = held.iter().find(|s| !splits.contains(s)) {
                 return Err(SplitError::UnknownSplit {
@@ -419,6 +444,8 @@ impl SplitEnumerator {
         state.triggered.clear();
         state.assigned = 0;
         state.waiting.iter_mut().for_each(|w| *w = None);
+        state.started.iter_mut().for_each(|s| *s = false);
+        state.ended = false;
         state.last_listing = None;
         state.failure = None;
         self.settled.store(0, Ordering::Release);
@@ -431,14 +458,34 @@ impl SplitEnumerator {
     /// Checkpoint `checkpoint` was triggered: snapshots the enumerator, for reader 0 to carry
     /// (see the [module docs](self)). Called on the coordinator's thread before the barriers
     /// go out.
+    ///
+    /// Waits until every reader of the attempt started (restored its state) or the attempt
+    /// ended: a legacy `ReaderSource` triggered before its reader started snapshots the bytes
+    /// it was restored with, which would carry no snapshot of this checkpoint.
     pub fn checkpoint_coordinator(&self, checkpoint: u64) {
         let mut state = self.state.lock();
+        while !state.ended && !state.started.iter().all(|s| *s) {
+            self.changed.wait(&mut state);
+        }
         let Some(current) = state.current.clone() else {
             // No attempt started: no reader runs, nothing can be assigned.
             return;
         };
         let assigned = state.assigned;
         state.triggered.insert(checkpoint, (current, assigned));
+    }
+
+    /// Reader `subtask` restored its state and runs.
+    fn reader_started(&self, subtask: usize) {
+        self.state.lock().started[subtask] = true;
+        self.changed.notify_all();
+    }
+
+    /// The attempt is over: its tasks were joined (a trigger waiting for readers that never
+    /// started gives up).
+    pub fn end_attempt(&self) {
+        self.state.lock().ended = true;
+        self.changed.notify_all();
     }
 
     /// Checkpoint `checkpoint` completed: no restore needs an older snapshot, nor the
@@ -584,12 +631,13 @@ impl SplitEnumerator {
             // The file's splits and the seen state that says it was discovered, in one
             // section: a snapshot has both or neither.
             let current = state.current.as_mut().expect("checked above");
-            current.unassigned.extend(FileSplit::of_file(
-                file.path.clone(),
-                file.modified,
-                file.len,
-                self.split_bytes,
-            ));
+            let splits =
+                FileSplit::of_file(file.path.clone(), file.modified, file.len, self.split_bytes);
+            for split in splits {
+                if !current.claimed.remove(&split) {
+                    current.unassigned.push(split);
+                }
+            }
             current.seen.forwarded(file.path, file.modified);
             added = true;
         }
@@ -621,7 +669,15 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
 }
 
 fn decode_items(bytes: &[u8]) -> Result<Vec<SourceItem>, StateError> {
-    ListState::<SourceItem>::decode(bytes).map(|s| s.items)
+    match ListState::<SourceItem>::decode(bytes) {
+        Ok(list) => Ok(list.items),
+        // Under the legacy model a `ReaderSource` wraps the reader's bytes in its own state.
+        Err(e) => match streamtask_core::state::decode::<Option<Vec<u8>>>(bytes) {
+            Ok(Some(inner)) => ListState::<SourceItem>::decode(&inner).map(|s| s.items),
+            Ok(None) => Ok(Vec::new()),
+            Err(_) => Err(e),
+        },
+    }
 }
 
 /// The source entries of a restored checkpoint's readers of `vertex`, in subtask order.
@@ -731,6 +787,7 @@ impl SourceReader<String> for FileSourceReader {
             self.state = FileReaderState::decode(bytes)
                 .map_err(|e| OperatorError::state(self.name.clone(), e))?;
         }
+        self.enumerator.reader_started(self.subtask);
         Ok(())
     }
 

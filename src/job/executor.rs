@@ -621,6 +621,7 @@ impl JobGraph {
                     let started: Vec<RunningTask> = handles.lock().drain(..).flatten().collect();
                     started.iter().for_each(RunningTask::cancel);
                     started.into_iter().for_each(|t| drop(t.join()));
+                    self.end_enumerators();
                     if let Some(d) = driver {
                         let _ = d.stop();
                     }
@@ -706,6 +707,8 @@ impl JobGraph {
             first_cause(&names, &outcomes, &cancelled_by_us)
         };
         sampler.sample_final(&source_metrics, config.on_progress.as_ref());
+        // A trigger waiting for readers that never started gives up before the driver stops.
+        self.end_enumerators();
 
         let (last_checkpoint_id, completed, aborted) = match driver {
             Some(d) => {

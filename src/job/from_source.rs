@@ -143,6 +143,11 @@ impl JobGraph {
         self.enumerators.clone()
     }
 
+    /// Ends the attempt of every enumerator (its tasks were joined).
+    pub(crate) fn end_enumerators(&self) {
+        self.enumerators.iter().for_each(|e| e.end_attempt());
+    }
+
     /// Lets every continuous enumerator list its directory if it is due.
     pub(crate) fn discover_splits(&self) {
         self.enumerators.iter().for_each(|e| e.discover());
