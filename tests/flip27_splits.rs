@@ -11,10 +11,13 @@ use std::task::Waker;
 use std::time::Duration;
 
 use streamtask::demo::fault::{FaultKind, FaultPlan};
-use streamtask::files::{FileReaderState, FileSource, FileSourceReader, SplitEnumerator};
+use streamtask::files::{
+    Assignment, EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, MonitorState,
+    SourceItem, SplitEnumerator, SplitProgress,
+};
 use streamtask::prelude::*;
+use streamtask_core::keygroup::ListState;
 use streamtask_core::operator::Emitted;
-use streamtask_core::state::decode;
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
@@ -165,39 +168,37 @@ fn a_split_assigned_after_the_snapshot_goes_back_to_the_enumerator_on_restore() 
         )
     };
 
-    // First attempt. Reader 0 registers alone: no split yet, it is idle.
+    // First attempt.
+    enumerator.start_attempt(None, &[]).unwrap();
     let mut r0 = reader(0);
     let mut r1 = reader(1);
     r0.restore_state(None).unwrap();
-    let mut out0 = Vec::new();
-    {
-        let mut values = Vec::new();
-        let mut output = ReaderOutput::new(&mut values);
-        assert_eq!(
-            r0.poll_next(&mut output).unwrap(),
-            InputStatus::NothingAvailable
-        );
-        assert!(output.is_idle(), "a reader without a split is idle");
-    }
     r1.restore_state(None).unwrap();
     // Reader 0 gets split 0, reads one line; reader 1 gets split 1, reads it all.
+    let mut out0 = Vec::new();
     assert_eq!(poll(&mut r0, &mut out0), InputStatus::MoreAvailable);
     assert_eq!(out0, lines_of(0, 4)[..1]);
     let mut out1 = Vec::new();
     read_current_split(&mut r1, &mut out1);
     assert_eq!(out1, lines_of(1, 4));
-    // Checkpoint N.
+    // Checkpoint N, triggered: the enumerator's snapshot (split 2 unassigned) is taken.
+    enumerator.checkpoint_coordinator(1);
     let s0 = r0.snapshot_state(1).unwrap();
     let s1 = r1.snapshot_state(1).unwrap();
-    let held: FileReaderState = decode(&s1).unwrap();
-    assert_eq!(held.finished.len(), 1, "reader 1 finished split 1");
+    assert!(
+        FileReaderState::decode(&s1).unwrap().pending.is_empty(),
+        "reader 1 finished split 1: it holds nothing"
+    );
     // After N: reader 1 is assigned split 2 and reads a line; then the attempt fails.
     assert_eq!(poll(&mut r1, &mut out1), InputStatus::MoreAvailable);
     assert_eq!(out1.last().unwrap(), &lines_of(2, 4)[0]);
     drop((r0, r1));
 
-    // Restore from N: split 2 was in no snapshot, so it is unassigned again; reader 0
-    // continues split 0 after its first line.
+    // Restore from N: split 2 is unassigned in the enumerator's snapshot, which reader 0
+    // carried; reader 0 continues split 0 after its first line.
+    enumerator
+        .start_attempt(Some(1), &[Some(&s0), Some(&s1)])
+        .unwrap();
     let mut r0 = reader(0);
     let mut r1 = reader(1);
     r0.restore_state(Some(&s0)).unwrap();
@@ -212,6 +213,85 @@ fn a_split_assigned_after_the_snapshot_goes_back_to_the_enumerator_on_restore() 
     r0.register_waker(waker);
     assert_eq!(poll(&mut r0, &mut Vec::new()), InputStatus::EndOfInput);
     assert_eq!(poll(&mut r1, &mut Vec::new()), InputStatus::EndOfInput);
+}
+
+#[test]
+fn a_split_assigned_between_the_trigger_and_the_barrier_is_read_once() {
+    // Splits 0 and 1 are unassigned in the enumerator's snapshot of checkpoint 1, then, before
+    // the readers' barriers, reader 1 reads split 0 to its end and split 1 partly: the
+    // readers' snapshots win on restore, neither split is assigned again.
+    let input = tempfile::tempdir().unwrap();
+    write_files(input.path(), 3, 4);
+    let enumerator = Arc::new(SplitEnumerator::for_dir(input.path(), 1 << 20, 2).unwrap());
+    let reader = |subtask| {
+        FileSourceReader::new(
+            format!("r#{subtask}"),
+            subtask,
+            Arc::clone(&enumerator),
+            Arc::new(FaultPlan::none()),
+        )
+    };
+    enumerator.start_attempt(None, &[]).unwrap();
+    let (mut r0, mut r1) = (reader(0), reader(1));
+    r0.restore_state(None).unwrap();
+    r1.restore_state(None).unwrap();
+    enumerator.checkpoint_coordinator(1);
+    // After the trigger, before the barriers: reader 1 reads all of split 0, and one line of
+    // split 1.
+    let mut out1 = Vec::new();
+    read_current_split(&mut r1, &mut out1);
+    assert_eq!(poll(&mut r1, &mut out1), InputStatus::MoreAvailable);
+    assert_eq!(out1.len(), 5);
+    let s0 = r0.snapshot_state(1).unwrap();
+    let s1 = r1.snapshot_state(1).unwrap();
+    drop((r0, r1));
+    enumerator
+        .start_attempt(Some(1), &[Some(&s0), Some(&s1)])
+        .unwrap();
+    let (mut r0, mut r1) = (reader(0), reader(1));
+    r0.restore_state(Some(&s0)).unwrap();
+    r1.restore_state(Some(&s1)).unwrap();
+    let mut again = Vec::new();
+    read_current_split(&mut r1, &mut again);
+    assert_eq!(again, lines_of(1, 4)[1..], "reader 1 continues split 1");
+    read_current_split(&mut r0, &mut again);
+    assert_eq!(again[3..], lines_of(2, 4), "only split 2 is assigned again");
+    assert_eq!(poll(&mut r0, &mut Vec::new()), InputStatus::EndOfInput);
+    assert_eq!(poll(&mut r1, &mut Vec::new()), InputStatus::EndOfInput);
+}
+
+#[test]
+fn a_restore_without_the_enumerator_snapshot_of_its_checkpoint_is_refused() {
+    let input = tempfile::tempdir().unwrap();
+    write_files(input.path(), 2, 2);
+    let enumerator = Arc::new(SplitEnumerator::for_dir(input.path(), 1 << 20, 2).unwrap());
+    let split0 = enumerator.splits()[0].clone();
+    let coordinator = ListState::new(vec![SourceItem::Enumerator {
+        checkpoint: 4,
+        state: EnumeratorCheckpoint {
+            unassigned: enumerator.splits()[1..].to_vec(),
+            seen: MonitorState::default(),
+            discovery_done: true,
+            claimed: Default::default(),
+        },
+    }])
+    .encode()
+    .unwrap();
+    let reader = ListState::new(vec![SourceItem::Split(SplitProgress::fresh(split0))])
+        .encode()
+        .unwrap();
+    let err = enumerator
+        .start_attempt(Some(5), &[Some(&coordinator), Some(&reader)])
+        .unwrap_err();
+    assert!(err.to_string().contains("no enumerator snapshot"), "{err}");
+    enumerator
+        .start_attempt(Some(4), &[Some(&coordinator), Some(&reader)])
+        .unwrap();
+    assert_eq!(
+        enumerator.request(1),
+        Assignment::Split(enumerator.splits()[1].clone())
+    );
+    assert_eq!(enumerator.request(1), Assignment::NoMoreSplits);
 }
 
 #[test]

@@ -10,6 +10,11 @@
 //! mails (Flink 1.11+); the bridge keeps the monitoring source a legacy source and reads in the
 //! mail form. See [`reader`] for both protocols and [`monitor`] for which files count as new
 //! (and what happens to a file appended to after it was read).
+//!
+//! [`source`] is the FLIP-27 form: a split enumerator in the job layer hands splits to
+//! parallel [`FileSourceReader`]s on request, for a bounded directory or one it monitors
+//! ([`FileSource::monitor_continuously`], the same modification-time rule), snapshotted when
+//! each checkpoint is triggered.
 
 pub mod monitor;
 pub mod reader;
@@ -19,6 +24,7 @@ mod split;
 pub use self::monitor::{FileMonitor, MonitorState};
 pub use self::reader::{ReadMode, SplitReader};
 pub use self::source::{
-    Assignment, FileReaderState, FileSource, FileSourceReader, SplitEnumerator, SplitError,
+    Assignment, EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, SourceItem,
+    SplitEnumerator, SplitError,
 };
 pub use self::split::{FileSplit, LineCursor, ReaderSnapshot, SplitProgress};

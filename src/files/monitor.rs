@@ -82,10 +82,41 @@ impl MonitorState {
 
 /// A listed file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Listed {
-    modified: i128,
-    path: PathBuf,
-    len: u64,
+pub(crate) struct Listed {
+    pub(crate) modified: i128,
+    pub(crate) path: PathBuf,
+    pub(crate) len: u64,
+}
+
+/// The files of `dir` (not its subdirectories, nor names starting with `.` or `_`), oldest
+/// first: the one listing both the monitoring source and the continuous FLIP-27 enumerator
+/// use.
+pub(crate) fn list_dir(dir: &Path) -> std::io::Result<Vec<Listed>> {
+    let mut listed = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let hidden = name
+            .to_str()
+            .is_none_or(|n| n.starts_with('.') || n.starts_with('_'));
+        // The file may be gone between the listing and this: skip it.
+        let Ok(meta) = entry.metadata() else { continue };
+        if hidden || !meta.is_file() {
+            continue;
+        }
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128);
+        listed.push(Listed {
+            modified,
+            path: entry.path(),
+            len: meta.len(),
+        });
+    }
+    listed.sort();
+    Ok(listed)
 }
 
 /// The monitoring source: a legacy [`SourceFunction`] of [`FileSplit`]s (so it runs under every
@@ -126,36 +157,8 @@ impl FileMonitor {
         self.stop_after_files.is_some_and(|n| state.files >= n)
     }
 
-    /// The files of the directory (not its subdirectories, nor names starting with `.` or `_`),
-    /// oldest first.
     fn list(&self) -> Result<Vec<Listed>, OperatorError> {
-        let entries =
-            std::fs::read_dir(&self.dir).map_err(|e| OperatorError::user(&self.name, e))?;
-        let mut listed = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| OperatorError::user(&self.name, e))?;
-            let name = entry.file_name();
-            let hidden = name
-                .to_str()
-                .is_none_or(|n| n.starts_with('.') || n.starts_with('_'));
-            // The file may be gone between the listing and this: skip it.
-            let Ok(meta) = entry.metadata() else { continue };
-            if hidden || !meta.is_file() {
-                continue;
-            }
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos() as i128);
-            listed.push(Listed {
-                modified,
-                path: entry.path(),
-                len: meta.len(),
-            });
-        }
-        listed.sort();
-        Ok(listed)
+        list_dir(&self.dir).map_err(|e| OperatorError::user(&self.name, e))
     }
 }
 

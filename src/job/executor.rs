@@ -39,6 +39,7 @@ use streamtask_core::trace::Tracer;
 use streamtask_core::{Clock, TaskFailure, TaskOutcome};
 use streamtask_legacy::Fairness;
 
+use super::from_source::enumerators_on_action;
 use super::graph::{JobGraph, SpawnCtx};
 use super::restore::{Restore, write_marker};
 use super::savepoint::StopWithSavepoint;
@@ -541,6 +542,9 @@ impl JobGraph {
         // attempt gave up spawning).
         let spawned = Arc::new(SpawnedLatch::default());
         let savepoint = super::savepoint::AttemptSavepoint::new(self, config)?;
+        // FLIP-27 enumerators: restored before any task starts, snapshotted at trigger time.
+        self.start_enumerators(restored.as_ref())?;
+        let enumerators = self.enumerator_hooks();
         let driver = match &config.checkpoint {
             Some(cp) => {
                 let coordinator = CheckpointCoordinator::new(
@@ -567,6 +571,7 @@ impl JobGraph {
                         if matches!(action, CoordinatorAction::Trigger(_)) {
                             spawned.wait();
                         }
+                        enumerators_on_action(&enumerators, action);
                         if let (Some(report), CoordinatorAction::Complete { id }) =
                             (&on_phase, action)
                         {
@@ -616,6 +621,7 @@ impl JobGraph {
                     let started: Vec<RunningTask> = handles.lock().drain(..).flatten().collect();
                     started.iter().for_each(RunningTask::cancel);
                     started.into_iter().for_each(|t| drop(t.join()));
+                    self.end_enumerators();
                     if let Some(d) = driver {
                         let _ = d.stop();
                     }
@@ -638,6 +644,7 @@ impl JobGraph {
         let mut suspended = false;
         loop {
             std::thread::sleep(POLL);
+            self.discover_splits();
             sampler.sample(&source_metrics, config.on_progress.as_ref());
             let done: Vec<(usize, RunningTask)> = {
                 let mut tasks = handles.lock();
@@ -705,6 +712,8 @@ impl JobGraph {
             first_cause(&names, &outcomes, &cancelled_by_us)
         };
         sampler.sample_final(&source_metrics, config.on_progress.as_ref());
+        // A trigger waiting for readers that never started gives up before the driver stops.
+        self.end_enumerators();
 
         let (last_checkpoint_id, completed, aborted) = match driver {
             Some(d) => {

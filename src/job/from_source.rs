@@ -1,21 +1,33 @@
-//! [`StreamEnvironment::from_source`]: a bounded FLIP-27 [`FileSource`] as a parallel new-style
-//! source. The split enumerator is made here, when the job is built, and shared by the readers
-//! of every attempt (see [`crate::files::source`] for where it runs and why its state needs no
-//! snapshot of its own); each reader is a [`SourceReader`](streamtask_mailbox::SourceReader),
-//! run by the job's existing reader adapters: on the mailbox thread (mailbox, bridge) or
-//! through `ReaderSource` (legacy).
+//! [`StreamEnvironment::from_source`]: a FLIP-27 [`FileSource`] (bounded, or discovering files
+//! while it runs) as a parallel new-style source, and the executor's three hooks that drive its
+//! split enumerator as Flink's `SourceCoordinator` would (see [`crate::files::source`]):
+//!
+//! - when an attempt starts, before any task: the enumerator is restored from its snapshot
+//!   among the readers' restored state (`start_enumerators`);
+//! - when a checkpoint is triggered, before the barriers go out: the enumerator is snapshotted
+//!   (`enumerators_on_action`); when one completes, the readers may forget the finished
+//!   splits it covers;
+//! - while the job runs, every few milliseconds on the executor's thread: continuous discovery
+//!   (`discover_splits`).
+//!
+//! Each reader is a [`SourceReader`](streamtask_mailbox::SourceReader), run by the job's
+//! existing reader adapters: on the mailbox thread (mailbox, bridge) or through `ReaderSource`
+//! (legacy).
 
 use std::sync::Arc;
 
 use super::error::JobError;
-use super::graph::{DataStream, StreamEnvironment};
+use super::graph::{DataStream, JobGraph, StreamEnvironment};
+use crate::checkpoint::{CompletedCheckpoint, CoordinatorAction};
+use crate::files::source::restored_entries;
 use crate::files::{FileSource, FileSourceReader, SplitEnumerator};
 
 impl StreamEnvironment {
     /// The lines of the files of the directory `source` names, read by `parallelism` readers
     /// that ask the source's split enumerator for byte-range splits, exactly once across
-    /// failures. The directory is listed once, now: files added later are not read. A listing
-    /// error fails [`build`](Self::build) with [`JobError::Config`].
+    /// failures and rescales. A bounded source lists the directory once, now (a listing error
+    /// fails [`build`](Self::build) with [`JobError::Config`]); one made with
+    /// [`FileSource::monitor_continuously`] discovers files while the job runs.
     ///
     /// # Examples
     ///
@@ -36,21 +48,57 @@ impl StreamEnvironment {
     /// lines.sort();
     /// assert_eq!(lines, ["one", "three", "two"]);
     /// ```
+    ///
+    /// Discovering files while the job runs, until an end marker appears:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamtask::prelude::*;
+    /// use streamtask::files::FileSource;
+    ///
+    /// let input = tempfile::tempdir().unwrap();
+    /// std::fs::write(input.path().join("a.txt"), "one\n").unwrap();
+    /// std::fs::write(input.path().join("_done"), "").unwrap();
+    /// let env = StreamEnvironment::new(Model::Legacy);
+    /// let out = CollectHandle::new();
+    /// let source = FileSource::for_dir(input.path())
+    ///     .monitor_continuously(Duration::from_millis(5))
+    ///     .end_marker("_done");
+    /// env.from_source("files", source, 2).collect_sink("collect", &out);
+    /// let work = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(work.path())).unwrap();
+    /// assert_eq!(out.committed(), ["one"]);
+    /// ```
     pub fn from_source(
         &self,
         name: &str,
         source: FileSource,
         parallelism: usize,
     ) -> DataStream<String> {
-        let enumerator =
-            match SplitEnumerator::for_dir(&source.dir, source.split_bytes, parallelism.max(1)) {
+        let parallelism = parallelism.max(1);
+        let mut enumerator = match &source.continuous {
+            Some(settings) => SplitEnumerator::continuous(
+                name.to_string(),
+                source.dir.clone(),
+                source.split_bytes,
+                parallelism,
+                settings.clone(),
+                Arc::clone(&source.faults),
+            ),
+            None => match SplitEnumerator::for_dir(&source.dir, source.split_bytes, parallelism) {
                 Ok(e) => e,
                 Err(e) => {
                     self.fail(JobError::Config(format!("{name}: {e}")));
-                    SplitEnumerator::new(source.dir.clone(), Vec::new(), parallelism.max(1))
+                    SplitEnumerator::new(source.dir.clone(), Vec::new(), parallelism)
                 }
-            };
+            },
+        };
+        enumerator.set_name(name);
         let enumerator = Arc::new(enumerator);
+        self.graph
+            .borrow_mut()
+            .enumerators
+            .push(Arc::clone(&enumerator));
         let reader_name = name.to_string();
         self.add_reader_parallel(name, parallelism, move |subtask| {
             FileSourceReader::new(
@@ -60,5 +108,65 @@ impl StreamEnvironment {
                 Arc::clone(&source.faults),
             )
         })
+    }
+}
+
+impl JobGraph {
+    /// Restores every split enumerator from `restored` (fresh when `None`), before the
+    /// attempt's tasks start.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Config`] when the restored state does not fit an enumerator.
+    pub(crate) fn start_enumerators(
+        &self,
+        restored: Option<&CompletedCheckpoint>,
+    ) -> Result<(), JobError> {
+        for e in &self.enumerators {
+            let parallelism = self
+                .vertices
+                .iter()
+                .find(|v| v.name == e.name())
+                .map_or(1, |v| v.parallelism);
+            let entries = match restored {
+                Some(c) => restored_entries(|t| c.task(t), e.name(), parallelism),
+                None => Vec::new(),
+            };
+            e.start_attempt(restored.map(|c| c.id), &entries)
+                .map_err(|err| JobError::Config(format!("{}: {err}", e.name())))?;
+        }
+        Ok(())
+    }
+
+    /// The enumerators of the job, for the coordinator's thread.
+    pub(crate) fn enumerator_hooks(&self) -> Vec<Arc<SplitEnumerator>> {
+        self.enumerators.clone()
+    }
+
+    /// Ends the attempt of every enumerator (its tasks were joined).
+    pub(crate) fn end_enumerators(&self) {
+        self.enumerators.iter().for_each(|e| e.end_attempt());
+    }
+
+    /// Lets every continuous enumerator list its directory if it is due.
+    pub(crate) fn discover_splits(&self) {
+        self.enumerators.iter().for_each(|e| e.discover());
+    }
+}
+
+/// The coordinator-side hooks: a checkpoint is triggered (before its barriers go out), or
+/// completed.
+pub(crate) fn enumerators_on_action(
+    enumerators: &[Arc<SplitEnumerator>],
+    action: &CoordinatorAction,
+) {
+    match action {
+        CoordinatorAction::Trigger(barrier) => enumerators
+            .iter()
+            .for_each(|e| e.checkpoint_coordinator(barrier.id)),
+        CoordinatorAction::Complete { id } => {
+            enumerators.iter().for_each(|e| e.checkpoint_completed(*id));
+        }
+        CoordinatorAction::Abort { .. } => {}
     }
 }

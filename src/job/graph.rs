@@ -97,6 +97,8 @@ pub(crate) struct GraphBuilder {
     /// The side outputs offered by the operator at `(vertex, chain index)`.
     pub(crate) side_outputs: HashMap<(String, usize), Arc<SideRegistry>>,
     finalizers: Vec<Finalizer>,
+    /// The FLIP-27 split enumerators (see `from_source.rs`).
+    pub(crate) enumerators: Vec<Arc<crate::files::SplitEnumerator>>,
     sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
     pub(crate) errors: Vec<JobError>,
@@ -163,6 +165,7 @@ impl StreamEnvironment {
                 edges: Vec::new(),
                 side_outputs: HashMap::new(),
                 finalizers: Vec::new(),
+                enumerators: Vec::new(),
                 sink_dirs: Vec::new(),
                 names: HashSet::new(),
                 errors: Vec::new(),
@@ -373,6 +376,7 @@ impl StreamEnvironment {
             vertices: graph.vertices,
             edges: graph.edges,
             finalizers: graph.finalizers,
+            enumerators: graph.enumerators,
             sink_dirs: graph.sink_dirs,
         })
     }
@@ -397,6 +401,8 @@ pub struct JobGraph {
     pub(crate) vertices: Vec<VertexSpec>,
     pub(crate) edges: Vec<EdgeSpec>,
     pub(crate) finalizers: Vec<Finalizer>,
+    /// The FLIP-27 split enumerators, driven by the executor (see `from_source.rs`).
+    pub(crate) enumerators: Vec<Arc<crate::files::SplitEnumerator>>,
     /// The output directories of the two-phase file sinks (cleared when a run starts over).
     pub(crate) sink_dirs: Vec<PathBuf>,
 }
