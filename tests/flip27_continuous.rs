@@ -210,10 +210,9 @@ fn a_file_source_rescaled_2_3_1_through_savepoints_commits_exactly_once() {
     // (in progress with offsets, pending, finished) and the enumerator's snapshot; the next run
     // redistributes them over another parallelism.
     let shape = (6, 400);
-    // Under the legacy model the reader runs inside a `ReaderSource`, whose state wraps the
-    // reader's list state in its own (not list) state: a rescale there is refused with the
-    // fix (see `a_legacy_reader_source_rescale_is_a_typed_error`).
-    for model in [Model::Mailbox, Model::Bridge] {
+    // Under the legacy model the reader runs inside a `ReaderSource`, which writes the reader's
+    // own bytes (its list state), so the splits rescale there as under the other models.
+    for model in MODELS {
         let input = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
         write_file(input.path(), 0, shape.1);
@@ -234,30 +233,4 @@ fn a_file_source_rescaled_2_3_1_through_savepoints_commits_exactly_once() {
             "{model}: not exactly once across the rescales"
         );
     }
-}
-
-#[test]
-fn a_legacy_reader_source_rescale_is_a_typed_error() {
-    let shape = (3, 400);
-    let input = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    write_file(input.path(), 0, shape.1);
-    let dirs = (input.path(), work.path());
-    let first = rescale_step(Model::Legacy, dirs, shape, 2, None, Some(2))
-        .expect("the run stops with a savepoint");
-    let output = work.path().join("output");
-    let faults = Arc::new(FaultPlan::none());
-    let job = build(
-        Model::Legacy,
-        input.path(),
-        &output,
-        shape,
-        3,
-        (&faults, false),
-    );
-    let err = job
-        .run(&config(work.path()).with_restore(Restore::Savepoint(first)))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("restore with the old parallelism"), "{err}");
 }

@@ -671,7 +671,8 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
 fn decode_items(bytes: &[u8]) -> Result<Vec<SourceItem>, StateError> {
     match ListState::<SourceItem>::decode(bytes) {
         Ok(list) => Ok(list.items),
-        // Under the legacy model a `ReaderSource` wraps the reader's bytes in its own state.
+        // Snapshots a legacy `ReaderSource` wrote before it kept the reader's own bytes wrap
+        // them in an option of bytes: still read.
         Err(e) => match streamtask_core::state::decode::<Option<Vec<u8>>>(bytes) {
             Ok(Some(inner)) => ListState::<SourceItem>::decode(&inner).map(|s| s.items),
             Ok(None) => Ok(Vec::new()),

@@ -36,7 +36,7 @@
 //! | keyed (`KeyGroupedState`) | by key group to the subtask whose range holds it | `key_by(..).process(..)` state and timers |
 //! | union (`UnionState`) | every new subtask gets every old subtask's items | the two-phase file sink's transactions |
 //! | list (`ListState`) | concatenated, split evenly | `from_sequence`/`from_sequence_parallel`'s ranges left (a range belongs to no subtask); `async_wait`'s in-flight inputs (each re-submitted once where it lands; union state would repeat it on every subtask) |
-//! | list (`ListState`) of FLIP-27 file splits | concatenated, split evenly: each new reader reads the splits it got (in progress ones from their offsets), then asks the enumerator | `from_source`'s readers: splits held, recently finished ones, and the enumerator's trigger-time snapshots (reader 0's; any reader after a rescale); not under the legacy model, whose `ReaderSource` wraps them |
+//! | list (`ListState`) of FLIP-27 file splits | concatenated, split evenly: each new reader reads the splits it got (in progress ones from their offsets), then asks the enumerator | `from_source`'s readers: splits held, recently finished ones, and the enumerator's trigger-time snapshots (reader 0's; any reader after a rescale), under every model |
 //! | anything else | only to the same parallelism | the offsets of user sources that do not snapshot list state; `from_iter`'s position (always parallelism 1) |
 //!
 //! A savepoint entry no operator of the new job claims is refused
