@@ -441,3 +441,58 @@ fn an_upstream_that_disappears_fails_the_task() {
             .contains("channel 0")
     );
 }
+
+/// Fails on its first record: with an error, or with a panic.
+struct FailsOnFirst {
+    panics: bool,
+}
+
+impl Operator for FailsOnFirst {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "fails"
+    }
+    fn process_element(
+        &mut self,
+        _record: StreamRecord<u64>,
+        _ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        if self.panics {
+            panic!("injected fault");
+        }
+        Err(OperatorError::user("fails", "injected fault"))
+    }
+}
+
+/// A chain that fails is the task's failure before its input channels close: an upstream that
+/// sees the channel closed (and fails as a consequence) finds this task already failing, so the
+/// executor's cancel cannot turn the cause into an ignored failure while cancelling.
+#[test]
+fn a_failing_chain_is_recorded_before_the_input_channels_close() {
+    use streamtask_core::runtime::TaskState;
+    for panics in [false, true] {
+        let (tx, rx) = bounded(1).unwrap();
+        let task = OneInputStreamTask::new(
+            TaskConfig::new("fails"),
+            InputGate::new(vec![rx]).unwrap(),
+            FailsOnFirst { panics },
+            SharedOutput::new(),
+        )
+        .spawn();
+        let start = Instant::now();
+        while tx.send(record(1)).is_ok() {
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "the input channel never closed"
+            );
+        }
+        // The channel is closed: the task's failure was recorded first.
+        let state = task.state();
+        assert!(
+            matches!(state, TaskState::Failing | TaskState::Failed),
+            "panics: {panics}: the input closed while the task was {state:?}"
+        );
+        assert!(matches!(task.join(), TaskOutcome::Failed(_)));
+    }
+}

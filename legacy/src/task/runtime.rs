@@ -410,6 +410,11 @@ impl EventSink for LegacyEvents {
 /// record or watermark first waits (releasing the lock) until the chain accepts input, so a
 /// barrier that comes next is snapshotted at once. Aligned checkpoints run right here, as
 /// Flink's `getNextNonBlocked` did; end of input drains and finishes the chain.
+///
+/// A failure (an error or a panic in the chain) is recorded while the gate still holds the input
+/// channels: dropping them first would close the upstream's output, whose "output channel is
+/// closed" failure could then reach the executor first, and the cancel it sends would make this
+/// task's own failure, the cause, a failure while cancelling (ignored).
 pub(crate) fn process_input<G, C, W>(
     parts: &Parts<ChainBody<C, W>>,
     mut gate: G,
@@ -420,9 +425,28 @@ where
     C: streamtask_core::runtime::TaskChain + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
+    let failed = match catch_panic(|| read_input(parts, &mut gate)) {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error),
+        Err(panic) => Some(TaskError::Panic(panic)),
+    };
+    if let Some(error) = failed {
+        parts.task.lifecycle.fail(parts.task.name.clone(), error);
+    }
+    drop(gate);
+    Ok(())
+}
+
+fn read_input<G, C, W>(parts: &Parts<ChainBody<C, W>>, gate: &mut G) -> Result<(), TaskError>
+where
+    G: TaskInput,
+    G::Record: InputRecord<C>,
+    C: streamtask_core::runtime::TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
     let reader = GateReader::new(&parts.cancel, &parts.aborts, &parts.task.metrics);
     loop {
-        let event = match reader.next(&mut gate) {
+        let event = match reader.next(gate) {
             Ok(Some(event)) => event,
             Ok(None) => return Ok(()), // cancelled
             Err(closed) => {
