@@ -184,6 +184,7 @@ impl CliError {
         let text = format!("{model}: {error}");
         match error {
             JobError::UnfinishedRun { .. }
+            | JobError::UnownedOutput { .. }
             | JobError::NothingToResume { .. }
             | JobError::ShapeMismatch { .. }
             | JobError::NonRestoredState { .. }

@@ -348,3 +348,33 @@ fn a_resume_with_another_keyed_parallelism_is_refused_not_a_silent_loss_of_state
         other => panic!("expected a shape mismatch, got {other}"),
     }
 }
+
+/// Output no run accounts for (the checkpoint directory is gone: deleted, or the output came
+/// from another work directory) is neither counted with the new run's nor deleted unasked.
+/// Before: the run kept the stray file, numbered its own past it, and the committed output
+/// was the stray file's lines plus the run's (`compare` then said "exactly-once FALSE").
+#[test]
+fn committed_output_no_run_accounts_for_is_refused_and_discard_state_clears_it() {
+    for model in [Model::Legacy, Model::Mailbox, Model::Bridge] {
+        let dir = tempfile::tempdir().unwrap();
+        let job = demo(dir.path());
+        job.run(model, config(&job)).unwrap();
+        fs::remove_dir_all(checkpoints(&job, model)).unwrap();
+        let before = output(&job, model);
+        let err = job.run(model, config(&job)).unwrap_err();
+        assert!(
+            matches!(err, JobError::UnownedOutput { .. }),
+            "{model}: {err}"
+        );
+        assert!(
+            err.to_string().contains("--discard-state"),
+            "{model}: {err}"
+        );
+        assert_eq!(output(&job, model), before, "{model}: nothing touched");
+        let run = job
+            .run(model, config(&job).with_restore(Restore::DiscardState))
+            .unwrap();
+        assert!(run.exactly_once, "{model}");
+        assert_eq!(output(&job, model), expected(), "{model}");
+    }
+}

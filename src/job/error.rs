@@ -96,6 +96,24 @@ pub enum JobError {
         /// The last attempt's first failure.
         last: String,
     },
+    /// A start with no earlier run in the checkpoint directory found committed output in a
+    /// sink's directory: output no run of this checkpoint directory accounts for (another
+    /// work directory's, or one whose checkpoints were deleted). Counted with this run's, it
+    /// would make the output wrong; deleted, it would be lost without the user saying so.
+    #[error(
+        "{} holds {files} committed output file(s) that no run in {} accounts for; move them away, \
+         or delete them explicitly (--discard-state, Restore::DiscardState)",
+        sink_dir.display(),
+        checkpoint_dir.display()
+    )]
+    UnownedOutput {
+        /// The sink's output directory.
+        sink_dir: std::path::PathBuf,
+        /// How many committed files it holds.
+        files: usize,
+        /// The checkpoint directory that has no run.
+        checkpoint_dir: std::path::PathBuf,
+    },
     /// A fresh start found an unfinished earlier run's state in the checkpoint directory.
     #[error(
         "{} holds the state of an earlier run that did not finish (latest checkpoint: {}); \

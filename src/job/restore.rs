@@ -37,8 +37,12 @@ use super::graph::JobGraph;
 /// | [`Restore`] | empty | unfinished run | finished run |
 /// |---|---|---|---|
 /// | `Fresh` | start | [`JobError::UnfinishedRun`] | start over (info log) |
-/// | `DiscardState` | start | discard, start over | start over |
+/// | `DiscardState` | start (deleting any sink output) | discard, start over | start over |
 /// | `Latest` | start (info log) | restore its newest checkpoint | [`JobError::NothingToResume`] |
+///
+/// "Empty" means no run in the checkpoint directory and no committed output in the sinks'
+/// directories: committed output there that no run accounts for (its checkpoints deleted,
+/// another work directory's) is [`JobError::UnownedOutput`] under `Fresh` and `Latest`.
 /// | `From(path)` | restore `path` | restore `path` | restore `path` |
 /// | `Savepoint(path)` | restore `path` | restore `path` | restore `path` |
 ///
@@ -224,7 +228,14 @@ impl JobGraph {
                 );
                 Some(checkpoint)
             }
+            (Restore::DiscardState, Found::Empty) => {
+                // No run to discard, but output no run accounts for may be there: the user
+                // asked for a clean start.
+                self.start_over(storage)?;
+                None
+            }
             (_, Found::Empty) => {
+                self.check_no_unowned_output(dir)?;
                 if *restore == Restore::Latest {
                     log::info!(
                         "no earlier run in {} to resume; starting from the beginning",
@@ -323,6 +334,25 @@ impl JobGraph {
             }
             other => Ok(other?),
         }
+    }
+
+    /// With no earlier run in the checkpoint directory, a sink's directory must hold no committed
+    /// output (see [`JobError::UnownedOutput`]).
+    fn check_no_unowned_output(&self, checkpoint_dir: &Path) -> Result<(), JobError> {
+        for sink_dir in &self.sink_dirs {
+            if !sink_dir.exists() {
+                continue;
+            }
+            let files = crate::sink::committed_files(sink_dir)?.len();
+            if files > 0 {
+                return Err(JobError::UnownedOutput {
+                    sink_dir: sink_dir.clone(),
+                    files,
+                    checkpoint_dir: checkpoint_dir.to_path_buf(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the checkpoints and the sinks' transaction files of an earlier run.
