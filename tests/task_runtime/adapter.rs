@@ -774,11 +774,25 @@ impl SplitReaderTask {
             .unwrap_or_else(|_| panic!("the input of {} is closed", self.name));
     }
 
+    /// Triggers checkpoint `id` on a source task.
+    pub(crate) fn trigger(&self, id: u64) {
+        self.handle
+            .as_ref()
+            .expect("not joined")
+            .trigger_checkpoint(CheckpointBarrier::new(id, 0))
+            .expect("a source task");
+    }
+
     /// The next thing the task emitted (hang guard only).
-    pub(crate) fn next_out(&self) -> Emitted<String> {
-        self.out
-            .recv_timeout(GUARD)
-            .unwrap_or_else(|_| panic!("{}: nothing more was emitted", self.name))
+    pub(crate) fn next_out(&mut self) -> Emitted<String> {
+        match self.out.recv_timeout(GUARD) {
+            Ok(emitted) => emitted,
+            Err(crossbeam::channel::RecvTimeoutError::Disconnected) => {
+                let outcome = self.handle.take().map(Handle::join);
+                panic!("{}: the task ended early: {outcome:?}", self.name)
+            }
+            Err(_) => panic!("{}: nothing more was emitted", self.name),
+        }
     }
 
     /// The next report, which must acknowledge `id`; its snapshot (hang guard only).
@@ -799,7 +813,9 @@ impl SplitReaderTask {
     /// Ends the input, joins the task, then checks that none of its threads (the reader
     /// thread included) is left; the outcome and everything emitted that was not yet taken.
     pub(crate) fn end_and_join(mut self) -> (TaskOutcome, Vec<Emitted<String>>) {
-        self.send(StreamElement::EndOfInput);
+        if self.splits.is_some() {
+            self.send(StreamElement::EndOfInput);
+        }
         self.splits.take();
         let outcome = self.handle.take().expect("joined once").join();
         let rest = self.out.try_iter().collect();
@@ -816,5 +832,129 @@ impl Drop for SplitReaderTask {
             handle.cancel();
             drop(handle.join());
         }
+    }
+}
+
+// ---- the FLIP-27 file source reader (issue 14 part 5, helper v) --------------------------------
+
+use streamtask::files::{FileSourceReader, SplitEnumerator};
+
+/// Passes lines through; at line `at` (counted from 1) it says so and waits until the test
+/// lets it go on, so the test knows the source is mid-split, inside one poll.
+struct HoldAt {
+    at: usize,
+    seen: usize,
+    reached: crossbeam::channel::Sender<()>,
+    go_on: Receiver<()>,
+}
+
+impl streamtask_core::Operator for HoldAt {
+    type In = String;
+    type Out = String;
+
+    fn name(&self) -> &str {
+        "hold-at"
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<String>,
+        ctx: &mut streamtask_core::Context<'_, String>,
+    ) -> Result<(), OperatorError> {
+        self.seen += 1;
+        if self.seen == self.at {
+            let _ = self.reached.send(());
+            // Disconnected when the test is dropped: go on.
+            let _ = self.go_on.recv();
+        }
+        ctx.collect(record)
+    }
+}
+
+/// A source task of `model` whose source is reader 0 of `enumerator` (a
+/// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/graph.rs`):
+/// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
+/// `SourceStreamTask` (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
+/// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
+/// (0: never). Named `<id>`, the model's letter and `F`; it has
+/// no input ([`SplitReaderTask::end_and_join`] waits for the source to end).
+pub(crate) fn start_file_source_reader(
+    model: Model,
+    id: &'static str,
+    enumerator: &Arc<SplitEnumerator>,
+    restore: Option<TaskSnapshot>,
+    hold_at: usize,
+) -> (SplitReaderTask, Held) {
+    let letter = match model {
+        Model::Legacy => 'L',
+        Model::Mailbox => 'M',
+        Model::Bridge => 'B',
+    };
+    let name = format!("{id}{letter}F");
+    assert!(
+        threads_named(&name).is_empty(),
+        "{name}: threads of an earlier task with this name are still running"
+    );
+    let (reports_tx, reports) = unbounded();
+    let config = TaskConfig::new(name.clone())
+        .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
+        .with_restore(restore);
+    let (out_tx, out) = unbounded();
+    let reader = FileSourceReader::new(
+        format!("{name}-file-source"),
+        0,
+        Arc::clone(enumerator),
+        Arc::new(streamtask::demo::fault::FaultPlan::none()),
+    );
+    let (reached_tx, reached) = crossbeam::channel::bounded(1);
+    let (go_on, go_on_rx) = crossbeam::channel::bounded(1);
+    let chain = HoldAt {
+        at: hold_at,
+        seen: 0,
+        reached: reached_tx,
+        go_on: go_on_rx,
+    };
+    let output = LineOutput(out_tx);
+    let handle = match model {
+        // The trigger asks for the lock by hand-over: it waits for the poll in flight only.
+        Model::Legacy => streamtask_legacy::SourceStreamTask::new(
+            config,
+            streamtask_bridge::ReaderSource::new(reader),
+            chain,
+            output,
+        )
+        .with_bounded_handover(true)
+        .spawn(),
+        Model::Mailbox | Model::Bridge => {
+            streamtask_mailbox::SourceTask::spawn(config, reader, chain, output)
+        }
+    };
+    let task = SplitReaderTask {
+        name,
+        splits: None,
+        out,
+        reports,
+        handle: Some(handle),
+    };
+    (task, Held { reached, go_on })
+}
+
+/// The test's side of [`HoldAt`].
+pub(crate) struct Held {
+    reached: Receiver<()>,
+    go_on: crossbeam::channel::Sender<()>,
+}
+
+impl Held {
+    /// Waits (hang guard only) until the chain holds its line.
+    pub(crate) fn wait_reached(&self) {
+        self.reached
+            .recv_timeout(GUARD)
+            .expect("the chain reached the line it holds");
+    }
+
+    /// Lets the chain go on.
+    pub(crate) fn go_on(&self) {
+        let _ = self.go_on.send(());
     }
 }
