@@ -1220,4 +1220,66 @@ mod split_reading {
             );
         });
     }
+
+    /// The FLIP-27 file source reader, as a source task of every model, with no split to read
+    /// (its continuous enumerator found no file) is idle and emits nothing else; once the
+    /// enumerator discovers a file it resumes and reads the file's split, every line once,
+    /// and ends when discovery is done.
+    #[test]
+    fn a_file_source_reader_task_without_a_split_is_idle_and_resumes_when_a_split_is_assigned() {
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use streamtask::files::{FileSource, SplitEnumerator};
+        use streamtask_core::StreamStatus;
+
+        use super::GUARD;
+        use super::adapter::start_file_source_reader;
+
+        each(
+            MODELS.iter().map(|&m| (m, Kind::Source)).collect(),
+            |model, _| {
+                let dir = tempfile::tempdir().unwrap();
+                let source = FileSource::for_dir(dir.path())
+                    .monitor_continuously(Duration::from_millis(1))
+                    .stop_after_files(1);
+                let enumerator = Arc::new(SplitEnumerator::of_source("files", &source, 1).unwrap());
+                enumerator.start_attempt(None, &[]).unwrap();
+                // The directory is empty: no split to assign.
+                enumerator.discover();
+                let (mut t, _) = start_file_source_reader(model, "FI", &enumerator, None, 0);
+                assert_eq!(
+                    t.next_out(),
+                    Emitted::Status(StreamStatus::Idle),
+                    "no split: the reader is idle"
+                );
+                let (_, all) = file_split(dir.path(), "a.txt", 20);
+                // Discovery lists at most once a millisecond: list until the reader resumes
+                // (hang guard only).
+                let deadline = Instant::now() + GUARD;
+                let first = loop {
+                    enumerator.discover();
+                    if let Some(emitted) = t.out_within(Duration::from_millis(2)) {
+                        break emitted;
+                    }
+                    assert!(Instant::now() < deadline, "the reader never resumed");
+                };
+                let (outcome, rest) = t.end_and_join();
+                enumerator.end_attempt();
+                assert!(outcome.is_finished(), "the task {outcome}");
+                let mut emitted = vec![first];
+                emitted.extend(rest);
+                let statuses: Vec<_> = emitted
+                    .iter()
+                    .filter(|e| matches!(e, Emitted::Status(StreamStatus::Idle)))
+                    .collect();
+                assert!(statuses.is_empty(), "idle again while reading: {emitted:?}");
+                assert_eq!(
+                    lines_of(emitted),
+                    all,
+                    "the discovered split, every line once"
+                );
+            },
+        );
+    }
 }

@@ -783,6 +783,12 @@ impl SplitReaderTask {
             .expect("a source task");
     }
 
+    /// What the task emitted within `wait`, if anything (for a wait that does something else
+    /// while nothing comes; never an assertion's timing).
+    pub(crate) fn out_within(&self, wait: Duration) -> Option<Emitted<String>> {
+        self.out.recv_timeout(wait).ok()
+    }
+
     /// The next thing the task emitted (hang guard only).
     pub(crate) fn next_out(&mut self) -> Emitted<String> {
         match self.out.recv_timeout(GUARD) {
@@ -874,7 +880,7 @@ impl streamtask_core::Operator for HoldAt {
 /// A source task of `model` whose source is reader 0 of `enumerator` (a
 /// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/graph.rs`):
 /// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
-/// `SourceStreamTask` (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
+/// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
 /// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
 /// (0: never). Named `<id>`, the model's letter and `F`; it has
 /// no input ([`SplitReaderTask::end_and_join`] waits for the source to end).
@@ -923,6 +929,7 @@ pub(crate) fn start_file_source_reader(
             chain,
             output,
         )
+        .with_context(streamtask_legacy::SourceContextConfig::event_time())
         .with_bounded_handover(true)
         .spawn(),
         Model::Mailbox | Model::Bridge => {
