@@ -276,6 +276,33 @@ impl SplitEnumerator {
         Ok(SplitEnumerator::new(dir.to_path_buf(), splits, parallelism))
     }
 
+    /// The enumerator of `source` for `parallelism` readers, named `name`, as
+    /// [`StreamEnvironment::from_source`](crate::StreamEnvironment::from_source) makes it:
+    /// continuous if the source monitors its directory, else bounded ([`for_dir`](Self::for_dir)).
+    ///
+    /// # Errors
+    ///
+    /// [`SplitError::List`] if a bounded source's directory cannot be listed.
+    pub fn of_source(
+        name: &str,
+        source: &FileSource,
+        parallelism: usize,
+    ) -> Result<Self, SplitError> {
+        let mut enumerator = match &source.continuous {
+            Some(settings) => SplitEnumerator::continuous(
+                name.to_string(),
+                source.dir.clone(),
+                source.split_bytes,
+                parallelism,
+                settings.clone(),
+                Arc::clone(&source.faults),
+            ),
+            None => SplitEnumerator::for_dir(&source.dir, source.split_bytes, parallelism)?,
+        };
+        enumerator.set_name(name);
+        Ok(enumerator)
+    }
+
     /// A bounded enumerator over `splits` (in assignment order) for `parallelism` readers.
     pub fn new(dir: PathBuf, splits: Vec<FileSplit>, parallelism: usize) -> Self {
         SplitEnumerator::with_discovery(

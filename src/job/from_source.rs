@@ -76,24 +76,13 @@ impl StreamEnvironment {
         parallelism: usize,
     ) -> DataStream<String> {
         let parallelism = parallelism.max(1);
-        let mut enumerator = match &source.continuous {
-            Some(settings) => SplitEnumerator::continuous(
-                name.to_string(),
-                source.dir.clone(),
-                source.split_bytes,
-                parallelism,
-                settings.clone(),
-                Arc::clone(&source.faults),
-            ),
-            None => match SplitEnumerator::for_dir(&source.dir, source.split_bytes, parallelism) {
-                Ok(e) => e,
-                Err(e) => {
-                    self.fail(JobError::Config(format!("{name}: {e}")));
-                    SplitEnumerator::new(source.dir.clone(), Vec::new(), parallelism)
-                }
-            },
-        };
-        enumerator.set_name(name);
+        let enumerator =
+            SplitEnumerator::of_source(name, &source, parallelism).unwrap_or_else(|e| {
+                self.fail(JobError::Config(format!("{name}: {e}")));
+                let mut empty = SplitEnumerator::new(source.dir.clone(), Vec::new(), parallelism);
+                empty.set_name(name);
+                empty
+            });
         let enumerator = Arc::new(enumerator);
         self.graph
             .borrow_mut()

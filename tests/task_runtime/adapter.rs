@@ -660,3 +660,308 @@ impl HotSourceTask {
         outcome
     }
 }
+
+// ---- the continuous-file-reading split reader (issue 14 part 5, helper v) ---------------------
+
+use streamtask::files::{FileSplit, ReadMode, SplitReader};
+use streamtask_core::operator::Emitted;
+use streamtask_core::{OperatorError, Output, StreamStatus, TaskOutput, Watermark};
+
+/// The split reader's form under `model`, as the job layer picks it (`src/job/files.rs`): its
+/// own reader thread whose lines are emitted under the checkpoint lock (legacy), or
+/// self-enqueued read mails of `chunk` lines (mailbox, bridge).
+fn read_mode(model: Model) -> ReadMode {
+    match model {
+        Model::Legacy => ReadMode::Thread,
+        Model::Mailbox | Model::Bridge => ReadMode::Mails { chunk: 3 },
+    }
+}
+
+/// A task output that sends every line, barrier and end of input to the test.
+struct LineOutput(crossbeam::channel::Sender<Emitted<String>>);
+
+impl Output<String> for LineOutput {
+    fn collect(&mut self, record: StreamRecord<String>) -> Result<(), OperatorError> {
+        let _ = self.0.send(Emitted::Record(record));
+        Ok(())
+    }
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        let _ = self.0.send(Emitted::Watermark(watermark));
+        Ok(())
+    }
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        let _ = self.0.send(Emitted::Status(status));
+        Ok(())
+    }
+}
+
+impl TaskOutput<String> for LineOutput {
+    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+        let _ = self.0.send(Emitted::Barrier(barrier));
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<(), OperatorError> {
+        let _ = self.0.send(Emitted::EndOfInput);
+        Ok(())
+    }
+}
+
+/// A one-input task of `model` whose chain is the file reading's [`SplitReader`] in the
+/// model's form: the legacy `OneInputStreamTask`, or the mailbox's `OneInputTask` (which the
+/// bridge runs the reader in too), one input channel of splits. Named `<id>`, the model's
+/// letter and `R`.
+pub(crate) struct SplitReaderTask {
+    name: String,
+    splits: Option<Sender<StreamElement<FileSplit>>>,
+    out: Receiver<Emitted<String>>,
+    reports: Receiver<TaskReport>,
+    handle: Option<Handle>,
+}
+
+/// Starts the split reader's task under `model`, restored from `restore` if given.
+pub(crate) fn start_split_reader(
+    model: Model,
+    id: &'static str,
+    restore: Option<TaskSnapshot>,
+) -> SplitReaderTask {
+    let letter = match model {
+        Model::Legacy => 'L',
+        Model::Mailbox => 'M',
+        Model::Bridge => 'B',
+    };
+    let name = format!("{id}{letter}R");
+    assert!(
+        threads_named(&name).is_empty(),
+        "{name}: threads of an earlier task with this name are still running"
+    );
+    let (reports_tx, reports) = unbounded();
+    let config = TaskConfig::new(name.clone())
+        .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
+        .with_restore(restore);
+    let (splits, rx) = bounded(64).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let (out_tx, out) = unbounded();
+    let reader = SplitReader::new(
+        format!("{name}-split-reader"),
+        read_mode(model),
+        Arc::new(streamtask::demo::fault::FaultPlan::none()),
+    );
+    let output = LineOutput(out_tx);
+    let handle = match model {
+        Model::Legacy => {
+            streamtask_legacy::OneInputStreamTask::new(config, gate, reader, output).spawn()
+        }
+        Model::Mailbox | Model::Bridge => {
+            streamtask_mailbox::OneInputTask::spawn(config, gate, reader, output)
+        }
+    };
+    SplitReaderTask {
+        name,
+        splits: Some(splits),
+        out,
+        reports,
+        handle: Some(handle),
+    }
+}
+
+impl SplitReaderTask {
+    /// `element` arrives on the task's one input channel.
+    pub(crate) fn send(&self, element: StreamElement<FileSplit>) {
+        self.splits
+            .as_ref()
+            .expect("the input is open")
+            .send(element)
+            .unwrap_or_else(|_| panic!("the input of {} is closed", self.name));
+    }
+
+    /// Triggers checkpoint `id` on a source task.
+    pub(crate) fn trigger(&self, id: u64) {
+        self.handle
+            .as_ref()
+            .expect("not joined")
+            .trigger_checkpoint(CheckpointBarrier::new(id, 0))
+            .expect("a source task");
+    }
+
+    /// What the task emitted within `wait`, if anything (for a wait that does something else
+    /// while nothing comes; never an assertion's timing).
+    pub(crate) fn out_within(&self, wait: Duration) -> Option<Emitted<String>> {
+        self.out.recv_timeout(wait).ok()
+    }
+
+    /// The next thing the task emitted (hang guard only).
+    pub(crate) fn next_out(&mut self) -> Emitted<String> {
+        match self.out.recv_timeout(GUARD) {
+            Ok(emitted) => emitted,
+            Err(crossbeam::channel::RecvTimeoutError::Disconnected) => {
+                let outcome = self.handle.take().map(Handle::join);
+                panic!("{}: the task ended early: {outcome:?}", self.name)
+            }
+            Err(_) => panic!("{}: nothing more was emitted", self.name),
+        }
+    }
+
+    /// The next report, which must acknowledge `id`; its snapshot (hang guard only).
+    pub(crate) fn ack(&self, id: u64) -> TaskSnapshot {
+        match self.reports.recv_timeout(GUARD) {
+            Ok(TaskReport::Acknowledged {
+                checkpoint,
+                snapshot,
+                ..
+            }) if checkpoint == id => snapshot,
+            other => panic!(
+                "{}: expected the ack of checkpoint {id}, got {other:?}",
+                self.name
+            ),
+        }
+    }
+
+    /// Ends the input, joins the task, then checks that none of its threads (the reader
+    /// thread included) is left; the outcome and everything emitted that was not yet taken.
+    pub(crate) fn end_and_join(mut self) -> (TaskOutcome, Vec<Emitted<String>>) {
+        if self.splits.is_some() {
+            self.send(StreamElement::EndOfInput);
+        }
+        self.splits.take();
+        let outcome = self.handle.take().expect("joined once").join();
+        let rest = self.out.try_iter().collect();
+        let left = threads_left_after_join(&self.name);
+        assert!(left.is_empty(), "{}: threads left: {left:?}", self.name);
+        (outcome, rest)
+    }
+}
+
+impl Drop for SplitReaderTask {
+    fn drop(&mut self) {
+        self.splits.take();
+        if let Some(handle) = self.handle.take() {
+            handle.cancel();
+            drop(handle.join());
+        }
+    }
+}
+
+// ---- the FLIP-27 file source reader (issue 14 part 5, helper v) --------------------------------
+
+use streamtask::files::{FileSourceReader, SplitEnumerator};
+
+/// Passes lines through; at line `at` (counted from 1) it says so and waits until the test
+/// lets it go on, so the test knows the source is mid-split, inside one poll.
+struct HoldAt {
+    at: usize,
+    seen: usize,
+    reached: crossbeam::channel::Sender<()>,
+    go_on: Receiver<()>,
+}
+
+impl streamtask_core::Operator for HoldAt {
+    type In = String;
+    type Out = String;
+
+    fn name(&self) -> &str {
+        "hold-at"
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<String>,
+        ctx: &mut streamtask_core::Context<'_, String>,
+    ) -> Result<(), OperatorError> {
+        self.seen += 1;
+        if self.seen == self.at {
+            let _ = self.reached.send(());
+            // Disconnected when the test is dropped: go on.
+            let _ = self.go_on.recv();
+        }
+        ctx.collect(record)
+    }
+}
+
+/// A source task of `model` whose source is reader 0 of `enumerator` (a
+/// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/graph.rs`):
+/// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
+/// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
+/// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
+/// (0: never). Named `<id>`, the model's letter and `F`; it has
+/// no input ([`SplitReaderTask::end_and_join`] waits for the source to end).
+pub(crate) fn start_file_source_reader(
+    model: Model,
+    id: &'static str,
+    enumerator: &Arc<SplitEnumerator>,
+    restore: Option<TaskSnapshot>,
+    hold_at: usize,
+) -> (SplitReaderTask, Held) {
+    let letter = match model {
+        Model::Legacy => 'L',
+        Model::Mailbox => 'M',
+        Model::Bridge => 'B',
+    };
+    let name = format!("{id}{letter}F");
+    assert!(
+        threads_named(&name).is_empty(),
+        "{name}: threads of an earlier task with this name are still running"
+    );
+    let (reports_tx, reports) = unbounded();
+    let config = TaskConfig::new(name.clone())
+        .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
+        .with_restore(restore);
+    let (out_tx, out) = unbounded();
+    let reader = FileSourceReader::new(
+        format!("{name}-file-source"),
+        0,
+        Arc::clone(enumerator),
+        Arc::new(streamtask::demo::fault::FaultPlan::none()),
+    );
+    let (reached_tx, reached) = crossbeam::channel::bounded(1);
+    let (go_on, go_on_rx) = crossbeam::channel::bounded(1);
+    let chain = HoldAt {
+        at: hold_at,
+        seen: 0,
+        reached: reached_tx,
+        go_on: go_on_rx,
+    };
+    let output = LineOutput(out_tx);
+    let handle = match model {
+        // The trigger asks for the lock by hand-over: it waits for the poll in flight only.
+        Model::Legacy => streamtask_legacy::SourceStreamTask::new(
+            config,
+            streamtask_bridge::ReaderSource::new(reader),
+            chain,
+            output,
+        )
+        .with_context(streamtask_legacy::SourceContextConfig::event_time())
+        .with_bounded_handover(true)
+        .spawn(),
+        Model::Mailbox | Model::Bridge => {
+            streamtask_mailbox::SourceTask::spawn(config, reader, chain, output)
+        }
+    };
+    let task = SplitReaderTask {
+        name,
+        splits: None,
+        out,
+        reports,
+        handle: Some(handle),
+    };
+    (task, Held { reached, go_on })
+}
+
+/// The test's side of [`HoldAt`].
+pub(crate) struct Held {
+    reached: Receiver<()>,
+    go_on: crossbeam::channel::Sender<()>,
+}
+
+impl Held {
+    /// Waits (hang guard only) until the chain holds its line.
+    pub(crate) fn wait_reached(&self) {
+        self.reached
+            .recv_timeout(GUARD)
+            .expect("the chain reached the line it holds");
+    }
+
+    /// Lets the chain go on.
+    pub(crate) fn go_on(&self) {
+        let _ = self.go_on.send(());
+    }
+}
