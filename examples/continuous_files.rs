@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::demo::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 use streamtask::prelude::*;
 use streamtask::{ContinuousFiles, JobPhase};
 
@@ -80,6 +80,7 @@ fn run(model: Model) -> (Vec<String>, u32) {
 }
 
 fn main() {
+    quiet_injected_panics();
     let mut expected: Vec<String> = (0..FILES)
         .flat_map(|f| (0..LINES).map(move |l| format!("file {f} line {l}")))
         .collect();
