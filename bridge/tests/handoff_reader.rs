@@ -186,23 +186,62 @@ impl SourceFunction for Pairs {
     }
 }
 
-#[test]
-fn snapshots_never_split_a_section_even_when_the_handoff_is_full() {
-    let end = 200;
-    for cut in [1usize, 2, 5, 17, 50, 99] {
-        let mut first = HandoffReader::new(Pairs { end }).with_capacity(1);
-        first.restore_state(None).unwrap();
-        let (taken, _, _) = poll_records(&mut first, cut);
-        let snapshot = first.snapshot_state(1).unwrap();
-        first.close().unwrap();
-        let mut second = HandoffReader::new(Pairs { end }).with_capacity(1);
-        second.restore_state(Some(&snapshot)).unwrap();
+/// How a cut is snapshotted and restored: the reader's own bytes (`snapshot_state`), or the
+/// task-state entries a `SourceTask` writes (`snapshot_task_state`).
+#[derive(Clone, Copy)]
+enum SnapshotPath {
+    ReaderBytes,
+    TaskState,
+}
+
+/// For each cut: poll `cut` records from a fresh reader made by `make`, snapshot it along
+/// `path`, restore a second one from it and poll to the end: the two together emit `0..end`
+/// exactly once, in order.
+fn every_cut_restores_exactly_once(
+    end: u64,
+    cuts: &[usize],
+    path: SnapshotPath,
+    make: impl Fn() -> HandoffReader<Pairs>,
+) {
+    for &cut in cuts {
+        let mut first = make();
+        let mut second = make();
+        let taken = match path {
+            SnapshotPath::ReaderBytes => {
+                first.restore_state(None).unwrap();
+                let (taken, _, _) = poll_records(&mut first, cut);
+                let snapshot = first.snapshot_state(1).unwrap();
+                first.close().unwrap();
+                second.restore_state(Some(&snapshot)).unwrap();
+                taken
+            }
+            SnapshotPath::TaskState => {
+                first.restore_task_state(None).unwrap();
+                let (taken, _, _) = poll_records(&mut first, cut);
+                let mut snapshot = streamtask_core::TaskSnapshot::new();
+                first.snapshot_task_state(1, &mut snapshot).unwrap();
+                first.close().unwrap();
+                second.restore_task_state(Some(&snapshot)).unwrap();
+                taken
+            }
+        };
         let (rest, _, ended) = poll_records(&mut second, usize::MAX);
         assert!(ended);
         second.close().unwrap();
         let all: Vec<u64> = taken.into_iter().chain(rest).collect();
         assert_eq!(all, (0..end).collect::<Vec<_>>(), "cut after {cut}");
     }
+}
+
+#[test]
+fn snapshots_never_split_a_section_even_when_the_handoff_is_full() {
+    let end = 200;
+    every_cut_restores_exactly_once(
+        end,
+        &[1, 2, 5, 17, 50, 99],
+        SnapshotPath::ReaderBytes,
+        || HandoffReader::new(Pairs { end }).with_capacity(1),
+    );
 }
 
 /// Chunks in flight at a snapshot: the reader's chunk, published chunks and a chunk being
@@ -211,24 +250,16 @@ fn snapshots_never_split_a_section_even_when_the_handoff_is_full() {
 #[test]
 fn snapshots_with_chunks_in_flight_restore_exactly_once() {
     let end = 400;
-    for cut in [1usize, 2, 3, 7, 16, 40, 199] {
-        let mut first = HandoffReader::new(Pairs { end })
-            .with_capacity(16)
-            .with_chunk(3);
-        first.restore_state(None).unwrap();
-        let (taken, _, _) = poll_records(&mut first, cut);
-        let snapshot = first.snapshot_state(1).unwrap();
-        first.close().unwrap();
-        let mut second = HandoffReader::new(Pairs { end })
-            .with_capacity(16)
-            .with_chunk(3);
-        second.restore_state(Some(&snapshot)).unwrap();
-        let (rest, _, ended) = poll_records(&mut second, usize::MAX);
-        assert!(ended);
-        second.close().unwrap();
-        let all: Vec<u64> = taken.into_iter().chain(rest).collect();
-        assert_eq!(all, (0..end).collect::<Vec<_>>(), "cut after {cut}");
-    }
+    every_cut_restores_exactly_once(
+        end,
+        &[1, 2, 3, 7, 16, 40, 199],
+        SnapshotPath::ReaderBytes,
+        || {
+            HandoffReader::new(Pairs { end })
+                .with_capacity(16)
+                .with_chunk(3)
+        },
+    );
 }
 
 /// The same cuts through the task-state path a `SourceTask` takes (the source's own bytes under
@@ -236,25 +267,16 @@ fn snapshots_with_chunks_in_flight_restore_exactly_once() {
 #[test]
 fn task_state_snapshots_with_chunks_in_flight_restore_exactly_once() {
     let end = 400;
-    for cut in [1usize, 2, 3, 7, 16, 40, 199] {
-        let mut first = HandoffReader::new(Pairs { end })
-            .with_capacity(16)
-            .with_chunk(3);
-        first.restore_task_state(None).unwrap();
-        let (taken, _, _) = poll_records(&mut first, cut);
-        let mut snapshot = streamtask_core::TaskSnapshot::new();
-        first.snapshot_task_state(1, &mut snapshot).unwrap();
-        first.close().unwrap();
-        let mut second = HandoffReader::new(Pairs { end })
-            .with_capacity(16)
-            .with_chunk(3);
-        second.restore_task_state(Some(&snapshot)).unwrap();
-        let (rest, _, ended) = poll_records(&mut second, usize::MAX);
-        assert!(ended);
-        second.close().unwrap();
-        let all: Vec<u64> = taken.into_iter().chain(rest).collect();
-        assert_eq!(all, (0..end).collect::<Vec<_>>(), "cut after {cut}");
-    }
+    every_cut_restores_exactly_once(
+        end,
+        &[1, 2, 3, 7, 16, 40, 199],
+        SnapshotPath::TaskState,
+        || {
+            HandoffReader::new(Pairs { end })
+                .with_capacity(16)
+                .with_chunk(3)
+        },
+    );
 }
 
 /// Sleeps between records: the reader finds nothing most of the time.

@@ -325,7 +325,7 @@ fn write_checkpoint(dir: &Path, checkpoint: &CompletedCheckpoint) -> Result<(), 
     sync_dir(dir)
 }
 
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+pub(super) fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let mut file = File::create_new(path).map_err(StorageError::io(path))?;
     file.write_all(bytes).map_err(StorageError::io(path))?;
     file.sync_all().map_err(StorageError::io(path))
@@ -412,7 +412,7 @@ fn remove_path(path: &Path) -> Result<(), StorageError> {
 }
 
 /// Makes the entries of directory `dir` (creations, renames, removals) durable.
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     #[cfg(unix)]
     {
         File::open(dir)

@@ -20,13 +20,13 @@
 //! restores from wherever it is moved.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::CompletedCheckpoint;
+use super::directory::{sync_dir, write_durably};
 use super::format;
 use super::storage::{Corruption, StorageError};
 
@@ -307,26 +307,6 @@ fn decode_metadata(path: &Path, bytes: &[u8]) -> Result<SavepointMetadata, Stora
         return Err(corrupted(path, Corruption::Inconsistent));
     }
     Ok(metadata)
-}
-
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let mut file = File::create_new(path).map_err(StorageError::io(path))?;
-    file.write_all(bytes).map_err(StorageError::io(path))?;
-    file.sync_all().map_err(StorageError::io(path))
-}
-
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    #[cfg(unix)]
-    {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(StorageError::io(dir))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
