@@ -16,14 +16,13 @@ use streamtask::demo::fault::{FaultKind, FaultPlan};
 use streamtask::files::FileSource;
 use streamtask::prelude::*;
 
+#[path = "common/split_files.rs"]
+mod split_files;
+
+use split_files::{expected, lines_of};
+
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 const MARKER: &str = "_done";
-
-fn lines_of(file: usize, count: usize) -> Vec<String> {
-    (0..count)
-        .map(|l| format!("file{file:02}-line{l:04}"))
-        .collect()
-}
 
 /// Writes file `f` unless it exists: under a hidden name first, then renamed into place, so
 /// the enumerator never lists a half-written file, and a re-read last line (after a restore)
@@ -38,12 +37,6 @@ fn write_file(dir: &Path, f: usize, per_file: usize) {
     text.push('\n');
     std::fs::write(&temp, text).unwrap();
     std::fs::rename(&temp, &path).unwrap();
-}
-
-fn expected(files: usize, per_file: usize) -> Vec<String> {
-    let mut all: Vec<String> = (0..files).flat_map(|f| lines_of(f, per_file)).collect();
-    all.sort();
-    all
 }
 
 fn config(work: &Path) -> JobConfig {

@@ -20,13 +20,12 @@ use streamtask_core::keygroup::ListState;
 use streamtask_core::operator::Emitted;
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
-const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
+#[path = "common/split_files.rs"]
+mod split_files;
 
-fn lines_of(file: usize, count: usize) -> Vec<String> {
-    (0..count)
-        .map(|l| format!("file{file:02}-line{l:04}"))
-        .collect()
-}
+use split_files::{expected, lines_of};
+
+const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 
 fn write_files(dir: &Path, files: usize, per_file: usize) {
     for f in 0..files {
@@ -34,12 +33,6 @@ fn write_files(dir: &Path, files: usize, per_file: usize) {
         text.push('\n');
         std::fs::write(dir.join(format!("f{f:02}.txt")), text).unwrap();
     }
-}
-
-fn expected(files: usize, per_file: usize) -> Vec<String> {
-    let mut all: Vec<String> = (0..files).flat_map(|f| lines_of(f, per_file)).collect();
-    all.sort();
-    all
 }
 
 /// Checkpoints every 2 ms, up to 10 restarts 1 ms apart, small channels.
