@@ -56,7 +56,6 @@ impl KeyedProcessFunction for RunningTotals {
     ) -> Result<(), OperatorError> {
         self.faults.check(FaultKind::Operator);
         let window_end = order.window_end();
-        let housekeeping_at = ctx.processing_time() + HOUSEKEEPING_DELAY_MS;
         let state = ctx.state();
         state.total_cents += order.amount_cents;
         match state.windows.iter_mut().find(|(end, _)| *end == window_end) {
@@ -68,6 +67,8 @@ impl KeyedProcessFunction for RunningTotals {
         state.housekeeping_pending = true;
         ctx.register_event_timer(window_end);
         if start_housekeeping {
+            // The clock is read only when the timer is set, not for every order.
+            let housekeeping_at = ctx.processing_time() + HOUSEKEEPING_DELAY_MS;
             ctx.register_processing_timer(housekeeping_at);
         }
         ctx.collect(TotalEvent::Running {
