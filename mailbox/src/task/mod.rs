@@ -51,6 +51,32 @@ struct Remote<B> {
     triggers: std::sync::Arc<TriggerSlot>,
 }
 
+impl<I, C, W> Remote<MailboxBody<I, C, W>>
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    /// The slot is taken (or trigger mails wait): the trigger goes as a mail. Out of line, so
+    /// the fast path's code stays small.
+    #[cold]
+    #[inline(never)]
+    fn trigger_by_mail(&self, barrier: CheckpointBarrier, requested: Instant) {
+        self.triggers.mail_queued();
+        let trigger = TriggerMail {
+            barrier,
+            requested,
+            responder: Some(self.responder.clone()),
+            slot: std::sync::Arc::clone(&self.triggers),
+        };
+        // Refused once the task is ending: the mail comes back and, dropped, declines.
+        let _ = self
+            .processor
+            .core()
+            .enqueue(Priority::MIN, "checkpoint trigger", trigger);
+    }
+}
+
 impl<I, C, W> TaskControl for Remote<MailboxBody<I, C, W>>
 where
     C: TaskChain + 'static,
@@ -73,18 +99,7 @@ where
             }
             return;
         }
-        self.triggers.mail_queued();
-        let trigger = TriggerMail {
-            barrier,
-            requested,
-            responder: Some(self.responder.clone()),
-            slot: std::sync::Arc::clone(&self.triggers),
-        };
-        // Refused once the task is ending: the mail comes back and, dropped, declines.
-        let _ = self
-            .processor
-            .core()
-            .enqueue(Priority::MIN, "checkpoint trigger", trigger);
+        self.trigger_by_mail(barrier, requested);
     }
 
     fn notify_checkpoint(&self, id: u64, completed: bool) {

@@ -12,22 +12,32 @@ use std::time::{Duration, Instant};
 use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use streamtask_core::{CheckpointBarrier, CheckpointKind};
 
-const EMPTY: u8 = 0;
-const WRITING: u8 = 1;
-const FULL: u8 = 2;
+// The slot's `state` word: the slot's state in the low two bits, the number of trigger mails
+// queued and not yet run or dropped above them. One word, so `offer` checks both with its one
+// compare-exchange (no separate load of a second atomic on the triggering thread).
+const EMPTY: u64 = 0;
+const WRITING: u64 = 1;
+const FULL: u64 = 2;
+const STATE_BITS: u64 = 0b11;
+/// One queued trigger mail in the `state` word.
+const MAIL: u64 = 4;
 
 /// One pending checkpoint trigger, written by any thread, taken by the mailbox thread.
+///
+/// Everything a trigger writes or reads is on one cache line (`align(64)`), apart from the
+/// owner's, so a trigger call moves this line and the mailbox's flag line and nothing else.
+#[repr(align(64))]
 pub(crate) struct TriggerSlot {
-    state: AtomicU8,
+    /// The slot's state and the count of queued trigger mails (see the constants above): while
+    /// any trigger mail is queued, triggers go as mails too, so they run in the order they were
+    /// made.
+    state: AtomicU64,
     id: AtomicU64,
     timestamp: AtomicU64,
-    kind: AtomicU8,
     /// Nanoseconds from `base` to the trigger call.
     requested: AtomicU64,
+    kind: AtomicU8,
     base: Instant,
-    /// Trigger mails queued and not yet run or dropped: while any is, triggers go as mails
-    /// too, so they run in the order they were made.
-    mails: AtomicU64,
 }
 
 fn encode(kind: CheckpointKind) -> u8 {
@@ -48,24 +58,26 @@ fn decode(kind: u8) -> CheckpointKind {
 impl TriggerSlot {
     pub(crate) fn new() -> Self {
         TriggerSlot {
-            state: AtomicU8::new(EMPTY),
+            state: AtomicU64::new(EMPTY),
             id: AtomicU64::new(0),
             timestamp: AtomicU64::new(0),
-            kind: AtomicU8::new(0),
             requested: AtomicU64::new(0),
+            kind: AtomicU8::new(0),
             base: Instant::now(),
-            mails: AtomicU64::new(0),
         }
     }
 
     /// Puts the trigger into the slot; `false` if it must go as a mail (the slot is taken, or
-    /// older trigger mails wait).
+    /// older trigger mails wait). Inlined into the trigger call: the call's code stays in one
+    /// place (a trigger arrives on a thread that has slept since the last one, cold caches).
+    #[inline]
     pub(crate) fn offer(&self, barrier: CheckpointBarrier, requested: Instant) -> bool {
-        if self.mails.load(Ordering::SeqCst) != 0
-            || self
-                .state
-                .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+        // EMPTY with no mail queued is the word 0: one compare-exchange checks both. Acquire:
+        // the owner's take (the CAS back to EMPTY) read the fields before releasing the slot.
+        if self
+            .state
+            .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
         {
             return false;
         }
@@ -79,8 +91,10 @@ impl TriggerSlot {
             u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
-        // SeqCst: ordered before the ringer's and the closer's checks (see `Remote`).
-        self.state.store(FULL, Ordering::SeqCst);
+        // WRITING -> FULL. SeqCst: ordered before the ringer's and the closer's checks (see
+        // `Remote`). An add, not a store: another triggering thread whose offer failed meanwhile
+        // may have counted its mail in the same word.
+        self.state.fetch_add(FULL - WRITING, Ordering::SeqCst);
         true
     }
 
@@ -95,7 +109,7 @@ impl TriggerSlot {
     }
 
     fn take_if(&self, take: impl FnOnce(u64) -> bool) -> Option<(CheckpointBarrier, Instant)> {
-        if self.state.load(Ordering::SeqCst) != FULL {
+        if self.state.load(Ordering::SeqCst) & STATE_BITS != FULL {
             return None;
         }
         // FULL: nobody writes the fields until the state is EMPTY again.
@@ -109,20 +123,33 @@ impl TriggerSlot {
             kind: decode(self.kind.load(Ordering::Relaxed)),
         };
         let requested = self.base + Duration::from_nanos(self.requested.load(Ordering::Relaxed));
-        // Whoever wins this (the owner, or a triggerer taking its trigger back) has it.
-        self.state
-            .compare_exchange(FULL, EMPTY, Ordering::SeqCst, Ordering::Relaxed)
-            .ok()
-            .map(|_| (barrier, requested))
+        // Whoever wins this (the owner, or a triggerer taking its trigger back) has it; the
+        // mail count beside the state is kept. Only a taker moves FULL on, so the state bits
+        // stay FULL while the count changes and the loop ends.
+        let mut word = self.state.load(Ordering::SeqCst);
+        loop {
+            if word & STATE_BITS != FULL {
+                return None;
+            }
+            match self.state.compare_exchange_weak(
+                word,
+                word - FULL + EMPTY,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Some((barrier, requested)),
+                Err(now) => word = now,
+            }
+        }
     }
 
     /// A trigger mail is about to be queued.
     pub(crate) fn mail_queued(&self) {
-        self.mails.fetch_add(1, Ordering::SeqCst);
+        self.state.fetch_add(MAIL, Ordering::SeqCst);
     }
 
     /// A trigger mail ran or was dropped.
     pub(crate) fn mail_done(&self) {
-        self.mails.fetch_sub(1, Ordering::SeqCst);
+        self.state.fetch_sub(MAIL, Ordering::SeqCst);
     }
 }
