@@ -17,7 +17,6 @@ use streamtask_core::TaskOutput;
 use streamtask_core::runtime::{
     ChainBody, TaskChain, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode,
 };
-use streamtask_core::sync::atomic::{Ordering, fence};
 use streamtask_core::sync::spawn_named;
 use streamtask_core::task::{DeclineReason, TaskConfig};
 use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
@@ -40,7 +39,9 @@ pub use streamtask_core::runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
-use self::trigger::TriggerSlot;
+#[cfg(loom)]
+pub use self::trigger::loom_model;
+use self::trigger::{Offered, TriggerSlot};
 
 /// How the handle reaches a mailbox task: every call is a mail.
 struct Remote<B> {
@@ -85,21 +86,17 @@ where
 {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
         // The fast way: the slot and the doorbell (no allocation, no lock).
-        if self.triggers.offer(barrier, requested) {
-            let core = self.processor.core();
-            core.ring();
-            // Ordered against the task thread's quiesce-then-take at its end: one of the two
-            // sees the other, and whoever takes the trigger back declines it.
-            fence(Ordering::SeqCst);
-            if !core.mailbox.state().is_accepting_mails() {
-                if let Some((barrier, _)) = self.triggers.take() {
-                    self.responder
-                        .decline(barrier.id, DeclineReason::NotRunning);
-                }
-            }
-            return;
+        let core = self.processor.core();
+        match self
+            .triggers
+            .trigger(&core.mailbox, || core.ring(), barrier, requested)
+        {
+            Offered::Slotted => {}
+            Offered::TakenBack(barrier) => self
+                .responder
+                .decline(barrier.id, DeclineReason::NotRunning),
+            Offered::Refused => self.trigger_by_mail(barrier, requested),
         }
-        self.trigger_by_mail(barrier, requested);
     }
 
     fn notify_checkpoint(&self, id: u64, completed: bool) {
@@ -317,9 +314,8 @@ where
     // otherwise they are dropped (triggers decline as they drop).
     timers.quiesce();
     let _ = processor.prepare_close();
-    // A trigger left in the slot never runs: declined (see `Remote::trigger_checkpoint`).
-    fence(Ordering::SeqCst);
-    if let Some((barrier, _)) = triggers.take() {
+    // A trigger left in the slot never runs: declined (see `TriggerSlot::trigger`).
+    if let Some(barrier) = triggers.take_left() {
         parts
             .responder
             .decline(barrier.id, DeclineReason::NotRunning);

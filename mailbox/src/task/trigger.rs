@@ -9,8 +9,22 @@
 
 use std::time::{Duration, Instant};
 
-use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 use streamtask_core::{CheckpointBarrier, CheckpointKind};
+
+use crate::mailbox::TaskMailbox;
+
+/// What [`TriggerSlot::trigger`] did with a trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offered {
+    /// In the slot, the doorbell rung: the mailbox thread runs it or declines it at its end.
+    Slotted,
+    /// In the slot, but the mailbox stopped accepting meanwhile and this thread took it back:
+    /// the caller declines it.
+    TakenBack(CheckpointBarrier),
+    /// Not in the slot (it was taken, or trigger mails wait): the caller sends it as a mail.
+    Refused,
+}
 
 // The slot's `state` word: the slot's state in the low two bits, the number of trigger mails
 // queued and not yet run or dropped above them. One word, so `offer` checks both with its one
@@ -98,6 +112,41 @@ impl TriggerSlot {
         true
     }
 
+    /// The triggering thread's half of the slot protocol: offer, `ring` (the processor's
+    /// doorbell), then look at the mailbox's state. Against [`take_left`](Self::take_left) on
+    /// the mailbox thread at its end (quiesce, then take): each side stores first (the slot's
+    /// FULL, the mailbox's state) and then loads what the other stored, across a `SeqCst` fence
+    /// on both sides, so at least one sees the other; whoever then takes the trigger has it
+    /// (one compare-exchange), so it is declined exactly once and never lost. Modelled in
+    /// `tests/loom.rs`.
+    #[inline]
+    pub(crate) fn trigger<T>(
+        &self,
+        mailbox: &TaskMailbox<T>,
+        ring: impl FnOnce(),
+        barrier: CheckpointBarrier,
+        requested: Instant,
+    ) -> Offered {
+        if !self.offer(barrier, requested) {
+            return Offered::Refused;
+        }
+        ring();
+        fence(Ordering::SeqCst);
+        if !mailbox.state().is_accepting_mails() {
+            if let Some((barrier, _)) = self.take() {
+                return Offered::TakenBack(barrier);
+            }
+        }
+        Offered::Slotted
+    }
+
+    /// The mailbox thread's half, after its mailbox stopped accepting mails (quiesced): the
+    /// trigger left in the slot, which will never run (see [`trigger`](Self::trigger)).
+    pub(crate) fn take_left(&self) -> Option<CheckpointBarrier> {
+        fence(Ordering::SeqCst);
+        self.take().map(|(barrier, _)| barrier)
+    }
+
     /// Takes the pending trigger, if there is one.
     pub(crate) fn take(&self) -> Option<(CheckpointBarrier, Instant)> {
         self.take_if(|_| true)
@@ -151,5 +200,79 @@ impl TriggerSlot {
     /// A trigger mail ran or was dropped.
     pub(crate) fn mail_done(&self) {
         self.state.fetch_sub(MAIL, Ordering::SeqCst);
+    }
+}
+
+/// The slot's protocol for the loom models in `tests/loom.rs`: the same code the task's trigger
+/// call and its end run, over a plain mailbox (the doorbell rung as the processor rings it).
+#[cfg(loom)]
+pub mod loom_model {
+    use std::time::Instant;
+
+    use streamtask_core::CheckpointBarrier;
+
+    use super::{Offered, TriggerSlot};
+    use crate::mailbox::TaskMailbox;
+
+    /// What a trigger call did, by checkpoint id.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Outcome {
+        /// In the slot; the mailbox thread has it.
+        Slotted,
+        /// Taken back by the triggering thread (to decline it).
+        TakenBack(u64),
+        /// Not in the slot: it would go as a mail.
+        Refused,
+    }
+
+    /// A task's trigger slot.
+    #[derive(Debug)]
+    pub struct Slot(TriggerSlot);
+
+    impl Default for Slot {
+        fn default() -> Self {
+            Slot(TriggerSlot::new())
+        }
+    }
+
+    impl std::fmt::Debug for TriggerSlot {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("TriggerSlot").finish_non_exhaustive()
+        }
+    }
+
+    impl Slot {
+        /// The trigger call's fast path (`Remote::trigger_checkpoint`).
+        pub fn trigger<T>(&self, mailbox: &TaskMailbox<T>, id: u64) -> Outcome {
+            let ring = || mailbox.ring_doorbell();
+            match self
+                .0
+                .trigger(mailbox, ring, CheckpointBarrier::new(id, 0), Instant::now())
+            {
+                Offered::Slotted => Outcome::Slotted,
+                Offered::TakenBack(barrier) => Outcome::TakenBack(barrier.id),
+                Offered::Refused => Outcome::Refused,
+            }
+        }
+
+        /// The mailbox thread answering the doorbell: the pending trigger's id.
+        pub fn take(&self) -> Option<u64> {
+            self.0.take().map(|(barrier, _)| barrier.id)
+        }
+
+        /// The mailbox thread at its end, after quiescing: the trigger left, to decline.
+        pub fn take_left(&self) -> Option<u64> {
+            self.0.take_left().map(|barrier| barrier.id)
+        }
+
+        /// A trigger mail is about to be queued (after a refused offer).
+        pub fn mail_queued(&self) {
+            self.0.mail_queued();
+        }
+
+        /// A trigger mail ran or was dropped.
+        pub fn mail_done(&self) {
+            self.0.mail_done();
+        }
     }
 }
