@@ -122,6 +122,10 @@ pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
 ///
 #[doc = include_str!("task/task.md")]
 pub use crate::task::TaskHandle;
+/// The checkpoint-trigger slot's protocol, for the loom models only.
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::task::loom_model as trigger_slot;
 pub use crate::task::{IterationHeadTask, OneInputTask, SourceTask, TwoInputTask};
 #[doc = include_str!("async_wait.md")]
 pub use streamtask_core::async_io::AsyncWaitOperator;

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use streamtask_core::sync::atomic::{AtomicU8, Ordering};
+use streamtask_core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
 
 use crate::mail::{Mail, Priority};
@@ -123,6 +123,11 @@ impl From<WrongThread> for TakeError {
 /// in total on current hardware).
 #[cfg(not(loom))]
 const SPIN_STEPS: u32 = 7;
+/// Yields of a blocking take after its spin and before it parks (crossbeam's backoff does the
+/// same): with more runnable threads than cores, a producer that was preempted mid-`put` gets
+/// the core, and a take that finds its mail then costs neither side a futex call.
+#[cfg(not(loom))]
+const YIELD_STEPS: u32 = 4;
 
 // Bits of `TaskMailbox::flags`.
 /// The queue holds at least one mail. Changed only under the queue lock.
@@ -146,6 +151,20 @@ impl MailHint<'_> {
         // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`.
         self.0.load(Ordering::Acquire) != 0
     }
+}
+
+/// The words a trigger call touches (rings the doorbell, reads the state and whether the owner
+/// waits) on one cache line of their own: producers' lock traffic on the queue's mutex does not
+/// invalidate the line the owner polls, and a trigger moves one line of the mailbox, not three.
+#[repr(align(64))]
+struct Hot {
+    /// `NEW_MAIL`, `BATCH` and `DOORBELL`.
+    flags: AtomicU8,
+    /// A [`MailboxState`] as `u8`; changed only under the queue lock.
+    state: AtomicU8,
+    /// The owner is about to block or blocks for mail (`SeqCst`, see
+    /// [`announce_wait`](TaskMailbox::announce_wait)).
+    owner_waiting: AtomicBool,
 }
 
 /// A priority mailbox bound to one owner thread.
@@ -174,9 +193,8 @@ impl MailHint<'_> {
 /// assert!(mailbox.close().unwrap().is_empty());
 /// ```
 pub struct TaskMailbox<T> {
+    hot: Hot,
     owner: thread::Thread,
-    flags: AtomicU8,
-    state: AtomicU8,
     queue: Mutex<VecDeque<Mail<T>>>,
     not_empty: Condvar,
     batch: Mutex<VecDeque<Mail<T>>>,
@@ -192,9 +210,12 @@ impl<T> TaskMailbox<T> {
     /// thread that is about to receive it).
     pub fn with_owner(owner: thread::Thread) -> Self {
         TaskMailbox {
+            hot: Hot {
+                flags: AtomicU8::new(0),
+                state: AtomicU8::new(MailboxState::Open as u8),
+                owner_waiting: AtomicBool::new(false),
+            },
             owner,
-            flags: AtomicU8::new(0),
-            state: AtomicU8::new(MailboxState::Open as u8),
             queue: Mutex::new(VecDeque::new()),
             not_empty: Condvar::new(),
             batch: Mutex::new(VecDeque::new()),
@@ -225,11 +246,11 @@ impl<T> TaskMailbox<T> {
     pub fn state(&self) -> MailboxState {
         // Acquire pairs with the Release store in `set_state` (made under the queue lock): a
         // thread that sees the new state also sees the queue as it was when it changed.
-        MailboxState::from_u8(self.state.load(Ordering::Acquire))
+        MailboxState::from_u8(self.hot.state.load(Ordering::Acquire))
     }
 
     fn set_state(&self, _queue: &mut VecDeque<Mail<T>>, state: MailboxState) {
-        self.state.store(state as u8, Ordering::Release);
+        self.hot.state.store(state as u8, Ordering::Release);
     }
 
     /// Appends `mail` to the queue; from any thread.
@@ -284,8 +305,8 @@ impl<T> TaskMailbox<T> {
         // polls (with several producers, that RMW per put was the contended cache line).
         // Release: the owner's fast path that sees the bit then takes the queue lock, which is
         // what actually publishes the mail; the ordering keeps the hint no later than the push.
-        if self.flags.load(Ordering::Relaxed) & NEW_MAIL == 0 {
-            self.flags.fetch_or(NEW_MAIL, Ordering::Release);
+        if self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL == 0 {
+            self.hot.flags.fetch_or(NEW_MAIL, Ordering::Release);
         }
         // Notified under the lock: the owner cannot be between its check and its wait.
         self.not_empty.notify_one();
@@ -297,12 +318,12 @@ impl<T> TaskMailbox<T> {
     pub(crate) fn push_batch_front(&self, mail: Mail<T>) {
         let mut batch = self.batch.lock();
         batch.push_front(mail);
-        self.flags.fetch_or(BATCH, Ordering::Release);
+        self.hot.flags.fetch_or(BATCH, Ordering::Release);
     }
 
     /// Owner only: drops mails at the head of the batch while `discard` says so.
     pub(crate) fn discard_batch_head_while(&self, discard: impl Fn(&T) -> bool) {
-        if self.flags.load(Ordering::Acquire) & BATCH == 0 {
+        if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
             return;
         }
         let mut batch = self.batch.lock();
@@ -330,14 +351,14 @@ impl<T> TaskMailbox<T> {
     pub(crate) fn has_mail_hint(&self) -> bool {
         // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`; the mail itself
         // is read under the lock of its container.
-        self.flags.load(Ordering::Acquire) != 0
+        self.hot.flags.load(Ordering::Acquire) != 0
     }
 
     /// The flag word [`has_mail_hint`](Self::has_mail_hint) loads, for a default action that
     /// checks it between records (one load each) without a reference to the typed mailbox.
     #[inline]
     pub(crate) fn mail_hint(&self) -> MailHint<'_> {
-        MailHint(&self.flags)
+        MailHint(&self.hot.flags)
     }
 
     /// Rings the doorbell; from any thread, no lock. `SeqCst`: a ringer that then finds the
@@ -345,20 +366,41 @@ impl<T> TaskMailbox<T> {
     /// processor's `ring`).
     #[inline]
     pub(crate) fn ring_doorbell(&self) {
-        self.flags.fetch_or(DOORBELL, Ordering::SeqCst);
+        self.hot.flags.fetch_or(DOORBELL, Ordering::SeqCst);
     }
 
     /// Whether the doorbell rang (`SeqCst`, pairing with [`ring_doorbell`](Self::ring_doorbell)).
     #[inline]
     pub(crate) fn doorbell_rung(&self) -> bool {
-        self.flags.load(Ordering::SeqCst) & DOORBELL != 0
+        self.hot.flags.load(Ordering::SeqCst) & DOORBELL != 0
+    }
+
+    /// Owner: announces that it is about to block for mail. `SeqCst`, as the ring: a ringer
+    /// then finds it waiting ([`owner_waiting`](Self::owner_waiting)) and wakes it, or the owner
+    /// sees the bell ([`doorbell_rung`](Self::doorbell_rung)) when it looks after this.
+    #[inline]
+    pub(crate) fn announce_wait(&self) {
+        self.hot.owner_waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// Owner: no longer blocking. Relaxed: only the owner's own later announce matters.
+    #[inline]
+    pub(crate) fn end_wait(&self) {
+        self.hot.owner_waiting.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the owner announced a wait (`SeqCst`, pairing with
+    /// [`announce_wait`](Self::announce_wait)); from any thread.
+    #[inline]
+    pub(crate) fn owner_waiting(&self) -> bool {
+        self.hot.owner_waiting.load(Ordering::SeqCst)
     }
 
     /// Owner: clears the doorbell; returns whether it had rung.
     #[inline]
     pub(crate) fn answer_doorbell(&self) -> bool {
-        self.flags.load(Ordering::Acquire) & DOORBELL != 0
-            && self.flags.fetch_and(!DOORBELL, Ordering::AcqRel) & DOORBELL != 0
+        self.hot.flags.load(Ordering::Acquire) & DOORBELL != 0
+            && self.hot.flags.fetch_and(!DOORBELL, Ordering::AcqRel) & DOORBELL != 0
     }
 
     /// Takes the first mail with priority `>= priority`, from the batch first, then the queue,
@@ -380,7 +422,7 @@ impl<T> TaskMailbox<T> {
         if let Some(mail) = self.take_from_batch(priority) {
             return Ok(Some(mail));
         }
-        if self.flags.load(Ordering::Acquire) & NEW_MAIL == 0 {
+        if self.hot.flags.load(Ordering::Acquire) & NEW_MAIL == 0 {
             return Ok(None);
         }
         let mut queue = self.queue.lock();
@@ -429,16 +471,24 @@ impl<T> TaskMailbox<T> {
         }
     }
 
-    /// Spins briefly (with growing pauses) until a mail may be queued.
+    /// Spins briefly (with growing pauses), then yields a few times, until a mail may be
+    /// queued.
     #[cfg(not(loom))]
     fn spin_for_mail(&self) {
+        let queued = || self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL != 0;
         for step in 0..SPIN_STEPS {
-            if self.flags.load(Ordering::Relaxed) & NEW_MAIL != 0 {
+            if queued() {
                 return;
             }
             for _ in 0..(1u32 << step) {
                 std::hint::spin_loop();
             }
+        }
+        for _ in 0..YIELD_STEPS {
+            if queued() {
+                return;
+            }
+            thread::yield_now();
         }
     }
 
@@ -457,7 +507,7 @@ impl<T> TaskMailbox<T> {
     }
 
     fn take_from_batch(&self, priority: Priority) -> Option<Mail<T>> {
-        if self.flags.load(Ordering::Acquire) & BATCH == 0 {
+        if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
             return None;
         }
         let mut batch = self.batch.lock();
@@ -473,14 +523,14 @@ impl<T> TaskMailbox<T> {
     ) -> Option<Mail<T>> {
         let mail = take_first(queue, priority);
         if mail.is_some() && queue.is_empty() {
-            self.flags.fetch_and(!NEW_MAIL, Ordering::Release);
+            self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
         }
         mail
     }
 
     fn update_batch_flag(&self, batch: &VecDeque<Mail<T>>) {
         if batch.is_empty() {
-            self.flags.fetch_and(!BATCH, Ordering::Release);
+            self.hot.flags.fetch_and(!BATCH, Ordering::Release);
         }
     }
 
@@ -500,7 +550,7 @@ impl<T> TaskMailbox<T> {
     }
 
     pub(crate) fn create_batch_unchecked(&self) -> bool {
-        let flags = self.flags.load(Ordering::Acquire);
+        let flags = self.hot.flags.load(Ordering::Acquire);
         if flags & NEW_MAIL == 0 {
             return flags & BATCH != 0;
         }
@@ -514,11 +564,11 @@ impl<T> TaskMailbox<T> {
         } else {
             batch.extend(queue.drain(..));
         }
-        self.flags.fetch_and(!NEW_MAIL, Ordering::Release);
+        self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
         if batch.is_empty() {
             false
         } else {
-            self.flags.fetch_or(BATCH, Ordering::Release);
+            self.hot.flags.fetch_or(BATCH, Ordering::Release);
             true
         }
     }
@@ -535,7 +585,7 @@ impl<T> TaskMailbox<T> {
 
     pub(crate) fn try_take_from_batch_unchecked(&self) -> Result<Option<Mail<T>>, TakeError> {
         self.check_not_closed()?;
-        if self.flags.load(Ordering::Acquire) & BATCH == 0 {
+        if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
             return Ok(None);
         }
         let mut batch = self.batch.lock();
@@ -555,7 +605,7 @@ impl<T> TaskMailbox<T> {
         let mut batch = self.batch.lock();
         let mut mails: Vec<Mail<T>> = batch.drain(..).collect();
         mails.extend(queue.drain(..));
-        self.flags.store(0, Ordering::Release);
+        self.hot.flags.store(0, Ordering::Release);
         mails
     }
 

@@ -29,8 +29,6 @@ pub(crate) struct Core<S, E> {
     loop_suspended: AtomicBool,
     /// The current suspension's token; 0 when the default action is available.
     suspension: AtomicU64,
-    /// Whether the owner is about to block or blocks for mail (`SeqCst`, see [`Core::ring`]).
-    blocked: AtomicBool,
     metrics: Option<std::sync::Arc<TaskMetrics>>,
     tracer: Tracer,
 }
@@ -46,7 +44,6 @@ impl<S, E> Core<S, E> {
             loop_running: AtomicBool::new(true),
             loop_suspended: AtomicBool::new(false),
             suspension: AtomicU64::new(0),
-            blocked: AtomicBool::new(false),
             metrics,
             tracer,
         }
@@ -131,6 +128,8 @@ impl<S, E> Core<S, E> {
     }
 
     /// Puts a control mail first if the mailbox is open (atomically); does nothing otherwise.
+    /// Cold: kept out of [`ring`](Self::ring)'s inlined fast path.
+    #[cold]
     fn send_control_if_open(&self, description: &'static str, control: Control<E>) {
         self.mailbox.run_exclusively(|mailbox| {
             if mailbox.state().is_accepting_mails() {
@@ -144,12 +143,14 @@ impl<S, E> Core<S, E> {
 
     /// Rings the doorbell: the owner runs its doorbell action before its next record or mail
     /// batch. From any thread; no lock and no allocation unless the owner blocks for mail, when
-    /// a signal mail wakes it. The ring and the owner's `blocked` flag are `SeqCst` on both
-    /// sides: either the ringer sees the owner blocked (and signals), or the owner sees the
-    /// bell before it blocks.
+    /// a signal mail wakes it. The ring and the owner's announced wait are `SeqCst` on both
+    /// sides: either the ringer sees the owner waiting (and signals), or the owner sees the
+    /// bell before it blocks. Inlined into the trigger call; both words are on the mailbox's
+    /// one hot cache line.
+    #[inline]
     pub(crate) fn ring(&self) {
         self.mailbox.ring_doorbell();
-        if self.blocked.load(Ordering::SeqCst) {
+        if self.mailbox.owner_waiting() {
             self.send_control_if_open("doorbell", Control::Signal);
         }
     }
@@ -730,13 +731,13 @@ fn process_mail<S, E, X: ActionExecutor<S>>(
             Some(mail) => mail,
             None => {
                 // Announce the wait, then look at the bell once more (see `Core::ring`).
-                core.blocked.store(true, Ordering::SeqCst);
+                core.mailbox.announce_wait();
                 if core.mailbox.doorbell_rung() {
-                    core.blocked.store(false, Ordering::Relaxed);
+                    core.mailbox.end_wait();
                     continue;
                 }
                 let mail = take_blocking(core, owner);
-                core.blocked.store(false, Ordering::Relaxed);
+                core.mailbox.end_wait();
                 mail?
             }
         };

@@ -353,3 +353,91 @@ mod submit_slot {
         });
     }
 }
+
+/// The source task's checkpoint-trigger slot (`task/trigger.rs`): the trigger call's fast path
+/// racing the mailbox thread, which may answer the doorbell and then ends (quiesce, take what
+/// is left). Every trigger is run or declined exactly once: never lost, never twice.
+mod trigger_slot {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use streamtask_mailbox::TaskMailbox;
+    use streamtask_mailbox::trigger_slot::{Outcome, Slot};
+
+    /// A trigger racing the task's end: the owner runs it (answers the bell before quiescing),
+    /// declines it (left in the slot after quiescing), or the triggering thread takes it back
+    /// (it saw the mailbox quiesced); exactly one of the three.
+    #[test]
+    fn a_trigger_racing_the_end_is_run_or_declined_once() {
+        loom::model(|| {
+            let mailbox = Arc::new(TaskMailbox::<u32>::new());
+            let slot = Arc::new(Slot::default());
+            let trigger = {
+                let (mailbox, slot) = (Arc::clone(&mailbox), Arc::clone(&slot));
+                thread::spawn(move || slot.trigger(&mailbox, 1))
+            };
+            let ran = usize::from(slot.take() == Some(1));
+            mailbox.quiesce().unwrap();
+            let declined_here = usize::from(slot.take_left() == Some(1));
+            let outcome = trigger.join().unwrap();
+            assert_ne!(outcome, Outcome::Refused, "the slot was empty");
+            let taken_back = usize::from(outcome == Outcome::TakenBack(1));
+            assert_eq!(ran + declined_here + taken_back, 1, "{outcome:?}");
+        });
+    }
+
+    /// Two triggering threads: one gets the slot, the other (refused) counts its mail in the
+    /// same word; while that mail is counted no trigger takes the slot (none overtakes it), and
+    /// once it is done and the slot taken, the slot is free again.
+    #[test]
+    fn a_refused_trigger_goes_as_a_mail_and_holds_the_slot_off_until_done() {
+        loom::model(|| {
+            let mailbox = Arc::new(TaskMailbox::<u32>::new());
+            let slot = Arc::new(Slot::default());
+            let triggers: Vec<_> = [1, 2]
+                .into_iter()
+                .map(|id| {
+                    let (mailbox, slot) = (Arc::clone(&mailbox), Arc::clone(&slot));
+                    thread::spawn(move || {
+                        let outcome = slot.trigger(&mailbox, id);
+                        if outcome == Outcome::Refused {
+                            slot.mail_queued();
+                        }
+                        (id, outcome)
+                    })
+                })
+                .collect();
+            let slotted_now = slot.take();
+            let outcomes: Vec<_> = triggers.into_iter().map(|t| t.join().unwrap()).collect();
+            let refused: Vec<u64> = outcomes
+                .iter()
+                .filter(|(_, o)| *o == Outcome::Refused)
+                .map(|(id, _)| *id)
+                .collect();
+            let slotted: Vec<u64> = outcomes
+                .iter()
+                .filter(|(_, o)| *o == Outcome::Slotted)
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(slotted.len() + refused.len(), 2, "{outcomes:?}");
+            assert!(!slotted.is_empty(), "the first offer finds the slot empty");
+            // Every slotted trigger is taken exactly once (a second one can be slotted only
+            // after the first was taken).
+            let mut taken: Vec<u64> = slotted_now.into_iter().collect();
+            taken.extend(slot.take());
+            assert_eq!(slot.take(), None);
+            taken.sort_unstable();
+            let mut slotted = slotted;
+            slotted.sort_unstable();
+            assert_eq!(taken, slotted, "{outcomes:?}");
+            if !refused.is_empty() {
+                // The refused trigger's mail is queued: a new trigger may not take the slot.
+                assert_eq!(slot.trigger(&mailbox, 3), Outcome::Refused);
+                slot.mail_done();
+            }
+            // Mails done, slot empty: the next trigger takes it.
+            assert_eq!(slot.trigger(&mailbox, 4), Outcome::Slotted);
+            assert_eq!(slot.take(), Some(4));
+        });
+    }
+}

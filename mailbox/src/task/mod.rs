@@ -17,7 +17,6 @@ use streamtask_core::TaskOutput;
 use streamtask_core::runtime::{
     ChainBody, TaskChain, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode,
 };
-use streamtask_core::sync::atomic::{Ordering, fence};
 use streamtask_core::sync::spawn_named;
 use streamtask_core::task::{DeclineReason, TaskConfig};
 use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
@@ -40,7 +39,9 @@ pub use streamtask_core::runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
-use self::trigger::TriggerSlot;
+#[cfg(loom)]
+pub use self::trigger::loom_model;
+use self::trigger::{Offered, TriggerSlot};
 
 /// How the handle reaches a mailbox task: every call is a mail.
 struct Remote<B> {
@@ -51,28 +52,17 @@ struct Remote<B> {
     triggers: std::sync::Arc<TriggerSlot>,
 }
 
-impl<I, C, W> TaskControl for Remote<MailboxBody<I, C, W>>
+impl<I, C, W> Remote<MailboxBody<I, C, W>>
 where
     C: TaskChain + 'static,
     W: TaskOutput<C::Out> + 'static,
     I: Input<C, W>,
 {
-    fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        // The fast way: the slot and the doorbell (no allocation, no lock).
-        if self.triggers.offer(barrier, requested) {
-            let core = self.processor.core();
-            core.ring();
-            // Ordered against the task thread's quiesce-then-take at its end: one of the two
-            // sees the other, and whoever takes the trigger back declines it.
-            fence(Ordering::SeqCst);
-            if !core.mailbox.state().is_accepting_mails() {
-                if let Some((barrier, _)) = self.triggers.take() {
-                    self.responder
-                        .decline(barrier.id, DeclineReason::NotRunning);
-                }
-            }
-            return;
-        }
+    /// The slot is taken (or trigger mails wait): the trigger goes as a mail. Out of line, so
+    /// the fast path's code stays small.
+    #[cold]
+    #[inline(never)]
+    fn trigger_by_mail(&self, barrier: CheckpointBarrier, requested: Instant) {
         self.triggers.mail_queued();
         let trigger = TriggerMail {
             barrier,
@@ -85,6 +75,28 @@ where
             .processor
             .core()
             .enqueue(Priority::MIN, "checkpoint trigger", trigger);
+    }
+}
+
+impl<I, C, W> TaskControl for Remote<MailboxBody<I, C, W>>
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
+        // The fast way: the slot and the doorbell (no allocation, no lock).
+        let core = self.processor.core();
+        match self
+            .triggers
+            .trigger(&core.mailbox, || core.ring(), barrier, requested)
+        {
+            Offered::Slotted => {}
+            Offered::TakenBack(barrier) => self
+                .responder
+                .decline(barrier.id, DeclineReason::NotRunning),
+            Offered::Refused => self.trigger_by_mail(barrier, requested),
+        }
     }
 
     fn notify_checkpoint(&self, id: u64, completed: bool) {
@@ -302,9 +314,8 @@ where
     // otherwise they are dropped (triggers decline as they drop).
     timers.quiesce();
     let _ = processor.prepare_close();
-    // A trigger left in the slot never runs: declined (see `Remote::trigger_checkpoint`).
-    fence(Ordering::SeqCst);
-    if let Some((barrier, _)) = triggers.take() {
+    // A trigger left in the slot never runs: declined (see `TriggerSlot::trigger`).
+    if let Some(barrier) = triggers.take_left() {
         parts
             .responder
             .decline(barrier.id, DeclineReason::NotRunning);

@@ -9,25 +9,49 @@
 
 use std::time::{Duration, Instant};
 
-use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 use streamtask_core::{CheckpointBarrier, CheckpointKind};
 
-const EMPTY: u8 = 0;
-const WRITING: u8 = 1;
-const FULL: u8 = 2;
+use crate::mailbox::TaskMailbox;
+
+/// What [`TriggerSlot::trigger`] did with a trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offered {
+    /// In the slot, the doorbell rung: the mailbox thread runs it or declines it at its end.
+    Slotted,
+    /// In the slot, but the mailbox stopped accepting meanwhile and this thread took it back:
+    /// the caller declines it.
+    TakenBack(CheckpointBarrier),
+    /// Not in the slot (it was taken, or trigger mails wait): the caller sends it as a mail.
+    Refused,
+}
+
+// The slot's `state` word: the slot's state in the low two bits, the number of trigger mails
+// queued and not yet run or dropped above them. One word, so `offer` checks both with its one
+// compare-exchange (no separate load of a second atomic on the triggering thread).
+const EMPTY: u64 = 0;
+const WRITING: u64 = 1;
+const FULL: u64 = 2;
+const STATE_BITS: u64 = 0b11;
+/// One queued trigger mail in the `state` word.
+const MAIL: u64 = 4;
 
 /// One pending checkpoint trigger, written by any thread, taken by the mailbox thread.
+///
+/// Everything a trigger writes or reads is on one cache line (`align(64)`), apart from the
+/// owner's, so a trigger call moves this line and the mailbox's flag line and nothing else.
+#[repr(align(64))]
 pub(crate) struct TriggerSlot {
-    state: AtomicU8,
+    /// The slot's state and the count of queued trigger mails (see the constants above): while
+    /// any trigger mail is queued, triggers go as mails too, so they run in the order they were
+    /// made.
+    state: AtomicU64,
     id: AtomicU64,
     timestamp: AtomicU64,
-    kind: AtomicU8,
     /// Nanoseconds from `base` to the trigger call.
     requested: AtomicU64,
+    kind: AtomicU8,
     base: Instant,
-    /// Trigger mails queued and not yet run or dropped: while any is, triggers go as mails
-    /// too, so they run in the order they were made.
-    mails: AtomicU64,
 }
 
 fn encode(kind: CheckpointKind) -> u8 {
@@ -48,24 +72,26 @@ fn decode(kind: u8) -> CheckpointKind {
 impl TriggerSlot {
     pub(crate) fn new() -> Self {
         TriggerSlot {
-            state: AtomicU8::new(EMPTY),
+            state: AtomicU64::new(EMPTY),
             id: AtomicU64::new(0),
             timestamp: AtomicU64::new(0),
-            kind: AtomicU8::new(0),
             requested: AtomicU64::new(0),
+            kind: AtomicU8::new(0),
             base: Instant::now(),
-            mails: AtomicU64::new(0),
         }
     }
 
     /// Puts the trigger into the slot; `false` if it must go as a mail (the slot is taken, or
-    /// older trigger mails wait).
+    /// older trigger mails wait). Inlined into the trigger call: the call's code stays in one
+    /// place (a trigger arrives on a thread that has slept since the last one, cold caches).
+    #[inline]
     pub(crate) fn offer(&self, barrier: CheckpointBarrier, requested: Instant) -> bool {
-        if self.mails.load(Ordering::SeqCst) != 0
-            || self
-                .state
-                .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+        // EMPTY with no mail queued is the word 0: one compare-exchange checks both. Acquire:
+        // the owner's take (the CAS back to EMPTY) read the fields before releasing the slot.
+        if self
+            .state
+            .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
         {
             return false;
         }
@@ -79,9 +105,46 @@ impl TriggerSlot {
             u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
-        // SeqCst: ordered before the ringer's and the closer's checks (see `Remote`).
-        self.state.store(FULL, Ordering::SeqCst);
+        // WRITING -> FULL. SeqCst: ordered before the ringer's and the closer's checks (see
+        // `Remote`). An add, not a store: another triggering thread whose offer failed meanwhile
+        // may have counted its mail in the same word.
+        self.state.fetch_add(FULL - WRITING, Ordering::SeqCst);
         true
+    }
+
+    /// The triggering thread's half of the slot protocol: offer, `ring` (the processor's
+    /// doorbell), then look at the mailbox's state. Against [`take_left`](Self::take_left) on
+    /// the mailbox thread at its end (quiesce, then take): each side stores first (the slot's
+    /// FULL, the mailbox's state) and then loads what the other stored, across a `SeqCst` fence
+    /// on both sides, so at least one sees the other; whoever then takes the trigger has it
+    /// (one compare-exchange), so it is declined exactly once and never lost. Modelled in
+    /// `tests/loom.rs`.
+    #[inline]
+    pub(crate) fn trigger<T>(
+        &self,
+        mailbox: &TaskMailbox<T>,
+        ring: impl FnOnce(),
+        barrier: CheckpointBarrier,
+        requested: Instant,
+    ) -> Offered {
+        if !self.offer(barrier, requested) {
+            return Offered::Refused;
+        }
+        ring();
+        fence(Ordering::SeqCst);
+        if !mailbox.state().is_accepting_mails() {
+            if let Some((barrier, _)) = self.take() {
+                return Offered::TakenBack(barrier);
+            }
+        }
+        Offered::Slotted
+    }
+
+    /// The mailbox thread's half, after its mailbox stopped accepting mails (quiesced): the
+    /// trigger left in the slot, which will never run (see [`trigger`](Self::trigger)).
+    pub(crate) fn take_left(&self) -> Option<CheckpointBarrier> {
+        fence(Ordering::SeqCst);
+        self.take().map(|(barrier, _)| barrier)
     }
 
     /// Takes the pending trigger, if there is one.
@@ -95,7 +158,7 @@ impl TriggerSlot {
     }
 
     fn take_if(&self, take: impl FnOnce(u64) -> bool) -> Option<(CheckpointBarrier, Instant)> {
-        if self.state.load(Ordering::SeqCst) != FULL {
+        if self.state.load(Ordering::SeqCst) & STATE_BITS != FULL {
             return None;
         }
         // FULL: nobody writes the fields until the state is EMPTY again.
@@ -109,20 +172,107 @@ impl TriggerSlot {
             kind: decode(self.kind.load(Ordering::Relaxed)),
         };
         let requested = self.base + Duration::from_nanos(self.requested.load(Ordering::Relaxed));
-        // Whoever wins this (the owner, or a triggerer taking its trigger back) has it.
-        self.state
-            .compare_exchange(FULL, EMPTY, Ordering::SeqCst, Ordering::Relaxed)
-            .ok()
-            .map(|_| (barrier, requested))
+        // Whoever wins this (the owner, or a triggerer taking its trigger back) has it; the
+        // mail count beside the state is kept. Only a taker moves FULL on, so the state bits
+        // stay FULL while the count changes and the loop ends.
+        let mut word = self.state.load(Ordering::SeqCst);
+        loop {
+            if word & STATE_BITS != FULL {
+                return None;
+            }
+            match self.state.compare_exchange_weak(
+                word,
+                word - FULL + EMPTY,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Some((barrier, requested)),
+                Err(now) => word = now,
+            }
+        }
     }
 
     /// A trigger mail is about to be queued.
     pub(crate) fn mail_queued(&self) {
-        self.mails.fetch_add(1, Ordering::SeqCst);
+        self.state.fetch_add(MAIL, Ordering::SeqCst);
     }
 
     /// A trigger mail ran or was dropped.
     pub(crate) fn mail_done(&self) {
-        self.mails.fetch_sub(1, Ordering::SeqCst);
+        self.state.fetch_sub(MAIL, Ordering::SeqCst);
+    }
+}
+
+/// The slot's protocol for the loom models in `tests/loom.rs`: the same code the task's trigger
+/// call and its end run, over a plain mailbox (the doorbell rung as the processor rings it).
+#[cfg(loom)]
+pub mod loom_model {
+    use std::time::Instant;
+
+    use streamtask_core::CheckpointBarrier;
+
+    use super::{Offered, TriggerSlot};
+    use crate::mailbox::TaskMailbox;
+
+    /// What a trigger call did, by checkpoint id.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Outcome {
+        /// In the slot; the mailbox thread has it.
+        Slotted,
+        /// Taken back by the triggering thread (to decline it).
+        TakenBack(u64),
+        /// Not in the slot: it would go as a mail.
+        Refused,
+    }
+
+    /// A task's trigger slot.
+    #[derive(Debug)]
+    pub struct Slot(TriggerSlot);
+
+    impl Default for Slot {
+        fn default() -> Self {
+            Slot(TriggerSlot::new())
+        }
+    }
+
+    impl std::fmt::Debug for TriggerSlot {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("TriggerSlot").finish_non_exhaustive()
+        }
+    }
+
+    impl Slot {
+        /// The trigger call's fast path (`Remote::trigger_checkpoint`).
+        pub fn trigger<T>(&self, mailbox: &TaskMailbox<T>, id: u64) -> Outcome {
+            let ring = || mailbox.ring_doorbell();
+            match self
+                .0
+                .trigger(mailbox, ring, CheckpointBarrier::new(id, 0), Instant::now())
+            {
+                Offered::Slotted => Outcome::Slotted,
+                Offered::TakenBack(barrier) => Outcome::TakenBack(barrier.id),
+                Offered::Refused => Outcome::Refused,
+            }
+        }
+
+        /// The mailbox thread answering the doorbell: the pending trigger's id.
+        pub fn take(&self) -> Option<u64> {
+            self.0.take().map(|(barrier, _)| barrier.id)
+        }
+
+        /// The mailbox thread at its end, after quiescing: the trigger left, to decline.
+        pub fn take_left(&self) -> Option<u64> {
+            self.0.take_left().map(|barrier| barrier.id)
+        }
+
+        /// A trigger mail is about to be queued (after a refused offer).
+        pub fn mail_queued(&self) {
+            self.0.mail_queued();
+        }
+
+        /// A trigger mail ran or was dropped.
+        pub fn mail_done(&self) {
+            self.0.mail_done();
+        }
     }
 }
