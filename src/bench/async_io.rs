@@ -130,7 +130,7 @@ const SPIN_AHEAD: Duration = Duration::from_micros(20);
 ///
 /// It stands in for a service that answers in exactly `latency`, so it is made precise: its
 /// thread asks for 1 ns of timer slack (Linux's default of 50 us would make every timed wait
-/// up to 50 us late), sleeps until [`SPIN_AHEAD`] before the next deadline and spins the rest,
+/// up to 50 us late), sleeps until 20 us before the next deadline and spins the rest,
 /// and completes every call that is due in one pass. [`mean_latency`](Self::mean_latency)
 /// says how close it came.
 pub struct Completer {
