@@ -119,20 +119,16 @@ struct CompleterState {
     total_latency: Duration,
 }
 
-/// How long before a deadline the completer stops sleeping and spins: a timed wait wakes a
-/// few microseconds late even with 1 ns of timer slack (the wake-up itself), so it sleeps
-/// until this much before the deadline and spins the rest. Short, so the spinning costs a core
-/// for little of the time (the task thread needs the other one).
-const SPIN_AHEAD: Duration = Duration::from_micros(20);
-
 /// One thread completing every call `latency` after it was made: a simulated remote service
 /// with a timer wheel, not a sleeping thread per request.
 ///
 /// It stands in for a service that answers in exactly `latency`, so it is made precise: its
 /// thread asks for 1 ns of timer slack (Linux's default of 50 us would make every timed wait
-/// up to 50 us late), sleeps until 20 us before the next deadline and spins the rest,
-/// and completes every call that is due in one pass. [`mean_latency`](Self::mean_latency)
-/// says how close it came.
+/// up to 50 us late) and completes every call that is due in one pass.
+/// [`mean_latency`](Self::mean_latency) says how close it came. It does not spin before a
+/// deadline: calls fall due every few microseconds, so a spin of even 20 us kept the thread
+/// busy most of the time (a third of the CPU samples of a run), taking the core the task and
+/// producer threads need on a two-core machine.
 pub struct Completer {
     latency: Duration,
     shared: Arc<(Mutex<CompleterState>, Condvar)>,
@@ -187,8 +183,7 @@ impl Completer {
 
 /// Asks the kernel for 1 ns of timer slack on the calling thread, so its timed waits end when
 /// asked (the default slack, 50 us, lets them end up to that much later). Elsewhere, or if the
-/// kernel refuses, the waits keep the default and the spin before each deadline absorbs part
-/// of the lateness.
+/// kernel refuses, the waits keep the default slack.
 fn precise_timers() {
     #[cfg(target_os = "linux")]
     if let Err(error) = nix::sys::prctl::set_timerslack(1) {
@@ -226,18 +221,7 @@ fn complete_due(shared: &(Mutex<CompleterState>, Condvar)) {
             state = changed.wait(state).unwrap();
             continue;
         };
-        let left = next - now;
-        if left > SPIN_AHEAD {
-            state = changed.wait_timeout(state, left - SPIN_AHEAD).unwrap().0;
-            continue;
-        }
-        // Close to the deadline: spin without the lock (the caller keeps adding calls; they
-        // are due later, behind this one).
-        drop(state);
-        while Instant::now() < next {
-            std::hint::spin_loop();
-        }
-        state = lock.lock().unwrap();
+        state = changed.wait_timeout(state, next - now).unwrap().0;
     }
 }
 
