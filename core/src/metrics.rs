@@ -243,7 +243,9 @@ pub struct TaskMetrics {
     pub checkpoint_duration: LatencyHistogram,
     /// From the first to the last barrier of a checkpoint on a multi-input task.
     pub alignment: LatencyHistogram,
-    /// Mailbox model: from a mail's enqueue to the start of its run.
+    /// Mailbox model: from a mail's enqueue to the start of its run, sampled (one mail in
+    /// `streamtask_mailbox::MAILBOX_LATENCY_SAMPLE` per putting thread; checkpoint triggers
+    /// from the task's slot always).
     pub mailbox_latency: LatencyHistogram,
     /// Mails run.
     pub mails: Counter,

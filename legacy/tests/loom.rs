@@ -168,7 +168,10 @@ mod async_wait {
             AsyncConfig::new(OutputMode::Ordered, capacity),
         )
         .unwrap()
-        .with_completion_sink(sink);
+        .with_completion_sink(sink)
+        // Echo answers inside the call; modelled here is the emitter path every completion
+        // from another thread takes, so the completions must not be applied inline.
+        .with_inline_completions(false);
         let tail: NoChain<u32> = streamtask_core::operator::Map::new(
             "results",
             std::convert::identity as fn(u32) -> u32,

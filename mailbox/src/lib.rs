@@ -109,7 +109,7 @@ pub use crate::async_operator::{
     AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask,
 };
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
-pub use crate::letter::Letter;
+pub use crate::letter::{Letter, MAILBOX_LATENCY_SAMPLE};
 pub use crate::mail::{Mail, Priority};
 pub use crate::mailbox::{Exclusive, MailboxState, PutError, TakeError, TaskMailbox, WrongThread};
 pub use crate::processor::{

@@ -70,7 +70,10 @@ impl<S, E> Core<S, E> {
         let is_signal = matches!(letter.kind, LetterKind::Control(Control::Signal));
         if let (Some(metrics), false) = (&self.metrics, is_signal) {
             metrics.mails.inc();
-            metrics.mailbox_latency.record(letter.enqueued.elapsed());
+            // Sampled: only the mails stamped at enqueue (see `letter`'s module docs).
+            if let Some(enqueued) = letter.enqueued {
+                metrics.mailbox_latency.record(enqueued.elapsed());
+            }
         }
         let _span = self.tracer.span("mail", || letter.description.to_string());
         match letter.kind {
@@ -109,7 +112,7 @@ impl<S, E> Core<S, E> {
         A: MailAction<S, E> + 'static,
     {
         let boxed = Box::new(action);
-        let enqueued = Instant::now();
+        let enqueued = crate::letter::stamp();
         self.mailbox.run_exclusively(|mailbox| {
             let state = mailbox.state();
             if !state.is_accepting_mails() {

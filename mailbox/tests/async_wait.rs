@@ -151,3 +151,66 @@ fn an_async_operator_in_the_middle_of_a_chain_holds_what_a_flat_map_emits_beyond
     );
     assert_eq!(calls.timeouts().len(), 1);
 }
+
+/// Answers every call inside `invoke`, on the task thread (a cache hit).
+struct Answering;
+
+impl streamtask_core::function::AsyncFunction for Answering {
+    type In = u64;
+    type Out = u64;
+    fn invoke(&mut self, input: &u64, result: streamtask_core::function::ResultFuture<u64>) {
+        result.complete(vec![input * 10]);
+    }
+}
+
+/// Runs 20 records through an async operator of capacity 2 over `Answering`; the values
+/// emitted and the mails the task ran.
+fn answered_at_once(inline: bool, mode: OutputMode) -> (Vec<u64>, u64) {
+    use streamtask_core::StreamElement;
+    use streamtask_core::channel::{InputGate, bounded};
+    use streamtask_core::operator::Emitted;
+    use streamtask_mailbox::OneInputTask;
+
+    let op = AsyncWaitOperator::new("async", Answering, AsyncConfig::new(mode, 2))
+        .unwrap()
+        .with_inline_completions(inline);
+    let (tx, rx) = bounded(32).unwrap();
+    for x in 1..=20 {
+        tx.send(StreamElement::Record(StreamRecord::new(x)))
+            .unwrap();
+    }
+    tx.send(StreamElement::EndOfInput).unwrap();
+    let config = TaskConfig::new("answering");
+    let metrics = std::sync::Arc::clone(&config.metrics);
+    let output = SharedOutput::new();
+    let task = OneInputTask::spawn(
+        config,
+        InputGate::new(vec![rx]).unwrap(),
+        op,
+        output.clone(),
+    );
+    assert!(task.join().is_finished());
+    let values = output
+        .emitted()
+        .into_iter()
+        .filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        })
+        .collect();
+    (values, metrics.mails.get())
+}
+
+#[test]
+fn completions_made_during_the_call_are_applied_inline_without_a_mail() {
+    let expected: Vec<u64> = (1..=20).map(|x| x * 10).collect();
+    for mode in [OutputMode::Ordered, OutputMode::Unordered] {
+        let (values, mails) = answered_at_once(true, mode);
+        assert_eq!(values, expected, "{mode:?}");
+        assert_eq!(mails, 0, "{mode:?}: no completion travelled as a mail");
+        // Off, every completion takes the model's route: a mail per burst, at least one.
+        let (values, mails) = answered_at_once(false, mode);
+        assert_eq!(values, expected, "{mode:?}");
+        assert!(mails >= 1, "{mode:?}: the completions came back as mails");
+    }
+}

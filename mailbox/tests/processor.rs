@@ -9,8 +9,9 @@ use std::time::Duration;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_mailbox::{
-    Controller, Immediate, Letter, LoopError, Mail, MailboxProcessor, MailboxState, Priority,
-    ProcessorBuilder, SubmitError, SuspendCause, Suspension, TakeError, TaskMailbox,
+    Controller, Immediate, Letter, LoopError, MAILBOX_LATENCY_SAMPLE, Mail, MailboxProcessor,
+    MailboxState, Priority, ProcessorBuilder, SubmitError, SuspendCause, Suspension, TakeError,
+    TaskMailbox,
 };
 
 type Processor = MailboxProcessor<Vec<String>, String>;
@@ -492,9 +493,16 @@ fn mails_are_counted_and_their_latency_and_spans_recorded() {
         ProcessorBuilder::with_metrics(TaskMailbox::new(), Arc::clone(&metrics), Tracer::to(&log));
     let executor = builder.mailbox_executor(Priority::MIN);
     let mut processor = builder.build(Immediate::new(Vec::<String>::new()));
-    for _ in 0..3 {
-        executor.execute("counted", push("x")).unwrap();
-    }
+    // The latency is sampled per putting thread (its first mail, then one in
+    // MAILBOX_LATENCY_SAMPLE), so the mails come from a fresh thread: three samples.
+    let mails = 2 * MAILBOX_LATENCY_SAMPLE + 1;
+    thread::spawn(move || {
+        for _ in 0..mails {
+            executor.execute("counted", push("x")).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
     let mut action = |_: &mut Vec<String>, c: &mut Controller<'_>| -> Result<(), String> {
         c.all_actions_completed();
         Ok(())
@@ -502,12 +510,15 @@ fn mails_are_counted_and_their_latency_and_spans_recorded() {
     processor.run_mailbox_loop(&mut action).unwrap();
     assert_eq!(
         metrics.mails.get(),
-        3,
+        u64::from(mails),
         "internal signal mails are not counted"
     );
-    assert_eq!(metrics.mailbox_latency.count(), 3);
+    assert_eq!(metrics.mailbox_latency.count(), 3, "one mail in the sample");
     let spans = log.events();
-    assert_eq!(spans.iter().filter(|e| e.name == "counted").count(), 3);
+    assert_eq!(
+        spans.iter().filter(|e| e.name == "counted").count(),
+        mails as usize
+    );
     assert!(spans.iter().all(|e| e.cat == "mail"));
 }
 

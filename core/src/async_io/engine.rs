@@ -1,7 +1,8 @@
 #![doc = include_str!("engine.md")]
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -131,8 +132,9 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     timeout_ms: Option<i64>,
     retry: RetryPolicy<F::Out>,
     queue: ElementQueue<F::In, F::Out>,
-    /// Admitted records whose outcome is not final, by entry id.
-    calls: BTreeMap<u64, Call<F::In, F::Out>>,
+    /// Admitted records whose outcome is not final, by entry id (a hash map: inserted, looked
+    /// up and removed once per record, in the order calls complete).
+    calls: HashMap<u64, Call<F::In, F::Out>, BuildHasherDefault<EntryHasher>>,
     /// Elements waiting for room, oldest first.
     held: VecDeque<QueuedInput<F::In>>,
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
@@ -162,7 +164,7 @@ where
             timeout_ms: config.timeout_millis(),
             queue: ElementQueue::new(config.mode, config.capacity),
             retry: config.retry,
-            calls: BTreeMap::new(),
+            calls: HashMap::default(),
             held: VecDeque::new(),
             sink: None,
             phase: Phase::Created,
@@ -400,7 +402,18 @@ where
         let Some(sink) = self.sink.as_ref() else {
             return Ok(());
         };
-        for (&entry, call) in &mut self.calls {
+        // In entry order, as the records arrived.
+        let mut due: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, call)| call.retry.is_some())
+            .map(|(&entry, _)| entry)
+            .collect();
+        due.sort_unstable();
+        for entry in due {
+            let Some(call) = self.calls.get_mut(&entry) else {
+                unreachable!("listed above");
+            };
             if let Some(retry) = call.retry.take() {
                 ctx.cancel_timer(retry.handle);
                 start_attempt(&mut self.function, entry, call, sink);
@@ -537,6 +550,29 @@ where
         });
         self.function.invoke(&call.input, future);
         Ok(())
+    }
+}
+
+/// Hashes entry ids (unique, counting up) by Fibonacci hashing: one multiplication spreads
+/// consecutive ids over the table (SipHash's protection against chosen keys is not needed for
+/// ids this engine assigns).
+#[derive(Debug, Default, Clone, Copy)]
+struct EntryHasher(u64);
+
+impl Hasher for EntryHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed; this keeps the hasher total for any other use.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

@@ -11,6 +11,7 @@ use super::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
 use crate::function::{AsyncFunction, Completion, CompletionSink};
 use crate::operator::{Context, EventSender, Operator, OperatorEvent};
 use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::{OperatorError, StreamRecord, Timer, Watermark};
 
 /// Async I/O (Flink's `AsyncWaitOperator`), the same operator in every model; only the way its
@@ -25,6 +26,7 @@ use crate::{OperatorError, StreamRecord, Timer, Watermark};
 /// |---|---|
 /// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> a list the operator shares with its sink, and an event for this operator only when the list was empty (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies the whole list and emits what became ready: a burst of completions costs one event |
 /// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
+/// | a completion made during the operator's own call (a function that answers at once; [`with_inline_completions`](Self::with_inline_completions), on by default) | caught by the list and applied as soon as the call returns, on the thread that made it: no event, no emitter hand-off |
 /// | a timeout, a retry | a timer of this operator -> `on_processing_time` |
 /// | an element that finds the queue full | **held**, in order, in a list that is part of the snapshot, and admitted as completions free slots; [`accepts_input`](Operator::accepts_input) is `false` while one is held, so the task stops feeding the chain (it reads a barrier, though, and the snapshot holds the held element: FLINK-7949) |
 /// | end of input | `end_input` runs due retries at once; `accepts_input()` stays `false` until everything was emitted, so the task's drain runs the completions before the next operator's `end_input` (FLINK-13491) |
@@ -45,8 +47,12 @@ pub struct AsyncWaitOperator<F: AsyncFunction> {
     engine: AsyncWaitEngine<F>,
     /// Where completions go when not back as events; taken at `open`.
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
-    /// The completions waiting for this operator's event, when they come back as events.
-    route: Option<Arc<EventRoute<F::Out>>>,
+    /// Where the calls' futures deliver (set at `open`): the completions caught during the
+    /// operator's own calls, and those waiting for this operator's event.
+    route: Option<Arc<CompletionRoute<F::Out>>>,
+    /// Whether completions made during the operator's own calls are applied when the call
+    /// returns (see [`with_inline_completions`](Self::with_inline_completions)).
+    inline: bool,
     /// The buffer the route's list is swapped into (the two take turns, so a burst of
     /// completions allocates nothing).
     arrived: Vec<Completion<F::Out>>,
@@ -71,6 +77,7 @@ where
             engine: AsyncWaitEngine::new(name, function, config)?,
             sink: None,
             route: None,
+            inline: true,
             arrived: Vec::new(),
         })
     }
@@ -80,6 +87,18 @@ where
     /// emitter thread, under the checkpoint lock).
     pub fn with_completion_sink(mut self, sink: Arc<dyn CompletionSink<F::Out>>) -> Self {
         self.sink = Some(sink);
+        self
+    }
+
+    /// Whether a completion made *during* one of the operator's own calls (a function that
+    /// answers at once, on the thread running the operator: a cache hit, a zero-latency
+    /// stub) is applied as soon as that call returns, on the same thread, instead of
+    /// travelling back as an event mail or through the completion sink (the emitter thread).
+    /// On by default: such a completion then costs no mail and no thread hand-off. Off, every
+    /// completion takes the model's route, as Flink's do (a mail even from the mailbox
+    /// thread). Completions made on other threads always take the route.
+    pub fn with_inline_completions(mut self, inline: bool) -> Self {
+        self.inline = inline;
         self
     }
 
@@ -104,10 +123,69 @@ where
         completions: Vec<Completion<F::Out>>,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        for completion in completions {
-            self.engine.on_completion(completion, ctx)?;
+        // Admitting held elements into the freed slots starts calls: they may answer at once.
+        self.catching(ctx, |engine, _, ctx| {
+            for completion in completions {
+                engine.on_completion(completion, ctx)?;
+            }
+            engine.emit_ready(ctx)
+        })
+    }
+
+    /// Runs `call` on the engine; with inline completions on, the completions delivered
+    /// meanwhile are caught and applied when it returns (then what they freed is emitted,
+    /// which may admit held elements and catch more), until none was caught. See
+    /// [`CompletionRoute`] for the protocol.
+    #[inline]
+    fn catching(
+        &mut self,
+        ctx: &mut Context<'_, F::Out>,
+        call: impl FnOnce(
+            &mut AsyncWaitEngine<F>,
+            &mut Vec<Completion<F::Out>>,
+            &mut Context<'_, F::Out>,
+        ) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        let route = match &self.route {
+            Some(route) if self.inline => route,
+            _ => return call(&mut self.engine, &mut self.arrived, ctx),
+        };
+        route.begin_catching();
+        let mut result = call(&mut self.engine, &mut self.arrived, ctx);
+        loop {
+            let caught = route.end_catching(&mut self.arrived);
+            if !caught || result.is_err() {
+                // On an error the task fails; what was caught is replayed from the last
+                // checkpoint, as every other in-flight element is.
+                self.arrived.clear();
+                return result;
+            }
+            route.begin_catching();
+            result = apply(&mut self.engine, &mut self.arrived, ctx);
         }
-        self.engine.emit_ready(ctx)
+    }
+}
+
+/// Applies `arrived` (emptied) to `engine`, the first error ending it, then emits what is
+/// ready.
+fn apply<F>(
+    engine: &mut AsyncWaitEngine<F>,
+    arrived: &mut Vec<Completion<F::Out>>,
+    ctx: &mut Context<'_, F::Out>,
+) -> Result<(), OperatorError>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+{
+    let mut failed = None;
+    for completion in arrived.drain(..) {
+        if failed.is_none() {
+            failed = engine.on_completion(completion, ctx).err();
+        }
+    }
+    match failed {
+        Some(error) => Err(error),
+        None => engine.emit_ready(ctx),
     }
 }
 
@@ -128,15 +206,14 @@ where
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        let sink: Arc<dyn CompletionSink<F::Out>> = match self.sink.take() {
-            Some(sink) => sink,
-            None => {
-                let route = Arc::new(EventRoute::new(ctx.event_sender()));
-                self.route = Some(Arc::clone(&route));
-                route
-            }
+        let forward = match self.sink.take() {
+            Some(sink) => Forward::Sink(sink),
+            None => Forward::Events(ctx.event_sender()),
         };
-        self.engine.open(sink, ctx)
+        let route = Arc::new(CompletionRoute::new(forward));
+        self.route = Some(Arc::clone(&route));
+        // Restored elements are admitted here: their calls may answer at once.
+        self.catching(ctx, |engine, _, ctx| engine.open(route, ctx))
     }
 
     #[inline]
@@ -145,7 +222,7 @@ where
         record: StreamRecord<F::In>,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        self.engine.process_element(record, ctx)
+        self.catching(ctx, |engine, _, ctx| engine.process_element(record, ctx))
     }
 
     fn process_watermark(
@@ -153,7 +230,9 @@ where
         watermark: Watermark,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        self.engine.process_watermark(watermark, ctx)
+        self.catching(ctx, |engine, _, ctx| {
+            engine.process_watermark(watermark, ctx)
+        })
     }
 
     fn on_processing_time(
@@ -161,7 +240,8 @@ where
         timer: Timer,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        self.engine.on_timer(timer, ctx)
+        // A due retry starts an attempt.
+        self.catching(ctx, |engine, _, ctx| engine.on_timer(timer, ctx))
     }
 
     fn on_event(
@@ -169,22 +249,13 @@ where
         event: OperatorEvent,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        match (event.downcast::<CompletionsReady>(), &self.route) {
-            (Ok(_), Some(route)) => {
+        match (event.downcast::<CompletionsReady>(), self.route.clone()) {
+            (Ok(_), Some(route)) => self.catching(ctx, |engine, arrived, ctx| {
                 // Every completion delivered since the event was sent, and any after it that
                 // found the list non-empty (their event is this one).
-                route.take_into(&mut self.arrived);
-                let mut failed = None;
-                for completion in self.arrived.drain(..) {
-                    if failed.is_none() {
-                        failed = self.engine.on_completion(completion, ctx).err();
-                    }
-                }
-                match failed {
-                    Some(error) => Err(error),
-                    None => self.engine.emit_ready(ctx),
-                }
-            }
+                route.take_into(arrived);
+                apply(engine, arrived, ctx)
+            }),
             _ => Err(OperatorError::UnexpectedEvent {
                 operator: self.engine.name().to_string(),
             }),
@@ -205,7 +276,8 @@ where
     }
 
     fn end_input(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        self.engine.end_input(ctx)
+        // Due retries start at once.
+        self.catching(ctx, |engine, _, ctx| engine.end_input(ctx))
     }
 
     fn close(&mut self) -> Result<(), OperatorError> {
@@ -221,30 +293,50 @@ impl<F: AsyncFunction> fmt::Debug for AsyncWaitOperator<F> {
     }
 }
 
-/// Completions back to the operator as events (mails at its priority, in the mailbox model),
-/// one event per burst: a completion joins a list, and only the one that finds the list empty
-/// sends the event, which applies the whole list. A completer that finishes many calls at once
-/// (a timer wheel, a pool catching up) so costs one mail, one clock read and one mailbox lock
-/// for all of them, not one each.
+/// Where the operator's futures deliver: completions caught during the operator's own calls,
+/// and otherwise the model's route: back as events (mails at its priority, in the mailbox
+/// model), one event per burst, or on to a completion sink (the legacy model's emitter).
 ///
-/// The protocol, under the list's lock: `deliver` pushes and sends the event if the list was
-/// empty; the event takes the whole list. A completion pushed after the take finds the list
-/// empty and sends a new event, so none waits without one; an event that finds the list empty
-/// (its completions went with an earlier one) applies nothing. An event refused by a task that
-/// ended leaves its completions in the list, dropped with the operator (the task is over;
-/// FLINK-24846).
-struct EventRoute<O> {
-    events: EventSender,
+/// **Events.** A completion joins a list, and only the one that finds the list empty sends
+/// the event, which applies the whole list. A completer that finishes many calls at once (a
+/// timer wheel, a pool catching up) so costs one mail, one clock read and one mailbox lock
+/// for all of them, not one each. Under the list's lock: `deliver` pushes and sends the event
+/// if the list was empty; the event takes the whole list. A completion pushed after the take
+/// finds the list empty and sends a new event, so none waits without one; an event that finds
+/// the list empty (its completions went with an earlier one) applies nothing. An event refused
+/// by a task that ended leaves its completions in the list, dropped with the operator (the
+/// task is over; FLINK-24846).
+///
+/// **Caught.** While the operator runs one of its own calls (`catching`), `catching` is set;
+/// a completion that finds it set, *read under the list's lock*, joins the list and sends
+/// nothing; when the call returns, the operator clears the flag and takes the list under the
+/// lock, and applies what it took. Nothing waits without an event or a taker: a deliver that
+/// reads the flag set holds the lock before the operator's take (the take comes after the
+/// clear, and a lock taken after the take sees the clear), so the take finds it; one that
+/// reads it clear takes the model's route. Completions from other threads during a call may
+/// be caught too, which is as correct. The flag is relaxed: the lock orders it.
+struct CompletionRoute<O> {
+    forward: Forward<O>,
+    catching: AtomicBool,
     pending: Mutex<Vec<Completion<O>>>,
 }
 
-/// The event an [`EventRoute`] sends: completions wait in its list.
+/// Where a completion goes when it is not caught.
+enum Forward<O> {
+    /// Back to the operator as an event.
+    Events(EventSender),
+    /// To a sink, whose owner hands it back typed.
+    Sink(Arc<dyn CompletionSink<O>>),
+}
+
+/// The event a [`CompletionRoute`] sends: completions wait in its list.
 struct CompletionsReady;
 
-impl<O> EventRoute<O> {
-    fn new(events: EventSender) -> Self {
-        EventRoute {
-            events,
+impl<O> CompletionRoute<O> {
+    fn new(forward: Forward<O>) -> Self {
+        CompletionRoute {
+            forward,
+            catching: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
         }
     }
@@ -255,22 +347,47 @@ impl<O> EventRoute<O> {
         debug_assert!(arrived.is_empty());
         std::mem::swap(&mut *self.pending.lock(), arrived);
     }
+
+    #[inline]
+    fn begin_catching(&self) {
+        self.catching.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops catching and swaps what is in the list into `arrived` (empty); whether anything
+    /// was.
+    #[inline]
+    fn end_catching(&self, arrived: &mut Vec<Completion<O>>) -> bool {
+        self.catching.store(false, Ordering::Relaxed);
+        self.take_into(arrived);
+        !arrived.is_empty()
+    }
 }
 
-impl<O: Send + 'static> CompletionSink<O> for EventRoute<O> {
+impl<O: Send + 'static> CompletionSink<O> for CompletionRoute<O> {
     fn deliver(&self, completion: Completion<O>) {
-        let first = {
-            let mut pending = self.pending.lock();
+        let mut pending = self.pending.lock();
+        if self.catching.load(Ordering::Relaxed) {
             pending.push(completion);
-            pending.len() == 1
-        };
-        // Sent outside the list's lock: the event's mail takes the mailbox's lock, and the
-        // owner takes the list's lock while running mails.
-        if first && self.events.send(CompletionsReady).is_err() {
-            log::debug!(
-                "a completion for operator {} arrived after its task ended; dropped",
-                self.events.operator()
-            );
+            return;
+        }
+        match &self.forward {
+            Forward::Events(events) => {
+                pending.push(completion);
+                let first = pending.len() == 1;
+                // Sent outside the list's lock: the event's mail takes the mailbox's lock,
+                // and the owner takes the list's lock while running mails.
+                drop(pending);
+                if first && events.send(CompletionsReady).is_err() {
+                    log::debug!(
+                        "a completion for operator {} arrived after its task ended; dropped",
+                        events.operator()
+                    );
+                }
+            }
+            Forward::Sink(sink) => {
+                drop(pending);
+                sink.deliver(completion);
+            }
         }
     }
 }
