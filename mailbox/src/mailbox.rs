@@ -145,11 +145,14 @@ const DOORBELL: u8 = 4;
 pub(crate) struct MailHint<'a>(&'a AtomicU8);
 
 impl MailHint<'_> {
-    /// One atomic load, as [`TaskMailbox::has_mail`].
+    /// One atomic load, as [`TaskMailbox::has_mail`], but `Relaxed`: a default action only
+    /// returns when it sees the flag, and the loop reads the mail after its own `Acquire` load
+    /// ([`TaskMailbox::has_mail_hint`]). Relaxed, the load orders nothing else, so a reader's
+    /// loop keeps its state in registers across it (an `Acquire` load makes every later load
+    /// read memory again).
     #[inline]
     pub(crate) fn is_set(self) -> bool {
-        // Acquire pairs with the Release `fetch_or` of `put`/`push_batch_front`.
-        self.0.load(Ordering::Acquire) != 0
+        self.0.load(Ordering::Relaxed) != 0
     }
 }
 

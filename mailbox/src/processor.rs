@@ -289,6 +289,12 @@ impl Controller<'_> {
         self.mail.is_set()
     }
 
+    /// The flag [`has_mail`](Self::has_mail) loads, to copy into a loop's locals.
+    #[inline]
+    pub(crate) fn mail_hint(&self) -> MailHint<'_> {
+        self.mail
+    }
+
     /// Ends the loop for good after this step (end of input).
     pub fn all_actions_completed(&mut self) {
         self.ops.complete_all();

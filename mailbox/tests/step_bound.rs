@@ -2,12 +2,13 @@
 //! mail still waits for at most the record in flight: a checkpoint triggered while record `K`
 //! is being read snapshots the reader right after record `K`, not after the rest of a batch.
 
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
 use crossbeam::channel::{Receiver, Sender, bounded, unbounded};
-use streamtask_core::operator::{Discard, Map};
+use streamtask_core::operator::{Context, Discard, Map, Operator, OperatorEvent};
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
-use streamtask_core::{CheckpointBarrier, OperatorError, TaskSnapshot};
+use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, TaskSnapshot};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 
 /// Counts to `end`; while reading record `pause_at` it tells the test and waits for its go.
@@ -151,5 +152,110 @@ fn back_to_back_triggers_are_snapshotted_in_order_hot_or_idle() {
         task.cancel();
         task.join();
         assert!(acks.try_recv().is_err(), "one report per trigger");
+    }
+}
+
+/// Counts to `end`, one record per poll.
+struct CountTo {
+    next: u64,
+    end: u64,
+}
+
+impl SourceReader<u64> for CountTo {
+    fn name(&self) -> &str {
+        "count-to"
+    }
+    fn poll_next(&mut self, out: &mut ReaderOutput<'_, u64>) -> Result<InputStatus, OperatorError> {
+        if self.next == self.end {
+            return Ok(InputStatus::EndOfInput);
+        }
+        out.collect(self.next)?;
+        self.next += 1;
+        Ok(InputStatus::MoreAvailable)
+    }
+    fn register_waker(&mut self, waker: &Waker) {
+        waker.wake_by_ref();
+    }
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        Ok(self.next.to_le_bytes().to_vec())
+    }
+}
+
+/// What [`SelfMail`] saw, in order: `Some(record)` per record, `None` when its event mail ran.
+type Seen = Arc<Mutex<Vec<Option<u64>>>>;
+
+/// While processing record `mail_at` it sends itself an event: a mail put from inside the
+/// chain, on the task thread, while the reader's loop is in the middle of its records.
+struct SelfMail {
+    mail_at: u64,
+    seen: Seen,
+}
+
+impl Operator for SelfMail {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "self-mail"
+    }
+    fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        self.seen.lock().unwrap().push(Some(record.value));
+        if record.value == self.mail_at {
+            let refused = ctx.services().events().send_event(0, Box::new(()));
+            assert!(refused.is_ok(), "the running task takes events");
+        }
+        ctx.collect(record)
+    }
+    fn on_event(
+        &mut self,
+        _event: OperatorEvent,
+        _ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        self.seen.lock().unwrap().push(None);
+        Ok(())
+    }
+}
+
+/// A mail put by the chain itself while it processes record `K` runs before record `K + 1`
+/// enters the chain, wherever `K` falls in a step's run of records (first, middle, last of a
+/// run, past the first run): the reader's loop looks at the mailbox flag after every record,
+/// not once per run. Single-threaded and deterministic: nothing races the flag.
+#[test]
+fn a_mail_put_by_the_chain_runs_before_the_next_record() {
+    for mail_at in [0, 1, 500, 1_023, 1_024, 5_000] {
+        let seen = Seen::default();
+        let task = SourceTask::spawn(
+            TaskConfig::new("self-mail"),
+            CountTo {
+                next: 0,
+                end: 10_000,
+            },
+            SelfMail {
+                mail_at,
+                seen: Arc::clone(&seen),
+            },
+            Discard,
+        );
+        let outcome = task.join();
+        assert!(outcome.is_finished(), "{outcome}");
+        let seen = seen.lock().unwrap();
+        let mail = seen
+            .iter()
+            .position(Option::is_none)
+            .expect("the event mail ran");
+        assert_eq!(
+            seen[mail - 1],
+            Some(mail_at),
+            "the record during which the mail was put"
+        );
+        assert_eq!(
+            seen.get(mail + 1),
+            Some(&Some(mail_at + 1)),
+            "the mail ran before the next record"
+        );
+        assert_eq!(seen.len(), 10_001, "every record, and the mail once");
     }
 }

@@ -1,5 +1,12 @@
 //! The per-record cost of a mailbox source task against a bare loop running the same steps:
 //! what the task, its mailbox check and its bookkeeping add to a record.
+//!
+//! The task is timed spawn to join, setup included: on this machine a spawn-to-join of an
+//! empty task takes 60-90 us (thread start, the task's metrics histograms), about 1% of a run
+//! of 5M records, so the ratio is the per-record cost. What a record costs the task beyond the
+//! bare loop is the mailbox flag (one load after every record: a mail waits for at most the
+//! record in flight) and the step's budget; the counts stay in registers (see
+//! `streamtask_core::runtime::Burst`).
 
 use std::hint::black_box;
 use std::sync::Arc;

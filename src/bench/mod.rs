@@ -7,6 +7,7 @@
 //! | key | what | better |
 //! |---|---|---|
 //! | `source_task_vs_bare` | a mailbox `SourceTask` through a map, ns/record, over a bare loop of the same steps | lower |
+//! | `source_task_marginal_vs_bare` | the same without what a run costs once (spawn, join, a cold core): `(t(2N) - t(N)) / N` over the bare loop's ns/record; a reference next to `source_task_vs_bare`, which is unchanged | lower |
 //! | `vs_tokio_batched_throughput` | the same task's records/s under 1 ms triggers over a tokio `select!` loop batching 1024 records | higher |
 //! | `vs_tokio_batched_p99` | their trigger latency (scheduled -> snapshot), p99, task over tokio | lower |
 //! | `trigger_call_p50_us` | the mailbox `trigger_checkpoint` call on the triggering thread, median | lower |
@@ -117,6 +118,11 @@ pub struct BenchReport {
     pub source_task_ns: f64,
     /// The bare loop's ns/record.
     pub bare_ns: f64,
+    /// The source task's marginal ns/record (`(t(2N) - t(N)) / N`: what a run costs once, its
+    /// setup, cancels out) over the bare loop's.
+    pub source_task_marginal_vs_bare: f64,
+    /// The source task's marginal ns/record.
+    pub source_task_marginal_ns: f64,
     /// Source task records/s under triggers over the tokio loop's (batched 1024).
     pub vs_tokio_batched_throughput: f64,
     /// Source task trigger p99 over the tokio loop's (batched 1024).
@@ -198,6 +204,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         s.push("bare_ns", secs(bare) * 1e9 / records as f64);
         s.push("task_ns", secs(task) * 1e9 / records as f64);
         s.push("task_vs_bare", secs(task) / secs(bare));
+        let task_twice = hot_path::source_task(2 * records);
+        let marginal = secs(task_twice) - secs(task);
+        s.push("task_marginal_ns", marginal * 1e9 / records as f64);
+        s.push("task_marginal_vs_bare", marginal / secs(bare));
 
         progress(round, "triggers: mailbox vs tokio select!");
         let mailbox = models::hot_triggers(Runner::Native, Fairness::Eventual, triggers, interval);
@@ -308,6 +318,8 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         source_task_vs_bare: s.median("task_vs_bare"),
         source_task_ns: s.median("task_ns"),
         bare_ns: s.median("bare_ns"),
+        source_task_marginal_vs_bare: s.median("task_marginal_vs_bare"),
+        source_task_marginal_ns: s.median("task_marginal_ns"),
         vs_tokio_batched_throughput: s.median("vs_tokio_batched_rps"),
         vs_tokio_batched_p99: s.median("vs_tokio_batched_p99"),
         vs_tokio_per_record_throughput: s.median("vs_tokio_per_record_rps"),
@@ -387,6 +399,15 @@ impl fmt::Display for BenchReport {
             format!("{:.2}x", self.source_task_vs_bare),
             "<= 1.5x",
             self.source_task_vs_bare <= 1.5,
+        )?;
+        row(
+            format!(
+                "the same, marginal: t(2N) - t(N) ({:.2} ns/record; reference)",
+                self.source_task_marginal_ns
+            ),
+            format!("{:.2}x", self.source_task_marginal_vs_bare),
+            "-",
+            true,
         )?;
         row(
             "records/s under 1 ms triggers vs tokio select! batched 1024".into(),

@@ -58,7 +58,9 @@ use crate::task::{CheckpointResponder, TaskConfig};
 use crate::time::Clock;
 use crate::trace::Tracer;
 
-pub use self::body::{Applied, BodyPhase, ChainBody, Counted, Drain, PUBLISH_EVERY, TaskEnv};
+pub use self::body::{
+    Applied, BodyPhase, Burst, ChainBody, Counted, Drain, PUBLISH_EVERY, TaskEnv,
+};
 pub use self::chain::TaskChain;
 pub use self::handle::{TaskControl, TaskHandle, TriggerMode};
 pub use self::input::{InputEvent, InputRecord, TaskInput, TwoInputRecord};

@@ -13,7 +13,9 @@ use crate::processor::{Controller, SuspendCause, Suspension};
 use crate::services::OperatorMails;
 
 /// Input steps one default-action step runs at most while no mail waits (it returns earlier
-/// when one does): bounds the time between the processor's own checks.
+/// when one does): bounds the time between the processor's own checks and between two
+/// publications of a reader's record counts (its [`Burst`](streamtask_core::runtime::Burst)
+/// adds them when the step ends).
 const RECORDS_PER_STEP: u32 = 1024;
 
 /// A mailbox task's state: its input, the kit's chain body, and the default action's
@@ -78,18 +80,10 @@ where
         // Many records per step while no mail waits: the loop's state stays in registers, and
         // the mailbox flag (one load) and the output's room are checked between records, so a
         // mail waits for at most the record in flight.
-        let mut budget = RECORDS_PER_STEP;
-        let step = loop {
-            let step = self.input.step(&mut self.body).map_err(|e| self.fail(e))?;
-            budget -= 1;
-            if !matches!(step, Step::More)
-                || budget == 0
-                || controller.has_mail()
-                || !self.body.output_available()
-            {
-                break step;
-            }
-        };
+        let step = self
+            .input
+            .steps(&mut self.body, RECORDS_PER_STEP, controller.mail_hint())
+            .map_err(|e| self.fail(e))?;
         match step {
             Step::More => Ok(()),
             Step::Backpressured => {

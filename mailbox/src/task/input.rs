@@ -9,6 +9,7 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, TaskError, TaskOutput, TaskSnapshot, Watermark,
 };
 
+use crate::mailbox::MailHint;
 use crate::source::{InputStatus, ReaderOutput, SourceReader};
 
 /// What one input step did.
@@ -32,13 +33,34 @@ pub(crate) enum Step {
 }
 
 /// The input side of a mailbox task.
-pub(crate) trait Input<C: TaskChain, W>: Send + 'static {
+pub(crate) trait Input<C: TaskChain, W: TaskOutput<C::Out>>: Send + 'static {
     /// Restores the input's own state (a reader's position).
     fn restore(&mut self, _snapshot: Option<&TaskSnapshot>) -> Result<(), OperatorError> {
         Ok(())
     }
     /// One step without blocking: whatever comes goes through `body`.
     fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError>;
+    /// Up to `budget` (at least 1) steps while each one goes through (`Step::More`), no mail
+    /// waits (`mail`, one load after every step: a mail waits for at most the step in flight)
+    /// and the output has room; returns the last step. The default loops over
+    /// [`step`](Self::step); an input may run its own loop with its state in locals.
+    #[inline]
+    fn steps(
+        &mut self,
+        body: &mut ChainBody<C, W>,
+        budget: u32,
+        mail: MailHint<'_>,
+    ) -> Result<Step, TaskError> {
+        let mut left = budget;
+        loop {
+            let step = self.step(body)?;
+            left -= 1;
+            if !matches!(step, Step::More) || left == 0 || mail.is_set() || !body.output_available()
+            {
+                return Ok(step);
+            }
+        }
+    }
     /// Asks to be woken once input may be available.
     fn register_waker(&mut self, waker: &Waker);
     /// The input's state for checkpoint `id` (a reader's position).
@@ -97,6 +119,55 @@ where
             InputStatus::NothingAvailable => Step::Nothing,
             InputStatus::EndOfInput => {
                 // Sources advance to the end of event time when they end (Flink's endData).
+                body.process_watermark(Watermark::MAX)?;
+                Step::EndOfInput
+            }
+        })
+    }
+
+    /// The reader's own loop: the checks of [`step`](Input::step) that only a mail can change
+    /// (a pending stop-with-savepoint) once, the others (the mailbox flag, the chain's and the
+    /// output's room) after every poll; the records go into a [`Burst`](streamtask_core::runtime::Burst), so the counts and the
+    /// stream status stay in locals until the loop ends.
+    #[inline]
+    fn steps(
+        &mut self,
+        body: &mut ChainBody<C, W>,
+        budget: u32,
+        mail: MailHint<'_>,
+    ) -> Result<Step, TaskError> {
+        if !body.source_may_emit() {
+            return Ok(if body.is_suspended() {
+                Step::Suspended
+            } else {
+                Step::Backpressured
+            });
+        }
+        let mut burst = body.burst();
+        let mut idle = self.idle;
+        let mut left = budget;
+        let polled = loop {
+            let mut out = ReaderOutput::resume(&mut burst, idle);
+            let polled = self.reader.poll_next(&mut out);
+            idle = out.is_idle();
+            left -= 1;
+            if !matches!(polled, Ok(InputStatus::MoreAvailable))
+                || left == 0
+                || mail.is_set()
+                || !burst.output_available()
+                || !burst.accepts_input()
+            {
+                // Still `MoreAvailable` when the chain is full: the next step finds it so and
+                // suspends, as `step` does.
+                break polled;
+            }
+        };
+        self.idle = idle;
+        drop(burst);
+        Ok(match polled? {
+            InputStatus::MoreAvailable => Step::More,
+            InputStatus::NothingAvailable => Step::Nothing,
+            InputStatus::EndOfInput => {
                 body.process_watermark(Watermark::MAX)?;
                 Step::EndOfInput
             }
