@@ -56,7 +56,6 @@
 //! | look for the lock (spin, then yield) for up to 100 us before parking on the mutex | requester | the source lets go within one section; a parked requester would add its own wake-up (tens of microseconds, more on a busy machine) to every hand-over |
 //! | let go fairly (`unlock_fair`), whatever the fairness setting | source | a requester that did park gets the lock handed to it, with no window for a barging thread |
 //! | wait on the condition until the count is down | source | it cannot take the lock back before the requester had it |
-//! | notify the condition as the requester's guard lets go, not as it takes the lock | requester | the source needs the lock to go on anyway; waking it earlier puts a futex wake on the requester's way to its work |
 //!
 //! Without a request nothing of this runs: the default lock (the legacy baseline) is unchanged.
 //!
@@ -309,7 +308,6 @@ impl<T> CheckpointLock<T> {
             shared: &self.shared,
             mutex,
             guard: Some(guard),
-            notify_on_release: false,
         })
     }
 
@@ -350,7 +348,6 @@ impl<T> CheckpointLock<T> {
             shared: &self.shared,
             mutex,
             guard: Some(guard),
-            notify_on_release: false,
         }
     }
 
@@ -395,7 +392,6 @@ impl<T> CheckpointLock<T> {
             shared: &self.shared,
             mutex,
             guard: Some(guard),
-            notify_on_release: false,
         }
     }
 }
@@ -478,21 +474,17 @@ impl<'a, T> HandoverRequest<'a, T> {
     ///
     /// The source lets go within one section, so the requester looks for the lock briefly
     /// (spinning, then yielding, for at most 100 us) before it parks on the
-    /// mutex: a parked requester would add its own wake-up to every hand-over. The sources
-    /// that waited for the hand-over are woken when the returned guard lets go (they need the
-    /// lock to go on, so waking them earlier would only put their wake-up on this thread's
-    /// way to the lock's work).
+    /// mutex: a parked requester would add its own wake-up to every hand-over.
     #[inline]
     pub fn lock(mut self) -> CheckpointGuard<'a, T> {
-        let mut guard = match self.lock.try_lock() {
+        let guard = match self.lock.try_lock() {
             Some(guard) => guard,
             None => self.lock.lock_spinning(),
         };
         self.live = false;
-        // Lowered under the lock; the waiters are notified under it too, as the guard lets go
-        // (the condition's fast-path protocol).
+        // Lowered under the lock and notified: the condition's fast-path protocol.
         self.lock.shared.handover.fetch_sub(1, Ordering::SeqCst);
-        guard.notify_on_release = true;
+        guard.notify_all();
         guard
     }
 }
@@ -525,9 +517,6 @@ pub struct CheckpointGuard<'a, T: ?Sized> {
     mutex: MutexRef<'a, T>,
     // `None` only inside `wait_until`/`unlocked`, while the lock is released.
     guard: Option<GuardKind<'a, T>>,
-    // A hand-over requester's guard: notify the condition (the sources waiting for the
-    // hand-over to be served) the next time it lets go, still under the lock.
-    notify_on_release: bool,
 }
 
 impl<T: ?Sized> CheckpointGuard<'_, T> {
@@ -577,7 +566,11 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
                 self.shared.condition.unregister();
                 return true;
             }
-            self.release_as(fair);
+            if fair {
+                self.release_fair();
+            } else {
+                self.release();
+            }
             let notified = self.shared.condition.block(ticket, deadline);
             self.guard = Some(self.mutex.acquire(self.shared));
             if !notified {
@@ -644,17 +637,17 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     }
 
     fn release(&mut self) {
-        self.release_as(self.shared.fairness == Fairness::Fair);
+        match self.guard.take() {
+            Some(GuardKind::Parking(g)) if self.shared.fairness == Fairness::Fair => unlock_fair(g),
+            other => drop(other),
+        }
     }
 
-    /// Lets go of the lock, handing it to the longest waiter if `fair` (a parking mutex; the
-    /// barging one has no hand-off), after notifying the condition if this guard was asked to.
-    fn release_as(&mut self, fair: bool) {
-        if std::mem::take(&mut self.notify_on_release) {
-            self.shared.condition.notify_all();
-        }
+    /// Lets go of the lock handing it to the longest waiter (a parking mutex; the barging one
+    /// has no hand-off), whatever the fairness setting.
+    fn release_fair(&mut self) {
         match self.guard.take() {
-            Some(GuardKind::Parking(g)) if fair => unlock_fair(g),
+            Some(GuardKind::Parking(g)) => unlock_fair(g),
             other => drop(other),
         }
     }
