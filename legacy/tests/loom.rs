@@ -310,9 +310,8 @@ mod async_wait {
 
 /// The bounded hand-over: a requester (`request_handover().lock()`) racing a source that runs
 /// two sections through its context. Whatever the interleaving and the mutex flavour, the
-/// requester sees whole sections only, the source that let go for it is woken (the requester's
-/// guard notifies as it lets go, not as it takes the lock), and both finish: no lost wakeup, no
-/// deadlock.
+/// requester sees whole sections only, the source that let go for it (fairly, whatever the
+/// fairness setting) is woken, and both finish: no lost wakeup, no deadlock.
 #[test]
 fn a_handover_request_is_served_and_the_source_that_let_go_is_woken() {
     use streamtask_core::ManualClock;
