@@ -310,3 +310,48 @@ mod async_wait {
         });
     }
 }
+
+/// The bounded hand-over: a requester (`request_handover().lock()`) racing a source that runs
+/// two sections through its context. Whatever the interleaving and the mutex flavour, the
+/// requester sees whole sections only, the source that let go for it (fairly, whatever the
+/// fairness setting) is woken, and both finish: no lost wakeup, no deadlock.
+#[test]
+fn a_handover_request_is_served_and_the_source_that_let_go_is_woken() {
+    use streamtask_core::ManualClock;
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::testing::ManualTimerService;
+    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
+
+    for fairness in [Fairness::Unfair, Fairness::Eventual, Fairness::Fair] {
+        loom::model(move || {
+            let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
+            let cell = SourceCell::new(
+                (0u32, 0u32),
+                Emission::new(SourceContextConfig::processing_time(), timers),
+                Vec::<Emitted<u32>>::new(),
+            );
+            let lock = Arc::new(CheckpointLock::new(cell, fairness));
+            let cancel = CancellationToken::new();
+            let source = {
+                let (lock, cancel) = (Arc::clone(&lock), cancel.clone());
+                thread::spawn(move || {
+                    let mut ctx = SourceContext::new(&*lock, &cancel);
+                    for n in 0..2 {
+                        let mut locked = ctx.lock();
+                        locked.state_mut().0 += 1;
+                        locked.collect(n).expect("a vector output");
+                        locked.state_mut().1 += 1;
+                    }
+                })
+            };
+            let cell = lock.request_handover().lock();
+            let (started, done) = *cell.state();
+            assert_eq!(started, done, "the requester saw half a section");
+            assert_eq!(cell.output().len() as u32, done);
+            assert!(!lock.handover_requested());
+            drop(cell);
+            source.join().unwrap();
+            assert_eq!(*lock.lock().state(), (2, 2));
+        });
+    }
+}

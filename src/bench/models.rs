@@ -13,6 +13,7 @@ use streamtask_core::{CheckpointBarrier, TriggerError};
 use streamtask_legacy::{Fairness, SourceStreamTask};
 use streamtask_mailbox::SourceTask;
 
+use super::clock;
 use super::sources::{Count, CountReader, Stamp};
 
 /// Which task runs the source.
@@ -197,16 +198,23 @@ pub fn hot_triggers(
     let records_before = metrics.records_in.get();
     let begin = Instant::now();
     let scheduled: Vec<Instant> = (0..triggers).map(|k| begin + interval * k as u32).collect();
-    let mut calls = new_histogram();
-    for (k, at) in scheduled.iter().enumerate() {
-        if let Some(wait) = at.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        let called = Instant::now();
-        task.trigger(CheckpointBarrier::new(k as u64 + 1, 0))
-            .expect("a source task");
-        calls.saturating_record(nanos(called.elapsed()));
-    }
+    // The triggers come from a thread of their own with precise timers (see `clock`), so the
+    // tasks' threads, spawned from this one, keep the default timer slack.
+    let calls = std::thread::scope(|scope| {
+        let trigger_thread = scope.spawn(|| {
+            clock::precise_timers();
+            let mut calls = new_histogram();
+            for (k, at) in scheduled.iter().enumerate() {
+                clock::sleep_until(*at);
+                let called = Instant::now();
+                task.trigger(CheckpointBarrier::new(k as u64 + 1, 0))
+                    .expect("a source task");
+                calls.saturating_record(nanos(called.elapsed()));
+            }
+            calls
+        });
+        trigger_thread.join().expect("the trigger thread")
+    });
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut acked, mut declined) = (0, 0);
     while acked + declined < triggers && Instant::now() < deadline {

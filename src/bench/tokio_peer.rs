@@ -26,12 +26,11 @@ pub fn select_loop(batch: usize, triggers: u64, interval: Duration) -> TriggerRu
     let (control, mut requests) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
     let begin = Instant::now() + Duration::from_millis(20);
     let trigger_thread = std::thread::spawn(move || {
+        super::clock::precise_timers();
         let mut calls = new_histogram();
         for k in 0..triggers {
             let at = begin + interval * k as u32;
-            if let Some(wait) = at.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
+            super::clock::sleep_until(at);
             let called = Instant::now();
             if control.send((k, at)).is_err() {
                 break;

@@ -8,11 +8,13 @@
 //! whole; the reader takes a chunk without the checkpoint lock and drains it on its own. The
 //! protocol and the exactly-once argument are on `HandoffReader` (the parent module).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use crossbeam::utils::CachePadded;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize};
 use streamtask_core::operator::Output;
@@ -54,15 +56,58 @@ pub(crate) fn default_chunk(capacity: usize) -> usize {
 /// A queue of handed-over elements, as the source fills it and the reader drains it.
 pub(crate) type Chunk<T> = VecDeque<HandoffItem<T>>;
 
-/// How many times a full source spins looking for room before it yields between looks; none
-/// under loom (a spin is only more interleavings there). The lock stays held meanwhile: only the reader's slow
-/// path and a snapshot wait for it, for this bounded spell.
-const SOURCE_SPINS: u32 = if cfg!(loom) { 0 } else { 64 };
-
-/// How many looks at most, and for how long at most, a full source looks for room before it
-/// waits on the lock's condition.
-const SOURCE_SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 4096 };
+/// How long a full source spins looking for room before it yields between looks, and how long
+/// it yields before it waits on the lock's condition. The lock stays held meanwhile: only the
+/// reader's slow path and a snapshot wait for it, for this bounded spell.
+const SOURCE_SPIN: Duration = Duration::from_micros(20);
 const SOURCE_WAIT: Duration = Duration::from_micros(50);
+
+/// Looks for `ready` by spinning for `spin` (the other side, on its own core, is expected
+/// within a chunk's worth of records), then by yielding between looks for `yield_for` (a
+/// machine busier than its cores: let the other side run). Returns whether `ready` held; under
+/// loom it looks once (a spin is only more interleavings there).
+///
+/// Why spin that long before the first yield: the side that waits at every chunk (the reader,
+/// when it is the faster; the source, when the reader is) met the other once per chunk with a
+/// `sched_yield` (64 spins were shorter than a chunk of 16 filling), a system call per 16-32
+/// records that cost the handoff at capacity 64 about half its throughput, and on a loaded
+/// machine gave the core away for a whole time slice each time.
+pub(crate) fn spin_then_yield(
+    mut ready: impl FnMut() -> bool,
+    spin: Duration,
+    yield_for: Duration,
+) -> bool {
+    if ready() {
+        return true;
+    }
+    if cfg!(loom) {
+        return false;
+    }
+    let start = Instant::now();
+    // The clock is read once per this many looks.
+    const LOOKS: u32 = 32;
+    loop {
+        for _ in 0..LOOKS {
+            std::hint::spin_loop();
+            if ready() {
+                return true;
+            }
+        }
+        if start.elapsed() >= spin {
+            break;
+        }
+    }
+    let yielding = Instant::now();
+    loop {
+        streamtask_core::sync::thread::yield_now();
+        if ready() {
+            return true;
+        }
+        if yielding.elapsed() >= yield_for {
+            return false;
+        }
+    }
+}
 
 /// Empty chunks kept for reuse (each side hands its emptied queue to the other).
 const SPARE_CHUNKS: usize = 4;
@@ -70,10 +115,20 @@ const SPARE_CHUNKS: usize = 4;
 /// The chunks the source published: the one part of the handoff that lives outside the
 /// checkpoint lock, behind a small mutex of its own that either side holds only to move one
 /// chunk. See the module doc of `handoff` for the protocol.
+///
+/// What is queued is counted by two running totals, each written by one side only and each on
+/// a cache line of its own (as an SPSC ring's head and tail): `published` by the source,
+/// `taken` by whoever takes (the reader; a snapshot under the lock). Elements queued are
+/// `published - taken`. The source keeps its own copy of `taken` and reloads it only when its
+/// copy says the handoff is full, so between two meetings neither side touches a line the
+/// other writes (one shared counter, written by both, cost a cache-line transfer each way per
+/// meeting plus one on the source's next look, which at capacity 64 was most of the cost).
 pub(crate) struct Published<T> {
-    chunks: Mutex<Chunks<T>>,
-    /// Elements in `chunks` (read by the source on every section start, without the mutex).
-    queued: AtomicUsize,
+    chunks: CachePadded<Mutex<Chunks<T>>>,
+    /// Elements ever published (the source, under the chunks mutex).
+    published: CachePadded<AtomicUsize>,
+    /// Elements ever taken (under the chunks mutex).
+    taken: CachePadded<AtomicUsize>,
     /// The source found no room and may wait on the checkpoint lock's condition: the reader
     /// wakes it when it takes chunks (see [`Published::take_all_into`]).
     source_waits: AtomicBool,
@@ -87,24 +142,27 @@ struct Chunks<T> {
 impl<T> Published<T> {
     fn new() -> Self {
         Published {
-            chunks: Mutex::new(Chunks {
+            chunks: CachePadded::new(Mutex::new(Chunks {
                 full: VecDeque::new(),
                 spare: Vec::new(),
-            }),
-            queued: AtomicUsize::new(0),
+            })),
+            published: CachePadded::new(AtomicUsize::new(0)),
+            taken: CachePadded::new(AtomicUsize::new(0)),
             source_waits: AtomicBool::new(false),
         }
     }
 
-    /// Whether a chunk is published (one atomic load).
+    /// Whether a chunk is published (two atomic loads; `taken` is the reader's own line).
     #[inline]
     pub(crate) fn any(&self) -> bool {
-        self.queued.load(Ordering::SeqCst) != 0
+        self.len() != 0
     }
 
-    /// Elements published and not taken yet.
+    /// Elements published and not taken yet. `taken` first: it never passes `published`, so
+    /// reading it first never sees more taken than published.
     pub(crate) fn len(&self) -> usize {
-        self.queued.load(Ordering::SeqCst)
+        let taken = self.taken.load(Ordering::SeqCst);
+        self.published.load(Ordering::SeqCst).wrapping_sub(taken)
     }
 
     /// Appends every published chunk to `batch`, in order (the first one by swapping, its
@@ -114,8 +172,9 @@ impl<T> Published<T> {
     pub(crate) fn take_all_into(&self, batch: &mut Chunk<T>) -> Option<bool> {
         let mut chunks = self.chunks.lock();
         let mut taken = false;
+        let mut count = 0;
         while let Some(mut chunk) = chunks.full.pop_front() {
-            self.queued.fetch_sub(chunk.len(), Ordering::SeqCst);
+            count += chunk.len();
             taken = true;
             if batch.is_empty() {
                 std::mem::swap(batch, &mut chunk);
@@ -126,9 +185,12 @@ impl<T> Published<T> {
                 chunks.spare.push(chunk);
             }
         }
+        if taken {
+            self.taken.fetch_add(count, Ordering::SeqCst);
+        }
         drop(chunks);
-        // After the decrements (Dekker with `has_capacity`: it stores the flag, then loads
-        // `queued`).
+        // After the count moved (Dekker with `has_capacity_slow`: it stores the flag, then loads
+        // `taken`).
         taken.then(|| self.source_waits.swap(false, Ordering::SeqCst))
     }
 }
@@ -142,6 +204,11 @@ pub(crate) struct Handoff<T> {
     capacity: usize,
     chunk: usize,
     pub(crate) published: Arc<Published<T>>,
+    /// `published.published`, as only this side writes it.
+    sent: usize,
+    /// `published.taken` as last read: at most the real count, so the room it shows is at most
+    /// the real room (reloaded when it shows none).
+    taken_seen: Cell<usize>,
     /// The reader's waker, registered when it found nothing; taken (and woken) by the first
     /// element that arrives after that.
     waker: Option<Waker>,
@@ -157,6 +224,8 @@ impl<T> Handoff<T> {
             capacity,
             chunk,
             published: Arc::new(Published::new()),
+            sent: 0,
+            taken_seen: Cell::new(0),
             waker: None,
             end: HandoffEnd::Open,
         }
@@ -195,7 +264,8 @@ impl<T> Handoff<T> {
                 .pop()
                 .unwrap_or_else(|| VecDeque::with_capacity(self.chunk));
             let full = std::mem::replace(&mut self.items, next);
-            published.queued.fetch_add(full.len(), Ordering::SeqCst);
+            self.sent = self.sent.wrapping_add(full.len());
+            published.published.store(self.sent, Ordering::SeqCst);
             chunks.full.push_back(full);
         }
         self.wake();
@@ -227,7 +297,7 @@ impl<T> Handoff<T> {
         }
         if eager
             || self.items.len() >= self.chunk
-            || self.items.len() + self.published.queued.load(Ordering::SeqCst) >= self.capacity
+            || self.items.len() + self.queued_at_most() >= self.capacity
             || self.waker.is_some()
         {
             self.publish();
@@ -272,8 +342,8 @@ impl<T: Send> SourceOutput<T> for Handoff<T> {
     /// so only the reader frees room.
     #[inline]
     fn has_capacity(&self) -> bool {
-        let published = &*self.published;
-        if self.items.len() + published.queued.load(Ordering::SeqCst) < self.capacity {
+        // The source's own copy of `taken` first; the shared line only when that shows no room.
+        if self.items.len() + self.queued_at_most() < self.capacity || self.room() {
             return true;
         }
         self.has_capacity_slow()
@@ -281,31 +351,32 @@ impl<T: Send> SourceOutput<T> for Handoff<T> {
 }
 
 impl<T> Handoff<T> {
+    /// Elements published and not taken, as the source last saw `taken` (so at least the
+    /// real count; exact after [`room`](Self::room)). No shared line is read.
+    #[inline]
+    fn queued_at_most(&self) -> usize {
+        self.sent.wrapping_sub(self.taken_seen.get())
+    }
+
+    /// Whether one more section fits, reading the real `taken` (the line the taker writes).
+    fn room(&self) -> bool {
+        self.taken_seen
+            .set(self.published.taken.load(Ordering::SeqCst));
+        self.items.len() + self.queued_at_most() < self.capacity
+    }
+
     /// Full: look again for a while (the reader, on the other core, takes a chunk within a
     /// chunk's worth of records), then raise the flag the reader wakes the source by.
     #[cold]
     fn has_capacity_slow(&self) -> bool {
         let published = &*self.published;
-        let room = || self.items.len() + published.queued.load(Ordering::SeqCst) < self.capacity;
-        let mut since: Option<Instant> = None;
-        for spin in 0..SOURCE_SPIN_LIMIT {
-            if spin < SOURCE_SPINS {
-                std::hint::spin_loop();
-            } else {
-                streamtask_core::sync::thread::yield_now();
-                let started = *since.get_or_insert_with(Instant::now);
-                if started.elapsed() >= SOURCE_WAIT {
-                    break;
-                }
-            }
-            if room() {
-                return true;
-            }
+        if spin_then_yield(|| self.room(), SOURCE_SPIN, SOURCE_WAIT) {
+            return true;
         }
         // Raise the flag, then look again: either this load sees the reader's decrement, or
         // the reader's swap (after its decrement) sees the flag and wakes the lock's waiters.
         published.source_waits.store(true, Ordering::SeqCst);
-        self.items.len() + published.queued.load(Ordering::SeqCst) < self.capacity
+        self.room()
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc as StdArc;
 use std::task::Waker;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -32,7 +32,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use self::buffer::{
     Chunk, Handoff, HandoffEnd, HandoffItem, Pending, Published, Restored, SnapshotRef,
-    default_chunk,
+    default_chunk, spin_then_yield,
 };
 pub use self::in_flight::InFlightReplay;
 use self::in_flight::{InFlight, InFlightRef};
@@ -41,15 +41,12 @@ use crate::task::SourceExit;
 /// Elements the handoff holds before the source waits for room, unless set.
 pub const DEFAULT_HANDOFF_CAPACITY: usize = 1024;
 
-/// How many times the reader spins looking for a published chunk before it yields between
-/// looks; none under loom, where a spin is only more interleavings.
-const READER_SPINS: u32 = if cfg!(loom) { 0 } else { 64 };
-
-/// How many looks at most (spins, then yields), and for how long at most, the reader waits for
-/// the source to publish a chunk before it takes the checkpoint lock for the part of one the
-/// source holds: the bound on how long an element waits in a chunk that does not fill.
-const READER_SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 4096 };
-const READER_WAIT: Duration = Duration::from_micros(50);
+/// How long the reader spins looking for a published chunk before it yields between looks
+/// (see `buffer::spin_then_yield`), and how long it yields before it takes the checkpoint lock
+/// for the part of one the source holds: with the spin, the bound on how long an element waits
+/// in a chunk that does not fill.
+const READER_SPIN: Duration = Duration::from_micros(20);
+const READER_WAIT: Duration = Duration::from_micros(30);
 
 type HandoffCell<F> = SourceCell<<F as SourceFunction>::State, Handoff<<F as SourceFunction>::Out>>;
 type HandoffLock<F> = CheckpointLock<HandoffCell<F>>;
@@ -153,12 +150,14 @@ enum Seen {
 ///   inside the source's section; the woken mailbox thread needs the lock to read the chunk
 ///   being filled, so it sees the section only once it has ended. No busy loop: a reader with
 ///   nothing to emit sleeps until woken (after its bounded wait).
-/// - **No lost wakeup (source).** A full source raises a flag, then looks at the published count
-///   again, before it waits on the lock's condition; the reader lowers the count, then swaps the
-///   flag and, if it was raised, wakes the condition unconditionally (the count changed outside
-///   the lock). Either the source's second look sees the room, or the reader sees the flag: the
-///   condition's epoch protocol does the rest. Taking under the lock (slow path, snapshot)
-///   notifies as any lock holder does.
+/// - **No lost wakeup (source).** A full source raises a flag, then reads the taken total again
+///   (the count of elements taken, which only a taker writes; the source keeps its own copy and
+///   reads the shared one only when its copy shows no room, so its copy never shows more room
+///   than there is and the capacity holds), before it waits on the lock's condition; the reader
+///   raises the taken total, then swaps the flag and, if it was raised, wakes the condition
+///   unconditionally (the count changed outside the lock). Either the source's second look sees
+///   the room, or the reader sees the flag: the condition's epoch protocol does the rest. Taking
+///   under the lock (slow path, snapshot) notifies as any lock holder does.
 /// - **Close.** [`close`](SourceReader::close) cancels the source's token (which wakes a source
 ///   waiting for room, sleeping, or blocked in a hook-closable call) and joins its thread within
 ///   the grace period; a source that ignores cancellation is left behind and reported as
@@ -457,20 +456,7 @@ where
         // Nothing published: a running source fills a chunk within a chunk's worth of records;
         // wait that long for it (spinning, then yielding to the source's thread) before taking
         // the lock for a part of one.
-        let mut spin = 0;
-        let mut since: Option<Instant> = None;
-        while !published.any() && spin < READER_SPIN_LIMIT {
-            spin += 1;
-            if spin < READER_SPINS {
-                std::hint::spin_loop();
-                continue;
-            }
-            thread::yield_now();
-            let started = *since.get_or_insert_with(Instant::now);
-            if started.elapsed() >= READER_WAIT {
-                break;
-            }
-        }
+        spin_then_yield(|| published.any(), READER_SPIN, READER_WAIT);
         if self.take_published(&lock, &published) {
             return;
         }

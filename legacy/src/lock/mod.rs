@@ -49,6 +49,16 @@
 //! what a checkpoint relies on. The bridge's mailbox thread asks for every mail; the legacy
 //! model's checkpoint trigger asks when [`CheckpointLock::with_bounded_handover`] is on.
 //!
+//! What keeps the hand-over within one emit in time too, not only in sections:
+//!
+//! | step | who | why |
+//! |---|---|---|
+//! | look for the lock (spin, then yield) for up to 100 us before parking on the mutex | requester | the source lets go within one section; a parked requester would add its own wake-up (tens of microseconds, more on a busy machine) to every hand-over |
+//! | let go fairly (`unlock_fair`), whatever the fairness setting | source | a requester that did park gets the lock handed to it, with no window for a barging thread |
+//! | wait on the condition until the count is down | source | it cannot take the lock back before the requester had it |
+//!
+//! Without a request nothing of this runs: the default lock (the legacy baseline) is unchanged.
+//!
 //! The lock is not reentrant: a thread holding a guard that calls [`CheckpointLock::lock`] again
 //! deadlocks. Code running under the lock that needs "the lock" (an operator sending itself an
 //! event) enqueues instead (see the `task` module).
@@ -105,6 +115,19 @@ impl Fairness {
         }
     }
 }
+
+/// How many times a hand-over requester spins looking for the lock before it yields between
+/// looks; none under loom (a spin is only more interleavings there).
+const HANDOVER_SPINS: u32 = if cfg!(loom) { 0 } else { 128 };
+
+/// How many looks at most a hand-over requester takes before it blocks on the mutex (none
+/// under loom), and for how long at most it yields between them: the source lets go within one
+/// section, so only a section this long (or a source thread kept off its core this long) makes
+/// the requester park.
+const HANDOVER_SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 1 << 16 };
+
+/// See [`HANDOVER_SPIN_LIMIT`].
+const HANDOVER_SPIN_FOR: Duration = Duration::from_micros(100);
 
 /// Which [`CheckpointLock`] a guard belongs to: the address of the lock's shared part, which
 /// every guard of the lock borrows. Meaningful only while that lock is alive (whoever compares
@@ -288,6 +311,46 @@ impl<T> CheckpointLock<T> {
         })
     }
 
+    /// Takes the lock, looking for it for at most [`HANDOVER_SPIN_FOR`] (spinning, then
+    /// yielding) before blocking: a hand-over requester's wait, which the source ends within
+    /// one section. Records the whole wait as [`lock`](Self::lock) does.
+    #[cold]
+    fn lock_spinning(&self) -> CheckpointGuard<'_, T> {
+        let mutex = match &self.mutex {
+            LockMutex::Barging(m) => MutexRef::Barging(m),
+            LockMutex::Parking(m) => MutexRef::Parking(m),
+        };
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let guard = loop {
+            if spins >= HANDOVER_SPIN_LIMIT {
+                break mutex.acquire_slow(&self.shared, start);
+            }
+            if spins < HANDOVER_SPINS {
+                std::hint::spin_loop();
+            } else if start.elapsed() < HANDOVER_SPIN_FOR {
+                // Yield rather than spin: on a busy machine the source may be waiting for
+                // this very core to run the section that ends in letting go.
+                streamtask_core::sync::thread::yield_now();
+            } else {
+                spins = HANDOVER_SPIN_LIMIT;
+                continue;
+            }
+            spins += 1;
+            if let Some(guard) = mutex.try_acquire() {
+                if let Some(metrics) = &self.shared.metrics {
+                    metrics.lock_wait.record(start.elapsed());
+                }
+                break guard;
+            }
+        };
+        CheckpointGuard {
+            shared: &self.shared,
+            mutex,
+            guard: Some(guard),
+        }
+    }
+
     /// Wakes every thread waiting in [`CheckpointGuard::wait_until`]. Call it after changing,
     /// under the lock, something a waiter checks; from any thread, with or without the lock.
     /// One atomic load when nobody waits.
@@ -365,19 +428,24 @@ impl<'a, T: ?Sized> MutexRef<'a, T> {
     /// blocks and records how long it waited.
     #[inline]
     fn acquire(self, shared: &LockShared) -> GuardKind<'a, T> {
-        let fast = match self {
-            MutexRef::Barging(m) => m.try_lock().map(GuardKind::Barging),
-            MutexRef::Parking(m) => m.try_lock().map(GuardKind::Parking),
-        };
-        match fast {
+        match self.try_acquire() {
             Some(guard) => guard,
-            None => self.acquire_slow(shared),
+            None => self.acquire_slow(shared, Instant::now()),
         }
     }
 
+    /// Takes the mutex if it is free right now.
+    #[inline]
+    fn try_acquire(self) -> Option<GuardKind<'a, T>> {
+        match self {
+            MutexRef::Barging(m) => m.try_lock().map(GuardKind::Barging),
+            MutexRef::Parking(m) => m.try_lock().map(GuardKind::Parking),
+        }
+    }
+
+    /// Blocks on the mutex; records the wait since `start`.
     #[cold]
-    fn acquire_slow(self, shared: &LockShared) -> GuardKind<'a, T> {
-        let start = Instant::now();
+    fn acquire_slow(self, shared: &LockShared, start: Instant) -> GuardKind<'a, T> {
         let guard = match self {
             MutexRef::Barging(m) => GuardKind::Barging(m.lock()),
             MutexRef::Parking(m) => GuardKind::Parking(m.lock()),
@@ -403,9 +471,16 @@ pub struct HandoverRequest<'a, T> {
 impl<'a, T> HandoverRequest<'a, T> {
     /// Takes the lock (a source lets go at its next section), then lowers the request and
     /// wakes the sources waiting for that.
+    ///
+    /// The source lets go within one section, so the requester looks for the lock briefly
+    /// (spinning, then yielding, for at most 100 us) before it parks on the
+    /// mutex: a parked requester would add its own wake-up to every hand-over.
     #[inline]
     pub fn lock(mut self) -> CheckpointGuard<'a, T> {
-        let guard = self.lock.lock();
+        let guard = match self.lock.try_lock() {
+            Some(guard) => guard,
+            None => self.lock.lock_spinning(),
+        };
         self.live = false;
         // Lowered under the lock and notified: the condition's fast-path protocol.
         self.lock.shared.handover.fetch_sub(1, Ordering::SeqCst);
@@ -466,6 +541,18 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     fn wait_until_deadline(
         &mut self,
         deadline: Option<Instant>,
+        done: impl FnMut(&mut T) -> bool,
+    ) -> bool {
+        let fair = self.shared.fairness == Fairness::Fair;
+        self.wait_until_as(deadline, fair, done)
+    }
+
+    /// [`wait_until_deadline`](Self::wait_until_deadline), letting go of the lock fairly if
+    /// `fair`.
+    fn wait_until_as(
+        &mut self,
+        deadline: Option<Instant>,
+        fair: bool,
         mut done: impl FnMut(&mut T) -> bool,
     ) -> bool {
         // Try.
@@ -479,7 +566,11 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
                 self.shared.condition.unregister();
                 return true;
             }
-            self.release();
+            if fair {
+                self.release_fair();
+            } else {
+                self.release();
+            }
             let notified = self.shared.condition.block(ticket, deadline);
             self.guard = Some(self.mutex.acquire(self.shared));
             if !notified {
@@ -532,9 +623,12 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
         self.shared.handover.load(Ordering::SeqCst) != 0
     }
 
+    /// Waits, with the lock released, until every hand-over asked for is served. The lock is
+    /// let go fairly (whatever the fairness setting): a requester that gave up looking and
+    /// parked gets it handed over directly, with no window for another thread to barge in.
     #[cold]
     fn yield_slow(&mut self, shared: &LockShared) {
-        self.wait_until(|_| shared.handover.load(Ordering::SeqCst) == 0);
+        self.wait_until_as(None, true, |_| shared.handover.load(Ordering::SeqCst) == 0);
     }
 
     /// The identity of the lock this guard holds (see [`CheckpointLock::id`]).
@@ -545,6 +639,15 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     fn release(&mut self) {
         match self.guard.take() {
             Some(GuardKind::Parking(g)) if self.shared.fairness == Fairness::Fair => unlock_fair(g),
+            other => drop(other),
+        }
+    }
+
+    /// Lets go of the lock handing it to the longest waiter (a parking mutex; the barging one
+    /// has no hand-off), whatever the fairness setting.
+    fn release_fair(&mut self) {
+        match self.guard.take() {
+            Some(GuardKind::Parking(g)) => unlock_fair(g),
             other => drop(other),
         }
     }
