@@ -13,10 +13,12 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use streamtask_core::operator::{ChainOutput, Discard, Map, NoEvents, TaskServices};
+use streamtask_core::operator::{ChainOutput, Map, NoEvents, TaskOutput, TaskServices};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::testing::ManualTimerService;
-use streamtask_core::{ManualClock, OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{
+    CheckpointBarrier, ManualClock, OperatorError, Output, StreamRecord, StreamStatus, Watermark,
+};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 
 /// A reader emitting `next, next + 1, ...` up to `end` (exclusive), one record per poll.
@@ -49,7 +51,10 @@ impl SourceReader<u64> for Counter {
     }
 }
 
-/// An output summing what it gets, so nothing is optimized away.
+/// An output summing what it gets, so nothing is optimized away. The bare loop, the tasks of
+/// every model and the tokio peer all end in this sum, so each side does the same work per record
+/// (a task's sum is handed to `black_box` at its end of input, as the bare loop's and the peer's
+/// are at theirs).
 #[derive(Debug, Default)]
 pub struct Sum(pub u64);
 
@@ -64,6 +69,23 @@ impl Output<u64> for Sum {
     }
     fn emit_status(&mut self, _status: StreamStatus) -> Result<(), OperatorError> {
         Ok(())
+    }
+}
+
+impl TaskOutput<u64> for Sum {
+    fn broadcast_barrier(&mut self, _barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<(), OperatorError> {
+        black_box(self.0);
+        Ok(())
+    }
+}
+
+impl Drop for Sum {
+    /// A cancelled task never sees its end of input: the sum is observed here instead.
+    fn drop(&mut self) {
+        black_box(self.0);
     }
 }
 
@@ -143,7 +165,7 @@ pub fn source_task(records: u64) -> Duration {
             end: records,
         },
         triple(),
-        Discard,
+        Sum::default(),
     );
     let outcome = task.join();
     let elapsed = start.elapsed();

@@ -1,7 +1,8 @@
 //! The pattern a user would otherwise pick (Arroyo's): a tokio `current_thread` loop that
 //! `select!`s, biased towards control, between a control channel and the same counting source,
-//! per record or per batch of records. Same work per record as the tasks (`x * 31`), same
-//! trigger schedule; a trigger's "snapshot" is copying the source's position.
+//! per record or per batch of records. Same work per record as the tasks (`x * 31` summed, the
+//! tasks into [`Sum`](super::hot_path::Sum)), same trigger schedule; a trigger's "snapshot" is
+//! copying the source's position.
 //!
 //! The loop runs `unconstrained`: tokio's cooperative budget would otherwise make the control
 //! channel look empty after 128 polls in a loop that never yields, and triggers would wait for
