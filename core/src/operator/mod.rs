@@ -97,6 +97,23 @@ pub trait Output<T> {
     fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError>;
 }
 
+/// A borrowed output is an output (as `std::io::Write` is for `&mut W`): a wrapper such as the
+/// task kit's record counter can count into an output it does not own.
+impl<T, O: Output<T> + ?Sized> Output<T> for &mut O {
+    #[inline]
+    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
+        (**self).collect(record)
+    }
+
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        (**self).emit_watermark(watermark)
+    }
+
+    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+        (**self).emit_status(status)
+    }
+}
+
 /// The end of a task's chain: an [`Output`] that can also broadcast what is not a record.
 ///
 /// Channel writers (`channel::RecordWriter`) implement it between tasks; [`Discard`] ends a chain

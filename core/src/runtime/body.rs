@@ -763,10 +763,7 @@ where
         }
         // The records out are counted into a local moved in and out of the context, so they
         // never go through memory while the chain runs.
-        let mut out = LocalCount {
-            inner: &mut body.output.inner,
-            records: 0,
-        };
+        let mut out = Counted::new(&mut body.output.inner);
         let result = body
             .chain
             .process_element(record, &mut Context::new(&mut out, &body.env.services, 0));
@@ -796,28 +793,6 @@ impl<C, W> fmt::Debug for Burst<'_, C, W> {
             .field("records_in", &self.records_in)
             .field("records_out", &self.records_out)
             .finish_non_exhaustive()
-    }
-}
-
-/// The task output seen by a [`Burst`]'s chain: counts records in a plain field.
-struct LocalCount<'a, W> {
-    inner: &'a mut W,
-    records: u64,
-}
-
-impl<T, W: Output<T>> Output<T> for LocalCount<'_, W> {
-    #[inline]
-    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
-        self.records += 1;
-        self.inner.collect(record)
-    }
-
-    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        self.inner.emit_watermark(watermark)
-    }
-
-    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
-        self.inner.emit_status(status)
     }
 }
 

@@ -104,25 +104,13 @@ where
 
     #[inline]
     fn step(&mut self, body: &mut ChainBody<C, W>) -> Result<Step, TaskError> {
-        if !body.source_may_emit() {
-            return Ok(if body.is_suspended() {
-                Step::Suspended
-            } else {
-                Step::Backpressured
-            });
+        if let Some(held) = held_back(body) {
+            return Ok(held);
         }
         let mut out = ReaderOutput::resume(body, self.idle);
         let polled = self.reader.poll_next(&mut out);
         self.idle = out.is_idle();
-        Ok(match polled? {
-            InputStatus::MoreAvailable => Step::More,
-            InputStatus::NothingAvailable => Step::Nothing,
-            InputStatus::EndOfInput => {
-                // Sources advance to the end of event time when they end (Flink's endData).
-                body.process_watermark(Watermark::MAX)?;
-                Step::EndOfInput
-            }
-        })
+        after_poll(polled?, body)
     }
 
     /// The reader's own loop: the checks of [`step`](Input::step) that only a mail can change
@@ -136,12 +124,8 @@ where
         budget: u32,
         mail: MailHint<'_>,
     ) -> Result<Step, TaskError> {
-        if !body.source_may_emit() {
-            return Ok(if body.is_suspended() {
-                Step::Suspended
-            } else {
-                Step::Backpressured
-            });
+        if let Some(held) = held_back(body) {
+            return Ok(held);
         }
         let mut burst = body.burst();
         let mut idle = self.idle;
@@ -164,14 +148,7 @@ where
         };
         self.idle = idle;
         drop(burst);
-        Ok(match polled? {
-            InputStatus::MoreAvailable => Step::More,
-            InputStatus::NothingAvailable => Step::Nothing,
-            InputStatus::EndOfInput => {
-                body.process_watermark(Watermark::MAX)?;
-                Step::EndOfInput
-            }
-        })
+        after_poll(polled?, body)
     }
 
     fn register_waker(&mut self, waker: &Waker) {
@@ -196,6 +173,41 @@ where
             log::warn!("{task}: closing the reader failed: {e}");
         }
     }
+}
+
+/// A source that may not emit now (a stop-with-savepoint is pending): the step it makes
+/// instead of polling.
+#[inline]
+fn held_back<C, W>(body: &ChainBody<C, W>) -> Option<Step>
+where
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    if body.source_may_emit() {
+        None
+    } else if body.is_suspended() {
+        Some(Step::Suspended)
+    } else {
+        Some(Step::Backpressured)
+    }
+}
+
+/// The step a reader's last poll makes; at its end the source advances to the end of event
+/// time (Flink's endData).
+#[inline]
+fn after_poll<C, W>(polled: InputStatus, body: &mut ChainBody<C, W>) -> Result<Step, TaskError>
+where
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    Ok(match polled {
+        InputStatus::MoreAvailable => Step::More,
+        InputStatus::NothingAvailable => Step::Nothing,
+        InputStatus::EndOfInput => {
+            body.process_watermark(Watermark::MAX)?;
+            Step::EndOfInput
+        }
+    })
 }
 
 /// A task's input gate ([`InputGate`](streamtask_core::channel::InputGate) or
