@@ -117,12 +117,22 @@ impl TaskOutput<()> for WithSideChannels {
     fn is_available(&self) -> bool {
         self.main.is_available() && self.side.iter().all(|s| s.is_available())
     }
+    /// Registers on every output that is full now, and wakes at once when none is: room that
+    /// freed between the caller's [`is_available`](TaskOutput::is_available) and this call
+    /// must not leave a suspended task without a notice. (Skipping the outputs that have room
+    /// and waking nobody lost that notice: a split task slept with its input full.)
     fn register_availability_waker(&self, waker: &Waker) {
-        if !self.main.is_available() {
-            self.main.register_availability_waker(waker);
+        let mut registered = false;
+        let full = std::iter::once(&self.main)
+            .chain(&self.side)
+            .filter(|output| !output.is_available());
+        for output in full {
+            // Each wakes at once itself if its room freed since `is_available`.
+            output.register_availability_waker(waker);
+            registered = true;
         }
-        for side in self.side.iter().filter(|s| !s.is_available()) {
-            side.register_availability_waker(waker);
+        if !registered {
+            waker.wake_by_ref();
         }
     }
 }
@@ -263,5 +273,102 @@ impl<T> DataStream<T> {
             partitioning: "side output",
         };
         DataStream::input_vertex(env, tag.name(), parallelism, vec![edge], vec![input])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use streamtask_core::CheckpointBarrier;
+
+    use super::*;
+
+    /// An output that is full for its first `full_checks` availability checks, then has room.
+    struct FreesAfter {
+        checks: AtomicUsize,
+        full_checks: usize,
+    }
+
+    impl FreesAfter {
+        fn boxed(full_checks: usize) -> Box<dyn TaskOutput<()>> {
+            Box::new(FreesAfter {
+                checks: AtomicUsize::new(0),
+                full_checks,
+            })
+        }
+    }
+
+    impl Output<()> for FreesAfter {
+        fn collect(&mut self, _record: StreamRecord<()>) -> Result<(), OperatorError> {
+            Ok(())
+        }
+        fn emit_watermark(&mut self, _watermark: Watermark) -> Result<(), OperatorError> {
+            Ok(())
+        }
+        fn emit_status(&mut self, _status: StreamStatus) -> Result<(), OperatorError> {
+            Ok(())
+        }
+    }
+
+    impl TaskOutput<()> for FreesAfter {
+        fn broadcast_barrier(&mut self, _barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+            Ok(())
+        }
+        fn end_of_input(&mut self) -> Result<(), OperatorError> {
+            Ok(())
+        }
+        fn is_available(&self) -> bool {
+            self.checks.fetch_add(1, Ordering::SeqCst) >= self.full_checks
+        }
+        fn register_availability_waker(&self, waker: &Waker) {
+            // As a channel writer does: wakes at once when there is room.
+            if self.is_available() {
+                waker.wake_by_ref();
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn woken_after_suspending(output: &WithSideChannels) -> bool {
+        let flag = Arc::new(Flag::default());
+        // The task's check found the output full; it suspends and registers.
+        assert!(!output.is_available());
+        output.register_availability_waker(&Waker::from(Arc::clone(&flag)));
+        flag.0.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn room_freed_between_the_check_and_the_registration_wakes_the_task() {
+        // The main output was full at the task's check and has room by the registration.
+        let output = WithSideChannels {
+            main: FreesAfter::boxed(1),
+            side: vec![FreesAfter::boxed(0)],
+        };
+        assert!(woken_after_suspending(&output));
+        // The same for a side output.
+        let output = WithSideChannels {
+            main: FreesAfter::boxed(0),
+            side: vec![FreesAfter::boxed(0), FreesAfter::boxed(1)],
+        };
+        assert!(woken_after_suspending(&output));
+    }
+
+    #[test]
+    fn an_output_still_full_at_the_registration_holds_the_notice() {
+        let output = WithSideChannels {
+            main: FreesAfter::boxed(0),
+            side: vec![FreesAfter::boxed(usize::MAX)],
+        };
+        assert!(!woken_after_suspending(&output));
     }
 }

@@ -141,6 +141,11 @@ pub trait TaskOutput<T>: Output<T> + Send {
 
     /// Asks to be woken through `waker` once [`is_available`](Self::is_available) may have
     /// become true. Outputs that never block may wake at once.
+    ///
+    /// A task calls it after `is_available` returned `false` and then suspends: an
+    /// implementation must wake `waker` at once when it has room by the time of this call
+    /// (room may free in between), or the task sleeps with nobody to wake it. A wrapper over
+    /// several outputs registers on each full one and wakes at once when none is full.
     fn register_availability_waker(&self, waker: &std::task::Waker) {
         waker.wake_by_ref();
     }
