@@ -5,6 +5,8 @@
 use std::collections::VecDeque;
 use std::fmt;
 
+use crossbeam::utils::CachePadded;
+
 use streamtask_core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
 
@@ -157,9 +159,10 @@ impl MailHint<'_> {
 }
 
 /// The words a trigger call touches (rings the doorbell, reads the state and whether the owner
-/// waits) on one cache line of their own: producers' lock traffic on the queue's mutex does not
+/// waits) on cache lines of their own (128 bytes, as crossbeam's `CachePadded`: x86 prefetches
+/// lines in pairs): producers' lock traffic on the queue's mutex does not
 /// invalidate the line the owner polls, and a trigger moves one line of the mailbox, not three.
-#[repr(align(64))]
+#[repr(align(128))]
 struct Hot {
     /// `NEW_MAIL`, `BATCH` and `DOORBELL`.
     flags: AtomicU8,
@@ -168,6 +171,15 @@ struct Hot {
     /// The owner is about to block or blocks for mail (`SeqCst`, see
     /// [`announce_wait`](TaskMailbox::announce_wait)).
     owner_waiting: AtomicBool,
+}
+
+/// The queue, under its lock, with what `put` needs to know of the hot line: a producer
+/// holding the lock reads it from the line it just locked, not from the line the owner writes.
+/// `NEW_MAIL` is set exactly while `mails` is not empty (both change only under this lock).
+struct Queue<T> {
+    mails: VecDeque<Mail<T>>,
+    /// The state, as in `Hot::state` (both change only under this lock).
+    state: MailboxState,
 }
 
 /// A priority mailbox bound to one owner thread.
@@ -198,9 +210,12 @@ struct Hot {
 pub struct TaskMailbox<T> {
     hot: Hot,
     owner: thread::Thread,
-    queue: Mutex<VecDeque<Mail<T>>>,
+    /// The queue and its condition variable, which producers write, on cache lines of their own.
+    queue: CachePadded<Mutex<Queue<T>>>,
     not_empty: Condvar,
-    batch: Mutex<VecDeque<Mail<T>>>,
+    /// The owner's batch, on lines of its own: the producers' locking of the queue does not
+    /// invalidate the line the owner locks for every mail of a batch.
+    batch: CachePadded<Mutex<VecDeque<Mail<T>>>>,
 }
 
 impl<T> TaskMailbox<T> {
@@ -219,9 +234,12 @@ impl<T> TaskMailbox<T> {
                 owner_waiting: AtomicBool::new(false),
             },
             owner,
-            queue: Mutex::new(VecDeque::new()),
+            queue: CachePadded::new(Mutex::new(Queue {
+                mails: VecDeque::new(),
+                state: MailboxState::Open,
+            })),
             not_empty: Condvar::new(),
-            batch: Mutex::new(VecDeque::new()),
+            batch: CachePadded::new(Mutex::new(VecDeque::new())),
         }
     }
 
@@ -252,7 +270,8 @@ impl<T> TaskMailbox<T> {
         MailboxState::from_u8(self.hot.state.load(Ordering::Acquire))
     }
 
-    fn set_state(&self, _queue: &mut VecDeque<Mail<T>>, state: MailboxState) {
+    fn set_state(&self, queue: &mut Queue<T>, state: MailboxState) {
+        queue.state = state;
         self.hot.state.store(state as u8, Ordering::Release);
     }
 
@@ -288,27 +307,30 @@ impl<T> TaskMailbox<T> {
         }
     }
 
+    #[inline]
     fn put_locked(
         &self,
-        queue: &mut VecDeque<Mail<T>>,
+        queue: &mut Queue<T>,
         mail: Mail<T>,
         first: bool,
     ) -> Result<(), PutError<T>> {
-        let state = self.state();
+        // The lock's copy of the state: exact, and on the line just locked.
+        let state = queue.state;
         if !state.is_accepting_mails() {
             return Err(PutError { state, mail });
         }
+        let was_empty = queue.mails.is_empty();
         if first {
-            queue.push_front(mail);
+            queue.mails.push_front(mail);
         } else {
-            queue.push_back(mail);
+            queue.mails.push_back(mail);
         }
-        // NEW_MAIL changes only under the queue lock (held here), so this load is exact: while
-        // it is set, putting is a push and no read-modify-write on the flag word the owner
-        // polls (with several producers, that RMW per put was the contended cache line).
+        // NEW_MAIL is set exactly while the queue is not empty (see `Queue`): on a queue that
+        // held mail, putting is a push and touches neither the flag word the owner polls nor
+        // its line (with several producers, that line was the contended one).
         // Release: the owner's fast path that sees the bit then takes the queue lock, which is
         // what actually publishes the mail; the ordering keeps the hint no later than the push.
-        if self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL == 0 {
+        if was_empty {
             self.hot.flags.fetch_or(NEW_MAIL, Ordering::Release);
         }
         // Notified under the lock: the owner cannot be between its check and its wait.
@@ -519,13 +541,9 @@ impl<T> TaskMailbox<T> {
         mail
     }
 
-    fn take_from_queue(
-        &self,
-        queue: &mut MutexGuard<'_, VecDeque<Mail<T>>>,
-        priority: Priority,
-    ) -> Option<Mail<T>> {
-        let mail = take_first(queue, priority);
-        if mail.is_some() && queue.is_empty() {
+    fn take_from_queue(&self, queue: &mut Queue<T>, priority: Priority) -> Option<Mail<T>> {
+        let mail = take_first(&mut queue.mails, priority);
+        if mail.is_some() && queue.mails.is_empty() {
             self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
         }
         mail
@@ -559,21 +577,29 @@ impl<T> TaskMailbox<T> {
         }
         let mut queue = self.queue.lock();
         let mut batch = self.batch.lock();
+        if queue.mails.is_empty() {
+            // Emptied meanwhile (by a `drain` on another thread).
+            return !batch.is_empty();
+        }
         if batch.is_empty() {
             // The usual case: the batch ran out. Swap the buffers instead of moving every mail:
             // O(1) under the lock producers wait for, and the two buffers take turns, so a
             // steady stream of mails allocates (and faults in) nothing new.
-            std::mem::swap(&mut *queue, &mut *batch);
+            std::mem::swap(&mut queue.mails, &mut *batch);
         } else {
-            batch.extend(queue.drain(..));
+            batch.extend(queue.mails.drain(..));
         }
-        self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
-        if batch.is_empty() {
-            false
+        // Now the queue is empty and the batch is not. Both locks are held, so both bits are
+        // known: NEW_MAIL was set (the queue held mail) and BATCH is what the word says. One
+        // read-modify-write clears the one and sets the other. Release, as every flag change.
+        if self.hot.flags.load(Ordering::Relaxed) & BATCH != 0 {
+            self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
         } else {
-            self.hot.flags.fetch_or(BATCH, Ordering::Release);
-            true
+            self.hot
+                .flags
+                .fetch_xor(NEW_MAIL | BATCH, Ordering::Release);
         }
+        true
     }
 
     /// Takes the head of the batch, whatever its priority; never looks at the queue. Owner only.
@@ -604,10 +630,11 @@ impl<T> TaskMailbox<T> {
         self.drain_locked(&mut queue)
     }
 
-    fn drain_locked(&self, queue: &mut VecDeque<Mail<T>>) -> Vec<Mail<T>> {
+    fn drain_locked(&self, queue: &mut Queue<T>) -> Vec<Mail<T>> {
         let mut batch = self.batch.lock();
         let mut mails: Vec<Mail<T>> = batch.drain(..).collect();
-        mails.extend(queue.drain(..));
+        mails.extend(queue.mails.drain(..));
+        // Both containers are empty and locked; the doorbell is cleared too, as before.
         self.hot.flags.store(0, Ordering::Release);
         mails
     }
@@ -661,7 +688,7 @@ impl<T> TaskMailbox<T> {
     pub fn len(&self) -> usize {
         let queue = self.queue.lock();
         let batch = self.batch.lock();
-        queue.len() + batch.len()
+        queue.mails.len() + batch.len()
     }
 
     /// Whether no mail is held.
@@ -688,7 +715,7 @@ impl<T> fmt::Debug for TaskMailbox<T> {
 /// The mailbox while [`TaskMailbox::run_exclusively`] holds its lock.
 pub struct Exclusive<'a, T> {
     mailbox: &'a TaskMailbox<T>,
-    queue: MutexGuard<'a, VecDeque<Mail<T>>>,
+    queue: MutexGuard<'a, Queue<T>>,
 }
 
 impl<T> Exclusive<'_, T> {
@@ -727,7 +754,7 @@ impl<T> Exclusive<'_, T> {
 
     /// Number of queued mails (the batch not counted: it belongs to the owner).
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.queue.mails.len()
     }
 }
 

@@ -133,6 +133,68 @@ fn a_mail_arriving_as_the_owner_parks_wakes_it() {
     });
 }
 
+/// A put racing the owner's batch path (`create_batch`, then `try_take_from_batch` until the
+/// batch is empty): the mail is in this batch or stays queued for the next, and while it is
+/// queued `has_mail` says so (the queue lock's copy of the `NEW_MAIL` flag stays exact).
+#[test]
+fn a_put_racing_create_batch_is_in_this_batch_or_flagged_for_the_next() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(0)).unwrap();
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put(mail(1)).unwrap())
+        };
+        let run_batch = |got: &mut Vec<u32>| {
+            if mailbox.create_batch().unwrap() {
+                while let Some(m) = mailbox.try_take_from_batch().unwrap() {
+                    got.push(m.into_body());
+                }
+            }
+        };
+        let mut got = Vec::new();
+        run_batch(&mut got);
+        producer.join().unwrap();
+        if got.len() < 2 {
+            assert!(mailbox.has_mail().unwrap(), "a queued mail is flagged");
+            run_batch(&mut got);
+        }
+        assert_eq!(got, vec![0, 1]);
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
+/// Two producers put while the owner takes with `take` and empties the queue between them:
+/// the flag the queue lock keeps a copy of is raised again by the next put, so the owner's
+/// one-load check never misses a queued mail.
+#[test]
+fn the_queue_flag_is_raised_again_after_the_queue_ran_empty() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let producers: Vec<_> = (0..2)
+            .map(|n| {
+                let mailbox = Arc::clone(&mailbox);
+                thread::spawn(move || mailbox.put(mail(n)).unwrap())
+            })
+            .collect();
+        let mut got = vec![mailbox.take(Priority::MIN).unwrap().into_body()];
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert!(mailbox.has_mail().unwrap(), "the second mail is flagged");
+        got.push(
+            mailbox
+                .try_take(Priority::MIN)
+                .unwrap()
+                .unwrap()
+                .into_body(),
+        );
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1]);
+        assert!(!mailbox.has_mail().unwrap());
+    });
+}
+
 /// The default action suspends; another thread resumes it while the loop is about to block.
 /// The loop must see the resume and run the default action again.
 #[test]
