@@ -103,7 +103,7 @@ enum Seen {
 ///
 /// # The protocol
 ///
-/// The two threads meet once per chunk (a quarter of the capacity unless set with
+/// The two threads meet once per chunk (half the capacity, at most 256, unless set with
 /// [`with_chunk`](Self::with_chunk)), not once per record:
 ///
 /// ```text
@@ -285,7 +285,7 @@ where
     }
 
     /// Elements the source publishes to the reader at once (a chunk), at least 1 and at most
-    /// the capacity; a quarter of the capacity (at most 256) unless set. The source thread and
+    /// the capacity; half the capacity (at most 256) unless set. The source thread and
     /// the mailbox thread meet once per chunk rather than once per record. A chunk that does
     /// not fill is taken by the reader at most 50 us after it ran out of others (and each
     /// element is published at once while the reader sleeps), so a large chunk costs at most
