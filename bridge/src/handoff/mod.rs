@@ -103,7 +103,7 @@ enum Seen {
 ///
 /// # The protocol
 ///
-/// The two threads meet once per chunk (a quarter of the capacity unless set with
+/// The two threads meet once per chunk (half the capacity, at most 256, unless set with
 /// [`with_chunk`](Self::with_chunk)), not once per record:
 ///
 /// ```text
@@ -285,7 +285,7 @@ where
     }
 
     /// Elements the source publishes to the reader at once (a chunk), at least 1 and at most
-    /// the capacity; a quarter of the capacity (at most 256) unless set. The source thread and
+    /// the capacity; half the capacity (at most 256) unless set. The source thread and
     /// the mailbox thread meet once per chunk rather than once per record. A chunk that does
     /// not fill is taken by the reader at most 50 us after it ran out of others (and each
     /// element is published at once while the reader sleeps), so a large chunk costs at most
@@ -448,23 +448,27 @@ where
             return;
         }
         self.start();
-        let lock = Arc::clone(self.lock());
-        let published = Arc::clone(self.published.as_ref().expect("created with the lock"));
-        if self.take_published(&lock, &published) {
+        let _ = self.lock();
+        // Borrowed, not cloned: the lock's reference count shares a cache line with its
+        // mutex, which the source takes per record (a clone per refill cost it a miss).
+        let lock = self.lock.as_deref().expect("created above");
+        let published = self.published.as_deref().expect("created with the lock");
+        let batch = &mut self.batch;
+        if take_published::<F>(lock, published, batch) {
             return;
         }
         // Nothing published: a running source fills a chunk within a chunk's worth of records;
         // wait that long for it (spinning, then yielding to the source's thread) before taking
         // the lock for a part of one.
         spin_then_yield(|| published.any(), READER_SPIN, READER_WAIT);
-        if self.take_published(&lock, &published) {
+        if take_published::<F>(lock, published, batch) {
             return;
         }
         // Still nothing: take the lock (within one section of the source) and whatever it has.
         let mut cell = lock.request_handover().lock();
-        let _ = published.take_all_into(&mut self.batch); // notified below, under the lock
+        let _ = published.take_all_into(batch); // notified below, under the lock
         let handoff = cell.output_mut();
-        handoff.steal_into(&mut self.batch);
+        handoff.steal_into(batch);
         // Room was freed under the lock: wake a source waiting for it.
         cell.notify_all();
         if matches!(self.seen, Seen::Reported) {
@@ -477,21 +481,6 @@ where
                 if let Some(error) = error.take() {
                     self.seen = Seen::Failed(error);
                 }
-            }
-        }
-    }
-
-    /// Takes every published chunk into the (empty) batch, waking the source if it may be
-    /// waiting for the room. Returns whether it took any.
-    fn take_published(&mut self, lock: &HandoffLock<F>, published: &Published<F::Out>) -> bool {
-        match published.take_all_into(&mut self.batch) {
-            None => false,
-            Some(source_waits) => {
-                if source_waits {
-                    // Changed outside the lock: wake unconditionally.
-                    lock.wake_all();
-                }
-                true
             }
         }
     }
@@ -527,6 +516,26 @@ where
             timers.shutdown();
         }
         Ok(())
+    }
+}
+
+/// Takes every published chunk into the (empty) `batch`, waking the source if it may be waiting
+/// for the room. Returns whether it took any.
+#[inline]
+fn take_published<F: SourceFunction>(
+    lock: &HandoffLock<F>,
+    published: &Published<F::Out>,
+    batch: &mut Chunk<F::Out>,
+) -> bool {
+    match published.take_all_into(batch) {
+        None => false,
+        Some(source_waits) => {
+            if source_waits {
+                // Changed outside the lock: wake unconditionally.
+                lock.wake_all();
+            }
+            true
+        }
     }
 }
 
