@@ -426,3 +426,62 @@ fn a_posted_errand_is_run_once_between_sections_and_never_lost() {
         assert!(!lock.handover_requested());
     });
 }
+
+/// An errand posted while the source waits for a hand-over it let go for: the source stops
+/// waiting, runs the errand, and waits again. The requester here takes the lock only once the
+/// errand ran (a requester kept off its core), so a source that kept waiting for it, or that
+/// was not woken by the post, would deadlock; whatever the interleaving, the errand runs once
+/// and the requester is served.
+#[test]
+fn an_errand_posted_while_the_source_waits_for_a_handover_is_run_and_the_requester_served() {
+    use loom::sync::atomic::AtomicU32;
+    use streamtask_core::ManualClock;
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::testing::ManualTimerService;
+    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
+
+    type Cell = SourceCell<u32, Vec<Emitted<u32>>>;
+
+    loom::model(|| {
+        let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
+        let cell = SourceCell::new(
+            0u32,
+            Emission::new(SourceContextConfig::processing_time(), timers),
+            Vec::<Emitted<u32>>::new(),
+        );
+        let runs = Arc::new(AtomicU32::new(0));
+        let ran = Arc::new(loom::sync::Notify::new());
+        let errand = {
+            let (runs, ran) = (Arc::clone(&runs), Arc::clone(&ran));
+            move |_: &mut Cell| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                ran.notify();
+            }
+        };
+        let lock = Arc::new(CheckpointLock::new(cell, Fairness::Eventual).with_errand(errand));
+        let cancel = CancellationToken::new();
+        let requester = {
+            let (lock, ran) = (Arc::clone(&lock), Arc::clone(&ran));
+            thread::spawn(move || {
+                let request = lock.request_handover();
+                ran.wait();
+                drop(request.lock());
+            })
+        };
+        let source = {
+            let (lock, cancel) = (Arc::clone(&lock), cancel.clone());
+            thread::spawn(move || {
+                let mut ctx = SourceContext::new(&*lock, &cancel);
+                ctx.collect(0).expect("a vector output");
+            })
+        };
+        lock.post_errand();
+        source.join().unwrap();
+        // A last section serves the post if the source's did not.
+        let mut ctx = SourceContext::new(&*lock, &cancel);
+        ctx.collect(1).expect("a vector output");
+        requester.join().unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "one post, one errand");
+        assert!(!lock.handover_requested());
+    });
+}

@@ -72,6 +72,7 @@
 //! |---|---|---|
 //! | post: set the bit (`SeqCst`), after putting what the errand does where it finds it | poster | a context that sees the bit finds the work; one that does not sees it at its next section |
 //! | see the bit with the section's hand-over load; let go of the lock, take it again, clear the bit, run the errand | source context | the bit is cleared under the lock before the errand runs: a post after the clear is seen at the next section, never lost |
+//! | a context waiting for a hand-over to be served stops waiting when the bit is set (the poster wakes it: the bit changes outside the lock), runs the errand, then waits again | source context, poster | a requester kept off its core does not hold the errand up; the one exception to "the source cannot take the lock back before the requester had it": once per errand |
 //!
 //! An errand must be idempotent over what it finds: a post may be served by a holder that found
 //! the work already done (the bridge's mailbox thread does the same work as a mail, whichever
@@ -360,12 +361,17 @@ impl<T> CheckpointLock<T> {
 
     /// Asks the source to run the lock's errand before its next section (see the module's
     /// `# Errands`); does nothing if the lock has none. Put what the errand needs where it
-    /// finds it first. One atomic operation; from any thread.
+    /// finds it first. One atomic operation and a wake of the lock's condition (an
+    /// uncontended mutex when nobody waits); from any thread.
     #[inline]
     pub fn post_errand(&self) {
         if self.shared.has_errand {
             // SeqCst, as the hand-over count: ordered with the context's check of the word.
             self.shared.handover.fetch_or(ERRAND, Ordering::SeqCst);
+            // A source waiting for a hand-over to be served stops waiting for an errand (see
+            // `yield_slow`); the bit is changed outside the lock, so wake it unconditionally
+            // (the `condition` module's protocol for such flags: the epoch's mutex orders it).
+            self.shared.condition.wake_all();
         }
     }
 
@@ -747,9 +753,14 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// let go fairly (whatever the fairness setting): a requester that gave up looking and
     /// parked gets it handed over directly, with no window for another thread to barge in.
     #[cold]
+    ///
+    /// An errand posted meanwhile ends the wait too: the caller runs it (taking the lock back
+    /// once, for the errand) and then waits again. So a requester that is slow to take the lock
+    /// it asked for (its thread kept off a core) does not hold up an errand.
     fn yield_slow(&mut self, shared: &LockShared) {
         self.wait_until_as(None, true, |_| {
-            shared.handover.load(Ordering::SeqCst) & !ERRAND == 0
+            let word = shared.handover.load(Ordering::SeqCst);
+            word & !ERRAND == 0 || word & ERRAND != 0
         });
     }
 
