@@ -192,3 +192,58 @@ fn a_chain_that_fails_to_finish_fails_the_task() {
             .is_some_and(|f| f.to_string().contains("cannot flush"))
     );
 }
+
+/// Fails every snapshot.
+struct FailingSnapshot;
+
+impl Operator for FailingSnapshot {
+    type In = u64;
+    type Out = u64;
+    fn name(&self) -> &str {
+        "failing-snapshot"
+    }
+    fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        ctx.collect(record)
+    }
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
+        Err(OperatorError::user("failing-snapshot", "state too big"))
+    }
+}
+
+/// A hot source runs a trigger itself before its next section (or the mailbox thread does,
+/// whichever holds the lock first): a failing checkpoint fails the task either way, with its
+/// cause, and declines that checkpoint.
+#[test]
+fn a_failing_checkpoint_fails_the_task_whoever_runs_it() {
+    let output = SharedOutput::new();
+    let (responder, reports) = common::responder("snapshot-fails");
+    let task = LegacySourceStreamTask::new(
+        TaskConfig::new("snapshot-fails").with_responder(responder),
+        Count::forever(),
+        FailingSnapshot,
+        output.clone(),
+    )
+    .spawn()
+    .unwrap();
+    output.wait_for(|e| !e.is_empty());
+    task.trigger_checkpoint(streamtask_core::CheckpointBarrier::new(1, 0))
+        .unwrap();
+    let outcome = task.join();
+    let failure = outcome
+        .failure()
+        .expect("the snapshot's error fails the task");
+    assert_eq!(failure.thread, "snapshot-fails");
+    assert!(failure.to_string().contains("state too big"), "{failure}");
+    assert!(matches!(
+        common::report(&reports),
+        streamtask_core::task::TaskReport::Declined {
+            checkpoint: 1,
+            reason: streamtask_core::task::DeclineReason::Failed(_),
+            ..
+        }
+    ));
+}

@@ -94,6 +94,10 @@ impl HandoverProbe {
     /// Makes the source's next section hold the lock until it sees a request (see the module
     /// docs); [`handed_over`](Self::handed_over) disarms it.
     pub fn arm(&self) {
+        // A new trigger's count starts here: sections that saw a request raised before it was
+        // made are not its own (in the bridge, an earlier trigger's mail, sent after the
+        // source ran that trigger itself, raises one).
+        self.since_reset.store(0, Ordering::SeqCst);
         self.arm.store(true, Ordering::SeqCst);
     }
 

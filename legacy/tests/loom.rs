@@ -355,3 +355,133 @@ fn a_handover_request_is_served_and_the_source_that_let_go_is_woken() {
         });
     }
 }
+
+/// The lock's errand: a poster (work queued, then `post_errand`) racing a source that runs two
+/// sections, then a holder that takes the lock plainly (the bridge's mailbox thread) and a last
+/// section. Whatever the interleaving, the errand runs only between two sections (it sees whole
+/// sections), the work is done exactly once (by the errand or by the holder, whichever comes
+/// first: the post is never lost), and a post is served at most once.
+#[test]
+fn a_posted_errand_is_run_once_between_sections_and_never_lost() {
+    use loom::sync::atomic::AtomicU32;
+    use streamtask_core::ManualClock;
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::testing::ManualTimerService;
+    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
+
+    type Cell = SourceCell<(u32, u32), Vec<Emitted<u32>>>;
+
+    loom::model(|| {
+        let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
+        let cell = SourceCell::new(
+            (0u32, 0u32),
+            Emission::new(SourceContextConfig::processing_time(), timers),
+            Vec::<Emitted<u32>>::new(),
+        );
+        // The work: one unit queued; whoever takes it (under the lock) does it.
+        let work = Arc::new(AtomicU32::new(0));
+        let done = Arc::new(AtomicU32::new(0));
+        let runs = Arc::new(AtomicU32::new(0));
+        let take = {
+            let (work, done) = (Arc::clone(&work), Arc::clone(&done));
+            move |cell: &Cell| {
+                let (started, ended) = *cell.state();
+                assert_eq!(started, ended, "the work ran inside a section");
+                if work.swap(0, Ordering::SeqCst) == 1 {
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        };
+        let errand = {
+            let (take, runs) = (take.clone(), Arc::clone(&runs));
+            move |cell: &mut Cell| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                take(cell);
+            }
+        };
+        let lock = Arc::new(CheckpointLock::new(cell, Fairness::Eventual).with_errand(errand));
+        let cancel = CancellationToken::new();
+        let source = {
+            let (lock, cancel) = (Arc::clone(&lock), cancel.clone());
+            thread::spawn(move || {
+                let mut ctx = SourceContext::new(&*lock, &cancel);
+                for n in 0..2 {
+                    let mut locked = ctx.lock();
+                    locked.state_mut().0 += 1;
+                    locked.collect(n).expect("a vector output");
+                    locked.state_mut().1 += 1;
+                }
+            })
+        };
+        work.store(1, Ordering::SeqCst);
+        lock.post_errand();
+        source.join().unwrap();
+        // A mail: the holder that does the work if the source did not.
+        take(&lock.lock());
+        assert_eq!(done.load(Ordering::SeqCst), 1, "the work done exactly once");
+        // The post is served by the next section at the latest, once.
+        let mut ctx = SourceContext::new(&*lock, &cancel);
+        ctx.collect(2).expect("a vector output");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "one post, one errand");
+        assert!(!lock.handover_requested());
+    });
+}
+
+/// An errand posted while the source waits for a hand-over it let go for: the source stops
+/// waiting, runs the errand, and waits again. The requester here takes the lock only once the
+/// errand ran (a requester kept off its core), so a source that kept waiting for it, or that
+/// was not woken by the post, would deadlock; whatever the interleaving, the errand runs once
+/// and the requester is served.
+#[test]
+fn an_errand_posted_while_the_source_waits_for_a_handover_is_run_and_the_requester_served() {
+    use loom::sync::atomic::AtomicU32;
+    use streamtask_core::ManualClock;
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::testing::ManualTimerService;
+    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
+
+    type Cell = SourceCell<u32, Vec<Emitted<u32>>>;
+
+    loom::model(|| {
+        let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
+        let cell = SourceCell::new(
+            0u32,
+            Emission::new(SourceContextConfig::processing_time(), timers),
+            Vec::<Emitted<u32>>::new(),
+        );
+        let runs = Arc::new(AtomicU32::new(0));
+        let ran = Arc::new(loom::sync::Notify::new());
+        let errand = {
+            let (runs, ran) = (Arc::clone(&runs), Arc::clone(&ran));
+            move |_: &mut Cell| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                ran.notify();
+            }
+        };
+        let lock = Arc::new(CheckpointLock::new(cell, Fairness::Eventual).with_errand(errand));
+        let cancel = CancellationToken::new();
+        let requester = {
+            let (lock, ran) = (Arc::clone(&lock), Arc::clone(&ran));
+            thread::spawn(move || {
+                let request = lock.request_handover();
+                ran.wait();
+                drop(request.lock());
+            })
+        };
+        let source = {
+            let (lock, cancel) = (Arc::clone(&lock), cancel.clone());
+            thread::spawn(move || {
+                let mut ctx = SourceContext::new(&*lock, &cancel);
+                ctx.collect(0).expect("a vector output");
+            })
+        };
+        lock.post_errand();
+        source.join().unwrap();
+        // A last section serves the post if the source's did not.
+        let mut ctx = SourceContext::new(&*lock, &cancel);
+        ctx.collect(1).expect("a vector output");
+        requester.join().unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "one post, one errand");
+        assert!(!lock.handover_requested());
+    });
+}

@@ -20,6 +20,8 @@ use streamtask_core::{CheckpointBarrier, Operator, Timer};
 use streamtask_legacy::SourceCell;
 use streamtask_mailbox::OperatorMails;
 
+use super::trigger::PendingTriggers;
+
 /// A failure that ends the mailbox loop. A type of this crate, so that the crate may implement
 /// the mailbox's [`OperatorMails`] for legacy's [`SourceCell`] (the orphan rule wants one local
 /// type in the impl).
@@ -42,9 +44,9 @@ where
     MailFailure(TaskFailure::new(body.name(), error))
 }
 
-/// A checkpoint trigger on its way to the mailbox thread. Dropped without running (the
-/// mailbox refused it, or closed before it ran) it declines the checkpoint, so the coordinator
-/// always hears back.
+/// A checkpoint trigger on its way to a holder of the lock. Dropped without running (the task
+/// ended before any holder took it) it declines the checkpoint, so the coordinator always
+/// hears back.
 pub(crate) struct PendingTrigger {
     barrier: CheckpointBarrier,
     requested: Instant,
@@ -81,9 +83,28 @@ impl Drop for PendingTrigger {
     }
 }
 
-/// The checkpoint trigger mail, under the lock: so the source is between two locked sections
-/// and its state agrees with what it emitted (the kit declines a task that is not running).
-pub(crate) fn trigger_checkpoint<S, C, W>(
+/// Runs every trigger waiting, oldest first, under the lock: the trigger mail on the mailbox
+/// thread, or the lock's errand on the source thread before its next section, whichever holds
+/// the lock first (the other finds none). A failed checkpoint stops the run; the triggers left
+/// wait for the next holder, or decline at the task's end.
+pub(crate) fn run_pending<S, C, W>(
+    cell: &mut BridgeCell<S, C, W>,
+    pending: &PendingTriggers,
+) -> Result<(), MailFailure>
+where
+    S: Serialize + DeserializeOwned + Default,
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    while let Some(trigger) = pending.pop() {
+        trigger_checkpoint(cell, trigger)?;
+    }
+    Ok(())
+}
+
+/// One checkpoint trigger, under the lock: so the source is between two locked sections and
+/// its state agrees with what it emitted (the kit declines a task that is not running).
+fn trigger_checkpoint<S, C, W>(
     cell: &mut BridgeCell<S, C, W>,
     trigger: PendingTrigger,
 ) -> Result<(), MailFailure>

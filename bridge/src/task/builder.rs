@@ -24,7 +24,7 @@ use super::runtime::{self, Options};
 /// | thread | name | runs | under the checkpoint lock |
 /// |---|---|---|---|
 /// | task (mailbox) | `<task>` | restore + open; the mailbox loop, which only takes mails; finish; teardown | open, every action mail, finish, close |
-/// | source | `<task>-legacy-source` | `run_source`: the function's `run`, and for a finite source `Watermark::MAX` + `end_input` | every locked section of the source, and so every record through the chain |
+/// | source | `<task>-legacy-source` | `run_source`: the function's `run`, and for a finite source `Watermark::MAX` + `end_input`; checkpoint triggers waiting when a section starts | every locked section of the source, and so every record through the chain; the triggers it runs |
 /// | timers | `<task>-timers` (started by the first registration) | only enqueues timer mails | never |
 ///
 /// The lock owns the source's state and context together with the operator chain and the
@@ -35,7 +35,7 @@ use super::runtime::{self, Options};
 ///
 /// | mail | priority | under the lock | does |
 /// |---|---|---|---|
-/// | checkpoint trigger | `MIN` | yes | prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
+/// | checkpoint trigger | `MIN` | yes | every trigger still waiting (see below): prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
 /// | timer of operator `i` | `operator(i)` | yes | the chain's `dispatch_timer`; context timers go to the source's context |
 /// | event for operator `i` | `operator(i)` | yes | the chain's `dispatch_event` |
 /// | checkpoint complete / aborted | `MAX` | yes | the chain's notices (never to a closed chain, FLINK-16383) |
@@ -46,6 +46,22 @@ use super::runtime::{self, Options};
 /// periodically: every mail takes the lock the source wants, so internal periodic mails would
 /// slow the source down (FLINK-23560).
 ///
+/// # Checkpoint triggers: whoever holds the lock first
+///
+/// A trigger is queued, then asked for twice: the lock's errand
+/// ([`CheckpointLock::post_errand`](streamtask_legacy::CheckpointLock::post_errand)) has the
+/// source thread run it before its next locked section, and a trigger mail has the mailbox
+/// thread run it. Both run every trigger still queued, oldest first, holding the lock, and take
+/// each out of the queue under its mutex, so each trigger runs once, in order, between two
+/// sections (the same point a mail runs at); whoever comes second finds nothing. A hot source
+/// starts a section every emit, so it runs the trigger within one emit and no thread has to be
+/// woken for it (a parked mailbox thread's wake-up was most of the trigger's latency); a
+/// source that emits no section soon (blocked outside the lock, waiting for room, sleeping)
+/// leaves it to the mail. Triggers no one took when the task ends decline. A checkpoint that
+/// fails on the source thread fails the task as it would in a mail. Unlike a mail, a trigger
+/// may so run before mails queued earlier (timers, notices), as a legacy trigger thread racing
+/// for the lock does.
+///
 /// # Protocol
 ///
 /// ```text
@@ -53,7 +69,8 @@ use super::runtime::{self, Options};
 /// -----------                                  -------------
 /// lock { restore, open }; Initializing->Running
 /// spawn source thread ----------------------->  run_source(function, lock, token)
-/// loop: take mail (blocks while none)            loop { lock { state, emit -> chain } }
+/// loop: take mail (blocks while none)            loop { [triggers queued: lock { run them }]
+///                                                     lock { state, emit -> chain } }
 ///       action mail: lock { run it }             (a mail waits for the lock until the
 ///       control mail: no lock                     current section ends, and vice versa)
 ///                                              finite: lock { MAX watermark, end_input }

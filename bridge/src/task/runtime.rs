@@ -26,6 +26,7 @@ use streamtask_mailbox::{
 
 use super::SourceExit;
 use super::body::{self, BridgeCell, MailFailure, PendingTrigger};
+use super::trigger::PendingTriggers;
 use crate::executor::CheckpointLockExecutor;
 
 type Cell<F, C, W> = BridgeCell<<F as SourceFunction>::State, C, W>;
@@ -42,11 +43,14 @@ pub(crate) struct Options {
     pub(crate) fairness: Fairness,
 }
 
-/// The handle's side of the mailbox: the executors its calls enqueue through.
+/// The handle's side of the task: the executors its calls enqueue through, and the triggers
+/// waiting for the lock with the lock they wait for.
 struct Remote<S> {
     main: MailboxExecutor<S, MailFailure>,
     notices: MailboxExecutor<S, MailFailure>,
     responder: streamtask_core::task::CheckpointResponder,
+    pending: StdArc<PendingTriggers>,
+    lock: Arc<CheckpointLock<S>>,
 }
 
 impl<S, C, W> TaskControl for Remote<BridgeCell<S, C, W>>
@@ -56,12 +60,24 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        let trigger = PendingTrigger::new(barrier, requested, self.responder.clone());
-        // A refused mail is dropped here, and the trigger in it declines as it drops.
-        let _ = self.main.execute(
-            "checkpoint trigger",
-            move |cell: &mut BridgeCell<S, C, W>| body::trigger_checkpoint(cell, trigger),
-        );
+        // Queued first, then asked for twice; whichever holder of the lock comes first runs it
+        // (see `trigger`): the source thread before its next section (one emit away while it
+        // runs hot, and nobody is woken) ...
+        self.pending.push(PendingTrigger::new(
+            barrier,
+            requested,
+            self.responder.clone(),
+        ));
+        self.lock.post_errand();
+        // ... or the mailbox thread, for a source that emits no section soon (blocked outside
+        // the lock, waiting for room, sleeping).
+        let pending = StdArc::clone(&self.pending);
+        let mail = move |cell: &mut BridgeCell<S, C, W>| body::run_pending(cell, &pending);
+        if self.main.execute("checkpoint trigger", mail).is_err() {
+            // Refused: the task is ending and no mail runs any more; what waits declines
+            // (whoever takes a trigger out of the queue has it, so each declines once).
+            self.pending.decline_all();
+        }
     }
 
     fn notify_checkpoint(&self, id: u64, completed: bool) {
@@ -89,6 +105,7 @@ struct Setup<F: SourceFunction, C, W> {
     restore: Option<TaskSnapshot>,
     task: TaskParts,
     cancel: CancellationToken,
+    pending: StdArc<PendingTriggers>,
 }
 
 /// Wires the task and starts its thread; the thread starts the source once the chain is open.
@@ -147,10 +164,24 @@ where
         ),
     )
     .with_name(source.name());
+    // The triggers waiting for the lock; the lock's errand runs them on the source thread
+    // before its next section. A checkpoint that fails there fails the task as it would in a
+    // mail (the first failure wins; the stop hook ends the loop).
+    let pending = StdArc::new(PendingTriggers::new());
+    let errand = {
+        let pending = StdArc::clone(&pending);
+        let lifecycle = Arc::clone(&task.lifecycle);
+        move |cell: &mut Cell<F, C, W>| {
+            if let Err(MailFailure(failure)) = body::run_pending(cell, &pending) {
+                lifecycle.record_failure(failure);
+            }
+        }
+    };
     let lock = Arc::new(
         CheckpointLock::new(cell, options.fairness)
             .with_metrics(StdArc::clone(&metrics))
-            .with_tracer(tracer),
+            .with_tracer(tracer)
+            .with_errand(errand),
     );
     // Cancelled or failed: the source's token (reaching a source blocked while holding the
     // lock), and a poison mail for the loop (a no-op once the mailbox closed).
@@ -167,6 +198,8 @@ where
         main: builder.mailbox_executor(Priority::MIN),
         notices: builder.mailbox_executor(Priority::MAX),
         responder: task.responder.clone(),
+        pending: StdArc::clone(&pending),
+        lock: Arc::clone(&lock),
     };
     let processor = builder.build(CheckpointLockExecutor::new(Arc::clone(&lock)));
     let setup = Setup {
@@ -178,6 +211,7 @@ where
         restore,
         task: task.clone(),
         cancel,
+        pending,
     };
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
@@ -204,6 +238,7 @@ where
         restore,
         task,
         cancel,
+        pending,
     } = setup;
     let lifecycle = &task.lifecycle;
     let name = task.name.as_str();
@@ -311,6 +346,8 @@ where
     }
     timers.shutdown();
     let _ = processor.close();
+    // Triggers no holder took (their mails were dropped, or the source stopped first) decline.
+    pending.decline_all();
     lifecycle.complete();
 }
 

@@ -58,13 +58,17 @@ pub enum TriggerMode {
 ///
 /// A model crate builds one with [`TaskHandle::new`]; see `streamtask-mailbox`'s `SourceTask`
 /// or `streamtask-legacy`'s `SourceStreamTask` for a running example.
+// `repr(C, align(64))`: what a trigger reads (the mode, the lifecycle and the control) comes
+// first, on one cache line. A coordinator's thread sleeps between triggers, so each line the
+// call touches is likely a miss.
+#[repr(C, align(64))]
 pub struct TaskHandle {
-    name: String,
-    metrics: StdArc<TaskMetrics>,
     mode: TriggerMode,
     lifecycle: Arc<Lifecycle>,
     // std's `Arc`: a model's control is coerced to `dyn TaskControl`, which loom's cannot do.
     control: StdArc<dyn TaskControl>,
+    name: String,
+    metrics: StdArc<TaskMetrics>,
     responder: CheckpointResponder,
     thread: Mutex<Option<thread::JoinHandle<()>>>,
     grace: Duration,

@@ -59,6 +59,26 @@
 //!
 //! Without a request nothing of this runs: the default lock (the legacy baseline) is unchanged.
 //!
+//! # Errands
+//!
+//! A lock may carry one errand ([`CheckpointLock::with_errand`]): work that any holder may do,
+//! which another thread asks for with [`CheckpointLock::post_errand`] (the bridge's checkpoint
+//! trigger). A source context that starts a section while an errand is posted runs it first,
+//! on the source thread, holding the lock, before the section: so a hot source serves the
+//! errand within one section, and nobody has to be woken for it. The errand's flag is a bit of
+//! the hand-over word, so the context's check stays one atomic load.
+//!
+//! | step | who | why |
+//! |---|---|---|
+//! | post: set the bit (`SeqCst`), after putting what the errand does where it finds it | poster | a context that sees the bit finds the work; one that does not sees it at its next section |
+//! | see the bit with the section's hand-over load; let go of the lock, take it again, clear the bit, run the errand | source context | the bit is cleared under the lock before the errand runs: a post after the clear is seen at the next section, never lost |
+//! | a context waiting for a hand-over to be served stops waiting when the bit is set (the poster wakes it: the bit changes outside the lock), runs the errand, then waits again | source context, poster | a requester kept off its core does not hold the errand up; the one exception to "the source cannot take the lock back before the requester had it": once per errand |
+//!
+//! An errand must be idempotent over what it finds: a post may be served by a holder that found
+//! the work already done (the bridge's mailbox thread does the same work as a mail, whichever
+//! comes first), and a context blocked outside the lock serves nothing, so a poster that needs
+//! the work done also asks another way.
+//!
 //! The lock is not reentrant: a thread holding a guard that calls [`CheckpointLock::lock`] again
 //! deadlocks. Code running under the lock that needs "the lock" (an operator sending itself an
 //! event) enqueues instead (see the `task` module).
@@ -129,6 +149,23 @@ const HANDOVER_SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 1 << 16 };
 /// See [`HANDOVER_SPIN_LIMIT`].
 const HANDOVER_SPIN_FOR: Duration = Duration::from_micros(100);
 
+/// The hand-over word's top bit: an errand is posted (see the module's `# Errands`); the bits
+/// below count the threads that asked for a hand-over.
+const ERRAND: usize = 1 << (usize::BITS - 1);
+
+/// What a source context does before its section (see [`CheckpointGuard::before_section`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    /// Start it.
+    Start,
+    /// An errand is posted: let go of the lock and run it ([`CheckpointLock::run_errand`])
+    /// first.
+    Errand,
+}
+
+/// A lock's errand (see [`CheckpointLock::with_errand`]).
+type Errand<T> = Box<dyn Fn(&mut T) + Send + Sync>;
+
 /// Which [`CheckpointLock`] a guard belongs to: the address of the lock's shared part, which
 /// every guard of the lock borrows. Meaningful only while that lock is alive (whoever compares
 /// ids keeps the lock alive meanwhile); no pointer is ever dereferenced.
@@ -150,8 +187,11 @@ enum LockMutex<T> {
 /// What a guard needs besides the mutex: fairness, condition, metrics.
 struct LockShared {
     fairness: Fairness,
-    /// Threads that asked the source to let go and do not hold the lock yet.
+    /// Threads that asked the source to let go and do not hold the lock yet, and (the
+    /// [`ERRAND`] bit) whether an errand is posted.
     handover: AtomicUsize,
+    /// Whether the lock has an errand (so a post sets the bit).
+    has_errand: bool,
     /// Whether the legacy checkpoint trigger asks for the lock this way.
     handover_triggers: bool,
     condition: Condition,
@@ -191,6 +231,7 @@ struct LockShared {
 /// ```
 pub struct CheckpointLock<T> {
     shared: LockShared,
+    errand: Option<Errand<T>>,
     mutex: LockMutex<T>,
 }
 
@@ -205,11 +246,13 @@ impl<T> CheckpointLock<T> {
             shared: LockShared {
                 fairness,
                 handover: AtomicUsize::new(0),
+                has_errand: false,
                 handover_triggers: false,
                 condition: Condition::default(),
                 metrics: None,
                 tracer: Tracer::off(),
             },
+            errand: None,
             mutex,
         }
     }
@@ -271,9 +314,80 @@ impl<T> CheckpointLock<T> {
         }
     }
 
-    /// Whether some thread asked the source to let go and does not have the lock yet.
+    /// Whether some thread asked the source to let go and does not have the lock yet (or an
+    /// errand is posted, which the source serves at its next section too).
     pub fn handover_requested(&self) -> bool {
         self.shared.handover.load(Ordering::SeqCst) != 0
+    }
+
+    /// Gives the lock an errand: what a source context runs, holding the lock, before its next
+    /// section once [`post_errand`](Self::post_errand) was called (see the module's
+    /// `# Errands`). Without one, posting does nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use streamtask_core::testing::ManualTimerService;
+    /// use streamtask_core::operator::Emitted;
+    /// use streamtask_core::ManualClock;
+    /// use streamtask_legacy::{
+    ///     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
+    ///     SourceContextConfig,
+    /// };
+    ///
+    /// let timers = Arc::new(ManualTimerService::new(ManualClock::new(0)));
+    /// let cell = SourceCell::new(0u32, Emission::new(SourceContextConfig::event_time(), timers), Vec::<Emitted<u32>>::new());
+    /// let errands = Arc::new(AtomicU32::new(0));
+    /// let seen = Arc::clone(&errands);
+    /// // The errand reads the source's state between two sections.
+    /// let lock = CheckpointLock::new(cell, Fairness::Eventual)
+    ///     .with_errand(move |cell: &mut SourceCell<u32, Vec<Emitted<u32>>>| {
+    ///         seen.store(*cell.state(), Ordering::SeqCst);
+    ///     });
+    /// let token = CancellationToken::new();
+    /// let mut ctx = SourceContext::new(&lock, &token);
+    /// *ctx.lock().state_mut() = 7;
+    /// lock.post_errand();
+    /// ctx.collect(1).unwrap(); // the errand runs before this section
+    /// assert_eq!(errands.load(Ordering::SeqCst), 7);
+    /// ```
+    pub fn with_errand(mut self, errand: impl Fn(&mut T) + Send + Sync + 'static) -> Self {
+        self.errand = Some(Box::new(errand));
+        self.shared.has_errand = true;
+        self
+    }
+
+    /// Asks the source to run the lock's errand before its next section (see the module's
+    /// `# Errands`); does nothing if the lock has none. Put what the errand needs where it
+    /// finds it first. One atomic operation and a wake of the lock's condition (an
+    /// uncontended mutex when nobody waits); from any thread.
+    #[inline]
+    pub fn post_errand(&self) {
+        if self.shared.has_errand {
+            // SeqCst, as the hand-over count: ordered with the context's check of the word.
+            self.shared.handover.fetch_or(ERRAND, Ordering::SeqCst);
+            // A source waiting for a hand-over to be served stops waiting for an errand (see
+            // `yield_slow`); the bit is changed outside the lock, so wake it unconditionally
+            // (the `condition` module's protocol for such flags: the epoch's mutex orders it).
+            self.shared.condition.wake_all();
+        }
+    }
+
+    /// Takes the lock and runs the errand if one is posted (clearing the post first, under the
+    /// lock, so a post made while it runs is served at the next section). A source context
+    /// calls it, not holding the lock, when [`CheckpointGuard::before_section`] said so.
+    #[cold]
+    pub(crate) fn run_errand(&self) {
+        let mut guard = self.lock();
+        if self.shared.handover.fetch_and(!ERRAND, Ordering::SeqCst) & ERRAND != 0 {
+            if let Some(errand) = &self.errand {
+                errand(&mut guard);
+            }
+            // The errand may have changed what a waiter on the condition checks.
+            guard.notify_all();
+        }
     }
 
     /// The lock as a checkpoint trigger takes it: through a hand-over if
@@ -605,16 +719,28 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     }
 
     /// Lets go of the lock while some thread asked for it (see
-    /// [`CheckpointLock::request_handover`]), then takes it back; one atomic load when nobody
-    /// asked. A source context calls it before each section starts. Returns whether it let go.
+    /// [`CheckpointLock::request_handover`]), then takes it back, and says whether an errand is
+    /// posted (see the module's `# Errands`); one atomic load when neither. A source context
+    /// calls it before each section starts.
     #[inline]
-    pub(crate) fn yield_if_requested(&mut self) -> bool {
+    pub(crate) fn before_section(&mut self) -> Section {
         let shared = self.shared;
         if shared.handover.load(Ordering::SeqCst) == 0 {
-            return false;
+            return Section::Start;
         }
-        self.yield_slow(shared);
-        true
+        self.before_section_slow(shared)
+    }
+
+    #[cold]
+    fn before_section_slow(&mut self, shared: &LockShared) -> Section {
+        if shared.handover.load(Ordering::SeqCst) & !ERRAND != 0 {
+            self.yield_slow(shared);
+        }
+        if shared.handover.load(Ordering::SeqCst) & ERRAND != 0 {
+            Section::Errand
+        } else {
+            Section::Start
+        }
     }
 
     /// Whether some thread asked for the lock and does not have it yet.
@@ -627,8 +753,15 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// let go fairly (whatever the fairness setting): a requester that gave up looking and
     /// parked gets it handed over directly, with no window for another thread to barge in.
     #[cold]
+    ///
+    /// An errand posted meanwhile ends the wait too: the caller runs it (taking the lock back
+    /// once, for the errand) and then waits again. So a requester that is slow to take the lock
+    /// it asked for (its thread kept off a core) does not hold up an errand.
     fn yield_slow(&mut self, shared: &LockShared) {
-        self.wait_until_as(None, true, |_| shared.handover.load(Ordering::SeqCst) == 0);
+        self.wait_until_as(None, true, |_| {
+            let word = shared.handover.load(Ordering::SeqCst);
+            word & !ERRAND == 0 || word & ERRAND != 0
+        });
     }
 
     /// The identity of the lock this guard holds (see [`CheckpointLock::id`]).

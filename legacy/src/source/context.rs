@@ -15,7 +15,7 @@ use streamtask_core::{OperatorError, Watermark};
 
 use super::{SourceCell, SourceOutput};
 use crate::cancel::{CancelHook, CancellationToken, Cancelled};
-use crate::lock::{CheckpointGuard, CheckpointLock};
+use crate::lock::{CheckpointGuard, CheckpointLock, Section};
 
 /// The checkpoint lock as a context sees it: the source's cell with the output erased.
 type ErasedCell<T, S> = SourceCell<S, dyn SourceOutput<T>>;
@@ -23,6 +23,9 @@ type ErasedCell<T, S> = SourceCell<S, dyn SourceOutput<T>>;
 /// Type erasure of `CheckpointLock<SourceCell<S, O>>` over the output type `O`.
 trait SourceLock<T, S>: Sync {
     fn lock_source(&self) -> CheckpointGuard<'_, ErasedCell<T, S>>;
+    /// [`CheckpointLock::run_errand`] on the lock with its concrete type (the errand is
+    /// written for it), not holding the lock.
+    fn run_errand(&self);
 }
 
 impl<T, S, O> SourceLock<T, S> for CheckpointLock<SourceCell<S, O>>
@@ -34,6 +37,10 @@ where
     fn lock_source(&self) -> CheckpointGuard<'_, ErasedCell<T, S>> {
         // Both closures coerce `&Mutex<SourceCell<S, O>>` to `&Mutex<SourceCell<S, dyn ..>>`.
         self.lock_as::<ErasedCell<T, S>>(|m| m, |m| m)
+    }
+
+    fn run_errand(&self) {
+        CheckpointLock::run_errand(self);
     }
 }
 
@@ -107,11 +114,19 @@ impl<'a, T, S> SourceContext<'a, T, S> {
     /// If another thread asked for the lock ([`CheckpointLock::request_handover`]: the bridge's
     /// mailbox thread with a mail, a legacy trigger with the bounded hand-over on), this first
     /// lets go of the lock until that thread has had it, so it waits for at most the section in
-    /// flight when it asked, whatever the lock's fairness. One atomic load otherwise.
+    /// flight when it asked, whatever the lock's fairness. If an errand is posted
+    /// ([`CheckpointLock::post_errand`]: the bridge's checkpoint trigger) it runs it first, on
+    /// this thread, holding the lock. One atomic load otherwise.
     #[inline]
     pub fn lock(&mut self) -> SourceGuard<'_, T, S> {
         let mut guard = self.lock.lock_source();
-        guard.yield_if_requested();
+        while guard.before_section() == Section::Errand {
+            // The errand is written for the lock's concrete type: let go of the erased view
+            // and run it through the lock itself, then start over (it clears the post).
+            drop(guard);
+            self.lock.run_errand();
+            guard = self.lock.lock_source();
+        }
         let refused = !guard.output().has_capacity() && !wait_for_capacity(&mut guard, self.cancel);
         SourceGuard {
             guard,
