@@ -6,17 +6,55 @@
 //! [`AsyncFunction`]: each call runs on a worker, with a per-call resource (a connection) checked
 //! out of a small cache so workers never share one, and completes the [`ResultFuture`] there.
 //! Dropping the pool (or [`BlockingPool::shutdown`]) finishes queued jobs and joins every worker.
+//!
+//! # Waking workers
+//!
+//! A job submitted to an idle pool wakes a worker (a futex wake on the submitter, a context
+//! switch on the worker); the pool keeps those wakes to the ones that add a worker, and keeps
+//! its one mutex off the path of a job: jobs travel through a lock-free bounded channel
+//! (crossbeam's), and the workers' states are two atomic counts, with a mutex and condition
+//! variable only for parking and waking.
+//!
+//! | a worker is | counted in | leaves by |
+//! |---|---|---|
+//! | running a job | - | taking the next job (without parking), or searching |
+//! | searching: spinning briefly for a job, or woken for one | `searching` | taking a job; parking |
+//! | parked (or about to park) | `idle` | a wake (a token in `tokens`), or shutdown |
+//!
+//! - A submitter wakes a worker only when no worker is searching and some idle worker has no
+//!   token yet; the woken worker counts as searching from the wake on, so a burst of jobs
+//!   wakes one worker, not one per job.
+//! - The last searching worker to take a job, leaving more behind, wakes the next (a chain:
+//!   the pool still grows to every worker while jobs queue up).
+//! - A worker out of jobs spins briefly ([`SPIN`]) if no other worker is searching (one
+//!   spinner at a time), so a job submitted right after it finished takes no wake at all;
+//!   then it parks.
+//!
+//! No wake is lost (register, re-check, park): a worker counts itself `idle` and leaves
+//! `searching` (sequentially consistent updates), then looks at the queue again, and parks
+//! only if it is empty; a submitter queues its job, then reads the two counts (behind a
+//! `SeqCst` fence on both sides). So either the worker's second look sees the job, or the
+//! submitter sees the worker idle and nobody searching, and wakes it (or another idle one:
+//! tokens and counts change under the parking mutex, so a token always finds an idle worker).
+//! A submitter that saw a worker searching leaves the job to it: that worker either takes a
+//! job, and wakes the next if more wait, or parks, with the same second look first.
+//! Modelled in `tests/loom.rs` (`mod pool`).
 
 use std::fmt;
 use std::sync::Arc;
-
-use crate::sync::channel::{Receiver, Sender};
+use std::time::Duration;
 
 use crate::error::catch_panic;
 use crate::function::{AsyncError, AsyncFunction, ResultFuture};
-use crate::sync::{Mutex, spawn_named, thread};
+use crate::sync::atomic::{AtomicUsize, Ordering, fence};
+use crate::sync::channel::{Receiver, Sender, TryRecvError};
+use crate::sync::{Condvar, Mutex, RwLock, spawn_named, thread};
 
 type Job = Box<dyn FnOnce() + Send>;
+
+/// How long a worker out of jobs spins for the next one before it parks (one worker at a
+/// time): about a lookup's length. An idle pool spends one core this long after its last job.
+const SPIN: Duration = Duration::from_micros(20);
 
 /// A pool was configured wrongly, or is shut down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +68,140 @@ pub enum PoolError {
     /// The pool is shut down; the job was not run.
     #[error("the blocking pool is shut down; submit jobs only while the operator runs")]
     ShutDown,
+}
+
+/// What parking and waking change under [`Shared::sleep`].
+struct Sleep {
+    /// Wakes sent and not yet taken by an idle worker.
+    tokens: usize,
+    /// Shut down: idle workers wake to drain the queue and end.
+    closed: bool,
+}
+
+struct Shared {
+    jobs: Receiver<Job>,
+    /// Workers searching for a job (see the module docs).
+    searching: AtomicUsize,
+    /// Workers parked or about to park; changed only under `sleep`, read without it.
+    idle: AtomicUsize,
+    sleep: Mutex<Sleep>,
+    /// Idle workers wait here.
+    wake: Condvar,
+}
+
+impl Shared {
+    /// A worker's loop: take jobs until the queue is empty and every sender is gone.
+    fn work(&self) {
+        // Whether this worker is counted in `searching`.
+        let mut searching = false;
+        // Whether it spun since it last ran a job or woke.
+        let mut spun = false;
+        loop {
+            match self.jobs.try_recv() {
+                Ok(job) => {
+                    if searching {
+                        searching = false;
+                        let last = self.searching.fetch_sub(1, Ordering::SeqCst) == 1;
+                        // More jobs wait, and they may have skipped their wakes because this
+                        // worker searched: the next worker joins in.
+                        if last && !self.jobs.is_empty() {
+                            self.wake_one();
+                        }
+                    }
+                    spun = false;
+                    // A panicking job must not take the worker down with it.
+                    if let Err(message) = catch_panic(job) {
+                        log::error!("blocking pool job panicked: {message}");
+                    }
+                }
+                Err(TryRecvError::Disconnected) => {
+                    if searching {
+                        self.searching.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    return;
+                }
+                Err(TryRecvError::Empty) => {
+                    if !spun {
+                        // One spinner at a time; a worker woken for a job searches already.
+                        if !searching {
+                            searching = self
+                                .searching
+                                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                                .is_ok();
+                        }
+                        if searching {
+                            self.spin();
+                            spun = true;
+                            continue;
+                        }
+                    }
+                    searching = self.park(searching);
+                    spun = false;
+                }
+            }
+        }
+    }
+
+    /// Spins until a job is queued or [`SPIN`] has passed (under loom: one yield, enough for
+    /// the model to explore a job queued while a worker searches).
+    fn spin(&self) {
+        if cfg!(loom) {
+            thread::yield_now();
+            return;
+        }
+        let start = std::time::Instant::now();
+        loop {
+            for _ in 0..16 {
+                if !self.jobs.is_empty() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= SPIN {
+                return;
+            }
+        }
+    }
+
+    /// Registers as idle, leaves searching, looks at the queue again, and parks if it is
+    /// empty. Returns whether the worker now searches (it was woken for a job).
+    fn park(&self, searching: bool) -> bool {
+        let mut sleep = self.sleep.lock();
+        self.idle.fetch_add(1, Ordering::SeqCst);
+        if searching {
+            self.searching.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Against the submitter's fence in `execute` (see the module docs).
+        fence(Ordering::SeqCst);
+        let woken = loop {
+            if sleep.tokens > 0 {
+                // Woken for a job: the waker counted this worker as searching.
+                sleep.tokens -= 1;
+                break true;
+            }
+            if sleep.closed || !self.jobs.is_empty() {
+                break false;
+            }
+            self.wake.wait(&mut sleep);
+        };
+        self.idle.fetch_sub(1, Ordering::SeqCst);
+        woken
+    }
+
+    /// Wakes an idle worker if nobody searches and one has no token yet; the woken worker
+    /// counts as searching from here on.
+    fn wake_one(&self) {
+        let mut sleep = self.sleep.lock();
+        if self.searching.load(Ordering::SeqCst) != 0
+            || self.idle.load(Ordering::SeqCst) <= sleep.tokens
+        {
+            return;
+        }
+        sleep.tokens += 1;
+        self.searching.fetch_add(1, Ordering::SeqCst);
+        drop(sleep);
+        self.wake.notify_one();
+    }
 }
 
 /// A fixed set of worker threads behind a bounded job queue.
@@ -54,7 +226,10 @@ pub enum PoolError {
 pub struct BlockingPool {
     name: String,
     threads: usize,
-    sender: Mutex<Option<Sender<Job>>>,
+    /// Read-locked for a submission (a blocked send holds it), taken by the shutdown: so no
+    /// submission is in flight once the channel is closed.
+    sender: RwLock<Option<Sender<Job>>>,
+    shared: crate::sync::Arc<Shared>,
     workers: Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
@@ -76,52 +251,73 @@ impl BlockingPool {
             return Err(PoolError::ZeroCapacity);
         }
         let (tx, rx) = crate::sync::channel::bounded::<Job>(queue_capacity);
+        let shared = crate::sync::Arc::new(Shared {
+            jobs: rx,
+            searching: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            sleep: Mutex::new(Sleep {
+                tokens: 0,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+        });
         let workers = (0..threads)
             .map(|i| {
-                let rx: Receiver<Job> = rx.clone();
-                spawn_named(format!("{name}-{i}"), move || {
-                    while let Ok(job) = rx.recv() {
-                        // A panicking job must not take the worker down with it.
-                        if let Err(message) = catch_panic(job) {
-                            log::error!("blocking pool job panicked: {message}");
-                        }
-                    }
-                })
+                let shared = crate::sync::Arc::clone(&shared);
+                spawn_named(format!("{name}-{i}"), move || shared.work())
             })
             .collect();
         Ok(Arc::new(BlockingPool {
             name: name.to_string(),
             threads,
-            sender: Mutex::new(Some(tx)),
+            sender: RwLock::new(Some(tx)),
+            shared,
             workers: Mutex::new(workers),
         }))
     }
 
-    /// Runs `job` on a worker, blocking while the queue is full.
+    /// Runs `job` on a worker, blocking while the queue is full. Wakes a parked worker only if
+    /// no worker is looking for a job already: one that just finished one spins briefly for the
+    /// next before it parks, so a steady stream of jobs mostly costs no wake-up.
     ///
     /// # Errors
     ///
     /// [`PoolError::ShutDown`] after [`shutdown`](Self::shutdown).
     pub fn execute(&self, job: impl FnOnce() + Send + 'static) -> Result<(), PoolError> {
-        // Clone the sender so a blocking send does not hold the pool's mutex.
-        let sender = self.sender.lock().clone().ok_or(PoolError::ShutDown)?;
-        sender.send(Box::new(job)).map_err(|_| PoolError::ShutDown)
+        let sender = self.sender.read();
+        let sender = sender.as_ref().ok_or(PoolError::ShutDown)?;
+        sender
+            .send(Box::new(job))
+            .map_err(|_| PoolError::ShutDown)?;
+        // Against the parking worker's fence (see the module docs).
+        fence(Ordering::SeqCst);
+        let shared = &*self.shared;
+        if shared.searching.load(Ordering::SeqCst) == 0 && shared.idle.load(Ordering::SeqCst) > 0 {
+            shared.wake_one();
+        }
+        Ok(())
     }
 
-    /// Stops accepting jobs, lets the workers finish the queued ones, and joins them.
-    /// Idempotent.
+    /// Stops accepting jobs (after the submissions in flight), lets the workers finish the
+    /// queued ones, and joins them. Idempotent.
     ///
     /// # Panics
     ///
     /// If called from one of the pool's own workers (it cannot join itself).
     pub fn shutdown(&self) {
-        drop(self.sender.lock().take());
+        assert!(
+            self.workers
+                .lock()
+                .iter()
+                .all(|worker| worker.thread().id() != thread::current().id()),
+            "BlockingPool::shutdown called from the pool's own worker"
+        );
+        // Every sender gone: a worker that finds the queue empty now ends.
+        drop(self.sender.write().take());
+        self.shared.sleep.lock().closed = true;
+        self.shared.wake.notify_all();
         let workers = std::mem::take(&mut *self.workers.lock());
         for worker in workers {
-            assert!(
-                worker.thread().id() != thread::current().id(),
-                "BlockingPool::shutdown called from the pool's own worker"
-            );
             let _ = worker.join();
         }
     }
@@ -148,7 +344,7 @@ impl fmt::Debug for BlockingPool {
         f.debug_struct("BlockingPool")
             .field("name", &self.name)
             .field("threads", &self.threads)
-            .field("open", &self.sender.lock().is_some())
+            .field("open", &self.sender.read().is_some())
             .finish()
     }
 }
@@ -330,6 +526,90 @@ mod tests {
             matches!(&got[1].outcome, AsyncOutcome::Failed(AsyncError::Failed(m)) if m.contains("one"))
         );
         assert_eq!(got[2].outcome, AsyncOutcome::Results(vec![2]));
+        pool.shutdown();
+    }
+
+    #[test]
+    fn shutdown_runs_the_queued_jobs_first() {
+        let pool = BlockingPool::new("p", 1, 8).unwrap();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The first job holds the only worker until the others are queued.
+        pool.execute(move || gate_rx.recv().unwrap()).unwrap();
+        for i in 0..5 {
+            let tx = tx.clone();
+            pool.execute(move || tx.send(i).unwrap()).unwrap();
+        }
+        gate_tx.send(()).unwrap();
+        pool.shutdown();
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_full_queue_blocks_the_submitter_until_a_worker_takes_a_job() {
+        let pool = BlockingPool::new("p", 1, 1).unwrap();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        pool.execute(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        })
+        .unwrap();
+        started_rx.recv().unwrap();
+        // The worker is held: this one fills the queue.
+        let first = tx.clone();
+        pool.execute(move || first.send(1).unwrap()).unwrap();
+        let submitter = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || pool.execute(move || tx.send(2).unwrap()))
+        };
+        // Whether or not the submitter blocked yet, nothing ran: the worker is held.
+        assert!(rx.try_recv().is_err());
+        gate_tx.send(()).unwrap();
+        submitter.join().unwrap().unwrap();
+        assert_eq!(rx.recv().unwrap(), 1);
+        assert_eq!(rx.recv().unwrap(), 2);
+        pool.shutdown();
+    }
+
+    /// Jobs submitted one at a time, each after the last ran (the pool idles in between: its
+    /// workers search, then park), and in bursts from several threads: every job runs once. A
+    /// lost wake leaves a job queued in an open pool, and the wait for it times out.
+    #[test]
+    fn every_job_runs_once_whether_the_workers_search_or_park() {
+        let pool = BlockingPool::new("p", 3, 4).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..200u32 {
+            let tx = tx.clone();
+            pool.execute(move || tx.send(i).unwrap()).unwrap();
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            assert_eq!(got, Ok(i), "job {i} did not run: a lost wake");
+            if i % 16 == 0 {
+                // Long enough for every worker to stop searching and park.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        let submitters: Vec<_> = (0..3u32)
+            .map(|t| {
+                let (pool, tx) = (Arc::clone(&pool), tx.clone());
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        let tx = tx.clone();
+                        pool.execute(move || tx.send(t * 1000 + i).unwrap())
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for submitter in submitters {
+            submitter.join().unwrap();
+        }
+        let mut got: Vec<u32> = (0..3000)
+            .map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap())
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..3000).collect::<Vec<_>>());
         pool.shutdown();
     }
 
