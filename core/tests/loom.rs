@@ -518,9 +518,9 @@ mod timer_scheduler {
     }
 }
 
-/// The blocking pool's wake protocol (`async_io::BlockingPool`): a submitter wakes a parked
-/// worker only when nobody searches, a worker searches (spins) before it parks, and a worker
-/// leaving jobs behind wakes the next.
+/// The blocking pool (`async_io::BlockingPool`): a job submitted while its workers park is
+/// not lost, and a shutdown racing a blocked submitter neither loses an accepted job nor leaves
+/// a worker parked.
 mod pool {
     use std::sync::Arc;
 
@@ -554,8 +554,8 @@ mod pool {
         }
     }
 
-    /// One worker: a job submitted while the worker searches, parks, or is just woken runs
-    /// without shutdown's help; so does the next one (the worker drains, spins, parks again).
+    /// One worker: a job submitted while the worker looks for one, parks, or is just woken
+    /// runs without shutdown's help; so does the next one.
     #[test]
     fn a_job_submitted_as_the_worker_parks_is_not_lost() {
         loom::model(|| {
@@ -570,8 +570,7 @@ mod pool {
         });
     }
 
-    /// Two workers, two submitters: the second job may skip its wake (a worker is searching
-    /// already); the searcher, or the chain wake of the worker that takes the first, runs it.
+    /// Two workers, two submitters: both jobs run while the pool is open.
     #[test]
     fn two_submitters_two_workers_every_job_runs() {
         loom::model(|| {
@@ -588,9 +587,9 @@ mod pool {
         });
     }
 
-    /// A submitter blocked on a full queue gets room from the worker taking a job (a shutdown
-    /// meanwhile waits for it), or is refused by a shutdown that came first; an accepted job
-    /// always runs, and the shutdown wakes the parked worker to end.
+    /// A submitter blocked on a full queue gets room from the worker taking a job, or is
+    /// refused by a shutdown that came first; an accepted job always runs, and the shutdown
+    /// wakes the parked worker to end.
     #[test]
     fn a_submitter_waiting_for_room_vs_shutdown() {
         loom::model(|| {

@@ -6,55 +6,17 @@
 //! [`AsyncFunction`]: each call runs on a worker, with a per-call resource (a connection) checked
 //! out of a small cache so workers never share one, and completes the [`ResultFuture`] there.
 //! Dropping the pool (or [`BlockingPool::shutdown`]) finishes queued jobs and joins every worker.
-//!
-//! # Waking workers
-//!
-//! A job submitted to an idle pool wakes a worker (a futex wake on the submitter, a context
-//! switch on the worker); the pool keeps those wakes to the ones that add a worker, and keeps
-//! its one mutex off the path of a job: jobs travel through a lock-free bounded channel
-//! (crossbeam's), and the workers' states are two atomic counts, with a mutex and condition
-//! variable only for parking and waking.
-//!
-//! | a worker is | counted in | leaves by |
-//! |---|---|---|
-//! | running a job | - | taking the next job (without parking), or searching |
-//! | searching: spinning briefly for a job, or woken for one | `searching` | taking a job; parking |
-//! | parked (or about to park) | `idle` | a wake (a token in `tokens`), or shutdown |
-//!
-//! - A submitter wakes a worker only when no worker is searching and some idle worker has no
-//!   token yet; the woken worker counts as searching from the wake on, so a burst of jobs
-//!   wakes one worker, not one per job.
-//! - The last searching worker to take a job, leaving more behind, wakes the next (a chain:
-//!   the pool still grows to every worker while jobs queue up).
-//! - A worker out of jobs spins briefly ([`SPIN`]) if no other worker is searching (one
-//!   spinner at a time), so a job submitted right after it finished takes no wake at all;
-//!   then it parks.
-//!
-//! No wake is lost (register, re-check, park): a worker counts itself `idle` and leaves
-//! `searching` (sequentially consistent updates), then looks at the queue again, and parks
-//! only if it is empty; a submitter queues its job, then reads the two counts (behind a
-//! `SeqCst` fence on both sides). So either the worker's second look sees the job, or the
-//! submitter sees the worker idle and nobody searching, and wakes it (or another idle one:
-//! tokens and counts change under the parking mutex, so a token always finds an idle worker).
-//! A submitter that saw a worker searching leaves the job to it: that worker either takes a
-//! job, and wakes the next if more wait, or parks, with the same second look first.
-//! Modelled in `tests/loom.rs` (`mod pool`).
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+
+use crate::sync::channel::{Receiver, Sender};
 
 use crate::error::catch_panic;
 use crate::function::{AsyncError, AsyncFunction, ResultFuture};
-use crate::sync::atomic::{AtomicUsize, Ordering, fence};
-use crate::sync::channel::{Receiver, Sender, TryRecvError};
-use crate::sync::{Condvar, Mutex, RwLock, spawn_named, thread};
+use crate::sync::{Mutex, spawn_named, thread};
 
 type Job = Box<dyn FnOnce() + Send>;
-
-/// How long a worker out of jobs spins for the next one before it parks (one worker at a
-/// time): about a lookup's length. An idle pool spends one core this long after its last job.
-const SPIN: Duration = Duration::from_micros(20);
 
 /// A pool was configured wrongly, or is shut down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -68,140 +30,6 @@ pub enum PoolError {
     /// The pool is shut down; the job was not run.
     #[error("the blocking pool is shut down; submit jobs only while the operator runs")]
     ShutDown,
-}
-
-/// What parking and waking change under [`Shared::sleep`].
-struct Sleep {
-    /// Wakes sent and not yet taken by an idle worker.
-    tokens: usize,
-    /// Shut down: idle workers wake to drain the queue and end.
-    closed: bool,
-}
-
-struct Shared {
-    jobs: Receiver<Job>,
-    /// Workers searching for a job (see the module docs).
-    searching: AtomicUsize,
-    /// Workers parked or about to park; changed only under `sleep`, read without it.
-    idle: AtomicUsize,
-    sleep: Mutex<Sleep>,
-    /// Idle workers wait here.
-    wake: Condvar,
-}
-
-impl Shared {
-    /// A worker's loop: take jobs until the queue is empty and every sender is gone.
-    fn work(&self) {
-        // Whether this worker is counted in `searching`.
-        let mut searching = false;
-        // Whether it spun since it last ran a job or woke.
-        let mut spun = false;
-        loop {
-            match self.jobs.try_recv() {
-                Ok(job) => {
-                    if searching {
-                        searching = false;
-                        let last = self.searching.fetch_sub(1, Ordering::SeqCst) == 1;
-                        // More jobs wait, and they may have skipped their wakes because this
-                        // worker searched: the next worker joins in.
-                        if last && !self.jobs.is_empty() {
-                            self.wake_one();
-                        }
-                    }
-                    spun = false;
-                    // A panicking job must not take the worker down with it.
-                    if let Err(message) = catch_panic(job) {
-                        log::error!("blocking pool job panicked: {message}");
-                    }
-                }
-                Err(TryRecvError::Disconnected) => {
-                    if searching {
-                        self.searching.fetch_sub(1, Ordering::SeqCst);
-                    }
-                    return;
-                }
-                Err(TryRecvError::Empty) => {
-                    if !spun {
-                        // One spinner at a time; a worker woken for a job searches already.
-                        if !searching {
-                            searching = self
-                                .searching
-                                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
-                                .is_ok();
-                        }
-                        if searching {
-                            self.spin();
-                            spun = true;
-                            continue;
-                        }
-                    }
-                    searching = self.park(searching);
-                    spun = false;
-                }
-            }
-        }
-    }
-
-    /// Spins until a job is queued or [`SPIN`] has passed (under loom: one yield, enough for
-    /// the model to explore a job queued while a worker searches).
-    fn spin(&self) {
-        if cfg!(loom) {
-            thread::yield_now();
-            return;
-        }
-        let start = std::time::Instant::now();
-        loop {
-            for _ in 0..16 {
-                if !self.jobs.is_empty() {
-                    return;
-                }
-                std::hint::spin_loop();
-            }
-            if start.elapsed() >= SPIN {
-                return;
-            }
-        }
-    }
-
-    /// Registers as idle, leaves searching, looks at the queue again, and parks if it is
-    /// empty. Returns whether the worker now searches (it was woken for a job).
-    fn park(&self, searching: bool) -> bool {
-        let mut sleep = self.sleep.lock();
-        self.idle.fetch_add(1, Ordering::SeqCst);
-        if searching {
-            self.searching.fetch_sub(1, Ordering::SeqCst);
-        }
-        // Against the submitter's fence in `execute` (see the module docs).
-        fence(Ordering::SeqCst);
-        let woken = loop {
-            if sleep.tokens > 0 {
-                // Woken for a job: the waker counted this worker as searching.
-                sleep.tokens -= 1;
-                break true;
-            }
-            if sleep.closed || !self.jobs.is_empty() {
-                break false;
-            }
-            self.wake.wait(&mut sleep);
-        };
-        self.idle.fetch_sub(1, Ordering::SeqCst);
-        woken
-    }
-
-    /// Wakes an idle worker if nobody searches and one has no token yet; the woken worker
-    /// counts as searching from here on.
-    fn wake_one(&self) {
-        let mut sleep = self.sleep.lock();
-        if self.searching.load(Ordering::SeqCst) != 0
-            || self.idle.load(Ordering::SeqCst) <= sleep.tokens
-        {
-            return;
-        }
-        sleep.tokens += 1;
-        self.searching.fetch_add(1, Ordering::SeqCst);
-        drop(sleep);
-        self.wake.notify_one();
-    }
 }
 
 /// A fixed set of worker threads behind a bounded job queue.
@@ -226,10 +54,7 @@ impl Shared {
 pub struct BlockingPool {
     name: String,
     threads: usize,
-    /// Read-locked for a submission (a blocked send holds it), taken by the shutdown: so no
-    /// submission is in flight once the channel is closed.
-    sender: RwLock<Option<Sender<Job>>>,
-    shared: crate::sync::Arc<Shared>,
+    sender: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
@@ -251,73 +76,52 @@ impl BlockingPool {
             return Err(PoolError::ZeroCapacity);
         }
         let (tx, rx) = crate::sync::channel::bounded::<Job>(queue_capacity);
-        let shared = crate::sync::Arc::new(Shared {
-            jobs: rx,
-            searching: AtomicUsize::new(0),
-            idle: AtomicUsize::new(0),
-            sleep: Mutex::new(Sleep {
-                tokens: 0,
-                closed: false,
-            }),
-            wake: Condvar::new(),
-        });
         let workers = (0..threads)
             .map(|i| {
-                let shared = crate::sync::Arc::clone(&shared);
-                spawn_named(format!("{name}-{i}"), move || shared.work())
+                let rx: Receiver<Job> = rx.clone();
+                spawn_named(format!("{name}-{i}"), move || {
+                    while let Ok(job) = rx.recv() {
+                        // A panicking job must not take the worker down with it.
+                        if let Err(message) = catch_panic(job) {
+                            log::error!("blocking pool job panicked: {message}");
+                        }
+                    }
+                })
             })
             .collect();
         Ok(Arc::new(BlockingPool {
             name: name.to_string(),
             threads,
-            sender: RwLock::new(Some(tx)),
-            shared,
+            sender: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
         }))
     }
 
-    /// Runs `job` on a worker, blocking while the queue is full. Wakes a parked worker only if
-    /// no worker is looking for a job already: one that just finished one spins briefly for the
-    /// next before it parks, so a steady stream of jobs mostly costs no wake-up.
+    /// Runs `job` on a worker, blocking while the queue is full.
     ///
     /// # Errors
     ///
     /// [`PoolError::ShutDown`] after [`shutdown`](Self::shutdown).
     pub fn execute(&self, job: impl FnOnce() + Send + 'static) -> Result<(), PoolError> {
-        let sender = self.sender.read();
-        let sender = sender.as_ref().ok_or(PoolError::ShutDown)?;
-        sender
-            .send(Box::new(job))
-            .map_err(|_| PoolError::ShutDown)?;
-        // Against the parking worker's fence (see the module docs).
-        fence(Ordering::SeqCst);
-        let shared = &*self.shared;
-        if shared.searching.load(Ordering::SeqCst) == 0 && shared.idle.load(Ordering::SeqCst) > 0 {
-            shared.wake_one();
-        }
-        Ok(())
+        // Clone the sender so a blocking send does not hold the pool's mutex.
+        let sender = self.sender.lock().clone().ok_or(PoolError::ShutDown)?;
+        sender.send(Box::new(job)).map_err(|_| PoolError::ShutDown)
     }
 
-    /// Stops accepting jobs (after the submissions in flight), lets the workers finish the
-    /// queued ones, and joins them. Idempotent.
+    /// Stops accepting jobs, lets the workers finish the queued ones, and joins them.
+    /// Idempotent.
     ///
     /// # Panics
     ///
     /// If called from one of the pool's own workers (it cannot join itself).
     pub fn shutdown(&self) {
-        assert!(
-            self.workers
-                .lock()
-                .iter()
-                .all(|worker| worker.thread().id() != thread::current().id()),
-            "BlockingPool::shutdown called from the pool's own worker"
-        );
-        // Every sender gone: a worker that finds the queue empty now ends.
-        drop(self.sender.write().take());
-        self.shared.sleep.lock().closed = true;
-        self.shared.wake.notify_all();
+        drop(self.sender.lock().take());
         let workers = std::mem::take(&mut *self.workers.lock());
         for worker in workers {
+            assert!(
+                worker.thread().id() != thread::current().id(),
+                "BlockingPool::shutdown called from the pool's own worker"
+            );
             let _ = worker.join();
         }
     }
@@ -344,7 +148,7 @@ impl fmt::Debug for BlockingPool {
         f.debug_struct("BlockingPool")
             .field("name", &self.name)
             .field("threads", &self.threads)
-            .field("open", &self.sender.read().is_some())
+            .field("open", &self.sender.lock().is_some())
             .finish()
     }
 }
