@@ -154,7 +154,7 @@ pub fn throughput(runner: Runner, records: u64) -> Duration {
 }
 
 /// What [`hot_triggers`] measured.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TriggerRun {
     /// Scheduled trigger time -> snapshot start, median, in microseconds.
     pub p50_us: f64,
@@ -171,6 +171,16 @@ pub struct TriggerRun {
     pub records_per_s: f64,
     /// Triggers acknowledged.
     pub acked: u64,
+    /// Every trigger's scheduled time -> snapshot start, in nanoseconds (what `p50_us` ..
+    /// `max_us` summarize), to pool over rounds.
+    pub latency: Histogram<u64>,
+    /// Every trigger's call (the triggering thread's clock read right before the call) ->
+    /// snapshot start, in nanoseconds: the runner's own part, without the triggering thread's
+    /// lateness to its deadline.
+    pub from_call: Histogram<u64>,
+    /// Every trigger's lateness: scheduled time -> call, in nanoseconds (the trigger thread's
+    /// own, in every runner's `latency` alike).
+    pub lateness: Histogram<u64>,
 }
 
 /// Triggers `triggers` checkpoints on absolute deadlines every `interval` (a slow snapshot does
@@ -205,18 +215,22 @@ pub fn hot_triggers(
     let scheduled: Vec<Instant> = (0..triggers).map(|k| begin + interval * k as u32).collect();
     // The triggers come from a thread of their own with precise timers (see `clock`), so the
     // tasks' threads, spawned from this one, keep the default timer slack.
-    let calls = std::thread::scope(|scope| {
+    let (calls, called_at, lateness) = std::thread::scope(|scope| {
         let trigger_thread = scope.spawn(|| {
             clock::precise_timers();
             let mut calls = new_histogram();
+            let mut called_at = Vec::with_capacity(scheduled.len());
+            let mut lateness = new_histogram();
             for (k, at) in scheduled.iter().enumerate() {
                 clock::sleep_until(*at);
                 let called = Instant::now();
                 task.trigger(CheckpointBarrier::new(k as u64 + 1, 0))
                     .expect("a source task");
                 calls.saturating_record(nanos(called.elapsed()));
+                called_at.push(called);
+                lateness.saturating_record(nanos(called.saturating_duration_since(*at)));
             }
-            calls
+            (calls, called_at, lateness)
         });
         trigger_thread.join().expect("the trigger thread")
     });
@@ -237,13 +251,18 @@ pub fn hot_triggers(
         "{name}: {outcome}"
     );
     let mut latency = new_histogram();
+    let mut from_call = new_histogram();
     for (id, start) in starts
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
     {
-        if let Some(at) = usize::try_from(*id - 1).ok().and_then(|i| scheduled.get(i)) {
-            latency.saturating_record(nanos(start.saturating_duration_since(*at)));
+        if let Some(i) = usize::try_from(*id - 1)
+            .ok()
+            .filter(|i| *i < scheduled.len())
+        {
+            latency.saturating_record(nanos(start.saturating_duration_since(scheduled[i])));
+            from_call.saturating_record(nanos(start.saturating_duration_since(called_at[i])));
         }
     }
     TriggerRun {
@@ -254,6 +273,9 @@ pub fn hot_triggers(
         call_p50_us: calls.value_at_quantile(0.5) as f64 / 1e3,
         records_per_s: records as f64 / elapsed,
         acked,
+        latency,
+        from_call,
+        lateness,
     }
 }
 
