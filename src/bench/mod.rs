@@ -28,8 +28,10 @@
 //!
 //! Trigger-latency p99s are not medians of per-round figures: a round has 2,000 triggers per
 //! runner, and its p99 (the 20th-slowest) is set by whatever else the machine ran in those two
-//! seconds, which differs between the runners' windows; the median of per-round *ratios* of
-//! such p99s swung from 0.5x to 2.4x between runs with the same code. Pooling every round's
+//! seconds, which differs between the runners' windows (the trigger thread's own lateness in a
+//! window moved 2-3x from window to window on a loaded machine); the median of per-round
+//! *ratios* of such p99s once read 2.39x while the medians of the p99s themselves were 233 us
+//! (mailbox) and 353 us (tokio). Pooling every round's
 //! samples (10,000 per runner in a full run) and alternating which runner goes first from round
 //! to round gives each runner the same mix of machine states. `trigger_latency` has the pooled
 //! figures behind the ratios, and the lateness of the trigger thread itself
