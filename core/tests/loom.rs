@@ -517,3 +517,96 @@ mod timer_scheduler {
         });
     }
 }
+
+/// The blocking pool (`async_io::BlockingPool`): a job submitted while its workers park is
+/// not lost, and a shutdown racing a blocked submitter neither loses an accepted job nor leaves
+/// a worker parked.
+mod pool {
+    use std::sync::Arc;
+
+    use streamtask_core::async_io::{BlockingPool, PoolError};
+    use streamtask_core::sync::{Condvar, Mutex, thread};
+
+    /// Jobs that ran, and a condition variable to wait for a count of them.
+    #[derive(Default)]
+    struct Ran {
+        count: Mutex<usize>,
+        changed: Condvar,
+    }
+
+    impl Ran {
+        fn job(self: &Arc<Self>) -> impl FnOnce() + Send + 'static {
+            let ran = Arc::clone(self);
+            move || {
+                *ran.count.lock() += 1;
+                ran.changed.notify_all();
+            }
+        }
+
+        /// Waits until `n` jobs ran; a lost wake leaves the job queued and every thread blocked,
+        /// which loom reports as a deadlock (the pool is still open: shutdown's wake-all cannot
+        /// rescue it).
+        fn wait_for(&self, n: usize) {
+            let mut count = self.count.lock();
+            while *count < n {
+                self.changed.wait(&mut count);
+            }
+        }
+    }
+
+    /// One worker: a job submitted while the worker looks for one, parks, or is just woken
+    /// runs without shutdown's help; so does the next one.
+    #[test]
+    fn a_job_submitted_as_the_worker_parks_is_not_lost() {
+        loom::model(|| {
+            let pool = BlockingPool::new("loom-pool", 1, 2).unwrap();
+            let ran = Arc::new(Ran::default());
+            pool.execute(ran.job()).unwrap();
+            ran.wait_for(1);
+            pool.execute(ran.job()).unwrap();
+            ran.wait_for(2);
+            pool.shutdown();
+            assert_eq!(*ran.count.lock(), 2);
+        });
+    }
+
+    /// Two workers, two submitters: both jobs run while the pool is open.
+    #[test]
+    fn two_submitters_two_workers_every_job_runs() {
+        loom::model(|| {
+            let pool = BlockingPool::new("loom-pool", 2, 2).unwrap();
+            let ran = Arc::new(Ran::default());
+            let other = {
+                let (pool, ran) = (Arc::clone(&pool), Arc::clone(&ran));
+                thread::spawn(move || pool.execute(ran.job()).unwrap())
+            };
+            pool.execute(ran.job()).unwrap();
+            other.join().unwrap();
+            ran.wait_for(2);
+            pool.shutdown();
+        });
+    }
+
+    /// A submitter blocked on a full queue gets room from the worker taking a job, or is
+    /// refused by a shutdown that came first; an accepted job always runs, and the shutdown
+    /// wakes the parked worker to end.
+    #[test]
+    fn a_submitter_waiting_for_room_vs_shutdown() {
+        loom::model(|| {
+            let pool = BlockingPool::new("loom-pool", 1, 1).unwrap();
+            let ran = Arc::new(Ran::default());
+            pool.execute(ran.job()).unwrap();
+            let submitter = {
+                let (pool, ran) = (Arc::clone(&pool), Arc::clone(&ran));
+                thread::spawn(move || pool.execute(ran.job()))
+            };
+            pool.shutdown();
+            let accepted = match submitter.join().unwrap() {
+                Ok(()) => 2,
+                Err(PoolError::ShutDown) => 1,
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(*ran.count.lock(), accepted, "an accepted job did not run");
+        });
+    }
+}

@@ -154,7 +154,7 @@ pub fn throughput(runner: Runner, records: u64) -> Duration {
 }
 
 /// What [`hot_triggers`] measured.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TriggerRun {
     /// Scheduled trigger time -> snapshot start, median, in microseconds.
     pub p50_us: f64,
@@ -171,21 +171,16 @@ pub struct TriggerRun {
     pub records_per_s: f64,
     /// Triggers acknowledged.
     pub acked: u64,
-}
-
-/// Where a [`hot_triggers`] latency goes: the trigger thread's own lateness (its scheduled
-/// time to its call, the same for every runner) and the model's part (the call to the start
-/// of the snapshot).
-#[derive(Debug, Clone, Copy)]
-pub struct TriggerTrace {
-    /// Scheduled time -> the trigger call, median, in microseconds.
-    pub late_p50_us: f64,
-    /// The same, 99th percentile.
-    pub late_p99_us: f64,
-    /// The trigger call -> the start of the snapshot, median, in microseconds.
-    pub from_call_p50_us: f64,
-    /// The same, 99th percentile.
-    pub from_call_p99_us: f64,
+    /// Every trigger's scheduled time -> snapshot start, in nanoseconds (what `p50_us` ..
+    /// `max_us` summarize), to pool over rounds.
+    pub latency: Histogram<u64>,
+    /// Every trigger's call (the triggering thread's clock read right before the call) ->
+    /// snapshot start, in nanoseconds: the runner's own part, without the triggering thread's
+    /// lateness to its deadline.
+    pub from_call: Histogram<u64>,
+    /// Every trigger's lateness: scheduled time -> call, in nanoseconds (the trigger thread's
+    /// own, in every runner's `latency` alike).
+    pub lateness: Histogram<u64>,
 }
 
 /// Triggers `triggers` checkpoints on absolute deadlines every `interval` (a slow snapshot does
@@ -201,20 +196,6 @@ pub fn hot_triggers(
     triggers: u64,
     interval: Duration,
 ) -> TriggerRun {
-    hot_triggers_traced(runner, fairness, triggers, interval).0
-}
-
-/// [`hot_triggers`], with where its latency goes.
-///
-/// # Panics
-///
-/// As [`hot_triggers`].
-pub fn hot_triggers_traced(
-    runner: Runner,
-    fairness: Fairness,
-    triggers: u64,
-    interval: Duration,
-) -> (TriggerRun, TriggerTrace) {
     let (reports, acks) = crossbeam::channel::unbounded();
     let name = format!("{} {fairness:?}", runner.label());
     let config = TaskConfig::new(name.clone())
@@ -234,11 +215,12 @@ pub fn hot_triggers_traced(
     let scheduled: Vec<Instant> = (0..triggers).map(|k| begin + interval * k as u32).collect();
     // The triggers come from a thread of their own with precise timers (see `clock`), so the
     // tasks' threads, spawned from this one, keep the default timer slack.
-    let (calls, called_at) = std::thread::scope(|scope| {
+    let (calls, called_at, lateness) = std::thread::scope(|scope| {
         let trigger_thread = scope.spawn(|| {
             clock::precise_timers();
             let mut calls = new_histogram();
             let mut called_at = Vec::with_capacity(scheduled.len());
+            let mut lateness = new_histogram();
             for (k, at) in scheduled.iter().enumerate() {
                 clock::sleep_until(*at);
                 let called = Instant::now();
@@ -246,8 +228,9 @@ pub fn hot_triggers_traced(
                     .expect("a source task");
                 calls.saturating_record(nanos(called.elapsed()));
                 called_at.push(called);
+                lateness.saturating_record(nanos(called.saturating_duration_since(*at)));
             }
-            (calls, called_at)
+            (calls, called_at, lateness)
         });
         trigger_thread.join().expect("the trigger thread")
     });
@@ -268,33 +251,21 @@ pub fn hot_triggers_traced(
         "{name}: {outcome}"
     );
     let mut latency = new_histogram();
-    let (mut late, mut from_call) = (new_histogram(), new_histogram());
-    for (at, called) in scheduled.iter().zip(&called_at) {
-        late.saturating_record(nanos(called.saturating_duration_since(*at)));
-    }
+    let mut from_call = new_histogram();
     for (id, start) in starts
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
     {
-        let Some(i) = usize::try_from(*id - 1).ok() else {
-            continue;
-        };
-        if let Some(at) = scheduled.get(i) {
-            latency.saturating_record(nanos(start.saturating_duration_since(*at)));
-        }
-        if let Some(called) = called_at.get(i) {
-            from_call.saturating_record(nanos(start.saturating_duration_since(*called)));
+        if let Some(i) = usize::try_from(*id - 1)
+            .ok()
+            .filter(|i| *i < scheduled.len())
+        {
+            latency.saturating_record(nanos(start.saturating_duration_since(scheduled[i])));
+            from_call.saturating_record(nanos(start.saturating_duration_since(called_at[i])));
         }
     }
-    let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
-    let trace = TriggerTrace {
-        late_p50_us: us(&late, 0.5),
-        late_p99_us: us(&late, 0.99),
-        from_call_p50_us: us(&from_call, 0.5),
-        from_call_p99_us: us(&from_call, 0.99),
-    };
-    let run = TriggerRun {
+    TriggerRun {
         p50_us: latency.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: latency.value_at_quantile(0.99) as f64 / 1e3,
         p999_us: latency.value_at_quantile(0.999) as f64 / 1e3,
@@ -302,8 +273,10 @@ pub fn hot_triggers_traced(
         call_p50_us: calls.value_at_quantile(0.5) as f64 / 1e3,
         records_per_s: records as f64 / elapsed,
         acked,
-    };
-    (run, trace)
+        latency,
+        from_call,
+        lateness,
+    }
 }
 
 pub(crate) fn new_histogram() -> Histogram<u64> {

@@ -15,7 +15,9 @@ use super::models::{TriggerRun, nanos, new_histogram};
 
 /// Runs the `select!` loop, `batch` records per select, while another thread sends `triggers`
 /// triggers on absolute deadlines every `interval`; latency from each trigger's scheduled time
-/// to the loop handling it.
+/// (and from its call) to the loop handling it, timed as `models::hot_triggers` times the
+/// tasks': same trigger thread ([`clock::sleep_until`](super::clock::sleep_until), the clock
+/// read right before the call), same count of triggers, every one recorded.
 ///
 /// # Panics
 ///
@@ -24,24 +26,30 @@ pub fn select_loop(batch: usize, triggers: u64, interval: Duration) -> TriggerRu
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a current-thread runtime");
-    let (control, mut requests) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    // Each request carries its scheduled time and its call time (the trigger thread's clock read
+    // right before the send), as the tasks' triggers are timed in `models::hot_triggers`.
+    let (control, mut requests) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant, Instant)>();
     let begin = Instant::now() + Duration::from_millis(20);
     let trigger_thread = std::thread::spawn(move || {
         super::clock::precise_timers();
         let mut calls = new_histogram();
+        let mut lateness = new_histogram();
         for k in 0..triggers {
             let at = begin + interval * k as u32;
             super::clock::sleep_until(at);
             let called = Instant::now();
-            if control.send((k, at)).is_err() {
+            if control.send((k, at, called)).is_err() {
                 break;
             }
             calls.saturating_record(nanos(called.elapsed()));
+            lateness.saturating_record(nanos(called.saturating_duration_since(at)));
         }
-        calls
+        (calls, lateness)
     });
-    let (latency, records, sum, snapshots) = runtime.block_on(tokio::task::unconstrained(async {
+    let (latency, from_call, records, sum, snapshots) =
+        runtime.block_on(tokio::task::unconstrained(async {
         let mut latency = new_histogram();
+        let mut from_call = new_histogram();
         let mut next = 0u64;
         let mut sum = 0u64;
         let mut snapshots = 0u64;
@@ -50,8 +58,10 @@ pub fn select_loop(batch: usize, triggers: u64, interval: Duration) -> TriggerRu
             tokio::select! {
                 biased;
                 request = requests.recv() => match request {
-                    Some((_, at)) => {
-                        latency.saturating_record(nanos(Instant::now().saturating_duration_since(at)));
+                    Some((_, at, called)) => {
+                        let now = Instant::now();
+                        latency.saturating_record(nanos(now.saturating_duration_since(at)));
+                        from_call.saturating_record(nanos(now.saturating_duration_since(called)));
                         // The snapshot: the source's position.
                         snapshots = snapshots.wrapping_add(black_box(next));
                         counted_from.get_or_insert(next);
@@ -68,11 +78,11 @@ pub fn select_loop(batch: usize, triggers: u64, interval: Duration) -> TriggerRu
                 }
             }
         }
-        (latency, next - counted_from.unwrap_or(0), sum, snapshots)
+        (latency, from_call, next - counted_from.unwrap_or(0), sum, snapshots)
     }));
     let elapsed = begin.elapsed().as_secs_f64();
     black_box((sum, snapshots));
-    let calls = trigger_thread.join().expect("the trigger thread");
+    let (calls, lateness) = trigger_thread.join().expect("the trigger thread");
     TriggerRun {
         p50_us: latency.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: latency.value_at_quantile(0.99) as f64 / 1e3,
@@ -81,5 +91,8 @@ pub fn select_loop(batch: usize, triggers: u64, interval: Duration) -> TriggerRu
         call_p50_us: calls.value_at_quantile(0.5) as f64 / 1e3,
         records_per_s: records as f64 / elapsed,
         acked: latency.len(),
+        latency,
+        from_call,
+        lateness,
     }
 }

@@ -334,6 +334,90 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_runs_the_queued_jobs_first() {
+        let pool = BlockingPool::new("p", 1, 8).unwrap();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The first job holds the only worker until the others are queued.
+        pool.execute(move || gate_rx.recv().unwrap()).unwrap();
+        for i in 0..5 {
+            let tx = tx.clone();
+            pool.execute(move || tx.send(i).unwrap()).unwrap();
+        }
+        gate_tx.send(()).unwrap();
+        pool.shutdown();
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_full_queue_blocks_the_submitter_until_a_worker_takes_a_job() {
+        let pool = BlockingPool::new("p", 1, 1).unwrap();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        pool.execute(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        })
+        .unwrap();
+        started_rx.recv().unwrap();
+        // The worker is held: this one fills the queue.
+        let first = tx.clone();
+        pool.execute(move || first.send(1).unwrap()).unwrap();
+        let submitter = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || pool.execute(move || tx.send(2).unwrap()))
+        };
+        // Whether or not the submitter blocked yet, nothing ran: the worker is held.
+        assert!(rx.try_recv().is_err());
+        gate_tx.send(()).unwrap();
+        submitter.join().unwrap().unwrap();
+        assert_eq!(rx.recv().unwrap(), 1);
+        assert_eq!(rx.recv().unwrap(), 2);
+        pool.shutdown();
+    }
+
+    /// Jobs submitted one at a time, each after the last ran (the pool idles in between: its
+    /// workers search, then park), and in bursts from several threads: every job runs once. A
+    /// lost wake leaves a job queued in an open pool, and the wait for it times out.
+    #[test]
+    fn every_job_runs_once_whether_the_workers_search_or_park() {
+        let pool = BlockingPool::new("p", 3, 4).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..200u32 {
+            let tx = tx.clone();
+            pool.execute(move || tx.send(i).unwrap()).unwrap();
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            assert_eq!(got, Ok(i), "job {i} did not run: a lost wake");
+            if i % 16 == 0 {
+                // Long enough for every worker to stop searching and park.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        let submitters: Vec<_> = (0..3u32)
+            .map(|t| {
+                let (pool, tx) = (Arc::clone(&pool), tx.clone());
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        let tx = tx.clone();
+                        pool.execute(move || tx.send(t * 1000 + i).unwrap())
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for submitter in submitters {
+            submitter.join().unwrap();
+        }
+        let mut got: Vec<u32> = (0..3000)
+            .map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap())
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..3000).collect::<Vec<_>>());
+        pool.shutdown();
+    }
+
+    #[test]
     fn resources_are_reused_and_never_exceed_the_workers() {
         let created = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = created.clone();
