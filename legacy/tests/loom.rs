@@ -6,7 +6,44 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 
-use streamtask_legacy::{CancellationToken, CheckpointLock, Fairness};
+use streamtask_core::operator::Emitted;
+use streamtask_legacy::{CancellationToken, CheckpointLock, Fairness, SourceCell, SourceContext};
+
+/// The cell of the source-context models: the state, and the emitted values in a vector.
+type TestCell<S> = SourceCell<S, Vec<Emitted<u32>>>;
+
+/// A source's cell for the context models: state `state`, processing time on a manual clock,
+/// emitted values kept in a vector.
+fn source_cell<S>(state: S) -> TestCell<S> {
+    use streamtask_core::ManualClock;
+    use streamtask_core::testing::ManualTimerService;
+    use streamtask_legacy::{Emission, SourceContextConfig};
+
+    let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
+    SourceCell::new(
+        state,
+        Emission::new(SourceContextConfig::processing_time(), timers),
+        Vec::new(),
+    )
+}
+
+/// A source thread that runs two sections through its context, each counting its start and
+/// its end in the state around one emit (so a holder in between sees `started == ended`).
+fn two_sections(
+    lock: &Arc<CheckpointLock<TestCell<(u32, u32)>>>,
+    cancel: &CancellationToken,
+) -> thread::JoinHandle<()> {
+    let (lock, cancel) = (Arc::clone(lock), cancel.clone());
+    thread::spawn(move || {
+        let mut ctx = SourceContext::new(&*lock, &cancel);
+        for n in 0..2 {
+            let mut locked = ctx.lock();
+            locked.state_mut().0 += 1;
+            locked.collect(n).expect("a vector output");
+            locked.state_mut().1 += 1;
+        }
+    })
+}
 
 #[test]
 fn smoke() {
@@ -317,33 +354,12 @@ mod async_wait {
 /// fairness setting) is woken, and both finish: no lost wakeup, no deadlock.
 #[test]
 fn a_handover_request_is_served_and_the_source_that_let_go_is_woken() {
-    use streamtask_core::ManualClock;
-    use streamtask_core::operator::Emitted;
-    use streamtask_core::testing::ManualTimerService;
-    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
-
     for fairness in [Fairness::Unfair, Fairness::Eventual, Fairness::Fair] {
         loom::model(move || {
-            let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
-            let cell = SourceCell::new(
-                (0u32, 0u32),
-                Emission::new(SourceContextConfig::processing_time(), timers),
-                Vec::<Emitted<u32>>::new(),
-            );
+            let cell = source_cell((0u32, 0u32));
             let lock = Arc::new(CheckpointLock::new(cell, fairness));
             let cancel = CancellationToken::new();
-            let source = {
-                let (lock, cancel) = (Arc::clone(&lock), cancel.clone());
-                thread::spawn(move || {
-                    let mut ctx = SourceContext::new(&*lock, &cancel);
-                    for n in 0..2 {
-                        let mut locked = ctx.lock();
-                        locked.state_mut().0 += 1;
-                        locked.collect(n).expect("a vector output");
-                        locked.state_mut().1 += 1;
-                    }
-                })
-            };
+            let source = two_sections(&lock, &cancel);
             let cell = lock.request_handover().lock();
             let (started, done) = *cell.state();
             assert_eq!(started, done, "the requester saw half a section");
@@ -364,20 +380,10 @@ fn a_handover_request_is_served_and_the_source_that_let_go_is_woken() {
 #[test]
 fn a_posted_errand_is_run_once_between_sections_and_never_lost() {
     use loom::sync::atomic::AtomicU32;
-    use streamtask_core::ManualClock;
-    use streamtask_core::operator::Emitted;
-    use streamtask_core::testing::ManualTimerService;
-    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
-
-    type Cell = SourceCell<(u32, u32), Vec<Emitted<u32>>>;
+    type Cell = TestCell<(u32, u32)>;
 
     loom::model(|| {
-        let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
-        let cell = SourceCell::new(
-            (0u32, 0u32),
-            Emission::new(SourceContextConfig::processing_time(), timers),
-            Vec::<Emitted<u32>>::new(),
-        );
+        let cell = source_cell((0u32, 0u32));
         // The work: one unit queued; whoever takes it (under the lock) does it.
         let work = Arc::new(AtomicU32::new(0));
         let done = Arc::new(AtomicU32::new(0));
@@ -401,18 +407,7 @@ fn a_posted_errand_is_run_once_between_sections_and_never_lost() {
         };
         let lock = Arc::new(CheckpointLock::new(cell, Fairness::Eventual).with_errand(errand));
         let cancel = CancellationToken::new();
-        let source = {
-            let (lock, cancel) = (Arc::clone(&lock), cancel.clone());
-            thread::spawn(move || {
-                let mut ctx = SourceContext::new(&*lock, &cancel);
-                for n in 0..2 {
-                    let mut locked = ctx.lock();
-                    locked.state_mut().0 += 1;
-                    locked.collect(n).expect("a vector output");
-                    locked.state_mut().1 += 1;
-                }
-            })
-        };
+        let source = two_sections(&lock, &cancel);
         work.store(1, Ordering::SeqCst);
         lock.post_errand();
         source.join().unwrap();
@@ -435,20 +430,10 @@ fn a_posted_errand_is_run_once_between_sections_and_never_lost() {
 #[test]
 fn an_errand_posted_while_the_source_waits_for_a_handover_is_run_and_the_requester_served() {
     use loom::sync::atomic::AtomicU32;
-    use streamtask_core::ManualClock;
-    use streamtask_core::operator::Emitted;
-    use streamtask_core::testing::ManualTimerService;
-    use streamtask_legacy::{Emission, SourceCell, SourceContext, SourceContextConfig};
-
-    type Cell = SourceCell<u32, Vec<Emitted<u32>>>;
+    type Cell = TestCell<u32>;
 
     loom::model(|| {
-        let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
-        let cell = SourceCell::new(
-            0u32,
-            Emission::new(SourceContextConfig::processing_time(), timers),
-            Vec::<Emitted<u32>>::new(),
-        );
+        let cell = source_cell(0u32);
         let runs = Arc::new(AtomicU32::new(0));
         let ran = Arc::new(loom::sync::Notify::new());
         let errand = {

@@ -37,8 +37,8 @@
 //! figures behind the ratios, and the lateness of the trigger thread itself
 //! (scheduled -> call), which is in every scheduled-time figure alike.
 //!
-//! The figures are for reading, never for asserting: the tests run [`run`] in quick mode and
-//! check only that it completes and what keys the report has.
+//! The figures are for reading, never for asserting: CI runs `streamtask bench --quick` and
+//! checks only that it completes and what keys the report has.
 
 pub mod async_io;
 pub mod clock;
@@ -149,11 +149,20 @@ pub struct TriggerLatency {
 }
 
 /// One runner's pooled histograms.
-#[derive(Default)]
 struct Pooled {
-    latency: Option<Histogram<u64>>,
-    from_call: Option<Histogram<u64>>,
-    lateness: Option<Histogram<u64>>,
+    latency: Histogram<u64>,
+    from_call: Histogram<u64>,
+    lateness: Histogram<u64>,
+}
+
+impl Default for Pooled {
+    fn default() -> Self {
+        Pooled {
+            latency: models::new_histogram(),
+            from_call: models::new_histogram(),
+            lateness: models::new_histogram(),
+        }
+    }
 }
 
 impl Pooled {
@@ -163,26 +172,20 @@ impl Pooled {
             (&mut self.from_call, &run.from_call),
             (&mut self.lateness, &run.lateness),
         ] {
-            match pool {
-                Some(pool) => pool.add(samples).expect("histograms of the same bounds"),
-                None => *pool = Some(samples.clone()),
-            }
+            pool.add(samples).expect("histograms of the same bounds");
         }
     }
 
-    fn quantile_us(histogram: Option<&Histogram<u64>>, q: f64) -> f64 {
-        histogram.map_or(f64::NAN, |h| h.value_at_quantile(q) as f64 / 1e3)
-    }
-
     fn summary(&self) -> TriggerLatency {
+        let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
         TriggerLatency {
-            samples: self.latency.as_ref().map_or(0, Histogram::len),
-            p50_us: Self::quantile_us(self.latency.as_ref(), 0.5),
-            p99_us: Self::quantile_us(self.latency.as_ref(), 0.99),
-            p999_us: Self::quantile_us(self.latency.as_ref(), 0.999),
-            from_call_p50_us: Self::quantile_us(self.from_call.as_ref(), 0.5),
-            from_call_p99_us: Self::quantile_us(self.from_call.as_ref(), 0.99),
-            lateness_p99_us: Self::quantile_us(self.lateness.as_ref(), 0.99),
+            samples: self.latency.len(),
+            p50_us: us(&self.latency, 0.5),
+            p99_us: us(&self.latency, 0.99),
+            p999_us: us(&self.latency, 0.999),
+            from_call_p50_us: us(&self.from_call, 0.5),
+            from_call_p99_us: us(&self.from_call, 0.99),
+            lateness_p99_us: us(&self.lateness, 0.99),
         }
     }
 }

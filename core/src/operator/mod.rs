@@ -97,21 +97,26 @@ pub trait Output<T> {
     fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError>;
 }
 
+/// An [`Output`] impl that forwards every call to `**self` (for `&mut O` and `Box<W>`).
+macro_rules! forward_output {
+    () => {
+        #[inline]
+        fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
+            (**self).collect(record)
+        }
+        fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+            (**self).emit_watermark(watermark)
+        }
+        fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
+            (**self).emit_status(status)
+        }
+    };
+}
+
 /// A borrowed output is an output (as `std::io::Write` is for `&mut W`): a wrapper such as the
 /// task kit's record counter can count into an output it does not own.
 impl<T, O: Output<T> + ?Sized> Output<T> for &mut O {
-    #[inline]
-    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
-        (**self).collect(record)
-    }
-
-    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        (**self).emit_watermark(watermark)
-    }
-
-    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
-        (**self).emit_status(status)
-    }
+    forward_output!();
 }
 
 /// The end of a task's chain: an [`Output`] that can also broadcast what is not a record.
@@ -841,16 +846,7 @@ impl<O: Operator + ?Sized> Operator for Box<O> {
 }
 
 impl<T, W: Output<T> + ?Sized> Output<T> for Box<W> {
-    #[inline]
-    fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
-        (**self).collect(record)
-    }
-    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        (**self).emit_watermark(watermark)
-    }
-    fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
-        (**self).emit_status(status)
-    }
+    forward_output!();
 }
 
 impl<T, W: TaskOutput<T> + ?Sized> TaskOutput<T> for Box<W> {

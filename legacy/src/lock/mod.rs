@@ -190,8 +190,6 @@ struct LockShared {
     /// Threads that asked the source to let go and do not hold the lock yet, and (the
     /// [`ERRAND`] bit) whether an errand is posted.
     handover: AtomicUsize,
-    /// Whether the lock has an errand (so a post sets the bit).
-    has_errand: bool,
     /// Whether the legacy checkpoint trigger asks for the lock this way.
     handover_triggers: bool,
     condition: Condition,
@@ -246,7 +244,6 @@ impl<T> CheckpointLock<T> {
             shared: LockShared {
                 fairness,
                 handover: AtomicUsize::new(0),
-                has_errand: false,
                 handover_triggers: false,
                 condition: Condition::default(),
                 metrics: None,
@@ -355,7 +352,6 @@ impl<T> CheckpointLock<T> {
     /// ```
     pub fn with_errand(mut self, errand: impl Fn(&mut T) + Send + Sync + 'static) -> Self {
         self.errand = Some(Box::new(errand));
-        self.shared.has_errand = true;
         self
     }
 
@@ -365,7 +361,7 @@ impl<T> CheckpointLock<T> {
     /// uncontended mutex when nobody waits); from any thread.
     #[inline]
     pub fn post_errand(&self) {
-        if self.shared.has_errand {
+        if self.errand.is_some() {
             // SeqCst, as the hand-over count: ordered with the context's check of the word.
             self.shared.handover.fetch_or(ERRAND, Ordering::SeqCst);
             // A source waiting for a hand-over to be served stops waiting for an errand (see
@@ -743,7 +739,8 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
         }
     }
 
-    /// Whether some thread asked for the lock and does not have it yet.
+    /// Whether some thread asked for the lock and does not have it yet, or an errand is posted
+    /// (either way the source should end its section: the next one lets go or runs the errand).
     #[inline]
     pub(crate) fn handover_requested(&self) -> bool {
         self.shared.handover.load(Ordering::SeqCst) != 0
@@ -752,11 +749,11 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// Waits, with the lock released, until every hand-over asked for is served. The lock is
     /// let go fairly (whatever the fairness setting): a requester that gave up looking and
     /// parked gets it handed over directly, with no window for another thread to barge in.
-    #[cold]
     ///
     /// An errand posted meanwhile ends the wait too: the caller runs it (taking the lock back
     /// once, for the errand) and then waits again. So a requester that is slow to take the lock
     /// it asked for (its thread kept off a core) does not hold up an errand.
+    #[cold]
     fn yield_slow(&mut self, shared: &LockShared) {
         self.wait_until_as(None, true, |_| {
             let word = shared.handover.load(Ordering::SeqCst);

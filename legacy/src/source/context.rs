@@ -293,8 +293,9 @@ impl<T, S> SourceGuard<'_, T, S> {
     }
 
     /// Whether another thread asked for the lock while this section holds it (a bridge mail,
-    /// a legacy trigger with the bounded hand-over on): a long section may end early to let it
-    /// in; the next section lets go of the lock anyway (see [`SourceContext::lock`]).
+    /// a legacy trigger with the bounded hand-over on) or an errand is posted (a bridge
+    /// trigger): a long section may end early to let it in; the next section lets go of the
+    /// lock or runs the errand anyway (see [`SourceContext::lock`]).
     #[inline]
     pub fn handover_requested(&self) -> bool {
         self.guard.handover_requested()
