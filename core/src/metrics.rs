@@ -21,7 +21,7 @@
 //! ```
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -245,7 +245,7 @@ pub struct TaskMetrics {
     pub alignment: LatencyHistogram,
     /// Mailbox model: from a mail's enqueue to the start of its run, sampled (one mail in
     /// `streamtask_mailbox::MAILBOX_LATENCY_SAMPLE` per putting thread; checkpoint triggers
-    /// from the task's slot always).
+    /// that came without a mail always, see [`count_trigger_as_mail`](Self::count_trigger_as_mail)).
     pub mailbox_latency: LatencyHistogram,
     /// Mails run.
     pub mails: Counter,
@@ -273,6 +273,14 @@ impl TaskMetrics {
             name: name.into(),
             ..TaskMetrics::default()
         }
+    }
+
+    /// A checkpoint trigger that reached the task without a mail (the mailbox model's trigger
+    /// slot, the bridge's lock errand): counted as a mail, with its latency from the trigger
+    /// call `requested`, as one that came as a mail is, so every model counts a trigger alike.
+    pub fn count_trigger_as_mail(&self, requested: Instant) {
+        self.mails.inc();
+        self.mailbox_latency.record(requested.elapsed());
     }
 
     /// A serializable snapshot of every metric.

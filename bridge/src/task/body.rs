@@ -83,6 +83,16 @@ impl Drop for PendingTrigger {
     }
 }
 
+/// Who runs the waiting triggers (see [`run_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// The trigger's mail on the mailbox thread (the processor counts the mail).
+    Mail,
+    /// The lock's errand on the source thread: each trigger is counted as a mail, as the
+    /// mailbox model counts a trigger from its slot.
+    Errand,
+}
+
 /// Runs every trigger waiting, oldest first, under the lock: the trigger mail on the mailbox
 /// thread, or the lock's errand on the source thread before its next section, whichever holds
 /// the lock first (the other finds none). A failed checkpoint stops the run; the triggers left
@@ -90,6 +100,7 @@ impl Drop for PendingTrigger {
 pub(crate) fn run_pending<S, C, W>(
     cell: &mut BridgeCell<S, C, W>,
     pending: &PendingTriggers,
+    holder: Holder,
 ) -> Result<(), MailFailure>
 where
     S: Serialize + DeserializeOwned + Default,
@@ -97,7 +108,7 @@ where
     W: TaskOutput<C::Out>,
 {
     while let Some(trigger) = pending.pop() {
-        trigger_checkpoint(cell, trigger)?;
+        trigger_checkpoint(cell, trigger, holder)?;
     }
     Ok(())
 }
@@ -107,6 +118,7 @@ where
 fn trigger_checkpoint<S, C, W>(
     cell: &mut BridgeCell<S, C, W>,
     trigger: PendingTrigger,
+    holder: Holder,
 ) -> Result<(), MailFailure>
 where
     S: Serialize + DeserializeOwned + Default,
@@ -114,6 +126,9 @@ where
     W: TaskOutput<C::Out>,
 {
     let (barrier, requested) = trigger.disarm();
+    if holder == Holder::Errand {
+        cell.output().metrics().count_trigger_as_mail(requested);
+    }
     cell.checkpoint(barrier, requested)
         .map_err(|e| failure(cell.output(), e))
 }

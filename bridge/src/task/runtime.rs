@@ -25,7 +25,7 @@ use streamtask_mailbox::{
 };
 
 use super::SourceExit;
-use super::body::{self, BridgeCell, MailFailure, PendingTrigger};
+use super::body::{self, BridgeCell, Holder, MailFailure, PendingTrigger};
 use super::trigger::PendingTriggers;
 use crate::executor::CheckpointLockExecutor;
 
@@ -72,7 +72,8 @@ where
         // ... or the mailbox thread, for a source that emits no section soon (blocked outside
         // the lock, waiting for room, sleeping).
         let pending = StdArc::clone(&self.pending);
-        let mail = move |cell: &mut BridgeCell<S, C, W>| body::run_pending(cell, &pending);
+        let mail =
+            move |cell: &mut BridgeCell<S, C, W>| body::run_pending(cell, &pending, Holder::Mail);
         if self.main.execute("checkpoint trigger", mail).is_err() {
             // Refused: the task is ending and no mail runs any more; what waits declines
             // (whoever takes a trigger out of the queue has it, so each declines once).
@@ -172,7 +173,7 @@ where
         let pending = StdArc::clone(&pending);
         let lifecycle = Arc::clone(&task.lifecycle);
         move |cell: &mut Cell<F, C, W>| {
-            if let Err(MailFailure(failure)) = body::run_pending(cell, &pending) {
+            if let Err(MailFailure(failure)) = body::run_pending(cell, &pending, Holder::Errand) {
                 lifecycle.record_failure(failure);
             }
         }

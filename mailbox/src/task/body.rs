@@ -143,9 +143,7 @@ where
         barrier: CheckpointBarrier,
         requested: Instant,
     ) -> Result<(), TaskFailure> {
-        let metrics = self.body.metrics();
-        metrics.mails.inc();
-        metrics.mailbox_latency.record(requested.elapsed());
+        self.body.metrics().count_trigger_as_mail(requested);
         self.checkpoint(barrier, requested)
     }
 
