@@ -195,6 +195,52 @@ fn the_queue_flag_is_raised_again_after_the_queue_ran_empty() {
     });
 }
 
+/// A `take` moves every queued mail to the owner's copy of the queue's head at once; an
+/// off-thread `put_first` racing it must still come before all of them (it goes to the head's
+/// front, not the queue's), and FIFO holds for the rest.
+#[test]
+fn an_off_thread_put_first_overtakes_the_queue_head_the_owner_holds() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(0)).unwrap();
+        mailbox.put(mail(1)).unwrap();
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put_first(mail(2)).unwrap())
+        };
+        let mut got = vec![mailbox.take(Priority::MIN).unwrap().into_body()];
+        producer.join().unwrap();
+        while let Some(m) = mailbox.try_take(Priority::MIN).unwrap() {
+            got.push(m.into_body());
+        }
+        assert!(got == [2, 0, 1] || got == [0, 2, 1], "{got:?}");
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
+/// The owner holds a low-priority mail in its copy of the queue's head and blocks in a
+/// high-priority `take`; an off-thread `put_first` of a high-priority mail goes to that head,
+/// not the queue, and must still wake it (the blocking take checks the head under the queue
+/// lock the put notifies under).
+#[test]
+fn a_put_first_into_the_head_wakes_a_blocked_take() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(0)).unwrap();
+        mailbox.put(mail(1)).unwrap();
+        // Takes 0 and moves 1 to the head.
+        assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), 0);
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put_first(Mail::new(Priority::MAX, 9)).unwrap())
+        };
+        assert_eq!(mailbox.take(Priority::MAX).unwrap().into_body(), 9);
+        producer.join().unwrap();
+        assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), 1);
+        assert!(!mailbox.has_mail().unwrap());
+    });
+}
+
 /// The default action suspends; another thread resumes it while the loop is about to block.
 /// The loop must see the resume and run the default action again.
 #[test]
