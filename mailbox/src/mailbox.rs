@@ -11,6 +11,7 @@ use streamtask_core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
 
 use crate::mail::{Mail, Priority};
+use crate::task::TriggerSlot;
 
 /// The lifecycle state of a [`TaskMailbox`]; see its docs for the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -161,12 +162,18 @@ impl MailHint<'_> {
     }
 }
 
-/// The words a trigger call touches (rings the doorbell, reads the state and whether the owner
-/// waits) on cache lines of their own (128 bytes, as crossbeam's `CachePadded`: x86 prefetches
-/// lines in pairs): producers' lock traffic on the queue's mutex does not
-/// invalidate the line the owner polls, and a trigger moves one line of the mailbox, not three.
-#[repr(align(128))]
+/// The words a trigger call touches (fills the trigger slot, rings the doorbell, reads the
+/// state and whether the owner waits) on cache lines of their own (128 bytes, as crossbeam's
+/// `CachePadded`: x86 prefetches lines in pairs): producers' lock traffic on the queue's mutex
+/// does not invalidate the line the owner polls, and a trigger call moves this one line of the
+/// mailbox and nothing else (the slot's words and the flags together are under 64 bytes).
+// `repr(C)`: the slot first, the three bytes right after it, all in the first 64 bytes.
+#[repr(C, align(128))]
 struct Hot {
+    /// A source task's checkpoint-trigger slot (`task/trigger.rs`); unused elsewhere (it sits
+    /// in bytes the alignment pads anyway). The mailbox thread writes it and the flags in the
+    /// same places (it takes the trigger as it answers the doorbell), so the two share a line.
+    trigger: TriggerSlot,
     /// `NEW_MAIL`, `BATCH`, `HEAD` and `DOORBELL`.
     flags: AtomicU8,
     /// A [`MailboxState`] as `u8`; changed only under the queue lock.
@@ -175,6 +182,11 @@ struct Hot {
     /// [`announce_wait`](TaskMailbox::announce_wait)).
     owner_waiting: AtomicBool,
 }
+
+// The slot and the three flag bytes fit in one 64-byte line (checked when compiling; loom's
+// atomics are larger).
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<TriggerSlot>() + 3 <= 64);
 
 /// The queue, under its lock, with what `put` needs to know of the hot line: a producer
 /// holding the lock reads it from the line it just locked, not from the line the owner writes.
@@ -257,6 +269,7 @@ impl<T> TaskMailbox<T> {
     pub fn with_owner(owner: thread::Thread) -> Self {
         TaskMailbox {
             hot: Hot {
+                trigger: TriggerSlot::new(),
                 flags: AtomicU8::new(0),
                 state: AtomicU8::new(MailboxState::Open as u8),
                 owner_waiting: AtomicBool::new(false),
@@ -272,6 +285,12 @@ impl<T> TaskMailbox<T> {
                 head: VecDeque::new(),
             })),
         }
+    }
+
+    /// The checkpoint-trigger slot, on the same cache line as the flag word the doorbell rings.
+    #[inline]
+    pub(crate) fn trigger_slot(&self) -> &TriggerSlot {
+        &self.hot.trigger
     }
 
     /// Whether the calling thread owns the mailbox.

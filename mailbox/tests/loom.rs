@@ -479,10 +479,10 @@ mod trigger_slot {
     fn a_trigger_racing_the_end_is_run_or_declined_once() {
         loom::model(|| {
             let mailbox = Arc::new(TaskMailbox::<u32>::new());
-            let slot = Arc::new(Slot::default());
+            let slot = Slot::of(&*mailbox);
             let trigger = {
-                let (mailbox, slot) = (Arc::clone(&mailbox), Arc::clone(&slot));
-                thread::spawn(move || slot.trigger(&mailbox, 1))
+                let mailbox = Arc::clone(&mailbox);
+                thread::spawn(move || Slot::of(&*mailbox).trigger(1))
             };
             let ran = usize::from(slot.take() == Some(1));
             mailbox.quiesce().unwrap();
@@ -501,13 +501,14 @@ mod trigger_slot {
     fn a_refused_trigger_goes_as_a_mail_and_holds_the_slot_off_until_done() {
         loom::model(|| {
             let mailbox = Arc::new(TaskMailbox::<u32>::new());
-            let slot = Arc::new(Slot::default());
+            let slot = Slot::of(&*mailbox);
             let triggers: Vec<_> = [1, 2]
                 .into_iter()
                 .map(|id| {
-                    let (mailbox, slot) = (Arc::clone(&mailbox), Arc::clone(&slot));
+                    let mailbox = Arc::clone(&mailbox);
                     thread::spawn(move || {
-                        let outcome = slot.trigger(&mailbox, id);
+                        let slot = Slot::of(&*mailbox);
+                        let outcome = slot.trigger(id);
                         if outcome == Outcome::Refused {
                             slot.mail_queued();
                         }
@@ -540,11 +541,11 @@ mod trigger_slot {
             assert_eq!(taken, slotted, "{outcomes:?}");
             if !refused.is_empty() {
                 // The refused trigger's mail is queued: a new trigger may not take the slot.
-                assert_eq!(slot.trigger(&mailbox, 3), Outcome::Refused);
+                assert_eq!(slot.trigger(3), Outcome::Refused);
                 slot.mail_done();
             }
             // Mails done, slot empty: the next trigger takes it.
-            assert_eq!(slot.trigger(&mailbox, 4), Outcome::Slotted);
+            assert_eq!(slot.trigger(4), Outcome::Slotted);
             assert_eq!(slot.take(), Some(4));
         });
     }
