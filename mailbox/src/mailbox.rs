@@ -11,6 +11,7 @@ use streamtask_core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
 
 use crate::mail::{Mail, Priority};
+use crate::task::TriggerSlot;
 
 /// The lifecycle state of a [`TaskMailbox`]; see its docs for the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -134,8 +135,11 @@ const YIELD_STEPS: u32 = 4;
 // Bits of `TaskMailbox::flags`.
 /// The queue holds at least one mail. Changed only under the queue lock.
 const NEW_MAIL: u8 = 1;
-/// The owner's batch holds at least one mail. Changed only under the batch lock.
+/// The owner's batch holds at least one mail. Changed only under the owner's lock.
 const BATCH: u8 = 2;
+/// The owner's copy of the queue's head holds at least one mail ([`Owned::head`]). Changed
+/// only under the owner's lock.
+const HEAD: u8 = 8;
 /// The doorbell rang: work waits outside the queue (a task's checkpoint-trigger slot). Set by
 /// any thread without a lock, cleared by the owner; it counts as mail for the one-load checks,
 /// so the loop looks before its next record.
@@ -158,13 +162,19 @@ impl MailHint<'_> {
     }
 }
 
-/// The words a trigger call touches (rings the doorbell, reads the state and whether the owner
-/// waits) on cache lines of their own (128 bytes, as crossbeam's `CachePadded`: x86 prefetches
-/// lines in pairs): producers' lock traffic on the queue's mutex does not
-/// invalidate the line the owner polls, and a trigger moves one line of the mailbox, not three.
-#[repr(align(128))]
+/// The words a trigger call touches (fills the trigger slot, rings the doorbell, reads the
+/// state and whether the owner waits) on cache lines of their own (128 bytes, as crossbeam's
+/// `CachePadded`: x86 prefetches lines in pairs): producers' lock traffic on the queue's mutex
+/// does not invalidate the line the owner polls, and a trigger call moves this one line of the
+/// mailbox and nothing else (the slot's words and the flags together are under 64 bytes).
+// `repr(C)`: the slot first, the three bytes right after it, all in the first 64 bytes.
+#[repr(C, align(128))]
 struct Hot {
-    /// `NEW_MAIL`, `BATCH` and `DOORBELL`.
+    /// A source task's checkpoint-trigger slot (`task/trigger.rs`); unused elsewhere (it sits
+    /// in bytes the alignment pads anyway). The mailbox thread writes it and the flags in the
+    /// same places (it takes the trigger as it answers the doorbell), so the two share a line.
+    trigger: TriggerSlot,
+    /// `NEW_MAIL`, `BATCH`, `HEAD` and `DOORBELL`.
     flags: AtomicU8,
     /// A [`MailboxState`] as `u8`; changed only under the queue lock.
     state: AtomicU8,
@@ -173,6 +183,11 @@ struct Hot {
     owner_waiting: AtomicBool,
 }
 
+// The slot and the three flag bytes fit in one 64-byte line (checked when compiling; loom's
+// atomics are larger).
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<TriggerSlot>() + 3 <= 64);
+
 /// The queue, under its lock, with what `put` needs to know of the hot line: a producer
 /// holding the lock reads it from the line it just locked, not from the line the owner writes.
 /// `NEW_MAIL` is set exactly while `mails` is not empty (both change only under this lock).
@@ -180,6 +195,30 @@ struct Queue<T> {
     mails: VecDeque<Mail<T>>,
     /// The state, as in `Hot::state` (both change only under this lock).
     state: MailboxState,
+}
+
+/// What the owner's lock guards: the batch and the queue's head.
+struct Owned<T> {
+    /// The batch ([`TaskMailbox::create_batch`]).
+    batch: VecDeque<Mail<T>>,
+    /// The oldest queued mails, which a `take` moved out of the queue all at once (one lock of
+    /// the queue for all of them, not one per mail); logically still queued, ahead of
+    /// `Queue::mails`. An off-thread `put_first` goes to its front.
+    head: VecDeque<Mail<T>>,
+}
+
+impl<T> Owned<T> {
+    /// The flag bits that describe these containers.
+    fn bits(&self) -> u8 {
+        let mut bits = 0;
+        if !self.batch.is_empty() {
+            bits |= BATCH;
+        }
+        if !self.head.is_empty() {
+            bits |= HEAD;
+        }
+        bits
+    }
 }
 
 /// A priority mailbox bound to one owner thread.
@@ -213,9 +252,10 @@ pub struct TaskMailbox<T> {
     /// The queue and its condition variable, which producers write, on cache lines of their own.
     queue: CachePadded<Mutex<Queue<T>>>,
     not_empty: Condvar,
-    /// The owner's batch, on lines of its own: the producers' locking of the queue does not
-    /// invalidate the line the owner locks for every mail of a batch.
-    batch: CachePadded<Mutex<VecDeque<Mail<T>>>>,
+    /// The owner's batch and its copy of the queue's head, on lines of their own: the
+    /// producers' locking of the queue does not invalidate the line the owner locks for every
+    /// mail it takes.
+    owned: CachePadded<Mutex<Owned<T>>>,
 }
 
 impl<T> TaskMailbox<T> {
@@ -229,6 +269,7 @@ impl<T> TaskMailbox<T> {
     pub fn with_owner(owner: thread::Thread) -> Self {
         TaskMailbox {
             hot: Hot {
+                trigger: TriggerSlot::new(),
                 flags: AtomicU8::new(0),
                 state: AtomicU8::new(MailboxState::Open as u8),
                 owner_waiting: AtomicBool::new(false),
@@ -239,8 +280,17 @@ impl<T> TaskMailbox<T> {
                 state: MailboxState::Open,
             })),
             not_empty: Condvar::new(),
-            batch: CachePadded::new(Mutex::new(VecDeque::new())),
+            owned: CachePadded::new(Mutex::new(Owned {
+                batch: VecDeque::new(),
+                head: VecDeque::new(),
+            })),
         }
+    }
+
+    /// The checkpoint-trigger slot, on the same cache line as the flag word the doorbell rings.
+    #[inline]
+    pub(crate) fn trigger_slot(&self) -> &TriggerSlot {
+        &self.hot.trigger
     }
 
     /// Whether the calling thread owns the mailbox.
@@ -319,30 +369,45 @@ impl<T> TaskMailbox<T> {
         if !state.is_accepting_mails() {
             return Err(PutError { state, mail });
         }
-        let was_empty = queue.mails.is_empty();
         if first {
-            queue.mails.push_front(mail);
+            self.put_first_queued(mail);
         } else {
+            let was_empty = queue.mails.is_empty();
             queue.mails.push_back(mail);
+            // NEW_MAIL is set exactly while the queue is not empty (see `Queue`): on a queue
+            // that held mail, putting is a push and touches neither the flag word the owner
+            // polls nor its line (with several producers, that line was the contended one).
+            // Release: the owner's fast path that sees the bit then takes the queue lock, which
+            // is what actually publishes the mail; the ordering keeps the hint no later than the
+            // push.
+            if was_empty {
+                self.hot.flags.fetch_or(NEW_MAIL, Ordering::Release);
+            }
         }
-        // NEW_MAIL is set exactly while the queue is not empty (see `Queue`): on a queue that
-        // held mail, putting is a push and touches neither the flag word the owner polls nor
-        // its line (with several producers, that line was the contended one).
-        // Release: the owner's fast path that sees the bit then takes the queue lock, which is
-        // what actually publishes the mail; the ordering keeps the hint no later than the push.
-        if was_empty {
-            self.hot.flags.fetch_or(NEW_MAIL, Ordering::Release);
-        }
-        // Notified under the lock: the owner cannot be between its check and its wait.
+        // Notified under the lock: the owner cannot be between its check and its wait (it
+        // checks the queue and the head under this lock).
         self.not_empty.notify_one();
         Ok(())
+    }
+
+    /// An off-thread `put_first`, under the queue lock: ahead of every queued mail, so at the
+    /// front of the queue's head, which the owner may hold (lock order: the queue, then the
+    /// owner's lock). Rare: control mails.
+    #[cold]
+    fn put_first_queued(&self, mail: Mail<T>) {
+        let mut owned = self.owned.lock();
+        let was_empty = owned.head.is_empty();
+        owned.head.push_front(mail);
+        if was_empty {
+            self.hot.flags.fetch_or(HEAD, Ordering::Release);
+        }
     }
 
     /// Owner only: puts `mail` at the head of the batch whatever the state. The processor uses
     /// it for its own control signals, which must reach the loop even while quiesced.
     pub(crate) fn push_batch_front(&self, mail: Mail<T>) {
-        let mut batch = self.batch.lock();
-        batch.push_front(mail);
+        let mut owned = self.owned.lock();
+        owned.batch.push_front(mail);
         self.hot.flags.fetch_or(BATCH, Ordering::Release);
     }
 
@@ -351,11 +416,12 @@ impl<T> TaskMailbox<T> {
         if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
             return;
         }
-        let mut batch = self.batch.lock();
-        while batch.front().is_some_and(|m| discard(m.body())) {
-            batch.pop_front();
+        let mut owned = self.owned.lock();
+        let before = owned.bits();
+        while owned.batch.front().is_some_and(|m| discard(m.body())) {
+            owned.batch.pop_front();
         }
-        self.update_batch_flag(&batch);
+        self.update_bits(before, owned.bits());
     }
 
     /// Whether a mail is waiting (in the batch or the queue), or the processor's doorbell rang
@@ -444,7 +510,7 @@ impl<T> TaskMailbox<T> {
         priority: Priority,
     ) -> Result<Option<Mail<T>>, TakeError> {
         self.check_not_closed()?;
-        if let Some(mail) = self.take_from_batch(priority) {
+        if let Some(mail) = self.take_owned(priority) {
             return Ok(Some(mail));
         }
         if self.hot.flags.load(Ordering::Acquire) & NEW_MAIL == 0 {
@@ -469,12 +535,27 @@ impl<T> TaskMailbox<T> {
 
     pub(crate) fn take_unchecked(&self, priority: Priority) -> Result<Mail<T>, TakeError> {
         self.check_not_closed()?;
-        if let Some(mail) = self.take_from_batch(priority) {
+        if let Some(mail) = self.take_owned(priority) {
             return Ok(mail);
         }
-        // The batch cannot grow while we wait: only the owner (this thread) adds to it.
+        // Nothing queued: wait for a put on the flag word first (bounded), not on the queue's
+        // lock, whose line the producers write. Relaxed: only a hint, the lock decides.
+        if self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL == 0
+            && self.state() == MailboxState::Open
+        {
+            // Parking costs a futex round trip on both sides; a producer that is putting right
+            // now is usually done within the spin.
+            self.spin_for_mail();
+        }
+        self.take_queued(priority)
+    }
+
+    /// The blocking part of [`take`](Self::take): the queue (and the head, which an off-thread
+    /// `put_first` writes) under the queue lock, then wait on it. Every `put` and `put_first`
+    /// pushes and notifies under that same lock, so nothing slips in between the check and the
+    /// wait. The batch cannot grow meanwhile: only the owner (this thread) adds to it.
+    fn take_queued(&self, priority: Priority) -> Result<Mail<T>, TakeError> {
         let mut queue = self.queue.lock();
-        let mut spun = false;
         loop {
             if let Some(mail) = self.take_from_queue(&mut queue, priority) {
                 return Ok(mail);
@@ -484,14 +565,6 @@ impl<T> TaskMailbox<T> {
                 MailboxState::Quiesced => return Err(TakeError::Exhausted),
                 MailboxState::Closed => return Err(TakeError::Closed),
             }
-            if !spun {
-                // Parking costs a futex round trip on both sides; a producer that is putting
-                // right now is usually done within the spin. Bounded, then we park.
-                spun = true;
-                streamtask_core::sync::unlocked(&mut queue, false, || self.spin_for_mail());
-                continue;
-            }
-            // Checked and waiting under the same lock `put` notifies under: no lost wakeup.
             self.not_empty.wait(&mut queue);
         }
     }
@@ -500,7 +573,7 @@ impl<T> TaskMailbox<T> {
     /// queued.
     #[cfg(not(loom))]
     fn spin_for_mail(&self) {
-        let queued = || self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL != 0;
+        let queued = || self.hot.flags.load(Ordering::Relaxed) & (NEW_MAIL | HEAD) != 0;
         for step in 0..SPIN_STEPS {
             if queued() {
                 return;
@@ -531,27 +604,55 @@ impl<T> TaskMailbox<T> {
         }
     }
 
-    fn take_from_batch(&self, priority: Priority) -> Option<Mail<T>> {
-        if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
+    /// The first mail of `priority` in the batch, then in the queue's head; never looks at the
+    /// queue. One load and no lock when both are empty.
+    #[inline]
+    fn take_owned(&self, priority: Priority) -> Option<Mail<T>> {
+        if self.hot.flags.load(Ordering::Acquire) & (BATCH | HEAD) == 0 {
             return None;
         }
-        let mut batch = self.batch.lock();
-        let mail = take_first(&mut batch, priority);
-        self.update_batch_flag(&batch);
+        let mut owned = self.owned.lock();
+        let before = owned.bits();
+        let mail = match take_first(&mut owned.batch, priority) {
+            Some(mail) => Some(mail),
+            None => take_first(&mut owned.head, priority),
+        };
+        self.update_bits(before, owned.bits());
         mail
     }
 
+    /// Under the queue lock: moves every queued mail to the tail of the head (one lock of the
+    /// queue for all of them; the next takes find them without it), then takes the first mail
+    /// of `priority` there. The head is older than the queue, so the order is kept.
     fn take_from_queue(&self, queue: &mut Queue<T>, priority: Priority) -> Option<Mail<T>> {
-        let mail = take_first(&mut queue.mails, priority);
-        if mail.is_some() && queue.mails.is_empty() {
-            self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
+        // Exact under the queue lock: an off-thread `put_first` raises HEAD under it too, and
+        // the owner (this thread) makes every other change to the head.
+        if queue.mails.is_empty() && self.hot.flags.load(Ordering::Relaxed) & HEAD == 0 {
+            return None;
         }
+        let mut owned = self.owned.lock();
+        let before = owned.bits() | queued_bit(&queue.mails);
+        if owned.head.is_empty() {
+            // Swap the buffers instead of moving every mail (see `create_batch`).
+            std::mem::swap(&mut queue.mails, &mut owned.head);
+        } else {
+            owned.head.append(&mut queue.mails);
+        }
+        let mail = take_first(&mut owned.head, priority);
+        // The queue is empty now: NEW_MAIL goes with it.
+        self.update_bits(before, owned.bits());
         mail
     }
 
-    fn update_batch_flag(&self, batch: &VecDeque<Mail<T>>) {
-        if batch.is_empty() {
-            self.hot.flags.fetch_and(!BATCH, Ordering::Release);
+    /// Moves the container bits of the flag word from `before` to `after`, in one
+    /// read-modify-write (none if nothing changed). The caller holds the lock of every container
+    /// whose bit differs, so it knows those bits exactly; the others (the doorbell) are kept.
+    /// Release, as every flag change.
+    #[inline]
+    fn update_bits(&self, before: u8, after: u8) {
+        let changed = before ^ after;
+        if changed != 0 {
+            self.hot.flags.fetch_xor(changed, Ordering::Release);
         }
     }
 
@@ -572,34 +673,29 @@ impl<T> TaskMailbox<T> {
 
     pub(crate) fn create_batch_unchecked(&self) -> bool {
         let flags = self.hot.flags.load(Ordering::Acquire);
-        if flags & NEW_MAIL == 0 {
+        if flags & (NEW_MAIL | HEAD) == 0 {
             return flags & BATCH != 0;
         }
         let mut queue = self.queue.lock();
-        let mut batch = self.batch.lock();
-        if queue.mails.is_empty() {
-            // Emptied meanwhile (by a `drain` on another thread).
-            return !batch.is_empty();
+        let mut owned = self.owned.lock();
+        let before = owned.bits() | queued_bit(&queue.mails);
+        let Owned { batch, head } = &mut *owned;
+        // The head is older than the queue: it goes first. Where the batch ran out (the usual
+        // case), swap the buffers instead of moving every mail: O(1) under the lock producers
+        // wait for, and the buffers take turns, so a steady stream of mails allocates (and
+        // faults in) nothing new.
+        for older in [head, &mut queue.mails] {
+            if batch.is_empty() {
+                std::mem::swap(older, batch);
+            } else {
+                batch.append(older);
+            }
         }
-        if batch.is_empty() {
-            // The usual case: the batch ran out. Swap the buffers instead of moving every mail:
-            // O(1) under the lock producers wait for, and the two buffers take turns, so a
-            // steady stream of mails allocates (and faults in) nothing new.
-            std::mem::swap(&mut queue.mails, &mut *batch);
-        } else {
-            batch.extend(queue.mails.drain(..));
-        }
-        // Now the queue is empty and the batch is not. Both locks are held, so both bits are
-        // known: NEW_MAIL was set (the queue held mail) and BATCH is what the word says. One
-        // read-modify-write clears the one and sets the other. Release, as every flag change.
-        if self.hot.flags.load(Ordering::Relaxed) & BATCH != 0 {
-            self.hot.flags.fetch_and(!NEW_MAIL, Ordering::Release);
-        } else {
-            self.hot
-                .flags
-                .fetch_xor(NEW_MAIL | BATCH, Ordering::Release);
-        }
-        true
+        // Both locks are held, so every container bit is known: one read-modify-write moves
+        // them (the queue and the head are empty now; a `drain` on another thread may have
+        // emptied everything meanwhile).
+        self.update_bits(before, owned.bits());
+        !owned.batch.is_empty()
     }
 
     /// Takes the head of the batch, whatever its priority; never looks at the queue. Owner only.
@@ -617,9 +713,11 @@ impl<T> TaskMailbox<T> {
         if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
             return Ok(None);
         }
-        let mut batch = self.batch.lock();
-        let mail = batch.pop_front();
-        self.update_batch_flag(&batch);
+        let mut owned = self.owned.lock();
+        let mail = owned.batch.pop_front();
+        if owned.batch.is_empty() {
+            self.hot.flags.fetch_and(!BATCH, Ordering::Release);
+        }
         Ok(mail)
     }
 
@@ -631,8 +729,9 @@ impl<T> TaskMailbox<T> {
     }
 
     fn drain_locked(&self, queue: &mut Queue<T>) -> Vec<Mail<T>> {
-        let mut batch = self.batch.lock();
-        let mut mails: Vec<Mail<T>> = batch.drain(..).collect();
+        let mut owned = self.owned.lock();
+        let mut mails: Vec<Mail<T>> = owned.batch.drain(..).collect();
+        mails.extend(owned.head.drain(..));
         mails.extend(queue.mails.drain(..));
         // Both containers are empty and locked; the doorbell is cleared too, as before.
         self.hot.flags.store(0, Ordering::Release);
@@ -687,8 +786,8 @@ impl<T> TaskMailbox<T> {
     /// Number of mails held (batch and queue); from any thread.
     pub fn len(&self) -> usize {
         let queue = self.queue.lock();
-        let batch = self.batch.lock();
-        queue.mails.len() + batch.len()
+        let owned = self.owned.lock();
+        queue.mails.len() + owned.head.len() + owned.batch.len()
     }
 
     /// Whether no mail is held.
@@ -744,7 +843,7 @@ impl<T> Exclusive<'_, T> {
             if !state.is_accepting_mails() {
                 return Err(PutError { state, mail });
             }
-            // Lock order queue -> batch, as everywhere.
+            // Lock order: the queue, then the owner's lock, as everywhere.
             self.mailbox.push_batch_front(mail);
             Ok(())
         } else {
@@ -754,7 +853,7 @@ impl<T> Exclusive<'_, T> {
 
     /// Number of queued mails (the batch not counted: it belongs to the owner).
     pub fn queued(&self) -> usize {
-        self.queue.mails.len()
+        self.queue.mails.len() + self.mailbox.owned.lock().head.len()
     }
 }
 
@@ -781,6 +880,11 @@ fn is_current(owner: &thread::Thread) -> bool {
 #[cfg(loom)]
 fn is_current(owner: &thread::Thread) -> bool {
     thread::current().id() == owner.id()
+}
+
+/// `NEW_MAIL` if `mails` (the queue, under its lock) is not empty: the bit as it is.
+fn queued_bit<T>(mails: &VecDeque<Mail<T>>) -> u8 {
+    if mails.is_empty() { 0 } else { NEW_MAIL }
 }
 
 /// Removes the first mail whose priority is `>= priority`; the others keep their places.

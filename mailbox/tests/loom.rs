@@ -195,6 +195,52 @@ fn the_queue_flag_is_raised_again_after_the_queue_ran_empty() {
     });
 }
 
+/// A `take` moves every queued mail to the owner's copy of the queue's head at once; an
+/// off-thread `put_first` racing it must still come before all of them (it goes to the head's
+/// front, not the queue's), and FIFO holds for the rest.
+#[test]
+fn an_off_thread_put_first_overtakes_the_queue_head_the_owner_holds() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(0)).unwrap();
+        mailbox.put(mail(1)).unwrap();
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put_first(mail(2)).unwrap())
+        };
+        let mut got = vec![mailbox.take(Priority::MIN).unwrap().into_body()];
+        producer.join().unwrap();
+        while let Some(m) = mailbox.try_take(Priority::MIN).unwrap() {
+            got.push(m.into_body());
+        }
+        assert!(got == [2, 0, 1] || got == [0, 2, 1], "{got:?}");
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
+/// The owner holds a low-priority mail in its copy of the queue's head and blocks in a
+/// high-priority `take`; an off-thread `put_first` of a high-priority mail goes to that head,
+/// not the queue, and must still wake it (the blocking take checks the head under the queue
+/// lock the put notifies under).
+#[test]
+fn a_put_first_into_the_head_wakes_a_blocked_take() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(0)).unwrap();
+        mailbox.put(mail(1)).unwrap();
+        // Takes 0 and moves 1 to the head.
+        assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), 0);
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put_first(Mail::new(Priority::MAX, 9)).unwrap())
+        };
+        assert_eq!(mailbox.take(Priority::MAX).unwrap().into_body(), 9);
+        producer.join().unwrap();
+        assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), 1);
+        assert!(!mailbox.has_mail().unwrap());
+    });
+}
+
 /// The default action suspends; another thread resumes it while the loop is about to block.
 /// The loop must see the resume and run the default action again.
 #[test]
@@ -433,10 +479,10 @@ mod trigger_slot {
     fn a_trigger_racing_the_end_is_run_or_declined_once() {
         loom::model(|| {
             let mailbox = Arc::new(TaskMailbox::<u32>::new());
-            let slot = Arc::new(Slot::default());
+            let slot = Slot::of(&*mailbox);
             let trigger = {
-                let (mailbox, slot) = (Arc::clone(&mailbox), Arc::clone(&slot));
-                thread::spawn(move || slot.trigger(&mailbox, 1))
+                let mailbox = Arc::clone(&mailbox);
+                thread::spawn(move || Slot::of(&*mailbox).trigger(1))
             };
             let ran = usize::from(slot.take() == Some(1));
             mailbox.quiesce().unwrap();
@@ -455,13 +501,14 @@ mod trigger_slot {
     fn a_refused_trigger_goes_as_a_mail_and_holds_the_slot_off_until_done() {
         loom::model(|| {
             let mailbox = Arc::new(TaskMailbox::<u32>::new());
-            let slot = Arc::new(Slot::default());
+            let slot = Slot::of(&*mailbox);
             let triggers: Vec<_> = [1, 2]
                 .into_iter()
                 .map(|id| {
-                    let (mailbox, slot) = (Arc::clone(&mailbox), Arc::clone(&slot));
+                    let mailbox = Arc::clone(&mailbox);
                     thread::spawn(move || {
-                        let outcome = slot.trigger(&mailbox, id);
+                        let slot = Slot::of(&*mailbox);
+                        let outcome = slot.trigger(id);
                         if outcome == Outcome::Refused {
                             slot.mail_queued();
                         }
@@ -494,11 +541,11 @@ mod trigger_slot {
             assert_eq!(taken, slotted, "{outcomes:?}");
             if !refused.is_empty() {
                 // The refused trigger's mail is queued: a new trigger may not take the slot.
-                assert_eq!(slot.trigger(&mailbox, 3), Outcome::Refused);
+                assert_eq!(slot.trigger(3), Outcome::Refused);
                 slot.mail_done();
             }
             // Mails done, slot empty: the next trigger takes it.
-            assert_eq!(slot.trigger(&mailbox, 4), Outcome::Slotted);
+            assert_eq!(slot.trigger(4), Outcome::Slotted);
             assert_eq!(slot.take(), Some(4));
         });
     }

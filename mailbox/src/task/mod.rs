@@ -39,9 +39,10 @@ pub use streamtask_core::runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
+use self::trigger::Offered;
+pub(crate) use self::trigger::TriggerSlot;
 #[cfg(loom)]
 pub use self::trigger::loom_model;
-use self::trigger::{Offered, TriggerSlot};
 
 /// How the handle reaches a mailbox task: every call is a mail.
 struct Remote<B> {
@@ -49,7 +50,6 @@ struct Remote<B> {
     notices: MailboxExecutor<B, TaskFailure>,
     responder: streamtask_core::task::CheckpointResponder,
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
-    triggers: std::sync::Arc<TriggerSlot>,
 }
 
 impl<I, C, W> Remote<MailboxBody<I, C, W>>
@@ -63,12 +63,12 @@ where
     #[cold]
     #[inline(never)]
     fn trigger_by_mail(&self, barrier: CheckpointBarrier, requested: Instant) {
-        self.triggers.mail_queued();
+        self.processor.core().mailbox.trigger_slot().mail_queued();
         let trigger = TriggerMail {
             barrier,
             requested,
             responder: Some(self.responder.clone()),
-            slot: std::sync::Arc::clone(&self.triggers),
+            processor: self.processor.clone(),
         };
         // Refused once the task is ending: the mail comes back and, dropped, declines.
         let _ = self
@@ -85,10 +85,12 @@ where
     I: Input<C, W>,
 {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        // The fast way: the slot and the doorbell (no allocation, no lock).
+        // The fast way: the slot and the doorbell (no allocation, no lock), both on the
+        // mailbox's hot line.
         let core = self.processor.core();
-        match self
-            .triggers
+        match core
+            .mailbox
+            .trigger_slot()
             .trigger(&core.mailbox, || core.ring(), barrier, requested)
         {
             Offered::Slotted => {}
@@ -124,15 +126,23 @@ where
 /// mailbox that no longer accepts mails, or dropped when the mailbox closes after a failure or a
 /// cancel) declines the checkpoint as not running when it is dropped, so the coordinator hears
 /// about every trigger.
-struct TriggerMail {
+struct TriggerMail<B> {
     barrier: CheckpointBarrier,
     requested: Instant,
     responder: Option<streamtask_core::task::CheckpointResponder>,
-    /// The task's slot: a trigger waiting there that is older than this one runs first.
-    slot: std::sync::Arc<TriggerSlot>,
+    /// The task's processor, for its mailbox's trigger slot: a trigger waiting there that is
+    /// older than this one runs first. A queued mail holding the processor that holds the
+    /// mailbox: the task thread's close at its end drops every mail left, which ends that.
+    processor: ProcessorHandle<B, TaskFailure>,
 }
 
-impl<I, C, W> MailAction<MailboxBody<I, C, W>, TaskFailure> for TriggerMail
+impl<B> TriggerMail<B> {
+    fn slot(&self) -> &TriggerSlot {
+        self.processor.core().mailbox.trigger_slot()
+    }
+}
+
+impl<I, C, W> MailAction<MailboxBody<I, C, W>, TaskFailure> for TriggerMail<MailboxBody<I, C, W>>
 where
     C: TaskChain + 'static,
     W: TaskOutput<C::Out> + 'static,
@@ -141,19 +151,19 @@ where
     fn run(mut self: Box<Self>, body: &mut MailboxBody<I, C, W>) -> Result<(), TaskFailure> {
         // Ran: from here on the body acknowledges or declines.
         self.responder = None;
-        if let Some((older, requested)) = self.slot.take_older_than(self.barrier.id) {
+        if let Some((older, requested)) = self.slot().take_older_than(self.barrier.id) {
             body.slot_checkpoint(older, requested)?;
         }
         body.checkpoint(self.barrier, self.requested)
     }
 }
 
-impl Drop for TriggerMail {
+impl<B> Drop for TriggerMail<B> {
     fn drop(&mut self) {
         if let Some(responder) = self.responder.take() {
             responder.decline(self.barrier.id, DeclineReason::NotRunning);
         }
-        self.slot.mail_done();
+        self.slot().mail_done();
     }
 }
 
@@ -165,7 +175,6 @@ struct Setup<B> {
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
     parts: TaskParts,
     restore: Option<streamtask_core::TaskSnapshot>,
-    triggers: std::sync::Arc<TriggerSlot>,
 }
 
 /// Starts the task thread and wires the mailbox, the services and the body around `input`,
@@ -221,18 +230,17 @@ where
     parts
         .lifecycle
         .set_stop_hook(move || poison.all_actions_completed());
-    let triggers = std::sync::Arc::new(TriggerSlot::new());
+    let slot = handle.clone();
     let remote = Remote {
         notices: builder.mailbox_executor(Priority::MAX),
         processor: handle,
         responder: parts.responder.clone(),
         timers: std::sync::Arc::clone(&timers),
-        triggers: std::sync::Arc::clone(&triggers),
     };
     let mut processor = builder.build(Immediate::new(body));
-    let slot = std::sync::Arc::clone(&triggers);
+    // The processor holds its doorbell action, which holds the processor's core: no cycle.
     processor.set_doorbell(Box::new(move |body: &mut Body<I, C, W>| {
-        match slot.take() {
+        match slot.core().mailbox.trigger_slot().take() {
             Some((barrier, requested)) => body.slot_checkpoint(barrier, requested),
             None => Ok(()),
         }
@@ -242,7 +250,6 @@ where
         timers,
         parts: parts.clone(),
         restore,
-        triggers,
     };
     if setup_tx.send(setup).is_err() {
         unreachable!("the task thread waits for its setup before anything else");
@@ -282,7 +289,6 @@ where
         timers,
         parts,
         restore,
-        triggers,
     } = setup;
     let lifecycle = &parts.lifecycle;
     parts.metrics.threads.inc();
@@ -315,7 +321,7 @@ where
     timers.quiesce();
     let _ = processor.prepare_close();
     // A trigger left in the slot never runs: declined (see `TriggerSlot::trigger`).
-    if let Some(barrier) = triggers.take_left() {
+    if let Some(barrier) = processor.mailbox().trigger_slot().take_left() {
         parts
             .responder
             .decline(barrier.id, DeclineReason::NotRunning);

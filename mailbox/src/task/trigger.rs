@@ -4,7 +4,8 @@
 //!
 //! The triggering thread writes the barrier into the slot (atomics) and rings the processor's
 //! doorbell (a bit of the mailbox's one-load flag word); the mailbox thread sees it between
-//! two records and snapshots. When the slot is taken, or trigger mails are still queued (so a
+//! two records and snapshots. The slot is part of the mailbox, on the same cache line as that
+//! flag word, so the call moves one line. When the slot is taken, or trigger mails are still queued (so a
 //! slot trigger cannot overtake an older one), the trigger goes as a mail as before.
 
 use std::time::{Duration, Instant};
@@ -38,9 +39,10 @@ const MAIL: u64 = 4;
 
 /// One pending checkpoint trigger, written by any thread, taken by the mailbox thread.
 ///
-/// Everything a trigger writes or reads is on one cache line (`align(64)`), apart from the
-/// owner's, so a trigger call moves this line and the mailbox's flag line and nothing else.
-#[repr(align(64))]
+/// Every mailbox holds one, on its hot cache line beside the flag word the doorbell rings
+/// ([`TaskMailbox::trigger_slot`]): a trigger call writes the slot, rings and reads the state,
+/// all on that one line, which the mailbox thread last wrote (answering the previous
+/// doorbell), so the call moves one line to the triggering thread, not two.
 pub(crate) struct TriggerSlot {
     /// The slot's state and the count of queued trigger mails (see the constants above): while
     /// any trigger mail is queued, triggers go as mails too, so they run in the order they were
@@ -225,28 +227,31 @@ pub mod loom_model {
         Refused,
     }
 
-    /// A task's trigger slot.
-    #[derive(Debug)]
-    pub struct Slot(TriggerSlot);
+    /// A mailbox's trigger slot (on its hot line, as a task's).
+    pub struct Slot<'a, T>(&'a TaskMailbox<T>);
 
-    impl Default for Slot {
-        fn default() -> Self {
-            Slot(TriggerSlot::new())
-        }
-    }
-
-    impl std::fmt::Debug for TriggerSlot {
+    impl<T> std::fmt::Debug for Slot<'_, T> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("TriggerSlot").finish_non_exhaustive()
+            f.debug_struct("Slot").finish_non_exhaustive()
         }
     }
 
-    impl Slot {
+    impl<'a, T> Slot<'a, T> {
+        /// The slot of `mailbox`.
+        pub fn of(mailbox: &'a TaskMailbox<T>) -> Self {
+            Slot(mailbox)
+        }
+
+        fn slot(&self) -> &'a TriggerSlot {
+            self.0.trigger_slot()
+        }
+
         /// The trigger call's fast path (`Remote::trigger_checkpoint`).
-        pub fn trigger<T>(&self, mailbox: &TaskMailbox<T>, id: u64) -> Outcome {
+        pub fn trigger(&self, id: u64) -> Outcome {
+            let mailbox = self.0;
             let ring = || mailbox.ring_doorbell();
             match self
-                .0
+                .slot()
                 .trigger(mailbox, ring, CheckpointBarrier::new(id, 0), Instant::now())
             {
                 Offered::Slotted => Outcome::Slotted,
@@ -257,22 +262,22 @@ pub mod loom_model {
 
         /// The mailbox thread answering the doorbell: the pending trigger's id.
         pub fn take(&self) -> Option<u64> {
-            self.0.take().map(|(barrier, _)| barrier.id)
+            self.slot().take().map(|(barrier, _)| barrier.id)
         }
 
         /// The mailbox thread at its end, after quiescing: the trigger left, to decline.
         pub fn take_left(&self) -> Option<u64> {
-            self.0.take_left().map(|barrier| barrier.id)
+            self.slot().take_left().map(|barrier| barrier.id)
         }
 
         /// A trigger mail is about to be queued (after a refused offer).
         pub fn mail_queued(&self) {
-            self.0.mail_queued();
+            self.slot().mail_queued();
         }
 
         /// A trigger mail ran or was dropped.
         pub fn mail_done(&self) {
-            self.0.mail_done();
+            self.slot().mail_done();
         }
     }
 }
