@@ -610,3 +610,74 @@ mod pool {
         });
     }
 }
+
+/// The async operator's completion route (`CompletionRoute` in `async_io/operator.rs`): a
+/// completion from another thread that races the operator's own call, which catches the
+/// completions made meanwhile, is applied exactly once, either taken when the call returns or
+/// by the event it sent; none is left in the list without an event.
+mod completion_route {
+    use std::sync::Arc;
+
+    use loom::thread;
+    use streamtask_core::StreamRecord;
+    use streamtask_core::async_io::{AsyncConfig, AsyncWaitOperator, OutputMode};
+    use streamtask_core::function::{AsyncFunction, ResultFuture};
+    use streamtask_core::operator::{Context, Emitted, Operator};
+    use streamtask_core::sync::Mutex;
+    use streamtask_core::testing::HarnessServices;
+
+    /// Record 1's call is left to the test (its future parked in a slot); every other record
+    /// answers at once, inside `invoke`.
+    struct FirstLater(Arc<Mutex<Option<ResultFuture<u32>>>>);
+
+    impl AsyncFunction for FirstLater {
+        type In = u32;
+        type Out = u32;
+        fn invoke(&mut self, input: &u32, result: ResultFuture<u32>) {
+            if *input == 1 {
+                *self.0.lock() = Some(result);
+            } else {
+                result.complete(vec![*input * 10]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_completion_from_another_thread_racing_a_catching_call_is_applied_once() {
+        loom::model(|| {
+            let slot = Arc::new(Mutex::new(None));
+            let services = HarnessServices::new("route");
+            let mut out: Vec<Emitted<u32>> = Vec::new();
+            let mut op = AsyncWaitOperator::new(
+                "async",
+                FirstLater(Arc::clone(&slot)),
+                AsyncConfig::new(OutputMode::Unordered, 4),
+            )
+            .unwrap();
+            let mut ctx = Context::new(&mut out, &services.services, 0);
+            op.open(&mut ctx).unwrap();
+            op.process_element(StreamRecord::new(1), &mut ctx).unwrap();
+            let future = slot.lock().take().expect("record 1's call is pending");
+            let completer = thread::spawn(move || {
+                assert!(future.complete(vec![10]));
+            });
+            // Record 2 answers inside its call while record 1's completion may arrive.
+            op.process_element(StreamRecord::new(2), &mut ctx).unwrap();
+            completer.join().unwrap();
+            // Whatever was not caught sent an event; deliver every one.
+            while let Some((_, event)) = services.events.pop() {
+                op.on_event(event, &mut ctx).unwrap();
+            }
+            drop(ctx);
+            let mut values: Vec<u32> = out
+                .iter()
+                .filter_map(|e| match e {
+                    Emitted::Record(r) => Some(r.value),
+                    _ => None,
+                })
+                .collect();
+            values.sort_unstable();
+            assert_eq!(values, vec![10, 20], "each result exactly once");
+        });
+    }
+}

@@ -25,12 +25,28 @@ pub enum Chain {
 }
 
 /// Runs `records` records through a task of `model` running `chain` (with `function` when it is
-/// async); returns the wall time from spawning the task to its end.
+/// async, inline completions on: the operator's default); returns the wall time from spawning
+/// the task to its end.
 ///
 /// # Panics
 ///
 /// If the task does not finish, or does not emit one record per input.
 pub fn run<F>(model: Model, chain: Chain, function: F, records: u64) -> Duration
+where
+    F: AsyncFunction<In = u64, Out = u64>,
+{
+    run_with(model, chain, function, true, records)
+}
+
+/// [`run`] with the async operator's inline completions on or off
+/// ([`AsyncWaitOperator::with_inline_completions`](streamtask_core::async_io::AsyncWaitOperator::with_inline_completions)):
+/// off, a completion made inside `invoke` takes the model's route (a completion mail, or the
+/// emitter thread) like one from another thread.
+///
+/// # Panics
+///
+/// If the task does not finish, or does not emit one record per input.
+pub fn run_with<F>(model: Model, chain: Chain, function: F, inline: bool, records: u64) -> Duration
 where
     F: AsyncFunction<In = u64, Out = u64>,
 {
@@ -53,7 +69,8 @@ where
                 function,
                 AsyncConfig::new(mode, capacity),
             )
-            .unwrap();
+            .unwrap()
+            .with_inline_completions(inline);
             streamtask_legacy::AsyncWaitStreamTask::new(config, gate, head, Discard)
                 .spawn()
                 .join()
@@ -72,7 +89,8 @@ where
                 function,
                 AsyncConfig::new(mode, capacity),
             )
-            .unwrap();
+            .unwrap()
+            .with_inline_completions(inline);
             streamtask_mailbox::OneInputTask::spawn(config, gate, op, Discard).join()
         }
         (_, Chain::Map) => streamtask_mailbox::OneInputTask::spawn(
@@ -331,5 +349,68 @@ pub fn littles_law(
         of_bound: achieved / bound,
         mean_latency,
         of_effective_bound: achieved / effective,
+    }
+}
+
+/// How a zero-latency call completes and how its completion comes back: the three rows of
+/// the zero-latency measurement (`streamtask bench`'s `async_zero_latency`, the
+/// `async_overhead` bench).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroLatency {
+    /// [`Immediate`], inline completions off: each completion, made on the task thread, takes
+    /// the model's route (a completion mail, or the emitter thread under the lock), as one
+    /// from a client's thread does. The operator's own cost per record, completion path
+    /// included: what issue 16 measured when it was filed, and its target's row.
+    Routed,
+    /// A [`Completer`] with zero delay: every call is completed at once by another thread, as
+    /// a fast remote service's client thread would. Mostly the completer's own hand-off: a
+    /// call that finds it asleep wakes it, and the woken thread preempts the task thread.
+    Remote,
+    /// [`Immediate`], inline completions on (the default): each completion is applied when
+    /// `invoke` returns, on the task thread. No mail, no emitter: the engine's own cost only.
+    Inline,
+}
+
+impl ZeroLatency {
+    /// Every variant, in the order the bench reports them.
+    pub const ALL: [ZeroLatency; 3] = [
+        ZeroLatency::Routed,
+        ZeroLatency::Remote,
+        ZeroLatency::Inline,
+    ];
+
+    /// The variant's key in the bench's JSON report.
+    pub fn key(self) -> &'static str {
+        match self {
+            ZeroLatency::Inline => "inline",
+            ZeroLatency::Routed => "routed",
+            ZeroLatency::Remote => "remote",
+        }
+    }
+}
+
+/// Runs `records` records through `model`'s async operator (`capacity`, `mode`) at zero
+/// latency, completed as `how` says; returns the wall time of the whole job.
+///
+/// # Panics
+///
+/// As [`run`].
+pub fn zero_latency(
+    model: Model,
+    mode: OutputMode,
+    capacity: usize,
+    how: ZeroLatency,
+    records: u64,
+) -> Duration {
+    let chain = Chain::Async(capacity, mode);
+    match how {
+        ZeroLatency::Inline => run_with(model, chain, Immediate, true, records),
+        ZeroLatency::Routed => run_with(model, chain, Immediate, false, records),
+        ZeroLatency::Remote => {
+            let completer = Completer::start(Duration::ZERO);
+            let elapsed = run(model, chain, completer.function(), records);
+            drop(completer); // joins its thread
+            elapsed
+        }
     }
 }

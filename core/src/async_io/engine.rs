@@ -53,8 +53,10 @@ struct Call<I, O> {
     timestamp: Option<i64>,
     /// The current attempt (1 for the first call).
     attempt: u32,
-    /// The current attempt's future.
-    future: ResultFuture<O>,
+    /// The current attempt's future, kept only while a timeout may fire (its hook gets it, and
+    /// FLINK-22573 asks whether it completed); without a timeout nothing reads it, and keeping
+    /// it would cost a reference count up and down per record.
+    future: Option<ResultFuture<O>>,
     timeout: Option<SetTimer>,
     /// Set while a retry is due (`RetryDue`).
     retry: Option<SetTimer>,
@@ -276,23 +278,27 @@ where
             attempt,
             outcome,
         } = completion;
-        let Some(call) = self.calls.get_mut(&entry) else {
+        // One lookup: most completions are final, so the call is taken out at once and put
+        // back in the rare cases it stays (a stale attempt, a retry).
+        let Some(mut call) = self.calls.remove(&entry) else {
             return Ok(()); // already final
         };
         if call.attempt != attempt || call.retry.is_some() {
+            self.calls.insert(entry, call);
             return Ok(()); // an attempt that is no longer current
         }
         if !call.last_attempt && self.phase == Phase::Open {
             if let Some(delay) = self.retry.next_delay(attempt, &outcome) {
                 let at = ctx.processing_time().saturating_add(millis_ceil(delay));
-                let handle = ctx.register_timer(at, timer_tag(entry, RETRY_TIMER))?;
-                call.retry = Some(SetTimer { at, handle });
+                let registered = ctx.register_timer(at, timer_tag(entry, RETRY_TIMER));
+                if let Ok(handle) = registered {
+                    call.retry = Some(SetTimer { at, handle });
+                }
+                self.calls.insert(entry, call);
+                registered?;
                 return Ok(());
             }
         }
-        let Some(call) = self.calls.remove(&entry) else {
-            unreachable!("the call was found above");
-        };
         if let Some(timeout) = call.timeout {
             ctx.cancel_timer(timeout.handle);
         }
@@ -363,7 +369,7 @@ where
                 }
                 call.timeout = None;
                 call.last_attempt = true;
-                if call.retry.is_none() && call.future.is_done() {
+                if call.retry.is_none() && call.future.as_ref().is_some_and(ResultFuture::is_done) {
                     // FLINK-22573: the attempt completed; its completion is on its way and,
                     // since the timeout passed, will be final.
                     return Ok(());
@@ -373,9 +379,12 @@ where
                     // attempt's future.
                     ctx.cancel_timer(retry.handle);
                     call.attempt += 1;
-                    call.future = ResultFuture::new(entry, call.attempt, Arc::clone(sink));
+                    call.future = Some(ResultFuture::new(entry, call.attempt, Arc::clone(sink)));
                 }
-                self.function.timeout(&call.input, call.future.clone());
+                let Some(future) = call.future.clone() else {
+                    unreachable!("a call with a timeout keeps its attempt's future");
+                };
+                self.function.timeout(&call.input, future);
             }
             _ => {
                 if call.retry.is_none_or(|t| t.at != timer.timestamp) {
@@ -543,7 +552,7 @@ where
             input: value,
             timestamp,
             attempt: 1,
-            future: future.clone(),
+            future: timeout.is_some().then(|| future.clone()),
             timeout,
             retry: None,
             last_attempt: false,
@@ -584,8 +593,10 @@ fn start_attempt<F: AsyncFunction>(
     sink: &Arc<dyn CompletionSink<F::Out>>,
 ) {
     call.attempt += 1;
-    call.future = ResultFuture::new(entry, call.attempt, Arc::clone(sink));
-    function.invoke(&call.input, call.future.clone());
+    let future = ResultFuture::new(entry, call.attempt, Arc::clone(sink));
+    // Kept only while a timeout may still fire (see `Call::future`).
+    call.future = call.timeout.is_some().then(|| future.clone());
+    function.invoke(&call.input, future);
 }
 
 /// `input` as JSON (with its timestamp), for error messages.

@@ -146,23 +146,52 @@ where
             &mut Context<'_, F::Out>,
         ) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
-        let route = match &self.route {
-            Some(route) if self.inline => route,
-            _ => return call(&mut self.engine, &mut self.arrived, ctx),
-        };
-        route.begin_catching();
-        let mut result = call(&mut self.engine, &mut self.arrived, ctx);
-        loop {
-            let caught = route.end_catching(&mut self.arrived);
-            if !caught || result.is_err() {
-                // On an error the task fails; what was caught is replayed from the last
-                // checkpoint, as every other in-flight element is.
-                self.arrived.clear();
-                return result;
-            }
-            route.begin_catching();
-            result = apply(&mut self.engine, &mut self.arrived, ctx);
+        let route = self.route.as_deref().filter(|_| self.inline);
+        catching(route, &mut self.engine, &mut self.arrived, ctx, call)
+    }
+}
+
+/// [`AsyncWaitOperator::catching`] over the operator's fields, so a caller can hold its
+/// route while the engine runs (the completion event takes the route's list without cloning
+/// the route's `Arc`). `route` is `None` when nothing is caught (inline completions off, or
+/// not open).
+#[inline]
+fn catching<F>(
+    route: Option<&CompletionRoute<F::Out>>,
+    engine: &mut AsyncWaitEngine<F>,
+    arrived: &mut Vec<Completion<F::Out>>,
+    ctx: &mut Context<'_, F::Out>,
+    call: impl FnOnce(
+        &mut AsyncWaitEngine<F>,
+        &mut Vec<Completion<F::Out>>,
+        &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError>,
+) -> Result<(), OperatorError>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+{
+    let Some(route) = route else {
+        return call(engine, arrived, ctx);
+    };
+    route.begin_catching();
+    let mut result = call(engine, arrived, ctx);
+    loop {
+        let caught = route.end_catching(arrived);
+        if !caught || result.is_err() {
+            // On an error the task fails; what was caught is replayed from the last
+            // checkpoint, as every other in-flight element is.
+            arrived.clear();
+            return result;
         }
+        if !engine.has_held() {
+            // Applying starts no call (only admitting a held element does), so nothing can
+            // answer inline meanwhile: no catching, and no second take of the list (a
+            // completion from another thread meanwhile takes the route).
+            return apply(engine, arrived, ctx);
+        }
+        route.begin_catching();
+        result = apply(engine, arrived, ctx);
     }
 }
 
@@ -249,13 +278,19 @@ where
         event: OperatorEvent,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        match (event.downcast::<CompletionsReady>(), self.route.clone()) {
-            (Ok(_), Some(route)) => self.catching(ctx, |engine, arrived, ctx| {
-                // Every completion delivered since the event was sent, and any after it that
-                // found the list non-empty (their event is this one).
-                route.take_into(arrived);
-                apply(engine, arrived, ctx)
-            }),
+        match (event.downcast::<CompletionsReady>(), self.route.as_deref()) {
+            (Ok(_), Some(route)) => catching(
+                self.inline.then_some(route),
+                &mut self.engine,
+                &mut self.arrived,
+                ctx,
+                |engine, arrived, ctx| {
+                    // Every completion delivered since the event was sent, and any after it
+                    // that found the list non-empty (their event is this one).
+                    route.take_into(arrived);
+                    apply(engine, arrived, ctx)
+                },
+            ),
             _ => Err(OperatorError::UnexpectedEvent {
                 operator: self.engine.name().to_string(),
             }),
@@ -314,7 +349,11 @@ impl<F: AsyncFunction> fmt::Debug for AsyncWaitOperator<F> {
 /// reads the flag set holds the lock before the operator's take (the take comes after the
 /// clear, and a lock taken after the take sees the clear), so the take finds it; one that
 /// reads it clear takes the model's route. Completions from other threads during a call may
-/// be caught too, which is as correct. The flag is relaxed: the lock orders it.
+/// be caught too, which is as correct. The flag is relaxed: the lock orders it. Applying what
+/// was caught catches again only while elements are held: admitting one starts a call that may
+/// answer at once; with none held, applying starts no call, so the operator applies with the
+/// flag clear and takes the list no second time (a completion from another thread meanwhile
+/// takes the route, as outside any call).
 struct CompletionRoute<O> {
     forward: Forward<O>,
     catching: AtomicBool,

@@ -50,6 +50,16 @@ where
         })
     }
 
+    /// Whether a completion made during the head's own call (a function that answers at once,
+    /// on the task thread) is applied when the call returns, under the lock the call holds,
+    /// instead of going to the emitter thread. On by default; see
+    /// [`AsyncWaitOperator::with_inline_completions`]. Completions made on other threads always
+    /// go to the emitter.
+    pub fn with_inline_completions(mut self, inline: bool) -> Self {
+        self.operator = self.operator.with_inline_completions(inline);
+        self
+    }
+
     /// The operator's name.
     pub fn name(&self) -> &str {
         self.operator.name()
