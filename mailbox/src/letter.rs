@@ -71,8 +71,11 @@ pub(crate) enum Control<E> {
     Resume(u64),
     /// Nothing; it only makes the loop look at its flags (the owner set them directly).
     Signal,
-    /// A failure reported from another thread: the loop ends with it.
-    Fail(E),
+    /// A failure reported from another thread: the loop ends with it. Boxed: a failure is rare
+    /// and large (a `TaskFailure` is over 100 bytes), and every mail is as large as this
+    /// variant, moved in and out of the queue's buffers (a mail is 144 bytes with `E` inline,
+    /// 64 boxed).
+    Fail(Box<E>),
 }
 
 pub(crate) enum LetterKind<S, E> {
@@ -146,5 +149,20 @@ impl<S, E> fmt::Debug for Letter<S, E> {
             .field("description", &self.description)
             .field("control", &self.is_control())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Mail;
+    use streamtask_core::task::TaskFailure;
+
+    /// Every mail moves in and out of the queue's buffers by value: the rare, large failure
+    /// payload is boxed so it does not set the size of every mail.
+    #[test]
+    fn a_task_mail_fits_one_cache_line() {
+        assert!(std::mem::size_of::<TaskFailure>() > 64);
+        assert!(std::mem::size_of::<Mail<Letter<(), TaskFailure>>>() <= 64);
     }
 }

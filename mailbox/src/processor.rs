@@ -95,7 +95,7 @@ impl<S, E> Core<S, E> {
                 }
             }
             Control::Signal => {}
-            Control::Fail(error) => return Err(error),
+            Control::Fail(error) => return Err(*error),
         }
         Ok(())
     }
@@ -893,10 +893,10 @@ impl<S, E> ProcessorHandle<S, E> {
             .mailbox
             .put_first(Mail::new(
                 Priority::MAX,
-                Letter::control("failure report", Control::Fail(error)),
+                Letter::control("failure report", Control::Fail(Box::new(error))),
             ))
             .map_err(|refused| match refused.into_inner().into_body().kind {
-                LetterKind::Control(Control::Fail(error)) => error,
+                LetterKind::Control(Control::Fail(error)) => *error,
                 _ => unreachable!("a refused failure report hands back that report"),
             })
     }
