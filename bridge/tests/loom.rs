@@ -133,6 +133,74 @@ fn a_checkpoint_mail_never_sees_half_a_section() {
     });
 }
 
+/// The bridge's trigger offer (the `trigger` module): a triggering thread queues two triggers,
+/// one after the other, posting the lock's errand for each and the fallback mail only when no
+/// holder took the trigger within the grace, racing a source that runs two sections and ends
+/// (so the source may take both, one, or none of them). Whatever the interleaving, each trigger
+/// runs exactly once, in order, between two sections, and none is left behind: a trigger
+/// offered after the source's last section, or one it did not take in time, is the mail's.
+#[test]
+fn an_offered_trigger_runs_once_in_order_by_the_errand_or_the_mail() {
+    use streamtask_bridge::{Offer, PendingTriggers};
+
+    loom::model(|| {
+        let pending = Arc::new(PendingTriggers::<u32>::new());
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        // What the errand and the mail both run, under the lock: every trigger waiting.
+        let run_pending = {
+            let (pending, ran) = (Arc::clone(&pending), Arc::clone(&ran));
+            move |cell: &mut Cell| {
+                while let Some(id) = pending.pop() {
+                    let progress = *cell.state();
+                    assert_eq!(progress.started, progress.done, "half a section");
+                    ran.lock().push(id);
+                }
+            }
+        };
+        let lock = Arc::new(
+            CheckpointLock::new(cell(), Fairness::Eventual).with_errand(run_pending.clone()),
+        );
+        let mut processor = MailboxProcessor::new(
+            TaskMailbox::new(),
+            CheckpointLockExecutor::new(Arc::clone(&lock)),
+        );
+        let handle = processor.handle();
+        let source = {
+            let lock = Arc::clone(&lock);
+            thread::spawn(move || {
+                let ended = run_source(&mut TwoSections, &lock, &CancellationToken::new());
+                assert_eq!(ended.unwrap(), SourceEnd::Finished);
+                handle.all_actions_completed();
+            })
+        };
+        let triggers = {
+            let (lock, pending) = (Arc::clone(&lock), Arc::clone(&pending));
+            let executor = processor.main_executor();
+            thread::spawn(move || {
+                for id in 1..=2 {
+                    if pending.offer(id, || lock.post_errand()) == Offer::Waiting {
+                        let run_pending = run_pending.clone();
+                        executor
+                            .execute("checkpoint trigger", move |cell: &mut Cell| {
+                                run_pending(cell);
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                }
+            })
+        };
+        processor.run_mailbox_loop(&mut mails_only).unwrap();
+        // Mails posted behind the source's poison run as the mailbox drains.
+        triggers.join().unwrap();
+        processor.prepare_close().unwrap();
+        processor.drain().unwrap();
+        source.join().unwrap();
+        assert_eq!(*ran.lock(), [1, 2], "each trigger once, in order");
+        assert!(pending.pop().is_none(), "no trigger left behind");
+    });
+}
+
 /// The source blocks while holding the lock; the mailbox thread may be waiting for the lock to
 /// run a mail; cancellation (from a third thread) reaches the source, which lets go; the mail
 /// runs exactly once (in the loop, or when the mailbox drains behind the poison) and nothing
