@@ -134,8 +134,7 @@ pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader, InFlightReplay
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};
 pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
 
-/// The source-exit latch and the trigger queue, visible to the loom models only (`--cfg loom`):
-/// not part of the API.
+/// The source-exit latch, visible to the loom models only (`--cfg loom`): not part of the API.
 #[cfg(loom)]
 #[doc(hidden)]
-pub use crate::task::{Offer, PendingTriggers, SourceExit};
+pub use crate::task::SourceExit;

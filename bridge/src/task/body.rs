@@ -99,7 +99,7 @@ pub(crate) enum Holder {
 /// wait for the next holder, or decline at the task's end.
 pub(crate) fn run_pending<S, C, W>(
     cell: &mut BridgeCell<S, C, W>,
-    pending: &PendingTriggers<PendingTrigger>,
+    pending: &PendingTriggers,
     holder: Holder,
 ) -> Result<(), MailFailure>
 where

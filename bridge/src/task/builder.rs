@@ -35,7 +35,7 @@ use super::runtime::{self, Options};
 ///
 /// | mail | priority | under the lock | does |
 /// |---|---|---|---|
-/// | checkpoint trigger (only if the source did not take the trigger within 10 us, see below) | `MIN` | yes | every trigger still waiting: prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
+/// | checkpoint trigger | `MIN` | yes | every trigger still waiting (see below): prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
 /// | timer of operator `i` | `operator(i)` | yes | the chain's `dispatch_timer`; context timers go to the source's context |
 /// | event for operator `i` | `operator(i)` | yes | the chain's `dispatch_event` |
 /// | checkpoint complete / aborted | `MAX` | yes | the chain's notices (never to a closed chain, FLINK-16383) |
@@ -48,21 +48,19 @@ use super::runtime::{self, Options};
 ///
 /// # Checkpoint triggers: whoever holds the lock first
 ///
-/// A trigger is queued, then the source thread is asked first: the lock's errand
-/// ([`CheckpointLock::post_errand`](streamtask_legacy::CheckpointLock::post_errand)) has it run
-/// the trigger before its next locked section. The triggering thread then looks, for 10 us at
-/// most, whether a holder of the lock took the trigger; only if none did it sends the trigger
-/// mail, which has the mailbox thread run it. Both run every trigger still queued, oldest
-/// first, holding the lock, and take each out of the queue under its mutex, so each trigger
-/// runs once, in order, between two sections (the same point a mail runs at); whoever comes
-/// second finds nothing. A hot source starts a section every emit, so it takes the trigger
-/// within one emit, and no thread is woken and the source never lets go of the lock for it (a
-/// mailbox thread's wake-up, and the hand-over its mail asked for, were most of the trigger's
-/// tail on two cores); a source that emits no section soon (blocked outside the lock, waiting
-/// for room, sleeping, finished) leaves it to the mail. Triggers no one took when the task ends
-/// decline. A checkpoint that fails on the source thread fails the task as it would in a mail.
-/// Unlike a mail, a trigger may so run before mails queued earlier (timers, notices), as a
-/// legacy trigger thread racing for the lock does.
+/// A trigger is queued, then asked for twice: the lock's errand
+/// ([`CheckpointLock::post_errand`](streamtask_legacy::CheckpointLock::post_errand)) has the
+/// source thread run it before its next locked section, and a trigger mail has the mailbox
+/// thread run it. Both run every trigger still queued, oldest first, holding the lock, and take
+/// each out of the queue under its mutex, so each trigger runs once, in order, between two
+/// sections (the same point a mail runs at); whoever comes second finds nothing. A hot source
+/// starts a section every emit, so it runs the trigger within one emit and no thread has to be
+/// woken for it (a parked mailbox thread's wake-up was most of the trigger's latency); a
+/// source that emits no section soon (blocked outside the lock, waiting for room, sleeping)
+/// leaves it to the mail. Triggers no one took when the task ends decline. A checkpoint that
+/// fails on the source thread fails the task as it would in a mail. Unlike a mail, a trigger
+/// may so run before mails queued earlier (timers, notices), as a legacy trigger thread racing
+/// for the lock does.
 ///
 /// # Protocol
 ///

@@ -2,8 +2,7 @@
 //! in the mailbox model, Flink 1.10's `SourceStreamTask` with its `LegacySourceFunctionThread`,
 //! and the [`TaskHandle`] it returns. The threads, mails, protocol and lifecycle are written out
 //! on [`LegacySourceStreamTask`]; `body` has what each mail does under the lock, `runtime` the
-//! threads, `shared` the source-exit latch, `trigger` the triggers waiting for the lock (and
-//! when a trigger sends its fallback mail); the lifecycle and the handle are the kit's
+//! threads, `shared` the source-exit latch, `trigger` the triggers waiting for the lock; the lifecycle and the handle are the kit's
 //! ([`streamtask_core::runtime`]).
 
 mod body;
@@ -16,8 +15,6 @@ mod trigger;
 pub use self::shared::SourceExit;
 #[cfg(not(loom))]
 pub(crate) use self::shared::SourceExit;
-#[cfg(loom)]
-pub use self::trigger::{Offer, PendingTriggers};
 
 pub use self::builder::{ChainingError, LegacySourceStreamTask};
 pub use streamtask_core::runtime::TaskHandle;

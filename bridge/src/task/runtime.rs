@@ -26,7 +26,7 @@ use streamtask_mailbox::{
 
 use super::SourceExit;
 use super::body::{self, BridgeCell, Holder, MailFailure, PendingTrigger};
-use super::trigger::{Offer, PendingTriggers};
+use super::trigger::PendingTriggers;
 use crate::executor::CheckpointLockExecutor;
 
 type Cell<F, C, W> = BridgeCell<<F as SourceFunction>::State, C, W>;
@@ -49,7 +49,7 @@ struct Remote<S> {
     main: MailboxExecutor<S, MailFailure>,
     notices: MailboxExecutor<S, MailFailure>,
     responder: streamtask_core::task::CheckpointResponder,
-    pending: StdArc<PendingTriggers<PendingTrigger>>,
+    pending: StdArc<PendingTriggers>,
     lock: Arc<CheckpointLock<S>>,
 }
 
@@ -60,15 +60,17 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        // Queued, then the source thread is asked first: it runs the trigger before its next
-        // section (one emit away while it runs hot, and nobody is woken) ...
-        let trigger = PendingTrigger::new(barrier, requested, self.responder.clone());
-        if self.pending.offer(trigger, || self.lock.post_errand()) == Offer::Taken {
-            return;
-        }
-        // ... and if it did not take it within the grace (blocked outside the lock, waiting
-        // for room, sleeping, finished), the mailbox thread, whichever holder of the lock comes
-        // first (see `trigger`).
+        // Queued first, then asked for twice; whichever holder of the lock comes first runs it
+        // (see `trigger`): the source thread before its next section (one emit away while it
+        // runs hot, and nobody is woken) ...
+        self.pending.push(PendingTrigger::new(
+            barrier,
+            requested,
+            self.responder.clone(),
+        ));
+        self.lock.post_errand();
+        // ... or the mailbox thread, for a source that emits no section soon (blocked outside
+        // the lock, waiting for room, sleeping).
         let pending = StdArc::clone(&self.pending);
         let mail =
             move |cell: &mut BridgeCell<S, C, W>| body::run_pending(cell, &pending, Holder::Mail);
@@ -104,7 +106,7 @@ struct Setup<F: SourceFunction, C, W> {
     restore: Option<TaskSnapshot>,
     task: TaskParts,
     cancel: CancellationToken,
-    pending: StdArc<PendingTriggers<PendingTrigger>>,
+    pending: StdArc<PendingTriggers>,
 }
 
 /// Wires the task and starts its thread; the thread starts the source once the chain is open.
