@@ -9,7 +9,7 @@
 //! next to the queue) saves a hot source the mailbox thread's wake-up and the hand-over, but was
 //! measured no better (issue 16): a trigger the source does not take at once (it is off its
 //! core) then pays the grace before its mail, which is more than 1% of triggers on a two-core
-//! machine, while the hot-source trigger is already at 1-4 us p99 from the call.
+//! machine, while the hot-source trigger is already at 2-5 us p99 from the call.
 
 use std::collections::VecDeque;
 use std::fmt;
