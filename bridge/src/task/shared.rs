@@ -41,6 +41,7 @@ enum ExitState {
 
 #[allow(unreachable_pub)]
 impl SourceExit {
+    /// A latch for a source thread that runs.
     pub fn new() -> Self {
         SourceExit {
             state: Mutex::new(ExitState::Running),
