@@ -208,6 +208,25 @@ mod channel_notices {
         });
     }
 
+    /// Two senders blocked on a full channel: each receive frees one slot and tells one of
+    /// them, and the second is still told after the first took its slot (a take keeps telling
+    /// while a sender waits; the receiver takes without the senders' lock otherwise).
+    #[test]
+    fn two_blocked_senders_vs_recvs() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(1).unwrap();
+            tx.send(0).unwrap();
+            let tx2 = tx.clone();
+            let first = thread::spawn(move || tx.send(1).unwrap());
+            let second = thread::spawn(move || tx2.send(2).unwrap());
+            let mut got = vec![rx.recv().unwrap(), rx.recv().unwrap(), rx.recv().unwrap()];
+            first.join().unwrap();
+            second.join().unwrap();
+            got.sort_unstable();
+            assert_eq!(got, vec![0, 1, 2]);
+        });
+    }
+
     /// The receiver's drop wakes a sender blocked on a full channel and hands its value back.
     #[test]
     fn receiver_drop_vs_blocked_send() {

@@ -35,7 +35,11 @@
 //!
 //! Why no notice is lost: a waker is stored under the channel's lock, and every state change a
 //! waiter can wait for (a send, a receive that frees space, a disconnection) happens under the
-//! same lock and takes and wakes whatever waker is stored at that moment. A change either happens
+//! same lock and takes and wakes whatever waker is stored at that moment. (A receive takes
+//! from the receiver's own buffer without the lock; a sender that found no space raises a bit
+//! in the word the receive counts in, in one read-modify-write of that word, so the receive
+//! that comes after it sees the bit and takes the lock to tell it; `channel/bounded.rs` has
+//! the details.) A change either happens
 //! before the registration, and then step 3 sees it, or after it, and then it finds the waker.
 //! Registration also checks the state itself: a waker registered while what it waits for is
 //! already there (data, space, disconnection) is woken at once instead of stored, so even a
