@@ -152,7 +152,7 @@ fn quiesce_racing_a_timer_waiting_for_the_lock_fires_nothing_after_it() {
 /// thread (`task/runtime.rs`), the threads that ship: started through `model_check` on a real
 /// body (the kit's `ChainBody` over a real `AsyncWaitOperator`, a `Vec` output that records
 /// the barrier) behind a real checkpoint lock, the completions travelling through the sink and
-/// channel the task gives its head. The model's own thread is the task thread, taking the lock
+/// inbox the task gives its head. The model's own thread is the task thread, taking the lock
 /// per record and waiting on the lock's condition for room as `Parts::lock_with_room` does.
 mod async_wait {
     use streamtask_core::async_io::{AsyncConfig, AsyncWaitOperator, OutputMode, QueuedInput};
@@ -160,7 +160,7 @@ mod async_wait {
     use streamtask_core::operator::{Chain, Emitted};
     use streamtask_core::runtime::{ChainBody, Drain, TaskEnv, TaskParts, TaskSetup};
     use streamtask_core::state::decode;
-    use streamtask_core::sync::Arc;
+    use streamtask_core::sync::{Arc, Mutex};
     use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
     use streamtask_core::testing::HarnessServices;
     use streamtask_core::trace::Tracer;
@@ -171,14 +171,23 @@ mod async_wait {
     use streamtask_legacy::{CheckpointLock, Fairness, NoChain};
 
     /// Completes every call at once, on the calling thread (the task thread, under the lock),
-    /// with its input: the completion reaches the emitter through its channel.
-    struct Echo;
+    /// with its input: the completion reaches the emitter through its inbox. With `parked`, it
+    /// parks each call's future there instead, for another thread to complete.
+    #[derive(Default)]
+    struct Echo {
+        parked: Option<Arc<Mutex<Vec<(u32, ResultFuture<u32>)>>>>,
+    }
 
     impl AsyncFunction for Echo {
         type In = u32;
         type Out = u32;
         fn invoke(&mut self, input: &u32, result: ResultFuture<u32>) {
-            result.complete(vec![*input]);
+            match &self.parked {
+                Some(parked) => parked.lock().push((*input, result)),
+                None => {
+                    result.complete(vec![*input]);
+                }
+            }
         }
     }
 
@@ -193,6 +202,11 @@ mod async_wait {
 
     /// An open, running task whose head admits `capacity` elements, and the emitter's inbox.
     fn running_task(capacity: usize) -> (Task, EmitterInbox<u32>) {
+        running_task_with(capacity, Echo::default())
+    }
+
+    /// [`running_task`] running `function`.
+    fn running_task_with(capacity: usize, function: Echo) -> (Task, EmitterInbox<u32>) {
         let (to_coordinator, reports) = crossbeam::channel::unbounded();
         let setup = TaskSetup::new(
             TaskConfig::new("async")
@@ -201,7 +215,7 @@ mod async_wait {
         let (sink, inbox) = emitter_channel();
         let head = AsyncWaitOperator::new(
             "async",
-            Echo,
+            function,
             AsyncConfig::new(OutputMode::Ordered, capacity),
         )
         .unwrap()
@@ -301,6 +315,39 @@ mod async_wait {
             task.process(1);
             task.process(2); // held for room
             finish(&task); // waits until the emitter emitted both
+            drop(emitter); // stop, join
+            assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));
+        });
+    }
+
+    /// The emitter's wake-up (`emitter.rs`, "The wake-up protocol"): two threads other than the
+    /// task's complete the two calls in flight while the emitter waits for, takes and applies
+    /// the list (the second completion may find it empty again, or not), and the task thread
+    /// waits on the lock's condition until both were emitted. A completion pushed onto an empty
+    /// list that the emitter does not see, and is not woken for, is a deadlock loom reports.
+    #[test]
+    fn completions_from_other_threads_each_reach_a_waiting_emitter() {
+        loom::model(|| {
+            let parked = Arc::new(Mutex::new(Vec::new()));
+            let (task, inbox) = running_task_with(
+                2,
+                Echo {
+                    parked: Some(Arc::clone(&parked)),
+                },
+            );
+            let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
+            task.process(1);
+            task.process(2);
+            let completers: Vec<_> = std::mem::take(&mut *parked.lock())
+                .into_iter()
+                .map(|(input, future)| {
+                    loom::thread::spawn(move || assert!(future.complete(vec![input])))
+                })
+                .collect();
+            finish(&task); // waits until the emitter emitted both
+            for completer in completers {
+                completer.join().unwrap();
+            }
             drop(emitter); // stop, join
             assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));
         });

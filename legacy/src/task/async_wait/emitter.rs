@@ -2,20 +2,51 @@
 //! holding the checkpoint lock, then wakes the task thread waiting for room.
 //!
 //! ```text
-//! any thread:  ResultFuture::complete -> EmitterSink::deliver -> channel (no lock)
-//! emitter:     loop { recv a completion; take every other one queued; lock;
-//!                     apply them, emit what is ready, admit held elements; notify; unlock }
+//! any thread:  ResultFuture::complete -> EmitterSink::deliver: push to the inbox's list
+//!              (its own small lock); notify the emitter if the list was empty
+//! emitter:     loop { wait until the list is not empty (or a stop); lock;
+//!                     loop { take the whole list; stop if it was empty;
+//!                            apply it, emit what is ready, admit held elements };
+//!                     notify; unlock }
 //! ```
 //!
 //! Emit and dequeue happen in one critical section, so a snapshot (under the same lock) sees an
 //! element either still queued, or emitted before the barrier. One lock acquisition handles
-//! every completion that arrived meanwhile (Flink's emitter took the lock once per element).
+//! every completion that arrived until then, those delivered while the emitter waited for the
+//! lock included (Flink's emitter took the lock once per element): with a task thread that
+//! keeps the lock busy, the emitter gets it when the task waits for room, and then applies the
+//! whole queue's completions at once. The list is taken again under the same lock until it is
+//! empty, so the completion of a held element that the emitter admitted, and that answered at
+//! once, goes out in the same critical section. That loop ends: while the emitter holds the
+//! lock nothing but its own admissions starts a call, so it takes at most one completion per
+//! element in flight or held.
+//!
+//! # The wake-up protocol
+//!
+//! The inbox is a list behind its own mutex (never held while taking the checkpoint lock, and
+//! taken inside it only for a swap) and a condition variable:
+//!
+//! | who | under the inbox's mutex | then |
+//! |---|---|---|
+//! | a future's `deliver` | push; was the list empty? | if it was: `notify_one` |
+//! | the emitter, waiting | while the list is empty and no stop: wait (releases the mutex) | take the checkpoint lock |
+//! | the emitter, applying | swap the list for an empty one | apply what it took |
+//! | the guard's stop | set `stopping` | `notify_one` |
+//!
+//! Only the first completion after a take can find the emitter waiting: the emitter waits
+//! only on an empty list, every take empties it, and a push onto a non-empty list comes after
+//! the push that made it non-empty, which notified (or found the emitter awake, so it checks the
+//! list again before it waits). The check and the wait happen under the inbox's mutex, and the
+//! condition variable registers the waiter before it releases it, so a notify after a push the
+//! emitter did not see wakes it. A run of completions from the task thread thus costs one
+//! notify (a futex wake only when the emitter sleeps), not one per completion.
 //!
 //! The thread starts once the chain is open, before the task reads input, so restored elements
-//! beyond the capacity are admitted as it frees room (FLINK-7949). It stops on a stop message,
-//! sent by the [`Emitter`] guard when the task's run ends, and the guard joins it before the
-//! task tears the chain down. A completion that arrives later is dropped with the channel (the
-//! element is replayed from the last checkpoint on restore).
+//! beyond the capacity are admitted as it frees room (FLINK-7949). It stops after a stop, set
+//! by the [`Emitter`] guard when the task's run ends, once it applied what had arrived; the guard
+//! joins it before the task tears the chain down. A completion that arrives later is dropped (the
+//! element is replayed from the last checkpoint on restore), as are those that arrive while the
+//! task is no longer live.
 
 use std::fmt;
 use std::sync::Arc as StdArc;
@@ -25,59 +56,124 @@ use serde::de::DeserializeOwned;
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Operator, TaskOutput};
 use streamtask_core::runtime::TaskParts;
-use streamtask_core::sync::channel::{Receiver, Sender};
-use streamtask_core::sync::{Arc, spawn_named, thread};
+use streamtask_core::sync::{Arc, Condvar, Mutex, spawn_named, thread};
 
 use super::Body;
 use crate::lock::CheckpointLock;
 use crate::task::runtime::run_locked;
 
-/// What the emitter thread receives.
-pub(crate) enum EmitterMsg<O> {
-    Completion(Completion<O>),
-    Stop,
+/// The smallest buffer the emitter leaves for the futures to push into.
+const MIN_BUFFER: usize = 16;
+
+/// The largest buffer it leaves (a bigger batch grows it on the pushing thread).
+const MAX_BUFFER: usize = 1024;
+
+/// What the sink and the emitter thread share.
+struct Shared<O> {
+    state: Mutex<InboxState<O>>,
+    /// Notified when the list turns non-empty, and on stop.
+    arrived: Condvar,
 }
 
-/// Where the async head's futures deliver: the emitter's channel.
-struct EmitterSink<O>(Sender<EmitterMsg<O>>);
+/// The inbox's state, behind its mutex.
+struct InboxState<O> {
+    /// Delivered and not yet taken, oldest first.
+    completions: Vec<Completion<O>>,
+    /// Set by the guard: the emitter ends once it applied what had arrived.
+    stopping: bool,
+    /// Set when the emitter ended: later deliveries are dropped.
+    closed: bool,
+}
+
+impl<O> Shared<O> {
+    /// Waits until a completion arrived or a stop was asked for (see the module's protocol);
+    /// whether a stop was. First leaves `spare` (empty) for the futures to push into, if the
+    /// list has no buffer of that size: the buffer is allocated and freed on the emitter
+    /// thread, so the task thread's pushes do not grow it.
+    fn wait_for_work(&self, spare: &mut Option<Vec<Completion<O>>>) -> bool {
+        let mut state = self.state.lock();
+        if state.completions.is_empty()
+            && let Some(buffer) = spare.take_if(|b| b.capacity() > state.completions.capacity())
+        {
+            state.completions = buffer;
+        }
+        while state.completions.is_empty() && !state.stopping {
+            self.arrived.wait(&mut state);
+        }
+        state.stopping
+    }
+
+    /// Takes every completion delivered so far, leaving the list empty.
+    fn take(&self) -> Vec<Completion<O>> {
+        std::mem::take(&mut self.state.lock().completions)
+    }
+
+    /// Drops what was delivered (not applied: the task is stopping, or the emitter ends), and
+    /// whatever comes later if `close`.
+    fn discard(&self, close: bool) {
+        let dropped = {
+            let mut state = self.state.lock();
+            state.closed |= close;
+            std::mem::take(&mut state.completions)
+        };
+        // Dropped outside the mutex: a completion's results run user code (`Drop`).
+        drop(dropped);
+    }
+}
+
+/// Where the async head's futures deliver: the emitter's inbox.
+struct EmitterSink<O>(Arc<Shared<O>>);
 
 impl<O: Send + 'static> CompletionSink<O> for EmitterSink<O> {
+    #[inline]
     fn deliver(&self, completion: Completion<O>) {
-        // Refused only once the emitter is gone (the task ended): dropped.
-        let _ = self.0.send(EmitterMsg::Completion(completion));
+        let mut state = self.0.state.lock();
+        if state.closed {
+            // The emitter is gone (the task ended): dropped, outside the mutex.
+            drop(state);
+            drop(completion);
+            return;
+        }
+        state.completions.push(completion);
+        let first = state.completions.len() == 1;
+        drop(state);
+        if first {
+            // Only the first completion after a take can find the emitter waiting (module doc).
+            self.0.arrived.notify_one();
+        }
     }
 }
 
 /// The emitter's inbox, between the head's sink (created first: the head's operator needs it)
 /// and the thread that starts once the chain is open.
 pub(crate) struct Inbox<O> {
-    stop: Sender<EmitterMsg<O>>,
-    messages: Receiver<EmitterMsg<O>>,
+    shared: Arc<Shared<O>>,
 }
 
 /// The sink the async head's futures deliver to, and the inbox an [`Emitter`] reads it from.
 pub(crate) fn channel<O: Send + 'static>() -> (StdArc<dyn CompletionSink<O>>, Inbox<O>) {
-    let (to_emitter, messages) = streamtask_core::sync::channel::unbounded();
-    let sink: StdArc<dyn CompletionSink<O>> = StdArc::new(EmitterSink(to_emitter.clone()));
-    (
-        sink,
-        Inbox {
-            stop: to_emitter,
-            messages,
-        },
-    )
+    let shared = Arc::new(Shared {
+        state: Mutex::new(InboxState {
+            completions: Vec::new(),
+            stopping: false,
+            closed: false,
+        }),
+        arrived: Condvar::new(),
+    });
+    let sink: StdArc<dyn CompletionSink<O>> = StdArc::new(EmitterSink(Arc::clone(&shared)));
+    (sink, Inbox { shared })
 }
 
 /// The running emitter thread; dropping it stops and joins the thread.
 pub(crate) struct Emitter<O> {
-    stop: Sender<EmitterMsg<O>>,
+    shared: Arc<Shared<O>>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
 impl<O: Send + 'static> Emitter<O> {
     /// Starts the emitter of the task `task` names, whose body `lock` guards: completions from
-    /// `inbox` go to the chain's head (index 0) as one batch per lock acquisition, as a typed
-    /// call (the emitter knows the body's type, so nothing is erased and downcast).
+    /// `inbox` go to the chain's head (index 0) in batches, every batch of one lock acquisition
+    /// as a typed call (the emitter knows the body's type, so nothing is erased and downcast).
     pub(crate) fn start<F, C, W>(
         task: &TaskParts,
         lock: &Arc<CheckpointLock<Body<F, C, W>>>,
@@ -89,59 +185,66 @@ impl<O: Send + 'static> Emitter<O> {
         C: Operator<In = O> + 'static,
         W: TaskOutput<C::Out> + 'static,
     {
-        let Inbox { stop, messages } = inbox;
+        let Inbox { shared } = inbox;
         let task = task.clone();
         let lock = Arc::clone(lock);
         let name = format!("{}-async-emitter", task.name);
         task.metrics.threads.inc();
+        let inbox = Arc::clone(&shared);
         let thread = spawn_named(name.clone(), move || {
-            run(&task, &lock, &name, &messages);
+            run(&task, &lock, &name, &inbox);
         });
         Emitter {
-            stop,
+            shared,
             thread: Some(thread),
         }
     }
 }
 
-/// The emitter thread's loop: wait for a completion, take every other one queued up to a stop
-/// message, apply the batch to the head under the lock (while the task is live; a failure fails
-/// the task; the lock's waiters are notified afterwards), and end after a stop.
+/// The emitter thread's loop: wait for a completion (or a stop), take the lock, apply every
+/// completion delivered until the list stays empty (while the task is live; a failure fails the
+/// task; the lock's waiters are notified afterwards), and end after a stop.
 fn run<F, C, W>(
     task: &TaskParts,
     lock: &CheckpointLock<Body<F, C, W>>,
     name: &str,
-    inbox: &Receiver<EmitterMsg<F::Out>>,
+    inbox: &Shared<F::Out>,
 ) where
     F: AsyncFunction,
     F::In: Serialize + DeserializeOwned,
     C: Operator<In = F::Out> + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
+    let mut spare = None;
+    // The largest batch so far: the size of the buffer left for the next one.
+    let mut largest = MIN_BUFFER;
     loop {
-        let mut batch = match inbox.recv() {
-            Ok(EmitterMsg::Completion(c)) => vec![c],
-            Ok(EmitterMsg::Stop) | Err(_) => return,
-        };
-        let mut stopping = false;
-        while let Ok(msg) = inbox.try_recv() {
-            match msg {
-                EmitterMsg::Completion(c) => batch.push(c),
-                EmitterMsg::Stop => {
-                    stopping = true;
-                    break;
-                }
-            }
-        }
+        let stopping = inbox.wait_for_work(&mut spare);
         run_locked(task, lock, name, |body: &mut Body<F, C, W>| {
-            let applied = body.with_chain(|chain, ctx| {
-                chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
-            });
-            applied.unwrap_or(Ok(()))
+            loop {
+                // Taken under the lock: what arrived while the emitter waited for it comes too.
+                let batch = inbox.take();
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                largest = largest.max(batch.len());
+                let applied = body.with_chain(|chain, ctx| {
+                    chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
+                });
+                applied.unwrap_or(Ok(()))?;
+            }
         });
         if stopping {
+            inbox.discard(true);
             return;
         }
+        if !task.lifecycle.state().is_live() {
+            // Not applied: the elements are replayed from the last checkpoint on restore.
+            inbox.discard(false);
+        }
+        // Allocated outside both locks, for the next batch (see `wait_for_work`).
+        spare
+            .get_or_insert_with(|| Vec::with_capacity(largest.min(MAX_BUFFER).next_power_of_two()));
     }
 }
 
@@ -149,7 +252,8 @@ impl<O> Drop for Emitter<O> {
     fn drop(&mut self) {
         // Never called holding the lock (the task's run returned), so the thread can finish a
         // batch that waits for it.
-        let _ = self.stop.send(EmitterMsg::Stop);
+        self.shared.state.lock().stopping = true;
+        self.shared.arrived.notify_one();
         if let Some(thread) = self.thread.take() {
             // Failures went through the lifecycle; joining only reaps the thread.
             let _ = thread.join();
