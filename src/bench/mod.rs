@@ -871,7 +871,7 @@ impl fmt::Display for BenchReport {
         )?;
         row(
             format!(
-                "  the same, lock Unfair (Flink 1.9's; {:.0} vs {:.0} us; reference)",
+                "  the same, Unfair lock, Flink 1.9's ({:.0} vs {:.0} us)",
                 self.bridge_unfair_trigger_p99_us, self.legacy_unfair_trigger_p99_us
             ),
             format!("{:.3}x", self.bridge_vs_legacy_trigger_p99_unfair),
