@@ -138,3 +138,7 @@ pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
 #[cfg(loom)]
 #[doc(hidden)]
 pub use crate::task::SourceExit;
+/// The queue of checkpoint triggers waiting for the lock, visible to the loom models only.
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::task::{PendingTrigger, PendingTriggers};

@@ -333,3 +333,63 @@ fn the_source_exit_latch_gives_the_clean_up_to_exactly_one_side() {
         );
     });
 }
+
+/// A checkpoint trigger (queued, the lock's errand posted, then its fallback mail put) racing
+/// a source that runs two sections, with the mailbox thread running the fallback mail: the
+/// mail looks at the queue before it asks for the lock (`PendingTriggers::run_fallback`), and
+/// asks for it only if the source's errand left the trigger. Whatever the interleaving, the
+/// trigger runs exactly once (by the errand or by the mail, never both, never neither: the
+/// source may end before it serves the errand), and only between two sections.
+#[test]
+fn a_trigger_runs_once_whoever_takes_it() {
+    use loom::sync::atomic::{AtomicU32, Ordering};
+    use streamtask_bridge::{PendingTrigger, PendingTriggers};
+    use streamtask_core::CheckpointBarrier;
+    use streamtask_core::task::CheckpointResponder;
+
+    loom::model(|| {
+        let pending = Arc::new(PendingTriggers::new(CheckpointResponder::discard("loom")));
+        let runs = Arc::new(AtomicU32::new(0));
+        let run = {
+            let runs = Arc::clone(&runs);
+            move |cell: &mut Cell, trigger: PendingTrigger| -> Result<(), String> {
+                let progress = *cell.state();
+                assert_eq!(progress.started, progress.done, "half a section");
+                assert_eq!(trigger.id(), 1);
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        };
+        let errand = {
+            let (pending, run) = (Arc::clone(&pending), run.clone());
+            move |cell: &mut Cell| pending.run_all(cell, &run).unwrap()
+        };
+        let lock = Arc::new(CheckpointLock::new(cell(), Fairness::Eventual).with_errand(errand));
+        let source = {
+            let lock = Arc::clone(&lock);
+            thread::spawn(move || {
+                let ended = run_source(&mut TwoSections, &lock, &CancellationToken::new());
+                assert_eq!(ended.unwrap(), SourceEnd::Finished);
+            })
+        };
+        // The trigger call: queued, the errand posted, then the mail put ...
+        pending.push(PendingTrigger::new(
+            CheckpointBarrier::new(1, 0),
+            std::time::Instant::now(),
+        ));
+        lock.post_errand();
+        // ... which the mailbox thread runs.
+        let mailbox = {
+            let (lock, pending) = (Arc::clone(&lock), Arc::clone(&pending));
+            thread::spawn(move || pending.run_fallback(&lock, run).unwrap())
+        };
+        mailbox.join().unwrap();
+        source.join().unwrap();
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "the trigger ran exactly once"
+        );
+        assert!(pending.is_empty());
+    });
+}

@@ -60,6 +60,25 @@ where
     }
 }
 
+/// An action a mail runs on the mailbox thread *without* the action executor: work that needs
+/// the mailbox thread and the mails' order but reaches the state its own way (see
+/// [`ProcessorHandle::execute_unlocked`](crate::ProcessorHandle::execute_unlocked)).
+pub(crate) trait UnlockedAction<E>: Send {
+    fn run(self: Box<Self>) -> Result<(), E>;
+}
+
+/// A closure as an [`UnlockedAction`].
+pub(crate) struct FnUnlocked<F>(pub(crate) F);
+
+impl<E, F> UnlockedAction<E> for FnUnlocked<F>
+where
+    F: FnOnce() -> Result<(), E> + Send,
+{
+    fn run(self: Box<Self>) -> Result<(), E> {
+        (self.0)()
+    }
+}
+
 /// Signals that change the processor's control flow. They run on the mailbox thread without the
 /// action executor (so never under the bridge's checkpoint lock).
 pub(crate) enum Control<E> {
@@ -80,6 +99,8 @@ pub(crate) enum Control<E> {
 
 pub(crate) enum LetterKind<S, E> {
     Action(Box<dyn MailAction<S, E>>),
+    /// Run without the action executor (see [`UnlockedAction`]).
+    Unlocked(Box<dyn UnlockedAction<E>>),
     Control(Control<E>),
 }
 

@@ -256,6 +256,9 @@ pub struct TaskMailbox<T> {
     /// producers' locking of the queue does not invalidate the line the owner locks for every
     /// mail it takes.
     owned: CachePadded<Mutex<Owned<T>>>,
+    /// Whether a blocking take spins and yields before it parks (see
+    /// [`with_spin_before_park`](Self::with_spin_before_park)); read by the owner only.
+    spin_before_park: bool,
 }
 
 impl<T> TaskMailbox<T> {
@@ -284,7 +287,31 @@ impl<T> TaskMailbox<T> {
                 batch: VecDeque::new(),
                 head: VecDeque::new(),
             })),
+            spin_before_park: true,
         }
+    }
+
+    /// Whether a blocking take that finds nothing spins (about a microsecond) and yields a few
+    /// times before it parks (the default, `true`), or parks at once (`false`).
+    ///
+    /// The spin saves both sides a futex round trip when mails come close together. Turn it
+    /// off for a mailbox thread whose mails come rarely and whose task has another thread that
+    /// runs flat out: the bridge's mailbox thread, woken for a checkpoint trigger that the
+    /// legacy source's errand had already run, spun and yielded on a two-core machine for
+    /// nothing, taking the core from the source or from the triggering thread (issue 16).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask_mailbox::{Mail, Priority, TaskMailbox};
+    ///
+    /// let mailbox = TaskMailbox::new().with_spin_before_park(false);
+    /// mailbox.put(Mail::new(Priority::MIN, "mail")).unwrap();
+    /// assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), "mail");
+    /// ```
+    pub fn with_spin_before_park(mut self, spin: bool) -> Self {
+        self.spin_before_park = spin;
+        self
     }
 
     /// The checkpoint-trigger slot, on the same cache line as the flag word the doorbell rings.
@@ -540,7 +567,8 @@ impl<T> TaskMailbox<T> {
         }
         // Nothing queued: wait for a put on the flag word first (bounded), not on the queue's
         // lock, whose line the producers write. Relaxed: only a hint, the lock decides.
-        if self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL == 0
+        if self.spin_before_park
+            && self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL == 0
             && self.state() == MailboxState::Open
         {
             // Parking costs a futex round trip on both sides; a producer that is putting right

@@ -14,7 +14,7 @@ use streamtask_core::trace::Tracer;
 
 use crate::action::{ActionExecutor, Immediate};
 use crate::executor::{MailboxExecutor, Rejected};
-use crate::letter::{Control, Letter, LetterKind, MailAction};
+use crate::letter::{Control, FnUnlocked, Letter, LetterKind, MailAction, UnlockedAction};
 use crate::mail::{Mail, Priority};
 use crate::mailbox::{MailHint, MailboxState, TakeError, TaskMailbox, WrongThread};
 
@@ -78,6 +78,7 @@ impl<S, E> Core<S, E> {
         let _span = self.tracer.span("mail", || letter.description.to_string());
         match letter.kind {
             LetterKind::Action(action) => run_action(action),
+            LetterKind::Unlocked(action) => action.run(),
             LetterKind::Control(control) => self.apply(control),
         }
     }
@@ -120,6 +121,36 @@ impl<S, E> Core<S, E> {
             }
             let letter = Letter {
                 kind: LetterKind::Action(boxed),
+                description,
+                enqueued,
+            };
+            if mailbox.put(Mail::new(priority, letter)).is_err() {
+                unreachable!("the mailbox was open under the same lock");
+            }
+            Ok(())
+        })
+    }
+
+    /// Puts an action that runs without the executor at `priority` if the mailbox is open,
+    /// atomically; hands it back otherwise (see [`ProcessorHandle::execute_unlocked`]).
+    fn enqueue_unlocked<A>(
+        &self,
+        priority: Priority,
+        description: &'static str,
+        action: A,
+    ) -> Result<(), Rejected<A>>
+    where
+        A: UnlockedAction<E> + 'static,
+    {
+        let boxed = Box::new(action);
+        let enqueued = crate::letter::stamp();
+        self.mailbox.run_exclusively(|mailbox| {
+            let state = mailbox.state();
+            if !state.is_accepting_mails() {
+                return Err(Rejected::new(*boxed, state));
+            }
+            let letter = Letter {
+                kind: LetterKind::Unlocked(boxed),
                 description,
                 enqueued,
             };
@@ -899,6 +930,59 @@ impl<S, E> ProcessorHandle<S, E> {
                 LetterKind::Control(Control::Fail(error)) => *error,
                 _ => unreachable!("a refused failure report hands back that report"),
             })
+    }
+
+    /// Puts a mail at `priority` whose `action` runs on the mailbox thread, in the mails' order,
+    /// but *not* through the processor's [`ActionExecutor`]: it gets no state, and reaches what
+    /// it needs its own way. For work that may find itself already done and should then not
+    /// pay for the executor: the bridge's checkpoint-trigger mail, whose trigger the legacy
+    /// source usually ran already through the checkpoint lock's errand, looks at its queue
+    /// before it asks the source for the lock (with the executor, every such mail made a hot
+    /// source let go of the lock and park). Counted and sampled as every mail; an error ends
+    /// the loop with it.
+    ///
+    /// # Errors
+    ///
+    /// Hands `action` back when the mailbox no longer accepts mails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use streamtask_mailbox::{Immediate, Priority, ProcessorBuilder, TaskMailbox};
+    ///
+    /// let builder = ProcessorBuilder::<u32, String>::new(TaskMailbox::new());
+    /// let handle = builder.handle();
+    /// let mut processor = builder.build(Immediate::new(0));
+    /// let seen = Arc::new(AtomicU32::new(0));
+    /// let counter = Arc::clone(&seen);
+    /// handle
+    ///     .execute_unlocked(Priority::MIN, "look", move || {
+    ///         counter.fetch_add(1, Ordering::Relaxed);
+    ///         Ok(())
+    ///     })
+    ///     .unwrap();
+    /// let mut idle = |_: &mut u32, c: &mut streamtask_mailbox::Controller<'_>| {
+    ///     c.all_actions_completed();
+    ///     Ok(())
+    /// };
+    /// processor.run_mailbox_loop(&mut idle).unwrap();
+    /// assert_eq!(seen.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn execute_unlocked<F>(
+        &self,
+        priority: Priority,
+        description: &'static str,
+        action: F,
+    ) -> Result<(), Rejected<F>>
+    where
+        F: FnOnce() -> Result<(), E> + Send + 'static,
+        E: 'static,
+    {
+        self.core
+            .enqueue_unlocked(priority, description, FnUnlocked(action))
+            .map_err(|rejected| rejected.map(|FnUnlocked(action)| action))
     }
 
     /// Whether no poison mail has run yet (a snapshot; exact only on the mailbox thread).

@@ -279,7 +279,8 @@ pub fn hot_triggers(
     }
 }
 
-pub(crate) fn new_histogram() -> Histogram<u64> {
+/// An empty latency histogram (nanoseconds, 1 ns to 10 minutes, 3 significant digits).
+pub fn new_histogram() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).expect("valid bounds")
 }
 

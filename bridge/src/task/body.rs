@@ -15,9 +15,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::operator::{OperatorEvent, TaskOutput};
 use streamtask_core::runtime::ChainBody;
-use streamtask_core::task::{CheckpointResponder, DeclineReason, TaskError, TaskFailure};
+use streamtask_core::task::{TaskError, TaskFailure};
 use streamtask_core::{CheckpointBarrier, Operator, Timer};
-use streamtask_legacy::SourceCell;
+use streamtask_legacy::{CheckpointLock, SourceCell};
 use streamtask_mailbox::OperatorMails;
 
 use super::trigger::PendingTriggers;
@@ -44,42 +44,27 @@ where
     MailFailure(TaskFailure::new(body.name(), error))
 }
 
-/// A checkpoint trigger on its way to a holder of the lock. Dropped without running (the task
-/// ended before any holder took it) it declines the checkpoint, so the coordinator always
-/// hears back.
-pub(crate) struct PendingTrigger {
-    barrier: CheckpointBarrier,
-    requested: Instant,
-    responder: CheckpointResponder,
-    armed: bool,
+/// A checkpoint trigger on its way to a holder of the lock. One that no holder takes (the task
+/// ended first) declines through the queue's responder
+/// ([`PendingTriggers::decline_all`]), so the coordinator always hears back.
+#[derive(Debug, Clone, Copy)]
+// `pub` for the loom models, which get it re-exported under `cfg(loom)` only.
+#[allow(unreachable_pub)]
+pub struct PendingTrigger {
+    pub(crate) barrier: CheckpointBarrier,
+    pub(crate) requested: Instant,
 }
 
+#[allow(unreachable_pub)]
 impl PendingTrigger {
-    pub(crate) fn new(
-        barrier: CheckpointBarrier,
-        requested: Instant,
-        responder: CheckpointResponder,
-    ) -> Self {
-        PendingTrigger {
-            barrier,
-            requested,
-            responder,
-            armed: true,
-        }
+    /// A trigger made at `requested`.
+    pub fn new(barrier: CheckpointBarrier, requested: Instant) -> Self {
+        PendingTrigger { barrier, requested }
     }
 
-    fn disarm(mut self) -> (CheckpointBarrier, Instant) {
-        self.armed = false;
-        (self.barrier, self.requested)
-    }
-}
-
-impl Drop for PendingTrigger {
-    fn drop(&mut self) {
-        if self.armed {
-            self.responder
-                .decline(self.barrier.id, DeclineReason::NotRunning);
-        }
+    /// Its checkpoint's id.
+    pub fn id(&self) -> u64 {
+        self.barrier.id
     }
 }
 
@@ -107,10 +92,26 @@ where
     C: Operator,
     W: TaskOutput<C::Out>,
 {
-    while let Some(trigger) = pending.pop() {
-        trigger_checkpoint(cell, trigger, holder)?;
-    }
-    Ok(())
+    pending.run_all(cell, |cell, trigger| {
+        trigger_checkpoint(cell, trigger, holder)
+    })
+}
+
+/// The trigger's fallback mail, on the mailbox thread and without the mailbox's action executor
+/// (see the `trigger` module): if the source's errand left nothing to do, nothing; otherwise
+/// the lock as the executor takes it for a mail, and the triggers left.
+pub(crate) fn run_fallback<S, C, W>(
+    lock: &CheckpointLock<BridgeCell<S, C, W>>,
+    pending: &PendingTriggers,
+) -> Result<(), MailFailure>
+where
+    S: Serialize + DeserializeOwned + Default,
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    pending.run_fallback(lock, |cell, trigger| {
+        trigger_checkpoint(cell, trigger, Holder::Mail)
+    })
 }
 
 /// One checkpoint trigger, under the lock: so the source is between two locked sections and
@@ -125,7 +126,7 @@ where
     C: Operator,
     W: TaskOutput<C::Out>,
 {
-    let (barrier, requested) = trigger.disarm();
+    let PendingTrigger { barrier, requested } = trigger;
     if holder == Holder::Errand {
         cell.output().metrics().count_trigger_as_mail(requested);
     }

@@ -35,7 +35,7 @@ use super::runtime::{self, Options};
 ///
 /// | mail | priority | under the lock | does |
 /// |---|---|---|---|
-/// | checkpoint trigger | `MIN` | yes | every trigger still waiting (see below): prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
+/// | checkpoint trigger | `MIN` | only if a trigger still waits (it takes the lock itself, not through the executor) | every trigger still waiting (see below): prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
 /// | timer of operator `i` | `operator(i)` | yes | the chain's `dispatch_timer`; context timers go to the source's context |
 /// | event for operator `i` | `operator(i)` | yes | the chain's `dispatch_event` |
 /// | checkpoint complete / aborted | `MAX` | yes | the chain's notices (never to a closed chain, FLINK-16383) |
@@ -53,7 +53,12 @@ use super::runtime::{self, Options};
 /// source thread run it before its next locked section, and a trigger mail has the mailbox
 /// thread run it. Both run every trigger still queued, oldest first, holding the lock, and take
 /// each out of the queue under its mutex, so each trigger runs once, in order, between two
-/// sections (the same point a mail runs at); whoever comes second finds nothing. A hot source
+/// sections (the same point a mail runs at); whoever comes second finds nothing. The mail
+/// looks at the queue before it takes the lock (it runs without the action executor,
+/// [`ProcessorHandle::execute_unlocked`](streamtask_mailbox::ProcessorHandle::execute_unlocked)),
+/// so a mail that comes second does not make the source let go of the lock for nothing; and
+/// the mailbox thread parks at once when it finds no mail (no spin on a core the source or the
+/// triggering thread needs). A hot source
 /// starts a section every emit, so it runs the trigger within one emit and no thread has to be
 /// woken for it (a parked mailbox thread's wake-up was most of the trigger's latency); a
 /// source that emits no section soon (blocked outside the lock, waiting for room, sleeping)

@@ -46,9 +46,8 @@ pub(crate) struct Options {
 /// The handle's side of the task: the executors its calls enqueue through, and the triggers
 /// waiting for the lock with the lock they wait for.
 struct Remote<S> {
-    main: MailboxExecutor<S, MailFailure>,
+    handle: ProcessorHandle<S, MailFailure>,
     notices: MailboxExecutor<S, MailFailure>,
-    responder: streamtask_core::task::CheckpointResponder,
     pending: StdArc<PendingTriggers>,
     lock: Arc<CheckpointLock<S>>,
 }
@@ -63,18 +62,19 @@ where
         // Queued first, then asked for twice; whichever holder of the lock comes first runs it
         // (see `trigger`): the source thread before its next section (one emit away while it
         // runs hot, and nobody is woken) ...
-        self.pending.push(PendingTrigger::new(
-            barrier,
-            requested,
-            self.responder.clone(),
-        ));
+        self.pending.push(PendingTrigger::new(barrier, requested));
         self.lock.post_errand();
         // ... or the mailbox thread, for a source that emits no section soon (blocked outside
-        // the lock, waiting for room, sleeping).
+        // the lock, waiting for room, sleeping). Not through the executor: the mail looks at
+        // the queue first and asks for the lock only if the errand left a trigger.
         let pending = StdArc::clone(&self.pending);
-        let mail =
-            move |cell: &mut BridgeCell<S, C, W>| body::run_pending(cell, &pending, Holder::Mail);
-        if self.main.execute("checkpoint trigger", mail).is_err() {
+        let lock = Arc::clone(&self.lock);
+        let mail = move || body::run_fallback(&lock, &pending);
+        if self
+            .handle
+            .execute_unlocked(Priority::MIN, "checkpoint trigger", mail)
+            .is_err()
+        {
             // Refused: the task is ending and no mail runs any more; what waits declines
             // (whoever takes a trigger out of the queue has it, so each declines once).
             self.pending.decline_all();
@@ -138,7 +138,10 @@ where
     } = TaskSetup::new(config);
     let name = task.name.clone();
     let metrics = StdArc::clone(&task.metrics);
-    let mailbox = TaskMailbox::with_owner(thread.thread().clone());
+    // Mails come rarely here, and the source thread runs flat out: a take that finds nothing
+    // parks at once, so the mailbox thread, woken for a trigger the source's errand already
+    // ran, does not spin and yield on a core the source or the triggering thread needs.
+    let mailbox = TaskMailbox::with_owner(thread.thread().clone()).with_spin_before_park(false);
     let builder = ProcessorBuilder::<Cell<F, C, W>, MailFailure>::with_metrics(
         mailbox,
         StdArc::clone(&metrics),
@@ -168,7 +171,7 @@ where
     // The triggers waiting for the lock; the lock's errand runs them on the source thread
     // before its next section. A checkpoint that fails there fails the task as it would in a
     // mail (the first failure wins; the stop hook ends the loop).
-    let pending = StdArc::new(PendingTriggers::new());
+    let pending = StdArc::new(PendingTriggers::new(task.responder.clone()));
     let errand = {
         let pending = StdArc::clone(&pending);
         let lifecycle = Arc::clone(&task.lifecycle);
@@ -196,9 +199,8 @@ where
         });
     }
     let remote = Remote {
-        main: builder.mailbox_executor(Priority::MIN),
+        handle: handle.clone(),
         notices: builder.mailbox_executor(Priority::MAX),
-        responder: task.responder.clone(),
         pending: StdArc::clone(&pending),
         lock: Arc::clone(&lock),
     };

@@ -4,47 +4,122 @@
 //! queue once (under its mutex), by a holder of the checkpoint lock, so it runs or declines
 //! exactly once, and in the order the triggers were made (the lock serializes the holders).
 //!
-//! The mail is sent for every trigger, even one the source runs first. Sending it only when no
+//! The mail is sent for every trigger, even one the source runs first, but it runs without the
+//! mailbox's action executor
+//! ([`ProcessorHandle::execute_unlocked`](streamtask_mailbox::ProcessorHandle::execute_unlocked)) and looks at the queue
+//! before it asks for the lock ([`PendingTriggers::run_fallback`]): through
+//! the executor, every trigger's mail asked the source for the lock (a bounded hand-over), so a
+//! hot source whose errand had already run the trigger let go of the lock and parked on the
+//! lock's condition until the mailbox thread had taken and released the lock, for nothing, once
+//! per trigger (two context switches of the source thread and a wake-up of it on a two-core
+//! machine where the triggering thread needs the other core). Now a mail that finds the queue
+//! empty ends there, and the source never lets go for it.
+//!
+//! Each trigger is pushed before its mail is put, and taken out of the queue once, under the
+//! queue's mutex, by a holder of the checkpoint lock; so a mail that finds the queue empty
+//! finds its trigger taken (run, or running), and one that finds it not empty takes the lock
+//! and runs what is left (possibly nothing, if the errand came first after all). Modelled in
+//! `tests/loom.rs` (`a_trigger_runs_once_whoever_takes_it`).
+//!
+//! The responder is the queue's, not each trigger's: a trigger call clones nothing (a
+//! responder clone was a `String` allocation per call).
+//!
+//! Sending the mail only when no
 //! holder took the trigger within a grace (10 us, the triggering thread looking at a taken count
 //! next to the queue) saves a hot source the mailbox thread's wake-up and the hand-over, but was
 //! measured no better (issue 16): a trigger the source does not take at once (it is off its
 //! core) then pays the grace before its mail, which is more than 1% of triggers on a two-core
-//! machine, while the hot-source trigger is already at 2-5 us p99 from the call.
+//! machine, while the hot-source trigger is already at 2-5 us p99 from the call. Tried again
+//! with a 5 us grace (a taken count moved under the queue's mutex, so a trigger counted as
+//! taken is in a holder's hands): in three alternating runs of `examples/trigger_rows` on a
+//! loaded machine its from-call p99 was 100-1,100 us against 45-70 us with a mail per trigger
+//! (as here) and 50-56 us before this module's unlocked mail, so it was left out again.
 
 use std::collections::VecDeque;
 use std::fmt;
 
 use streamtask_core::sync::Mutex;
+use streamtask_core::task::{CheckpointResponder, DeclineReason};
+use streamtask_legacy::CheckpointLock;
 
 use super::body::PendingTrigger;
 
-/// The triggers made and not yet taken (see the module docs).
-pub(crate) struct PendingTriggers {
+/// The triggers made and not yet taken (see the module docs), and the responder through which
+/// those that never run decline.
+// `pub` for the loom models, which get it re-exported under `cfg(loom)` only.
+#[allow(unreachable_pub)]
+pub struct PendingTriggers {
     queue: Mutex<VecDeque<PendingTrigger>>,
+    responder: CheckpointResponder,
 }
 
+#[allow(unreachable_pub)]
 impl PendingTriggers {
-    pub(crate) fn new() -> Self {
+    /// An empty queue; what never runs declines through `responder`.
+    pub fn new(responder: CheckpointResponder) -> Self {
         PendingTriggers {
             queue: Mutex::new(VecDeque::new()),
+            responder,
         }
     }
 
+    /// Whether no trigger waits (the fallback mail's look before it asks for the lock).
+    pub fn is_empty(&self) -> bool {
+        self.queue.lock().is_empty()
+    }
+
     /// A trigger was made: it waits for the next holder of the checkpoint lock.
-    pub(crate) fn push(&self, trigger: PendingTrigger) {
+    pub fn push(&self, trigger: PendingTrigger) {
         self.queue.lock().push_back(trigger);
     }
 
     /// The oldest trigger waiting; call it holding the checkpoint lock.
-    pub(crate) fn pop(&self) -> Option<PendingTrigger> {
+    pub fn pop(&self) -> Option<PendingTrigger> {
         self.queue.lock().pop_front()
     }
 
-    /// The task is ending and no holder will come: every trigger waiting declines (as it
-    /// drops, outside the queue's mutex).
-    pub(crate) fn decline_all(&self) {
+    /// Runs every trigger waiting, oldest first, with `run`; call it holding the checkpoint lock
+    /// (`cell` is what it guards). A failed trigger stops the run; the triggers left wait for
+    /// the next holder, or decline at the task's end.
+    pub fn run_all<T: ?Sized, E>(
+        &self,
+        cell: &mut T,
+        mut run: impl FnMut(&mut T, PendingTrigger) -> Result<(), E>,
+    ) -> Result<(), E> {
+        while let Some(trigger) = self.pop() {
+            run(cell, trigger)?;
+        }
+        Ok(())
+    }
+
+    /// The fallback mail's part, not holding the lock: if a holder of the lock took every
+    /// trigger already (the source's errand, most of the time), nothing; otherwise takes `lock`
+    /// as a mail takes it (a bounded hand-over), runs what is left with `run` (see
+    /// [`run_all`](Self::run_all)), and notifies the lock's condition.
+    pub fn run_fallback<T, E>(
+        &self,
+        lock: &CheckpointLock<T>,
+        run: impl FnMut(&mut T, PendingTrigger) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.is_empty() {
+            // Taken by a holder of the lock: run, or running.
+            return Ok(());
+        }
+        let mut cell = lock.request_handover().lock();
+        let result = self.run_all(&mut *cell, run);
+        // Changed under the lock, so the fast-path notify is enough (as the executor's).
+        cell.notify_all();
+        result
+    }
+
+    /// The task is ending and no holder will come: every trigger waiting declines (outside the
+    /// queue's mutex).
+    pub fn decline_all(&self) {
         let left = std::mem::take(&mut *self.queue.lock());
-        drop(left);
+        for trigger in left {
+            self.responder
+                .decline(trigger.id(), DeclineReason::NotRunning);
+        }
     }
 }
 
