@@ -1078,6 +1078,30 @@ mod tests {
         assert!(rig.emitted().is_empty());
     }
 
+    /// A final call's future is renewed for a later call only once nobody else holds it: a
+    /// function that keeps its futures (as this one does) never sees one change, and a
+    /// completion through the old one is ignored.
+    #[test]
+    fn a_future_still_held_is_not_renewed_and_a_late_completion_through_it_is_ignored() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 1));
+        rig.record(1);
+        rig.calls.complete(&1, vec![10]);
+        rig.apply().unwrap();
+        rig.record(2);
+        let calls = rig.calls.invocations();
+        let (first, second) = (&calls[0].result, &calls[1].result);
+        assert!(first.is_done() && !second.is_done());
+        assert_ne!(
+            first.entry(),
+            second.entry(),
+            "a new key for the reused slot"
+        );
+        assert!(!first.complete(vec![666]), "the old future stays done");
+        rig.calls.complete(&2, vec![20]);
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["10@1", "20@2"]);
+    }
+
     #[test]
     fn an_error_fails_naming_the_input_and_frees_its_slot() {
         let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 1));
