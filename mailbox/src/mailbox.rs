@@ -326,10 +326,8 @@ impl<T> TaskMailbox<T> {
     }
 
     /// Appends `mail` to the queue; from any thread. On the owner thread, while nothing is
-    /// queued, it goes to the tail of the queue's head instead ([`put_from_owner`]), without
-    /// the queue's lock: the same place in the order.
-    ///
-    /// [`put_from_owner`]: Self::put_from_owner
+    /// queued, it goes to the tail of the queue's head instead, without the queue's lock: the
+    /// same place in the order (see "The batch and the fast path" in [`TaskMailbox`]).
     ///
     /// # Errors
     ///
