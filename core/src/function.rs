@@ -348,6 +348,22 @@ impl<O> ResultFuture<O> {
         }
     }
 
+    /// Makes this future a new one for `entry` and `attempt`, not done, reusing its allocation
+    /// (the async engine keeps the futures of calls that ended, so a call costs no allocation);
+    /// only if no clone of it is left anywhere, so no holder ever sees one change. Returns
+    /// whether it did.
+    pub(crate) fn renew(&mut self, entry: u64, attempt: u32) -> bool {
+        match std::sync::Arc::get_mut(&mut self.shared) {
+            Some(shared) => {
+                shared.done = crate::sync::atomic::AtomicBool::new(false);
+                shared.entry = entry;
+                shared.attempt = attempt;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Completes with `results` (an empty `Vec` emits nothing). Returns whether this call won.
     pub fn complete(&self, results: Vec<O>) -> bool {
         self.finish(AsyncOutcome::Results(results))

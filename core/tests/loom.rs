@@ -663,7 +663,19 @@ mod completion_route {
 
     #[test]
     fn a_completion_from_another_thread_racing_a_catching_call_is_applied_once() {
-        loom::model(|| {
+        racing_completions_are_each_applied_once(true);
+    }
+
+    /// Inline completions off: record 2's completion, made on the task thread outside any
+    /// catching call, travels in an event of its own (not through the list) while record 1's,
+    /// from another thread, goes through the list; each is applied once.
+    #[test]
+    fn the_task_threads_own_completion_racing_one_through_the_list_is_applied_once() {
+        racing_completions_are_each_applied_once(false);
+    }
+
+    fn racing_completions_are_each_applied_once(inline: bool) {
+        loom::model(move || {
             let slot = Arc::new(Mutex::new(None));
             let services = HarnessServices::new("route");
             let mut out: Vec<Emitted<u32>> = Vec::new();
@@ -672,7 +684,8 @@ mod completion_route {
                 FirstLater(Arc::clone(&slot)),
                 AsyncConfig::new(OutputMode::Unordered, 4),
             )
-            .unwrap();
+            .unwrap()
+            .with_inline_completions(inline);
             let mut ctx = Context::new(&mut out, &services.services, 0);
             op.open(&mut ctx).unwrap();
             op.process_element(StreamRecord::new(1), &mut ctx).unwrap();

@@ -352,14 +352,52 @@ impl<T> TaskMailbox<T> {
         self.hot.state.store(state as u8, Ordering::Release);
     }
 
-    /// Appends `mail` to the queue; from any thread.
+    /// Appends `mail` to the queue; from any thread. On the owner thread, while nothing is
+    /// queued, it goes to the tail of the queue's head instead, without the queue's lock: the
+    /// same place in the order (see "The batch and the fast path" in [`TaskMailbox`]).
     ///
     /// # Errors
     ///
     /// [`PutError`] with the mail when the mailbox is not [`Open`](MailboxState::Open).
     pub fn put(&self, mail: Mail<T>) -> Result<(), PutError<T>> {
+        if self.is_owner_thread() {
+            return self.put_from_owner(mail);
+        }
         let mut queue = self.queue.lock();
         self.put_locked(&mut queue, mail, false)
+    }
+
+    /// The owner's `put` (a mail the task thread puts for itself: an async completion made
+    /// inside the operator's call, a yield's wake): while the queue is empty, the mail goes to
+    /// the tail of the head, which is logically the queue's front part, under the owner's lock
+    /// only. No producer waits on that lock, nobody needs a notification (only the owner
+    /// waits), and the next `create_batch` finds it without the queue's lock.
+    ///
+    /// The order is `put`'s: the head is older than the queue, so the mail may join it only
+    /// while the queue is empty (`NEW_MAIL` clear, set exactly while the queue holds mail). A
+    /// put on another thread that happened before this one raised `NEW_MAIL` first, or its
+    /// mail already left the queue (for the head or the batch, ahead of this one); a put that
+    /// races this one is concurrent, and this one goes first. The state is exact here: only
+    /// the owner changes it.
+    #[inline]
+    fn put_from_owner(&self, mail: Mail<T>) -> Result<(), PutError<T>> {
+        let state = self.state();
+        if !state.is_accepting_mails() {
+            return Err(PutError { state, mail });
+        }
+        // Acquire: pairs with the Release raise of a put that happened before this one.
+        if self.hot.flags.load(Ordering::Acquire) & NEW_MAIL != 0 {
+            let mut queue = self.queue.lock();
+            return self.put_locked(&mut queue, mail, false);
+        }
+        let mut owned = self.owned.lock();
+        let was_empty = owned.head.is_empty();
+        owned.head.push_back(mail);
+        if was_empty {
+            // Release, as every flag change: the mail is published by the owner's lock.
+            self.hot.flags.fetch_or(HEAD, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Puts `mail` ahead of everything else; from any thread. On the owner thread it goes to the
@@ -704,6 +742,9 @@ impl<T> TaskMailbox<T> {
         if flags & (NEW_MAIL | HEAD) == 0 {
             return flags & BATCH != 0;
         }
+        if flags & NEW_MAIL == 0 {
+            return self.create_batch_from_head();
+        }
         let mut queue = self.queue.lock();
         let mut owned = self.owned.lock();
         let before = owned.bits() | queued_bit(&queue.mails);
@@ -724,6 +765,48 @@ impl<T> TaskMailbox<T> {
         // emptied everything meanwhile).
         self.update_bits(before, owned.bits());
         !owned.batch.is_empty()
+    }
+
+    /// [`create_batch`](Self::create_batch) when only the head holds mail (the owner's own
+    /// puts, see [`put_from_owner`](Self::put_from_owner)): the owner's lock alone. The queue
+    /// was empty at the caller's load; a mail put there since is newer than the head and waits
+    /// for the next batch, as one put just after the batch was made would. `NEW_MAIL` is not
+    /// touched (it is the queue's, changed under the queue's lock).
+    fn create_batch_from_head(&self) -> bool {
+        let mut owned = self.owned.lock();
+        let before = owned.bits();
+        let Owned { batch, head } = &mut *owned;
+        if batch.is_empty() {
+            std::mem::swap(head, batch);
+        } else {
+            batch.append(head);
+        }
+        self.update_bits(before, owned.bits());
+        !owned.batch.is_empty()
+    }
+
+    /// [`create_batch`](Self::create_batch), then [`try_take_from_batch`](Self::try_take_from_batch):
+    /// the batch's first mail. When only the head held mail (the owner's own puts), one lock of
+    /// the owner's and one flag update do both, not two of each. Owner only.
+    pub(crate) fn create_batch_and_take_unchecked(&self) -> Result<Option<Mail<T>>, TakeError> {
+        let flags = self.hot.flags.load(Ordering::Acquire);
+        if flags & (NEW_MAIL | HEAD) != HEAD {
+            self.create_batch_unchecked();
+            return self.try_take_from_batch_unchecked();
+        }
+        self.check_not_closed()?;
+        // As `create_batch_from_head`, taking the first mail under the same lock.
+        let mut owned = self.owned.lock();
+        let before = owned.bits();
+        let Owned { batch, head } = &mut *owned;
+        if batch.is_empty() {
+            std::mem::swap(head, batch);
+        } else {
+            batch.append(head);
+        }
+        let mail = batch.pop_front();
+        self.update_bits(before, owned.bits());
+        Ok(mail)
     }
 
     /// Takes the head of the batch, whatever its priority; never looks at the queue. Owner only.

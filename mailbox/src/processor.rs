@@ -114,6 +114,9 @@ impl<S, E> Core<S, E> {
     {
         let boxed = Box::new(action);
         let enqueued = crate::letter::stamp();
+        if self.mailbox.is_owner_thread() {
+            return self.enqueue_from_owner(priority, description, boxed, enqueued);
+        }
         self.mailbox.run_exclusively(|mailbox| {
             let state = mailbox.state();
             if !state.is_accepting_mails() {
@@ -159,6 +162,35 @@ impl<S, E> Core<S, E> {
             }
             Ok(())
         })
+    }
+
+    /// [`enqueue`](Self::enqueue) on the mailbox thread (a mail the task puts for itself: an
+    /// async completion made inside its operator's call): no lock makes the state check and the
+    /// put atomic, because only this thread changes the state; the mailbox's owner `put` then
+    /// skips the queue's lock while nothing is queued.
+    fn enqueue_from_owner<A>(
+        &self,
+        priority: Priority,
+        description: &'static str,
+        boxed: Box<A>,
+        enqueued: Option<Instant>,
+    ) -> Result<(), Rejected<A>>
+    where
+        A: MailAction<S, E> + 'static,
+    {
+        let state = self.mailbox.state();
+        if !state.is_accepting_mails() {
+            return Err(Rejected::new(*boxed, state));
+        }
+        let letter = Letter {
+            kind: LetterKind::Action(boxed),
+            description,
+            enqueued,
+        };
+        if self.mailbox.put(Mail::new(priority, letter)).is_err() {
+            unreachable!("the mailbox was open, and only this thread changes its state");
+        }
+        Ok(())
     }
 
     /// Puts a control mail first if the mailbox is open (atomically); does nothing otherwise.
@@ -805,17 +837,30 @@ fn run_batch<S, E, X: ActionExecutor<S>>(
     // Every mail put before the ring is in the queue or the batch once the bell is seen: both
     // set bits of the same flag word, the mail's first.
     let rung = core.mailbox.doorbell_rung();
-    core.mailbox.create_batch_unchecked();
-    while core.loop_possible() {
-        match core.mailbox.try_take_from_batch_unchecked()? {
-            Some(mail) => run_mail(core, executor, mail)?,
-            None => break,
-        }
+    let mut next = take_first_of_batch(core)?;
+    while let Some(mail) = next {
+        run_mail(core, executor, mail)?;
+        next = if core.loop_possible() {
+            core.mailbox.try_take_from_batch_unchecked()?
+        } else {
+            None
+        };
     }
     if rung && core.loop_possible() {
         answer_doorbell(core, executor, doorbell)?;
     }
     Ok(())
+}
+
+/// Makes the batch and takes its first mail if the loop may run it (one step for both where
+/// the mailbox can: a mail the task put for itself).
+fn take_first_of_batch<S, E>(core: &Core<S, E>) -> Result<Option<Mail<Letter<S, E>>>, TakeError> {
+    if core.loop_possible() {
+        core.mailbox.create_batch_and_take_unchecked()
+    } else {
+        core.mailbox.create_batch_unchecked();
+        Ok(None)
+    }
 }
 
 /// Runs the doorbell action if the doorbell rang; returns whether it did.

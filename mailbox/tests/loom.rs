@@ -164,6 +164,67 @@ fn a_put_racing_create_batch_is_in_this_batch_or_flagged_for_the_next() {
     });
 }
 
+/// The owner's own `put` skips the queue's lock while the queue is empty (its mail joins the
+/// head, which is older than the queue). A producer's put that happened before the owner's
+/// (the owner saw the producer's flag) must still run first; a racing one may run either way.
+/// Either way both arrive and nothing is left flagged.
+#[test]
+fn an_owner_put_after_a_producer_put_it_saw_runs_after_it() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let put = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let producer = {
+            let (mailbox, put) = (Arc::clone(&mailbox), Arc::clone(&put));
+            thread::spawn(move || {
+                mailbox.put(mail(1)).unwrap();
+                put.store(true, loom::sync::atomic::Ordering::Release);
+            })
+        };
+        let saw = put.load(loom::sync::atomic::Ordering::Acquire);
+        mailbox.put(mail(2)).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            if mailbox.create_batch().unwrap() {
+                while let Some(m) = mailbox.try_take_from_batch().unwrap() {
+                    got.push(m.into_body());
+                }
+            } else {
+                got.push(mailbox.take(Priority::MIN).unwrap().into_body());
+            }
+        }
+        producer.join().unwrap();
+        if saw {
+            assert_eq!(got, vec![1, 2], "the owner's put came after the producer's");
+        } else {
+            got.sort_unstable();
+            assert_eq!(got, vec![1, 2]);
+        }
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
+/// An off-thread `put_first` racing the owner's own `put` (into the head, without the queue's
+/// lock): the `put_first` runs first whichever went first, as it would over a queued mail.
+#[test]
+fn an_off_thread_put_first_overtakes_the_owners_own_put() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put_first(mail(1)).unwrap())
+        };
+        mailbox.put(mail(2)).unwrap();
+        producer.join().unwrap();
+        let mut got = Vec::new();
+        assert!(mailbox.create_batch().unwrap());
+        while let Some(m) = mailbox.try_take_from_batch().unwrap() {
+            got.push(m.into_body());
+        }
+        assert_eq!(got, vec![1, 2]);
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
 /// Two producers put while the owner takes with `take` and empties the queue between them:
 /// the flag the queue lock keeps a copy of is raised again by the next put, so the owner's
 /// one-load check never misses a queued mail.

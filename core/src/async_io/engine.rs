@@ -1,8 +1,7 @@
 #![doc = include_str!("engine.md")]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -19,7 +18,7 @@ use crate::operator::Context;
 use crate::state::{decode, encode};
 use crate::time::{Timer, TimerHandle};
 
-/// Timer tags: the entry id shifted left by one, the low bit says which timer.
+/// Timer tags: the call's key shifted left by one, the low bit says which timer.
 const TIMEOUT_TIMER: u64 = 0;
 const RETRY_TIMER: u64 = 1;
 
@@ -49,13 +48,14 @@ struct SetTimer {
 
 /// The call of one admitted record whose outcome is not final yet.
 struct Call<I, O> {
+    /// The record's entry in the queue.
+    entry: u64,
     input: I,
     timestamp: Option<i64>,
     /// The current attempt (1 for the first call).
     attempt: u32,
-    /// The current attempt's future, kept only while a timeout may fire (its hook gets it, and
-    /// FLINK-22573 asks whether it completed); without a timeout nothing reads it, and keeping
-    /// it would cost a reference count up and down per record.
+    /// The current attempt's future: a timeout's hook gets it, FLINK-22573 asks whether it
+    /// completed, and once the call is final it goes to the engine's spare futures.
     future: Option<ResultFuture<O>>,
     timeout: Option<SetTimer>,
     /// Set while a retry is due (`RetryDue`).
@@ -134,12 +134,14 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     timeout_ms: Option<i64>,
     retry: RetryPolicy<F::Out>,
     queue: ElementQueue<F::In, F::Out>,
-    /// Admitted records whose outcome is not final, by entry id (a hash map: inserted, looked
-    /// up and removed once per record, in the order calls complete).
-    calls: HashMap<u64, Call<F::In, F::Out>, BuildHasherDefault<EntryHasher>>,
+    /// Admitted records whose outcome is not final, by key (the id their futures, completions
+    /// and timers carry).
+    calls: Calls<F::In, F::Out>,
     /// Elements waiting for room, oldest first.
     held: VecDeque<QueuedInput<F::In>>,
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
+    /// Futures of calls that ended, renewed for new calls (see [`Spares`]).
+    spares: Spares<F::Out>,
     phase: Phase,
 }
 
@@ -166,9 +168,10 @@ where
             timeout_ms: config.timeout_millis(),
             queue: ElementQueue::new(config.mode, config.capacity),
             retry: config.retry,
-            calls: HashMap::default(),
+            calls: Calls::new(),
             held: VecDeque::new(),
             sink: None,
+            spares: Spares::new(config.capacity),
             phase: Phase::Created,
         })
     }
@@ -274,41 +277,38 @@ where
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
         let Completion {
-            entry,
+            entry: key,
             attempt,
             outcome,
         } = completion;
-        // One lookup: most completions are final, so the call is taken out at once and put
-        // back in the rare cases it stays (a stale attempt, a retry).
-        let Some(mut call) = self.calls.remove(&entry) else {
+        let Some(call) = self.calls.get_mut(key) else {
             return Ok(()); // already final
         };
         if call.attempt != attempt || call.retry.is_some() {
-            self.calls.insert(entry, call);
             return Ok(()); // an attempt that is no longer current
         }
         if !call.last_attempt && self.phase == Phase::Open {
             if let Some(delay) = self.retry.next_delay(attempt, &outcome) {
                 let at = ctx.processing_time().saturating_add(millis_ceil(delay));
-                let registered = ctx.register_timer(at, timer_tag(entry, RETRY_TIMER));
-                if let Ok(handle) = registered {
-                    call.retry = Some(SetTimer { at, handle });
-                }
-                self.calls.insert(entry, call);
-                registered?;
+                let handle = ctx.register_timer(at, timer_tag(key, RETRY_TIMER))?;
+                call.retry = Some(SetTimer { at, handle });
                 return Ok(());
             }
         }
+        let Some(mut call) = self.calls.remove(key) else {
+            unreachable!("looked up above");
+        };
+        self.spares.keep(call.future.take());
         if let Some(timeout) = call.timeout {
             ctx.cancel_timer(timeout.handle);
         }
         match outcome {
             AsyncOutcome::Results(values) => {
-                self.queue.complete(entry, values);
+                self.queue.complete(call.entry, values);
                 Ok(())
             }
             AsyncOutcome::Failed(error) => {
-                self.queue.complete(entry, Vec::new());
+                self.queue.complete(call.entry, Vec::new());
                 Err(OperatorError::Async {
                     operator: self.name.clone(),
                     input: describe(&call.input, call.timestamp),
@@ -355,8 +355,8 @@ where
         timer: Timer,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        let entry = timer.tag >> 1;
-        let Some(call) = self.calls.get_mut(&entry) else {
+        let key = timer.tag >> 1;
+        let Some(call) = self.calls.get_mut(key) else {
             return Ok(()); // final already (its timeout was cancelled late)
         };
         let Some(sink) = self.sink.as_ref() else {
@@ -379,7 +379,8 @@ where
                     // attempt's future.
                     ctx.cancel_timer(retry.handle);
                     call.attempt += 1;
-                    call.future = Some(ResultFuture::new(entry, call.attempt, Arc::clone(sink)));
+                    let future = self.spares.future(key, call.attempt, sink);
+                    self.spares.keep(call.future.replace(future));
                 }
                 let Some(future) = call.future.clone() else {
                     unreachable!("a call with a timeout keeps its attempt's future");
@@ -391,7 +392,7 @@ where
                     return Ok(());
                 }
                 call.retry = None;
-                start_attempt(&mut self.function, entry, call, sink);
+                start_attempt(&mut self.function, &mut self.spares, key, call, sink);
             }
         }
         Ok(())
@@ -412,20 +413,20 @@ where
             return Ok(());
         };
         // In entry order, as the records arrived.
-        let mut due: Vec<u64> = self
+        let mut due: Vec<(u64, u64)> = self
             .calls
             .iter()
             .filter(|(_, call)| call.retry.is_some())
-            .map(|(&entry, _)| entry)
+            .map(|(key, call)| (call.entry, key))
             .collect();
         due.sort_unstable();
-        for entry in due {
-            let Some(call) = self.calls.get_mut(&entry) else {
+        for (_, key) in due {
+            let Some(call) = self.calls.get_mut(key) else {
                 unreachable!("listed above");
             };
             if let Some(retry) = call.retry.take() {
                 ctx.cancel_timer(retry.handle);
-                start_attempt(&mut self.function, entry, call, sink);
+                start_attempt(&mut self.function, &mut self.spares, key, call, sink);
             }
         }
         Ok(())
@@ -485,6 +486,7 @@ where
         let opened = self.phase != Phase::Created;
         self.phase = Phase::Closed;
         self.sink = None;
+        self.spares.futures.clear();
         if opened {
             self.function.close()
         } else {
@@ -539,20 +541,23 @@ where
         let Ok(entry) = self.queue.try_put(input) else {
             unreachable!("admit is called only with room in the queue");
         };
+        // The key the call gets (its timeout timer carries it).
+        let key = self.calls.next_key();
         let timeout = match self.timeout_ms {
             Some(ms) => {
                 let at = ctx.processing_time().saturating_add(ms);
-                let handle = ctx.register_timer(at, timer_tag(entry, TIMEOUT_TIMER))?;
+                let handle = ctx.register_timer(at, timer_tag(key, TIMEOUT_TIMER))?;
                 Some(SetTimer { at, handle })
             }
             None => None,
         };
-        let future = ResultFuture::new(entry, 1, Arc::clone(sink));
-        let call = self.calls.entry(entry).or_insert(Call {
+        let future = self.spares.future(key, 1, sink);
+        let call = self.calls.insert(Call {
+            entry,
             input: value,
             timestamp,
             attempt: 1,
-            future: timeout.is_some().then(|| future.clone()),
+            future: Some(future.clone()),
             timeout,
             retry: None,
             last_attempt: false,
@@ -562,41 +567,161 @@ where
     }
 }
 
-/// Hashes entry ids (unique, counting up) by Fibonacci hashing: one multiplication spreads
-/// consecutive ids over the table (SipHash's protection against chosen keys is not needed for
-/// ids this engine assigns).
-#[derive(Debug, Default, Clone, Copy)]
-struct EntryHasher(u64);
+/// The calls in flight, in slots that are reused as calls become final (no hashing, and no
+/// allocation once the slots for the queue's capacity exist).
+///
+/// A call's *key* (the id its [`ResultFuture`]s, completions and timers carry) is its slot in
+/// the low 32 bits and the slot's generation above them; freeing a slot moves its generation
+/// on, so a completion or a timer of a call that is final (whose slot another call may hold
+/// now) finds no call under its key and is ignored, as one for an absent key was in a map.
+/// Generations have 31 bits, so a key shifted left by one (a timer tag) loses nothing.
+struct Calls<I, O> {
+    slots: Vec<Slot<I, O>>,
+    /// Free slots, the last freed on top (its lines are the warmest).
+    free: Vec<u32>,
+    len: usize,
+}
 
-impl Hasher for EntryHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
+struct Slot<I, O> {
+    generation: u32,
+    call: Option<Call<I, O>>,
+}
 
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed; this keeps the hasher total for any other use.
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+const GENERATION_MASK: u32 = (1 << 31) - 1;
+
+impl<I, O> Calls<I, O> {
+    fn new() -> Self {
+        Calls {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
         }
     }
 
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    fn key(slot: u32, generation: u32) -> u64 {
+        (u64::from(generation) << 32) | u64::from(slot)
+    }
+
+    /// The key [`insert`](Self::insert) gives the next call.
+    fn next_key(&self) -> u64 {
+        match self.free.last() {
+            Some(&slot) => Calls::<I, O>::key(slot, self.slots[slot as usize].generation),
+            None => Calls::<I, O>::key(self.slot_count(), 0),
+        }
+    }
+
+    fn slot_count(&self) -> u32 {
+        u32::try_from(self.slots.len()).expect("fewer than 2^32 calls in flight")
+    }
+
+    /// Stores `call` under [`next_key`](Self::next_key).
+    fn insert(&mut self, call: Call<I, O>) -> &mut Call<I, O> {
+        self.len += 1;
+        let slot = match self.free.pop() {
+            Some(slot) => &mut self.slots[slot as usize],
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    call: None,
+                });
+                self.slots.last_mut().expect("just pushed")
+            }
+        };
+        slot.call.insert(call)
+    }
+
+    fn slot_of(&self, key: u64) -> Option<usize> {
+        let index = usize::try_from(key & u64::from(u32::MAX)).ok()?;
+        let generation = u32::try_from(key >> 32).ok()?;
+        let slot = self.slots.get(index)?;
+        (slot.generation == generation && slot.call.is_some()).then_some(index)
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Call<I, O>> {
+        let index = self.slot_of(key)?;
+        self.slots[index].call.as_mut()
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Call<I, O>> {
+        let index = self.slot_of(key)?;
+        let slot = &mut self.slots[index];
+        slot.generation = slot.generation.wrapping_add(1) & GENERATION_MASK;
+        self.len -= 1;
+        self.free
+            .push(u32::try_from(index).expect("slot indices fit in 32 bits"));
+        slot.call.take()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The calls with their keys, in slot order.
+    fn iter(&self) -> impl Iterator<Item = (u64, &Call<I, O>)> {
+        self.slots.iter().enumerate().filter_map(|(index, slot)| {
+            let call = slot.call.as_ref()?;
+            let index = u32::try_from(index).expect("slot indices fit in 32 bits");
+            Some((Calls::<I, O>::key(index, slot.generation), call))
+        })
     }
 }
 
 /// Starts the next attempt of `call`.
 fn start_attempt<F: AsyncFunction>(
     function: &mut F,
-    entry: u64,
+    spares: &mut Spares<F::Out>,
+    key: u64,
     call: &mut Call<F::In, F::Out>,
     sink: &Arc<dyn CompletionSink<F::Out>>,
 ) {
     call.attempt += 1;
-    let future = ResultFuture::new(entry, call.attempt, Arc::clone(sink));
-    // Kept only while a timeout may still fire (see `Call::future`).
-    call.future = call.timeout.is_some().then(|| future.clone());
+    let future = spares.future(key, call.attempt, sink);
+    spares.keep(call.future.replace(future.clone()));
     function.invoke(&call.input, future);
+}
+
+/// The futures of calls that ended, kept to be renewed for new calls: a call then costs no
+/// allocation and no reference count on the sink. A future is renewed only when nobody else
+/// holds it any more ([`ResultFuture::renew`]); one a function still holds (a client thread
+/// that completed it and has not dropped it yet) is dropped instead, and a new one made.
+struct Spares<O> {
+    futures: Vec<ResultFuture<O>>,
+    /// At most this many are kept (the queue's capacity: as many as calls can be in flight).
+    limit: usize,
+}
+
+impl<O> Spares<O> {
+    fn new(limit: usize) -> Self {
+        Spares {
+            futures: Vec::new(),
+            limit,
+        }
+    }
+
+    /// A future for `key`'s attempt `attempt`, delivering to `sink`: a renewed spare if one is
+    /// free, else a new one.
+    #[inline]
+    fn future(
+        &mut self,
+        key: u64,
+        attempt: u32,
+        sink: &Arc<dyn CompletionSink<O>>,
+    ) -> ResultFuture<O> {
+        while let Some(mut future) = self.futures.pop() {
+            if future.renew(key, attempt) {
+                return future;
+            }
+        }
+        ResultFuture::new(key, attempt, Arc::clone(sink))
+    }
+
+    /// Keeps the future of a call that ended (or of an attempt that was replaced).
+    #[inline]
+    fn keep(&mut self, future: Option<ResultFuture<O>>) {
+        if let Some(future) = future.filter(|_| self.futures.len() < self.limit) {
+            self.futures.push(future);
+        }
+    }
 }
 
 /// `input` as JSON (with its timestamp), for error messages.
@@ -951,6 +1076,30 @@ mod tests {
         assert!(rig.engine.accepts_input(), "drained");
         assert_eq!(rig.calls.invocation_count(), 3, "no retry after end_input");
         assert!(rig.emitted().is_empty());
+    }
+
+    /// A final call's future is renewed for a later call only once nobody else holds it: a
+    /// function that keeps its futures (as this one does) never sees one change, and a
+    /// completion through the old one is ignored.
+    #[test]
+    fn a_future_still_held_is_not_renewed_and_a_late_completion_through_it_is_ignored() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 1));
+        rig.record(1);
+        rig.calls.complete(&1, vec![10]);
+        rig.apply().unwrap();
+        rig.record(2);
+        let calls = rig.calls.invocations();
+        let (first, second) = (&calls[0].result, &calls[1].result);
+        assert!(first.is_done() && !second.is_done());
+        assert_ne!(
+            first.entry(),
+            second.entry(),
+            "a new key for the reused slot"
+        );
+        assert!(!first.complete(vec![666]), "the old future stays done");
+        rig.calls.complete(&2, vec![20]);
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["10@1", "20@2"]);
     }
 
     #[test]

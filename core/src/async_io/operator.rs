@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use super::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
 use crate::function::{AsyncFunction, Completion, CompletionSink};
 use crate::operator::{Context, EventSender, Operator, OperatorEvent};
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{Mutex, thread};
 use crate::{OperatorError, StreamRecord, Timer, Watermark};
 
 /// Async I/O (Flink's `AsyncWaitOperator`), the same operator in every model; only the way its
@@ -25,6 +25,7 @@ use crate::{OperatorError, StreamRecord, Timer, Watermark};
 /// | what | how |
 /// |---|---|
 /// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> a list the operator shares with its sink, and an event for this operator only when the list was empty (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies the whole list and emits what became ready: a burst of completions costs one event |
+/// | a completion made on the task thread outside the operator's calls' catching (a function answering inside `invoke` with inline completions off) | an event of its own carrying it (a mail at its priority): nothing else runs on that thread meanwhile, so there is no burst to coalesce, and the list's lock is skipped |
 /// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
 /// | a completion made during the operator's own call (a function that answers at once; [`with_inline_completions`](Self::with_inline_completions), on by default) | caught by the list and applied as soon as the call returns, on the thread that made it: no event, no emitter hand-off |
 /// | a timeout, a retry | a timer of this operator -> `on_processing_time` |
@@ -278,6 +279,16 @@ where
         event: OperatorEvent,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
+        let event = match event.downcast::<OwnCompletion<F::Out>>() {
+            Ok(own) => {
+                // A completion the task thread made outside a catching call, in its own event.
+                return self.catching(ctx, |engine, _, ctx| {
+                    engine.on_completion(own.0, ctx)?;
+                    engine.emit_ready(ctx)
+                });
+            }
+            Err(event) => event,
+        };
         match (event.downcast::<CompletionsReady>(), self.route.as_deref()) {
             (Ok(_), Some(route)) => catching(
                 self.inline.then_some(route),
@@ -354,10 +365,21 @@ impl<F: AsyncFunction> fmt::Debug for AsyncWaitOperator<F> {
 /// answer at once; with none held, applying starts no call, so the operator applies with the
 /// flag clear and takes the list no second time (a completion from another thread meanwhile
 /// takes the route, as outside any call).
+///
+/// **The task thread's own.** A completion made on the thread that opened the operator (the
+/// task thread: a function that answers inside `invoke` with inline completions off) while no
+/// call catches travels in an event of its own, [`OwnCompletion`], not through the list: the
+/// list's lock is then taken by nobody for it (two lock round trips fewer per completion), and
+/// a burst on that thread cannot happen (each call returns before the next starts). The
+/// `catching` flag is read without the lock there: only that thread writes it. Completions are
+/// independent of each other, so one applied ahead of completions waiting in the list changes
+/// nothing but the order an unordered queue emits them in, which is completion order anyway.
 struct CompletionRoute<O> {
     forward: Forward<O>,
     catching: AtomicBool,
     pending: Mutex<Vec<Completion<O>>>,
+    /// The thread that opened the operator (see **The task thread's own**).
+    owner: OwnerThread,
 }
 
 /// Where a completion goes when it is not caught.
@@ -371,12 +393,17 @@ enum Forward<O> {
 /// The event a [`CompletionRoute`] sends: completions wait in its list.
 struct CompletionsReady;
 
+/// The event a [`CompletionRoute`] sends for a completion made on the task thread outside a
+/// catching call: the completion itself.
+struct OwnCompletion<O>(Completion<O>);
+
 impl<O> CompletionRoute<O> {
     fn new(forward: Forward<O>) -> Self {
         CompletionRoute {
             forward,
             catching: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
+            owner: owner_thread(),
         }
     }
 
@@ -404,6 +431,18 @@ impl<O> CompletionRoute<O> {
 
 impl<O: Send + 'static> CompletionSink<O> for CompletionRoute<O> {
     fn deliver(&self, completion: Completion<O>) {
+        if let Forward::Events(events) = &self.forward {
+            // Relaxed and unlocked: on the owner thread, the flag is this thread's own write.
+            if is_current(&self.owner) && !self.catching.load(Ordering::Relaxed) {
+                if events.send(OwnCompletion(completion)).is_err() {
+                    log::debug!(
+                        "a completion for operator {} arrived after its task ended; dropped",
+                        events.operator()
+                    );
+                }
+                return;
+            }
+        }
         let mut pending = self.pending.lock();
         if self.catching.load(Ordering::Relaxed) {
             pending.push(completion);
@@ -429,4 +468,37 @@ impl<O: Send + 'static> CompletionSink<O> for CompletionRoute<O> {
             }
         }
     }
+}
+
+/// What [`CompletionRoute`] keeps of the thread that opened the operator.
+#[cfg(not(loom))]
+type OwnerThread = thread::ThreadId;
+#[cfg(loom)]
+type OwnerThread = thread::Thread;
+
+#[cfg(not(loom))]
+fn owner_thread() -> OwnerThread {
+    thread::current().id()
+}
+
+#[cfg(loom)]
+fn owner_thread() -> OwnerThread {
+    thread::current()
+}
+
+/// Whether the calling thread is `owner`; the current thread's id is cached per thread (this
+/// runs once per completion).
+#[cfg(not(loom))]
+#[inline]
+fn is_current(owner: &OwnerThread) -> bool {
+    std::thread_local! {
+        static CURRENT: thread::ThreadId = thread::current().id();
+    }
+    CURRENT.with(|current| current == owner)
+}
+
+/// Under loom the thread id is loom's, so ask the current thread directly.
+#[cfg(loom)]
+fn is_current(owner: &OwnerThread) -> bool {
+    thread::current().id() == owner.id()
 }

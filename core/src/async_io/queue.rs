@@ -13,7 +13,7 @@
 //! lock); completions reach them through that thread. [`ElementQueue::values`] lists the inputs of
 //! every element not yet emitted, in queue order: that is the async operator's snapshot.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -150,8 +150,13 @@ impl<I, O> OrderedQueue<I, O> {
 }
 
 struct Segment<I, O> {
-    // In flight, by id (insertion order).
-    incomplete: BTreeMap<u64, Entry<I, O>>,
+    // In flight, by id: slot `i` holds id `first + i`. A segment's records were admitted one
+    // after another (a watermark starts a new segment), so their ids are consecutive and a
+    // completion finds its record by a subtraction. A completed record leaves `None` behind
+    // until every slot before it is gone too.
+    incomplete: VecDeque<Option<Entry<I, O>>>,
+    first: u64,
+    in_flight: usize,
     // Completed, in completion order.
     completed: VecDeque<Entry<I, O>>,
 }
@@ -159,13 +164,50 @@ struct Segment<I, O> {
 impl<I, O> Segment<I, O> {
     fn new() -> Self {
         Segment {
-            incomplete: BTreeMap::new(),
+            incomplete: VecDeque::new(),
+            first: 0,
+            in_flight: 0,
             completed: VecDeque::new(),
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.incomplete.is_empty() && self.completed.is_empty()
+        self.in_flight == 0 && self.completed.is_empty()
+    }
+
+    fn push_in_flight(&mut self, entry: Entry<I, O>) {
+        if self.incomplete.is_empty() {
+            self.first = entry.id;
+        }
+        debug_assert_eq!(
+            self.first + self.incomplete.len() as u64,
+            entry.id,
+            "a segment's records have consecutive ids"
+        );
+        self.incomplete.push_back(Some(entry));
+        self.in_flight += 1;
+    }
+
+    /// The slot of in-flight record `id`, if it is one.
+    fn slot(&self, id: u64) -> Option<usize> {
+        let index = usize::try_from(id.checked_sub(self.first)?).ok()?;
+        self.incomplete
+            .get(index)?
+            .as_ref()
+            .is_some_and(|e| e.id == id)
+            .then_some(index)
+    }
+
+    /// Takes in-flight record `id` out, if it is one.
+    fn take_in_flight(&mut self, id: u64) -> Option<Entry<I, O>> {
+        let index = self.slot(id)?;
+        let entry = self.incomplete[index].take();
+        self.in_flight -= 1;
+        while self.incomplete.front().is_some_and(Option::is_none) {
+            self.incomplete.pop_front();
+            self.first += 1;
+        }
+        entry
     }
 }
 
@@ -192,14 +234,11 @@ impl<I, O> UnorderedQueue<I, O> {
                     self.segments.push_back(Segment::new());
                 }
                 let last = self.segments.back_mut().expect("a segment exists");
-                last.incomplete.insert(
+                last.push_in_flight(Entry {
                     id,
-                    Entry {
-                        id,
-                        input,
-                        result: None,
-                    },
-                );
+                    input,
+                    result: None,
+                });
             }
             QueuedInput::Watermark(_) => {
                 // The watermark gets a segment of its own (reusing an empty last one), already
@@ -223,7 +262,7 @@ impl<I, O> UnorderedQueue<I, O> {
         // Few segments (one per watermark in flight); search from the newest, where most calls
         // complete.
         for segment in self.segments.iter_mut().rev() {
-            if let Some(mut entry) = segment.incomplete.remove(&id) {
+            if let Some(mut entry) = segment.take_in_flight(id) {
                 entry.result = Some(values);
                 segment.completed.push_back(entry);
                 return true;
@@ -256,13 +295,13 @@ impl<I, O> UnorderedQueue<I, O> {
                 s.completed
                     .iter()
                     .map(|e| &e.input)
-                    .chain(s.incomplete.values().map(|e| &e.input))
+                    .chain(s.incomplete.iter().flatten().map(|e| &e.input))
             })
             .collect()
     }
 
     fn is_pending(&self, id: u64) -> bool {
-        self.segments.iter().any(|s| s.incomplete.contains_key(&id))
+        self.segments.iter().any(|s| s.slot(id).is_some())
     }
 }
 
