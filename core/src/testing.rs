@@ -77,6 +77,11 @@ impl ManualTimerService {
         self.timers.lock().queue.len()
     }
 
+    /// Number of timers registered so far (pending, fired or cancelled; a periodic one once).
+    pub fn registered(&self) -> u64 {
+        self.timers.lock().next_seq
+    }
+
     /// Makes further registrations fail with [`TimerError::ShutDown`].
     pub fn shut_down(&self) {
         let mut timers = self.timers.lock();

@@ -18,7 +18,8 @@ use crate::operator::Context;
 use crate::state::{decode, encode};
 use crate::time::{Timer, TimerHandle};
 
-/// Timer tags: the call's key shifted left by one, the low bit says which timer.
+/// Timer tags: the low bit says which timer; a retry timer carries its call's key above it. The
+/// engine's one timeout timer carries no key (its tag is [`TIMEOUT_TIMER`]).
 const TIMEOUT_TIMER: u64 = 0;
 const RETRY_TIMER: u64 = 1;
 
@@ -57,7 +58,9 @@ struct Call<I, O> {
     /// The current attempt's future: a timeout's hook gets it, FLINK-22573 asks whether it
     /// completed, and once the call is final it goes to the engine's spare futures.
     future: Option<ResultFuture<O>>,
-    timeout: Option<SetTimer>,
+    /// When the call times out (its admission time plus the timeout, spanning all attempts);
+    /// `None` without a timeout, and once the timeout fired.
+    deadline: Option<i64>,
     /// Set while a retry is due (`RetryDue`).
     retry: Option<SetTimer>,
     /// The timeout fired (`LastAttempt`): the next outcome is final.
@@ -142,6 +145,9 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
     /// Futures of calls that ended, renewed for new calls (see [`Spares`]).
     spares: Spares<F::Out>,
+    /// The one timeout timer, set at (or before) the earliest deadline in flight while any
+    /// call has one (see the module docs, *Timeouts*).
+    timeout_timer: Option<SetTimer>,
     phase: Phase,
 }
 
@@ -172,6 +178,7 @@ where
             held: VecDeque::new(),
             sink: None,
             spares: Spares::new(config.capacity),
+            timeout_timer: None,
             phase: Phase::Created,
         })
     }
@@ -299,8 +306,10 @@ where
             unreachable!("looked up above");
         };
         self.spares.keep(call.future.take());
-        if let Some(timeout) = call.timeout {
-            ctx.cancel_timer(timeout.handle);
+        // The timeout timer stays (it serves every call); only the last call of a finishing
+        // operator takes it down, so no timer outlives the input.
+        if self.phase != Phase::Open && self.calls.len() == 0 {
+            self.cancel_timeout_timer(ctx);
         }
         match outcome {
             AsyncOutcome::Results(values) => {
@@ -344,56 +353,96 @@ where
         }
     }
 
-    /// A timer this engine set fired: a timeout (the function's `timeout` hook decides, unless
-    /// the call already completed) or a due retry. Stale timers do nothing.
+    /// A timer this engine set fired: the timeout timer (every call whose deadline passed times
+    /// out: the function's `timeout` hook decides, unless the call already completed; then the
+    /// timer is set again for the earliest deadline left) or a due retry. Stale timers do
+    /// nothing.
     ///
     /// # Errors
     ///
-    /// None today; the signature leaves room for timer errors.
+    /// What setting the timeout timer again fails with.
     pub fn on_timer(
         &mut self,
         timer: Timer,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
+        if timer.tag & 1 == TIMEOUT_TIMER {
+            return self.on_timeout_timer(timer, ctx);
+        }
         let key = timer.tag >> 1;
         let Some(call) = self.calls.get_mut(key) else {
-            return Ok(()); // final already (its timeout was cancelled late)
+            return Ok(()); // final already (its retry timer fired late)
         };
         let Some(sink) = self.sink.as_ref() else {
             return Ok(());
         };
-        match timer.tag & 1 {
-            TIMEOUT_TIMER => {
-                if call.timeout.is_none_or(|t| t.at != timer.timestamp) {
-                    return Ok(());
-                }
-                call.timeout = None;
-                call.last_attempt = true;
-                if call.retry.is_none() && call.future.as_ref().is_some_and(ResultFuture::is_done) {
-                    // FLINK-22573: the attempt completed; its completion is on its way and,
-                    // since the timeout passed, will be final.
-                    return Ok(());
-                }
-                if let Some(retry) = call.retry.take() {
-                    // FLINK-30477: the timeout drops a pending retry; the hook gets a fresh
-                    // attempt's future.
-                    ctx.cancel_timer(retry.handle);
-                    call.attempt += 1;
-                    let future = self.spares.future(key, call.attempt, sink);
-                    self.spares.keep(call.future.replace(future));
-                }
-                let Some(future) = call.future.clone() else {
-                    unreachable!("a call with a timeout keeps its attempt's future");
-                };
-                self.function.timeout(&call.input, future);
+        if call.retry.is_none_or(|t| t.at != timer.timestamp) {
+            return Ok(());
+        }
+        call.retry = None;
+        start_attempt(&mut self.function, &mut self.spares, key, call, sink);
+        Ok(())
+    }
+
+    /// The timeout timer fired: times out every call whose deadline passed, in deadline (then
+    /// arrival) order, and sets the timer for the earliest deadline left.
+    fn on_timeout_timer(
+        &mut self,
+        timer: Timer,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        if self.timeout_timer.is_none_or(|t| t.at != timer.timestamp) {
+            return Ok(()); // stale: cancelled or replaced
+        }
+        self.timeout_timer = None;
+        let Some(sink) = self.sink.as_ref() else {
+            return Ok(());
+        };
+        // A timer set for `at` fires once processing time passed `at`: a deadline is due when
+        // this timer's own is (or is later), or when the clock passed it, as its own timer
+        // would have fired by now.
+        let now = ctx.processing_time();
+        let due = |deadline: i64| deadline <= timer.timestamp || deadline < now;
+        let mut expired: Vec<(i64, u64, u64)> = self
+            .calls
+            .iter()
+            .filter_map(|(key, call)| {
+                let deadline = call.deadline?;
+                due(deadline).then_some((deadline, call.entry, key))
+            })
+            .collect();
+        expired.sort_unstable();
+        for (_, _, key) in expired {
+            let Some(call) = self.calls.get_mut(key) else {
+                unreachable!("listed above");
+            };
+            call.deadline = None;
+            call.last_attempt = true;
+            if call.retry.is_none() && call.future.as_ref().is_some_and(ResultFuture::is_done) {
+                // FLINK-22573: the attempt completed; its completion is on its way and, since
+                // the timeout passed, will be final.
+                continue;
             }
-            _ => {
-                if call.retry.is_none_or(|t| t.at != timer.timestamp) {
-                    return Ok(());
-                }
-                call.retry = None;
-                start_attempt(&mut self.function, &mut self.spares, key, call, sink);
+            if let Some(retry) = call.retry.take() {
+                // FLINK-30477: the timeout drops a pending retry; the hook gets a fresh
+                // attempt's future.
+                ctx.cancel_timer(retry.handle);
+                call.attempt += 1;
+                let future = self.spares.future(key, call.attempt, sink);
+                self.spares.keep(call.future.replace(future));
             }
+            let Some(future) = call.future.clone() else {
+                unreachable!("a call in flight keeps its attempt's future");
+            };
+            self.function.timeout(&call.input, future);
+        }
+        let earliest = self
+            .calls
+            .iter()
+            .filter_map(|(_, call)| call.deadline)
+            .min();
+        if let Some(at) = earliest {
+            set_timeout_timer(&mut self.timeout_timer, at, ctx)?;
         }
         Ok(())
     }
@@ -428,6 +477,9 @@ where
                 ctx.cancel_timer(retry.handle);
                 start_attempt(&mut self.function, &mut self.spares, key, call, sink);
             }
+        }
+        if self.calls.len() == 0 {
+            self.cancel_timeout_timer(ctx);
         }
         Ok(())
     }
@@ -520,6 +572,13 @@ where
         Ok(admitted)
     }
 
+    /// Takes the timeout timer down (no call in flight needs it).
+    fn cancel_timeout_timer(&mut self, ctx: &mut Context<'_, F::Out>) {
+        if let Some(timer) = self.timeout_timer.take() {
+            ctx.cancel_timer(timer.handle);
+        }
+    }
+
     /// Puts `input` into the queue (which has room) and, for a record, starts its call.
     fn admit(
         &mut self,
@@ -541,13 +600,20 @@ where
         let Ok(entry) = self.queue.try_put(input) else {
             unreachable!("admit is called only with room in the queue");
         };
-        // The key the call gets (its timeout timer carries it).
+        // The key the call gets (its future and retry timers carry it).
         let key = self.calls.next_key();
-        let timeout = match self.timeout_ms {
+        let deadline = match self.timeout_ms {
             Some(ms) => {
                 let at = ctx.processing_time().saturating_add(ms);
-                let handle = ctx.register_timer(at, timer_tag(key, TIMEOUT_TIMER))?;
-                Some(SetTimer { at, handle })
+                // Deadlines grow with the clock, so a timer already set is at or before this
+                // one (a clock that stepped back gets an earlier timer).
+                if self.timeout_timer.is_none_or(|t| at < t.at) {
+                    if let Some(stale) = self.timeout_timer.take() {
+                        ctx.cancel_timer(stale.handle);
+                    }
+                    set_timeout_timer(&mut self.timeout_timer, at, ctx)?;
+                }
+                Some(at)
             }
             None => None,
         };
@@ -558,7 +624,7 @@ where
             timestamp,
             attempt: 1,
             future: Some(future.clone()),
-            timeout,
+            deadline,
             retry: None,
             last_attempt: false,
         });
@@ -664,6 +730,17 @@ impl<I, O> Calls<I, O> {
             Some((Calls::<I, O>::key(index, slot.generation), call))
         })
     }
+}
+
+/// Sets an engine's timeout timer (`timer`, none set) for `at`.
+fn set_timeout_timer<O>(
+    timer: &mut Option<SetTimer>,
+    at: i64,
+    ctx: &mut Context<'_, O>,
+) -> Result<(), OperatorError> {
+    let handle = ctx.register_timer(at, TIMEOUT_TIMER)?;
+    *timer = Some(SetTimer { at, handle });
+    Ok(())
 }
 
 /// Starts the next attempt of `call`.
@@ -1022,6 +1099,144 @@ mod tests {
         assert_eq!(rig.emitted(), vec!["101@1"]);
         rig.advance(100);
         assert_eq!(rig.calls.invocation_count(), 1, "the retry never ran");
+    }
+
+    /// A hundred calls admitted one millisecond apart: exactly those not completed time out,
+    /// each once and in arrival order, through one timeout timer at a time, set once while
+    /// calls are admitted.
+    #[test]
+    fn spread_calls_time_out_exactly_those_not_completed_each_once_through_one_timer() {
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u32| vec![x + 1000]);
+        let config =
+            AsyncConfig::new(OutputMode::Unordered, 100).with_timeout(Duration::from_millis(50));
+        let mut rig = Rig::with(function, config, None);
+        let completes = |x: u32| x % 3 == 0 || x % 7 == 1;
+        for x in 0..100 {
+            rig.record(x);
+            if x == 0 {
+                assert_eq!(rig.services.timers.registered(), 1);
+            }
+            // Those that complete do so at once or, every other one, 40 ms later.
+            if completes(x) && x % 2 == 0 {
+                assert!(rig.calls.complete(&x, vec![x]));
+            }
+            if x >= 40 {
+                let late = x - 40;
+                if completes(late) && late % 2 == 1 {
+                    assert!(rig.calls.complete(&late, vec![late]));
+                }
+            }
+            rig.apply().unwrap();
+            assert!(rig.services.timers.pending() <= 1, "one timer at a time");
+            rig.advance(1);
+            rig.apply().unwrap();
+            assert!(rig.services.timers.pending() <= 1, "one timer at a time");
+        }
+        for late in 60..100 {
+            if completes(late) && late % 2 == 1 {
+                assert!(rig.calls.complete(&late, vec![late]));
+            }
+            rig.apply().unwrap();
+            rig.advance(1);
+            rig.apply().unwrap();
+            assert!(rig.services.timers.pending() <= 1, "one timer at a time");
+        }
+        rig.advance(100);
+        rig.apply().unwrap();
+        let timed_out: Vec<u32> = rig.calls.timeouts().iter().map(|c| c.input).collect();
+        let expected: Vec<u32> = (0..100).filter(|&x| !completes(x)).collect();
+        assert_eq!(
+            timed_out, expected,
+            "each call not completed, once, in order"
+        );
+        let mut emitted: Vec<u32> = rig
+            .out
+            .iter()
+            .map(|e| match e {
+                Emitted::Record(r) => r.value,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        emitted.sort_unstable();
+        let mut want: Vec<u32> = (0..100)
+            .map(|x| if completes(x) { x } else { x + 1000 })
+            .collect();
+        want.sort_unstable();
+        assert_eq!(emitted, want);
+        assert!(rig.engine.is_drained());
+        assert_eq!(rig.services.timers.pending(), 0, "no call left to time out");
+    }
+
+    /// Calls that complete well within the timeout leave the timer alone: about one is set
+    /// per timeout period, none per call.
+    #[test]
+    fn completing_calls_register_and_cancel_no_timer_of_their_own() {
+        let config =
+            AsyncConfig::new(OutputMode::Ordered, 4).with_timeout(Duration::from_millis(50));
+        let mut rig = Rig::new(config);
+        for x in 0..1000 {
+            rig.record(x);
+            rig.calls.complete(&x, vec![x]);
+            rig.apply().unwrap();
+            rig.advance(1);
+        }
+        assert_eq!(rig.emitted().len(), 1000);
+        assert!(rig.calls.timeouts().is_empty());
+        // One timer per 50 ms of admissions (a firing finds no call due and sets the next).
+        let registered = rig.services.timers.registered();
+        assert!(registered <= 1000 / 50 + 1, "{registered} timers set");
+        // Idle while open, the timer stays; at the end of input it goes.
+        rig.end_input();
+        assert_eq!(
+            rig.services.timers.pending(),
+            0,
+            "no timer outlives the input"
+        );
+    }
+
+    /// The last completion after the end of input takes the timeout timer down.
+    #[test]
+    fn the_last_completion_after_the_end_of_input_cancels_the_timeout_timer() {
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u32| vec![x + 100]);
+        let config =
+            AsyncConfig::new(OutputMode::Ordered, 4).with_timeout(Duration::from_millis(50));
+        let mut rig = Rig::with(function, config, None);
+        rig.record(1);
+        rig.advance(10);
+        rig.record(2);
+        rig.end_input();
+        assert_eq!(rig.services.timers.pending(), 1);
+        rig.calls.complete(&1, vec![10]);
+        rig.apply().unwrap();
+        assert_eq!(rig.services.timers.pending(), 1, "record 2 still needs it");
+        rig.advance(41);
+        rig.apply().unwrap();
+        assert!(rig.calls.timeouts().is_empty(), "record 1 completed");
+        assert_eq!(rig.services.timers.pending(), 1, "set again for record 2");
+        rig.advance(10);
+        rig.apply().unwrap();
+        assert_eq!(rig.calls.timeouts().len(), 1);
+        assert_eq!(rig.emitted(), vec!["10@1", "102@2"]);
+        assert_eq!(rig.services.timers.pending(), 0);
+    }
+
+    /// Restored elements are admitted with fresh deadlines, counted from the restore.
+    #[test]
+    fn restored_calls_get_fresh_deadlines() {
+        let config =
+            || AsyncConfig::new(OutputMode::Ordered, 4).with_timeout(Duration::from_millis(50));
+        let mut first = Rig::new(config());
+        first.record(1);
+        first.record(2);
+        let snapshot = first.engine.snapshot().unwrap();
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u32| vec![x + 100]);
+        let mut rig = Rig::with(function, config(), Some(&snapshot));
+        rig.advance(50);
+        assert!(rig.calls.timeouts().is_empty());
+        rig.advance(1);
+        assert_eq!(rig.calls.timeouts().len(), 2);
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["101@1", "102@2"]);
     }
 
     #[test]
