@@ -219,6 +219,16 @@ impl<T> Owned<T> {
         }
         bits
     }
+
+    /// Moves the head behind the batch (the head's mails are newer than the batch's).
+    fn head_into_batch(&mut self) {
+        let Owned { batch, head } = self;
+        if batch.is_empty() {
+            std::mem::swap(head, batch);
+        } else {
+            batch.append(head);
+        }
+    }
 }
 
 /// A priority mailbox bound to one owner thread.
@@ -775,12 +785,7 @@ impl<T> TaskMailbox<T> {
     fn create_batch_from_head(&self) -> bool {
         let mut owned = self.owned.lock();
         let before = owned.bits();
-        let Owned { batch, head } = &mut *owned;
-        if batch.is_empty() {
-            std::mem::swap(head, batch);
-        } else {
-            batch.append(head);
-        }
+        owned.head_into_batch();
         self.update_bits(before, owned.bits());
         !owned.batch.is_empty()
     }
@@ -798,13 +803,8 @@ impl<T> TaskMailbox<T> {
         // As `create_batch_from_head`, taking the first mail under the same lock.
         let mut owned = self.owned.lock();
         let before = owned.bits();
-        let Owned { batch, head } = &mut *owned;
-        if batch.is_empty() {
-            std::mem::swap(head, batch);
-        } else {
-            batch.append(head);
-        }
-        let mail = batch.pop_front();
+        owned.head_into_batch();
+        let mail = owned.batch.pop_front();
         self.update_bits(before, owned.bits());
         Ok(mail)
     }

@@ -112,25 +112,8 @@ impl<S, E> Core<S, E> {
     where
         A: MailAction<S, E> + 'static,
     {
-        let boxed = Box::new(action);
-        let enqueued = crate::letter::stamp();
-        if self.mailbox.is_owner_thread() {
-            return self.enqueue_from_owner(priority, description, boxed, enqueued);
-        }
-        self.mailbox.run_exclusively(|mailbox| {
-            let state = mailbox.state();
-            if !state.is_accepting_mails() {
-                return Err(Rejected::new(*boxed, state));
-            }
-            let letter = Letter {
-                kind: LetterKind::Action(boxed),
-                description,
-                enqueued,
-            };
-            if mailbox.put(Mail::new(priority, letter)).is_err() {
-                unreachable!("the mailbox was open under the same lock");
-            }
-            Ok(())
+        self.put_letter(priority, description, Box::new(action), |boxed| {
+            LetterKind::Action(boxed)
         })
     }
 
@@ -145,52 +128,56 @@ impl<S, E> Core<S, E> {
     where
         A: UnlockedAction<E> + 'static,
     {
-        let boxed = Box::new(action);
+        self.put_letter(priority, description, Box::new(action), |boxed| {
+            LetterKind::Unlocked(boxed)
+        })
+    }
+
+    /// The one way a mail action reaches the mailbox: `boxed`, made a letter of `kind`, is put
+    /// at `priority` if the mailbox accepts mails, and handed back (unboxed) otherwise.
+    ///
+    /// Off the mailbox thread the state check and the put are made atomic by the queue's lock.
+    /// On the mailbox thread (a mail the task puts for itself: an async completion made inside
+    /// its operator's call) no lock is needed for that, because only this thread changes the
+    /// state, and the mailbox's owner `put` skips the queue's lock while nothing is queued.
+    fn put_letter<A>(
+        &self,
+        priority: Priority,
+        description: &'static str,
+        boxed: Box<A>,
+        kind: impl FnOnce(Box<A>) -> LetterKind<S, E>,
+    ) -> Result<(), Rejected<A>> {
         let enqueued = crate::letter::stamp();
+        let mail = |boxed| {
+            Mail::new(
+                priority,
+                Letter {
+                    kind: kind(boxed),
+                    description,
+                    enqueued,
+                },
+            )
+        };
+        if self.mailbox.is_owner_thread() {
+            let state = self.mailbox.state();
+            if !state.is_accepting_mails() {
+                return Err(Rejected::new(*boxed, state));
+            }
+            if self.mailbox.put(mail(boxed)).is_err() {
+                unreachable!("the mailbox was open, and only this thread changes its state");
+            }
+            return Ok(());
+        }
         self.mailbox.run_exclusively(|mailbox| {
             let state = mailbox.state();
             if !state.is_accepting_mails() {
                 return Err(Rejected::new(*boxed, state));
             }
-            let letter = Letter {
-                kind: LetterKind::Unlocked(boxed),
-                description,
-                enqueued,
-            };
-            if mailbox.put(Mail::new(priority, letter)).is_err() {
+            if mailbox.put(mail(boxed)).is_err() {
                 unreachable!("the mailbox was open under the same lock");
             }
             Ok(())
         })
-    }
-
-    /// [`enqueue`](Self::enqueue) on the mailbox thread (a mail the task puts for itself: an
-    /// async completion made inside its operator's call): no lock makes the state check and the
-    /// put atomic, because only this thread changes the state; the mailbox's owner `put` then
-    /// skips the queue's lock while nothing is queued.
-    fn enqueue_from_owner<A>(
-        &self,
-        priority: Priority,
-        description: &'static str,
-        boxed: Box<A>,
-        enqueued: Option<Instant>,
-    ) -> Result<(), Rejected<A>>
-    where
-        A: MailAction<S, E> + 'static,
-    {
-        let state = self.mailbox.state();
-        if !state.is_accepting_mails() {
-            return Err(Rejected::new(*boxed, state));
-        }
-        let letter = Letter {
-            kind: LetterKind::Action(boxed),
-            description,
-            enqueued,
-        };
-        if self.mailbox.put(Mail::new(priority, letter)).is_err() {
-            unreachable!("the mailbox was open, and only this thread changes its state");
-        }
-        Ok(())
     }
 
     /// Puts a control mail first if the mailbox is open (atomically); does nothing otherwise.
