@@ -279,10 +279,11 @@ pub enum AsyncOutcome<O> {
 }
 
 /// One completion travelling from whatever thread completed a [`ResultFuture`] to the async
-/// operator: which queue entry, which attempt, and the outcome.
+/// operator: which call (the operator's id for it), which attempt, and the outcome.
 #[derive(Debug)]
 pub struct Completion<O> {
-    /// The operator's id for the queue entry.
+    /// The operator's id for the call: an opaque key that the operator maps back to its queue
+    /// entry (the async engine's is a slot and a generation, not the entry's position).
     pub entry: u64,
     /// The attempt (1 for the first call, then one more per retry).
     pub attempt: u32,
@@ -336,7 +337,8 @@ struct FutureShared<O> {
 }
 
 impl<O> ResultFuture<O> {
-    /// A future for queue entry `entry`, attempt `attempt`, delivering to `sink`.
+    /// A future for the operator's call `entry` (its id for the call), attempt `attempt`,
+    /// delivering to `sink`.
     pub fn new(entry: u64, attempt: u32, sink: std::sync::Arc<dyn CompletionSink<O>>) -> Self {
         ResultFuture {
             shared: std::sync::Arc::new(FutureShared {
@@ -381,7 +383,7 @@ impl<O> ResultFuture<O> {
             .load(crate::sync::atomic::Ordering::Acquire)
     }
 
-    /// The queue entry it completes.
+    /// The operator's id for the call it completes (see [`Completion::entry`]).
     pub fn entry(&self) -> u64 {
         self.shared.entry
     }
