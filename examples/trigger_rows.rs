@@ -10,23 +10,18 @@
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
-use streamtask::bench::models::{Runner, TriggerRun, hot_triggers, new_histogram};
+use streamtask::bench::Pooled;
+use streamtask::bench::models::{Runner, TriggerRun, hot_triggers};
 use streamtask::bench::tokio_peer::select_loop;
 use streamtask_legacy::Fairness;
 
 const TRIGGERS: u64 = 2_000;
 const INTERVAL: Duration = Duration::from_millis(1);
 
-fn us(h: &Histogram<u64>, q: f64) -> f64 {
-    h.value_at_quantile(q) as f64 / 1e3
-}
-
+/// One runner's samples over the rounds (the bench's [`Pooled`]) and its call medians.
 struct Pool {
     label: &'static str,
-    latency: Histogram<u64>,
-    from_call: Histogram<u64>,
-    lateness: Histogram<u64>,
+    pooled: Pooled,
     calls: Vec<f64>,
 }
 
@@ -34,31 +29,28 @@ impl Pool {
     fn new(label: &'static str) -> Self {
         Pool {
             label,
-            latency: new_histogram(),
-            from_call: new_histogram(),
-            lateness: new_histogram(),
+            pooled: Pooled::default(),
             calls: Vec::new(),
         }
     }
     fn add(&mut self, run: &TriggerRun) {
-        self.latency.add(&run.latency).expect("same bounds");
-        self.from_call.add(&run.from_call).expect("same bounds");
-        self.lateness.add(&run.lateness).expect("same bounds");
+        self.pooled.add(run);
         self.calls.push(run.call_p50_us);
     }
     fn print(&self) {
         let mut calls = self.calls.clone();
         calls.sort_by(f64::total_cmp);
+        let s = self.pooled.summary();
         println!(
             "  {:<16} n {:>6} p50 {:>6.1} p99 {:>7.1} p99.9 {:>8.1} us | from call p50 {:>5.1} p99 {:>6.1} | late p99 {:>6.1} | call p50 median {:.3} us {:?}",
             self.label,
-            self.latency.len(),
-            us(&self.latency, 0.5),
-            us(&self.latency, 0.99),
-            us(&self.latency, 0.999),
-            us(&self.from_call, 0.5),
-            us(&self.from_call, 0.99),
-            us(&self.lateness, 0.99),
+            s.samples,
+            s.p50_us,
+            s.p99_us,
+            s.p999_us,
+            s.from_call_p50_us,
+            s.from_call_p99_us,
+            s.lateness_p99_us,
             calls[calls.len() / 2],
             calls
                 .iter()
@@ -67,10 +59,10 @@ impl Pool {
         );
     }
     fn p99(&self) -> f64 {
-        us(&self.latency, 0.99)
+        self.pooled.summary().p99_us
     }
     fn p99_call(&self) -> f64 {
-        us(&self.from_call, 0.99)
+        self.pooled.summary().from_call_p99_us
     }
 }
 

@@ -56,18 +56,24 @@ impl<T> CheckpointLockExecutor<T> {
     pub fn lock(&self) -> &Arc<CheckpointLock<T>> {
         &self.lock
     }
+
+    /// Runs `action` under `lock` as every mail runs: a pending mail asks the legacy source to
+    /// let go at its next section, so it waits for at most the section in flight, whatever the
+    /// lock's fairness; the lock's condition is notified after. What the executor does for a
+    /// mail, for work that takes the lock itself (the bridge's checkpoint-trigger mail).
+    pub(crate) fn run_on<R>(lock: &CheckpointLock<T>, action: impl FnOnce(&mut T) -> R) -> R {
+        let mut state = lock.request_handover().lock();
+        let result = action(&mut state);
+        // Changed under the lock, so the fast-path notify is enough (legacy's condition docs).
+        state.notify_all();
+        result
+    }
 }
 
 impl<T> ActionExecutor<T> for CheckpointLockExecutor<T> {
     #[inline]
     fn run<R>(&mut self, action: impl FnOnce(&mut T) -> R) -> R {
-        // A pending mail asks the legacy source to let go at its next section, so the mail
-        // waits for at most the section in flight, whatever the lock's fairness.
-        let mut state = self.lock.request_handover().lock();
-        let result = action(&mut state);
-        // Changed under the lock, so the fast-path notify is enough (legacy's condition docs).
-        state.notify_all();
-        result
+        Self::run_on(&self.lock, action)
     }
 }
 

@@ -381,7 +381,11 @@ fn a_trigger_runs_once_whoever_takes_it() {
         // ... which the mailbox thread runs.
         let mailbox = {
             let (lock, pending) = (Arc::clone(&lock), Arc::clone(&pending));
-            thread::spawn(move || pending.run_fallback(&lock, run).unwrap())
+            thread::spawn(move || {
+                pending
+                    .run_fallback(&lock, |cell| pending.run_all(cell, run))
+                    .unwrap()
+            })
         };
         mailbox.join().unwrap();
         source.join().unwrap();

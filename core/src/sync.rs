@@ -61,6 +61,17 @@ mod imp {
             Builder, JoinHandle, Thread, ThreadId, current, park, park_timeout, sleep, spawn,
             yield_now,
         };
+
+        /// Whether the calling thread is `owner`. The calling thread's id is cached per thread
+        /// (a thread-local read, not `current()`'s handle clone): owner checks run once per
+        /// mail or completion.
+        #[inline]
+        pub fn is_current(owner: &Thread) -> bool {
+            std::thread_local! {
+                static CURRENT: ThreadId = current().id();
+            }
+            CURRENT.with(|current| *current == owner.id())
+        }
     }
 
     /// Channels between threads (crossbeam's; a loom-modelled one under `cfg(loom)`).
@@ -210,6 +221,11 @@ mod imp {
     pub mod thread {
         pub use loom::thread::{JoinHandle, Thread, current, park, spawn, yield_now};
         pub use std::thread::ThreadId;
+
+        /// Whether the calling thread is `owner` (loom's thread ids, so asked directly).
+        pub fn is_current(owner: &Thread) -> bool {
+            current().id() == owner.id()
+        }
 
         /// Under loom a timed park is an untimed one.
         pub fn park_timeout(_timeout: std::time::Duration) {

@@ -333,7 +333,7 @@ impl<T> TaskMailbox<T> {
     /// Whether the calling thread owns the mailbox.
     #[inline]
     pub fn is_owner_thread(&self) -> bool {
-        is_current(&self.owner)
+        thread::is_current(&self.owner)
     }
 
     /// The owner thread.
@@ -975,22 +975,6 @@ impl<T> fmt::Debug for Exclusive<'_, T> {
             .field("queued", &self.queued())
             .finish()
     }
-}
-
-/// Whether the calling thread is `owner`. Cached per thread: this runs on every owner-only call.
-#[cfg(not(loom))]
-#[inline]
-fn is_current(owner: &thread::Thread) -> bool {
-    thread_local! {
-        static CURRENT: thread::ThreadId = thread::current().id();
-    }
-    CURRENT.with(|current| *current == owner.id())
-}
-
-/// Under loom the thread id is loom's, so compare with the current thread directly.
-#[cfg(loom)]
-fn is_current(owner: &thread::Thread) -> bool {
-    thread::current().id() == owner.id()
 }
 
 /// `NEW_MAIL` if `mails` (the queue, under its lock) is not empty: the bit as it is.

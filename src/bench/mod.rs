@@ -221,8 +221,10 @@ pub struct TriggerLatency {
     pub lateness_p99_us: f64,
 }
 
-/// One runner's pooled histograms.
-struct Pooled {
+/// One runner's trigger-latency histograms, every round's samples pooled (what
+/// [`TriggerLatency`] summarizes).
+#[derive(Debug)]
+pub struct Pooled {
     latency: Histogram<u64>,
     from_call: Histogram<u64>,
     lateness: Histogram<u64>,
@@ -239,7 +241,8 @@ impl Default for Pooled {
 }
 
 impl Pooled {
-    fn add(&mut self, run: &models::TriggerRun) {
+    /// Adds one run's samples.
+    pub fn add(&mut self, run: &models::TriggerRun) {
         for (pool, samples) in [
             (&mut self.latency, &run.latency),
             (&mut self.from_call, &run.from_call),
@@ -249,7 +252,8 @@ impl Pooled {
         }
     }
 
-    fn summary(&self) -> TriggerLatency {
+    /// The pooled figures.
+    pub fn summary(&self) -> TriggerLatency {
         let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
         TriggerLatency {
             samples: self.latency.len(),

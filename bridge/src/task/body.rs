@@ -17,7 +17,7 @@ use streamtask_core::operator::{OperatorEvent, TaskOutput};
 use streamtask_core::runtime::ChainBody;
 use streamtask_core::task::{TaskError, TaskFailure};
 use streamtask_core::{CheckpointBarrier, Operator, Timer};
-use streamtask_legacy::{CheckpointLock, SourceCell};
+use streamtask_legacy::SourceCell;
 use streamtask_mailbox::OperatorMails;
 
 use super::trigger::PendingTriggers;
@@ -94,23 +94,6 @@ where
 {
     pending.run_all(cell, |cell, trigger| {
         trigger_checkpoint(cell, trigger, holder)
-    })
-}
-
-/// The trigger's fallback mail, on the mailbox thread and without the mailbox's action executor
-/// (see the `trigger` module): if the source's errand left nothing to do, nothing; otherwise
-/// the lock as the executor takes it for a mail, and the triggers left.
-pub(crate) fn run_fallback<S, C, W>(
-    lock: &CheckpointLock<BridgeCell<S, C, W>>,
-    pending: &PendingTriggers,
-) -> Result<(), MailFailure>
-where
-    S: Serialize + DeserializeOwned + Default,
-    C: Operator,
-    W: TaskOutput<C::Out>,
-{
-    pending.run_fallback(lock, |cell, trigger| {
-        trigger_checkpoint(cell, trigger, Holder::Mail)
     })
 }
 

@@ -69,7 +69,11 @@ where
         // the queue first and asks for the lock only if the errand left a trigger.
         let pending = StdArc::clone(&self.pending);
         let lock = Arc::clone(&self.lock);
-        let mail = move || body::run_fallback(&lock, &pending);
+        let mail = move || {
+            pending.run_fallback(&lock, |cell| {
+                body::run_pending(cell, &pending, Holder::Mail)
+            })
+        };
         if self
             .handle
             .execute_unlocked(Priority::MIN, "checkpoint trigger", mail)

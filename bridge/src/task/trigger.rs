@@ -43,6 +43,7 @@ use streamtask_core::task::{CheckpointResponder, DeclineReason};
 use streamtask_legacy::CheckpointLock;
 
 use super::body::PendingTrigger;
+use crate::executor::CheckpointLockExecutor;
 
 /// The triggers made and not yet taken (see the module docs), and the responder through which
 /// those that never run decline.
@@ -93,23 +94,19 @@ impl PendingTriggers {
     }
 
     /// The fallback mail's part, not holding the lock: if a holder of the lock took every
-    /// trigger already (the source's errand, most of the time), nothing; otherwise takes `lock`
-    /// as a mail takes it (a bounded hand-over), runs what is left with `run` (see
-    /// [`run_all`](Self::run_all)), and notifies the lock's condition.
+    /// trigger already (the source's errand, most of the time), nothing; otherwise `run_left`
+    /// (which runs what is left, see [`run_all`](Self::run_all)) under `lock`, taken as the
+    /// action executor takes it for every mail (a bounded hand-over).
     pub fn run_fallback<T, E>(
         &self,
         lock: &CheckpointLock<T>,
-        run: impl FnMut(&mut T, PendingTrigger) -> Result<(), E>,
+        run_left: impl FnOnce(&mut T) -> Result<(), E>,
     ) -> Result<(), E> {
         if self.is_empty() {
             // Taken by a holder of the lock: run, or running.
             return Ok(());
         }
-        let mut cell = lock.request_handover().lock();
-        let result = self.run_all(&mut *cell, run);
-        // Changed under the lock, so the fast-path notify is enough (as the executor's).
-        cell.notify_all();
-        result
+        CheckpointLockExecutor::run_on(lock, run_left)
     }
 
     /// The task is ending and no holder will come: every trigger waiting declines (outside the

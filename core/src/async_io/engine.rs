@@ -642,10 +642,10 @@ where
 /// now) finds no call under its key and is ignored, as one for an absent key was in a map.
 /// Generations have 31 bits, so a key shifted left by one (a timer tag) loses nothing.
 struct Calls<I, O> {
+    /// Every slot holds a call or is in `free`.
     slots: Vec<Slot<I, O>>,
     /// Free slots, the last freed on top (its lines are the warmest).
     free: Vec<u32>,
-    len: usize,
 }
 
 struct Slot<I, O> {
@@ -660,7 +660,6 @@ impl<I, O> Calls<I, O> {
         Calls {
             slots: Vec::new(),
             free: Vec::new(),
-            len: 0,
         }
     }
 
@@ -682,7 +681,6 @@ impl<I, O> Calls<I, O> {
 
     /// Stores `call` under [`next_key`](Self::next_key).
     fn insert(&mut self, call: Call<I, O>) -> &mut Call<I, O> {
-        self.len += 1;
         let slot = match self.free.pop() {
             Some(slot) => &mut self.slots[slot as usize],
             None => {
@@ -712,14 +710,13 @@ impl<I, O> Calls<I, O> {
         let index = self.slot_of(key)?;
         let slot = &mut self.slots[index];
         slot.generation = slot.generation.wrapping_add(1) & GENERATION_MASK;
-        self.len -= 1;
         self.free
             .push(u32::try_from(index).expect("slot indices fit in 32 bits"));
         slot.call.take()
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.slots.len() - self.free.len()
     }
 
     /// The calls with their keys, in slot order.
@@ -910,7 +907,6 @@ mod tests {
             self.engine.emit_ready(&mut ctx)
         }
 
-        /// Moves processing time and fires the due timers.
         /// Moves the clock on and fires the timers due. A bounded number of firings: an engine
         /// that keeps setting its timer for a time already passed fails the test here instead
         /// of hanging it.

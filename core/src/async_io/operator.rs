@@ -379,7 +379,7 @@ struct CompletionRoute<O> {
     catching: AtomicBool,
     pending: Mutex<Vec<Completion<O>>>,
     /// The thread that opened the operator (see **The task thread's own**).
-    owner: OwnerThread,
+    owner: thread::Thread,
 }
 
 /// Where a completion goes when it is not caught.
@@ -403,7 +403,7 @@ impl<O> CompletionRoute<O> {
             forward,
             catching: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
-            owner: owner_thread(),
+            owner: thread::current(),
         }
     }
 
@@ -433,7 +433,7 @@ impl<O: Send + 'static> CompletionSink<O> for CompletionRoute<O> {
     fn deliver(&self, completion: Completion<O>) {
         if let Forward::Events(events) = &self.forward {
             // Relaxed and unlocked: on the owner thread, the flag is this thread's own write.
-            if is_current(&self.owner) && !self.catching.load(Ordering::Relaxed) {
+            if thread::is_current(&self.owner) && !self.catching.load(Ordering::Relaxed) {
                 if events.send(OwnCompletion(completion)).is_err() {
                     log::debug!(
                         "a completion for operator {} arrived after its task ended; dropped",
@@ -468,37 +468,4 @@ impl<O: Send + 'static> CompletionSink<O> for CompletionRoute<O> {
             }
         }
     }
-}
-
-/// What [`CompletionRoute`] keeps of the thread that opened the operator.
-#[cfg(not(loom))]
-type OwnerThread = thread::ThreadId;
-#[cfg(loom)]
-type OwnerThread = thread::Thread;
-
-#[cfg(not(loom))]
-fn owner_thread() -> OwnerThread {
-    thread::current().id()
-}
-
-#[cfg(loom)]
-fn owner_thread() -> OwnerThread {
-    thread::current()
-}
-
-/// Whether the calling thread is `owner`; the current thread's id is cached per thread (this
-/// runs once per completion).
-#[cfg(not(loom))]
-#[inline]
-fn is_current(owner: &OwnerThread) -> bool {
-    std::thread_local! {
-        static CURRENT: thread::ThreadId = thread::current().id();
-    }
-    CURRENT.with(|current| current == owner)
-}
-
-/// Under loom the thread id is loom's, so ask the current thread directly.
-#[cfg(loom)]
-fn is_current(owner: &OwnerThread) -> bool {
-    thread::current().id() == owner.id()
 }

@@ -153,10 +153,10 @@ struct Segment<I, O> {
     // In flight, by id: slot `i` holds id `first + i`. A segment's records were admitted one
     // after another (a watermark starts a new segment), so their ids are consecutive and a
     // completion finds its record by a subtraction. A completed record leaves `None` behind
-    // until every slot before it is gone too.
+    // until every slot before it is gone too, so the front is always in flight and the deque is
+    // empty exactly when no record of the segment is.
     incomplete: VecDeque<Option<Entry<I, O>>>,
     first: u64,
-    in_flight: usize,
     // Completed, in completion order.
     completed: VecDeque<Entry<I, O>>,
 }
@@ -166,13 +166,12 @@ impl<I, O> Segment<I, O> {
         Segment {
             incomplete: VecDeque::new(),
             first: 0,
-            in_flight: 0,
             completed: VecDeque::new(),
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.in_flight == 0 && self.completed.is_empty()
+        self.incomplete.is_empty() && self.completed.is_empty()
     }
 
     fn push_in_flight(&mut self, entry: Entry<I, O>) {
@@ -185,7 +184,6 @@ impl<I, O> Segment<I, O> {
             "a segment's records have consecutive ids"
         );
         self.incomplete.push_back(Some(entry));
-        self.in_flight += 1;
     }
 
     /// The slot of in-flight record `id`, if it is one.
@@ -202,7 +200,6 @@ impl<I, O> Segment<I, O> {
     fn take_in_flight(&mut self, id: u64) -> Option<Entry<I, O>> {
         let index = self.slot(id)?;
         let entry = self.incomplete[index].take();
-        self.in_flight -= 1;
         while self.incomplete.front().is_some_and(Option::is_none) {
             self.incomplete.pop_front();
             self.first += 1;
