@@ -713,3 +713,45 @@ mod completion_route {
         });
     }
 }
+
+/// The batched blocking function's protocol (`async_io::BatchQueue`): the call that makes the
+/// list non-empty submits a drain job, a drain job takes the whole list. Two callers race the
+/// drain jobs (a caller that must submit one runs it on a thread of its own, as a pool worker
+/// would): every item is drained exactly once, and none is left behind once every submitted
+/// job ran (a push that found the list non-empty joined a batch some job had yet to take).
+mod batch_queue {
+    use streamtask_core::async_io::BatchQueue;
+    use streamtask_core::sync::{Arc, Mutex, thread};
+
+    #[test]
+    fn every_queued_item_is_drained_once() {
+        loom::model(|| {
+            let queue = Arc::new(BatchQueue::new());
+            let drained = Arc::new(Mutex::new(Vec::new()));
+            let callers: Vec<_> = [1u32, 2]
+                .into_iter()
+                .map(|item| {
+                    let queue = Arc::clone(&queue);
+                    let drained = Arc::clone(&drained);
+                    thread::spawn(move || {
+                        if queue.push(item) {
+                            let job = thread::spawn(move || {
+                                let batch = queue.take_all();
+                                drained.lock().extend(batch);
+                            });
+                            job.join().unwrap();
+                        }
+                    })
+                })
+                .collect();
+            callers.into_iter().for_each(|c| c.join().unwrap());
+            assert!(
+                queue.is_empty(),
+                "an item was queued with no drain job to take it"
+            );
+            let mut drained = drained.lock().clone();
+            drained.sort_unstable();
+            assert_eq!(drained, vec![1, 2]);
+        });
+    }
+}

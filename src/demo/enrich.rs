@@ -8,28 +8,21 @@
 //!   up together, in one pool job and one query (`WHERE id IN (...)`) per batch. Every event
 //!   still reads its customer from the database; nothing is cached between batches.
 //!
-//! # The batch protocol
-//!
-//! Calls queue their event and result in a list shared with the pool. The call that makes the
-//! list non-empty submits one drain job; a drain job takes the whole list under its lock and
-//! answers every call in it. So while the list is not empty a drain job is queued or running
-//! that has not taken it yet, and every queued call is answered: a call that finds the list
-//! non-empty joins the batch the pending job will take. Drain jobs of different batches run on
-//! different workers at once, each with its own connection.
-//!
-//! Under load the batches grow by themselves (calls queue while the workers are busy), and a
-//! batch costs one job, one worker wake-up, one query and one completion mail instead of one of
-//! each per event: in the demo job's profile (issue 16) the per-event pool overhead (a boxed
-//! job, a channel hand-over that woke a worker, the connection cache's lock twice) was about
-//! as much CPU as the query itself.
+//! The batching is core's [`BatchedBlockingAsyncFunction`] (the calls waiting for a worker go
+//! to one pool job as one batch); this module only says how a batch is looked up. Under load
+//! the batches grow by themselves, and a batch costs one job, one worker wake-up, one query and
+//! one completion burst instead of one of each per event: in the demo job's profile (issue 16)
+//! the per-event pool overhead (a boxed job, a channel hand-over that woke a worker, the
+//! connection cache's lock twice) was about as much CPU as the query itself.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use streamtask_core::async_io::{BlockingAsyncFunction, BlockingPool};
-use streamtask_core::function::{AsyncError, AsyncFunction, ResultFuture};
-use streamtask_core::sync::Mutex;
+use streamtask_core::async_io::{
+    BatchedBlockingAsyncFunction, BlockingAsyncFunction, BlockingPool,
+};
+use streamtask_core::function::AsyncError;
 
 use super::data::{Customer, TotalEvent};
 use super::fault::{FaultKind, FaultPlan};
@@ -190,175 +183,48 @@ fn tier_of(tier: &str) -> Result<&'static str, AsyncError> {
     }
 }
 
-/// The enrichment with the waiting events of each worker looked up in one query (see the
-/// module doc's batch protocol); what the demo job runs.
-///
-/// Made by [`batched_enrichment`]. Each event's answer is what [`enrichment`]'s would be: its
-/// line, or a failure for an unknown customer or a database error (a batch's database error
-/// fails every event of the batch; the job's retry policy sees each).
-pub struct BatchedEnrichment {
-    pool: Arc<BlockingPool>,
-    shared: Arc<BatchShared>,
-}
-
-/// What the calls and the drain jobs share.
-struct BatchShared {
-    db: PathBuf,
-    faults: Arc<FaultPlan>,
-    /// Calls waiting for a drain job.
-    queue: BatchQueue<(TotalEvent, ResultFuture<String>)>,
-    /// Connections not in use by a drain job.
-    connections: Mutex<Vec<Connection>>,
-}
-
-/// The list of the module doc's batch protocol: items waiting for a drain job, and who
-/// submits one.
-///
-/// # Examples
-///
-/// ```
-/// use streamtask::demo::enrich::BatchQueue;
-///
-/// let queue = BatchQueue::new();
-/// assert!(queue.push(1)); // the list was empty: submit a drain job
-/// assert!(!queue.push(2)); // the pending job takes this one too
-/// assert_eq!(queue.take_all(), vec![1, 2]); // the job's batch
-/// assert!(queue.push(3)); // empty again: the next job
-/// ```
-#[derive(Debug, Default)]
-pub struct BatchQueue<T> {
-    items: Mutex<Vec<T>>,
-}
-
-impl<T> BatchQueue<T> {
-    /// An empty list.
-    pub fn new() -> Self {
-        BatchQueue {
-            items: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Queues `item`; `true` if the list was empty, and so the caller must submit a drain job
-    /// (every other item finds one pending that has not taken the list yet).
-    pub fn push(&self, item: T) -> bool {
-        let mut items = self.items.lock();
-        items.push(item);
-        items.len() == 1
-    }
-
-    /// Takes every queued item, oldest first: a drain job's batch.
-    pub fn take_all(&self) -> Vec<T> {
-        std::mem::take(&mut *self.items.lock())
-    }
-
-    /// Items waiting.
-    pub fn len(&self) -> usize {
-        self.items.lock().len()
-    }
-
-    /// Whether none waits.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// The enrichment as an async function that batches the lookups waiting for `pool`'s workers;
-/// each batch reads its customers through a read-only connection to the database at `db`.
+/// The enrichment as an async function that batches the lookups waiting for `pool`'s workers
+/// ([`BatchedBlockingAsyncFunction`]): each batch reads its distinct customers in one query
+/// ([`lookup_many`]) through a read-only connection to the database at `db`. Each event's
+/// answer is what [`enrichment`]'s would be: its line, or a failure for an unknown customer or
+/// a database error (a batch's database error fails every event of the batch; the job's retry
+/// policy sees each), and an injected fault fails its own event only, as it would fail one
+/// pool job.
 pub fn batched_enrichment(
     pool: Arc<BlockingPool>,
     db: &Path,
     faults: Arc<FaultPlan>,
-) -> BatchedEnrichment {
-    BatchedEnrichment {
+) -> BatchedBlockingAsyncFunction<Connection, TotalEvent, String> {
+    let db = db.to_path_buf();
+    BatchedBlockingAsyncFunction::new(
         pool,
-        shared: Arc::new(BatchShared {
-            db: db.to_path_buf(),
-            faults,
-            queue: BatchQueue::new(),
-            connections: Mutex::new(Vec::new()),
-        }),
-    }
-}
-
-impl AsyncFunction for BatchedEnrichment {
-    type In = TotalEvent;
-    type Out = String;
-
-    fn invoke(&mut self, input: &TotalEvent, result: ResultFuture<String>) {
-        // Only the call that made the list non-empty submits a job (the module doc's protocol).
-        if self.shared.queue.push((input.clone(), result)) {
-            let shared = Arc::clone(&self.shared);
-            if let Err(e) = self.pool.execute(move || shared.drain()) {
-                // The pool is shut down: answer what waits, as the pool would have.
-                for (_, result) in self.shared.queue.take_all() {
-                    result.complete_exceptionally(AsyncError::failed(e));
-                }
-            }
-        }
-    }
-}
-
-impl BatchShared {
-    /// A drain job: answers every call queued now.
-    fn drain(&self) {
-        let batch = self.queue.take_all();
-        if batch.is_empty() {
-            return;
-        }
-        let checked_out = self.connections.lock().pop();
-        let mut conn = match checked_out.map_or_else(|| open_reader(&self.db), Ok) {
-            Ok(conn) => conn,
-            Err(e) => {
-                for (_, result) in batch {
-                    result.complete_exceptionally(e.clone());
-                }
-                return;
-            }
-        };
-        let mut ids: Vec<u32> = batch.iter().map(|(event, _)| event.customer()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut found = Vec::with_capacity(ids.len());
-        let looked_up = lookup_many(&mut conn, &ids, &mut found);
-        found.sort_unstable_by_key(|c| c.id);
-        for (event, result) in batch {
-            // An injected fault hits one call, as it would hit one pool job: that call fails,
-            // the rest of the batch is answered.
-            if let Err(panic) =
-                streamtask_core::catch_panic(|| self.faults.check(FaultKind::AsyncCompletion))
-            {
-                result.complete_exceptionally(AsyncError::failed(format!(
-                    "blocking call panicked: {panic}"
-                )));
-                continue;
-            }
-            let id = event.customer();
-            let answer = match &looked_up {
-                Err(e) => Err(e.clone()),
-                Ok(()) => match found.binary_search_by_key(&id, |c| c.id) {
-                    Ok(i) => Ok(vec![event.to_line(&found[i])]),
-                    Err(_) => Err(AsyncError::failed(format!(
-                        "customer {id} is not in the database"
-                    ))),
-                },
-            };
-            match answer {
-                Ok(lines) => result.complete(lines),
-                Err(e) => result.complete_exceptionally(e),
-            };
-        }
-        self.connections.lock().push(conn);
-    }
-}
-
-impl std::fmt::Debug for BatchedEnrichment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchedEnrichment")
-            .field("pool", &self.pool)
-            .field("db", &self.shared.db)
-            .field("queued", &self.shared.queue.len())
-            .finish()
-    }
+        move || open_reader(&db),
+        move |conn: &mut Connection, events: &[TotalEvent]| {
+            let mut ids: Vec<u32> = events.iter().map(TotalEvent::customer).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut found = Vec::with_capacity(ids.len());
+            let looked_up = lookup_many(conn, &ids, &mut found);
+            found.sort_unstable_by_key(|c| c.id);
+            events
+                .iter()
+                .map(|event| {
+                    streamtask_core::catch_panic(|| faults.check(FaultKind::AsyncCompletion))
+                        .map_err(|panic| {
+                            AsyncError::failed(format!("blocking call panicked: {panic}"))
+                        })?;
+                    looked_up.clone()?;
+                    let id = event.customer();
+                    match found.binary_search_by_key(&id, |c| c.id) {
+                        Ok(i) => Ok(vec![event.to_line(&found[i])]),
+                        Err(_) => Err(AsyncError::failed(format!(
+                            "customer {id} is not in the database"
+                        ))),
+                    }
+                })
+                .collect()
+        },
+    )
 }
 
 #[cfg(test)]
@@ -367,7 +233,7 @@ mod tests {
 
     #[test]
     fn batched_lookups_answer_every_call_as_single_lookups_would() {
-        use streamtask_core::function::AsyncOutcome;
+        use streamtask_core::function::{AsyncFunction, AsyncOutcome, ResultFuture};
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("customers.db");
         create_customer_db(&db, 100).unwrap();
@@ -405,7 +271,7 @@ mod tests {
                 ),
             }
         }
-        assert!(f.shared.queue.is_empty());
+        assert_eq!(f.queued(), 0);
         pool.shutdown();
     }
 

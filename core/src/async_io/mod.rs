@@ -23,7 +23,9 @@ pub use self::engine::AsyncWaitEngine;
 #[cfg(not(loom))]
 pub use self::future_fn::{FutureAsyncFunction, FutureCallError};
 pub use self::operator::AsyncWaitOperator;
-pub use self::pool::{BlockingAsyncFunction, BlockingPool, PoolError};
+pub use self::pool::{
+    BatchQueue, BatchedBlockingAsyncFunction, BlockingAsyncFunction, BlockingPool, PoolError,
+};
 pub use self::queue::{ElementQueue, OutputMode, QueueFull, QueueOutput, QueuedInput};
 pub use self::retry::{Backoff, RetryConfigError, RetryPolicy};
 #[cfg(not(loom))]
