@@ -4,18 +4,22 @@
 //! completed as `how` says (`routed`: inline completions off, the model's route; `inline`;
 //! `remote`). Prints ns/record of each run and the median. With `littles` instead of a route, the
 //! bench's Little's-law row instead (capacity 100, calls completed 1 ms after they were made):
-//! the fraction of Little's bound each run reached, and the median.
+//! the fraction of Little's bound each run reached, and the median. With `map`, the bench's
+//! baseline row: the same job with a map instead of the async operator (the mode is ignored).
 //!
 //! ```sh
 //! cargo run --release --example async_routed -- legacy ordered routed 1000000 5
 //! cargo run --release --example async_routed -- legacy unordered littles 50000 5
+//! cargo run --release --example async_routed -- mailbox ordered map 1000000 5
 //! perf stat -e task-clock,context-switches target/release/examples/async_routed legacy unordered
 //! ```
 
 use std::time::Duration;
 
 use streamtask::Model;
-use streamtask::bench::async_io::{ZeroLatency, littles_law, median, zero_latency};
+use streamtask::bench::async_io::{
+    Chain, Immediate, ZeroLatency, littles_law, median, run, zero_latency,
+};
 use streamtask_core::async_io::OutputMode;
 
 fn main() {
@@ -46,15 +50,19 @@ fn main() {
         return;
     }
     let how = match arg(2, "routed").as_str() {
-        "routed" => ZeroLatency::Routed,
-        "inline" => ZeroLatency::Inline,
-        "remote" => ZeroLatency::Remote,
-        other => panic!("how: routed, inline or remote, not {other}"),
+        "routed" => Some(ZeroLatency::Routed),
+        "inline" => Some(ZeroLatency::Inline),
+        "remote" => Some(ZeroLatency::Remote),
+        "map" => None,
+        other => panic!("how: routed, inline, remote, littles or map, not {other}"),
     };
     let ns = |d: Duration| d.as_nanos() as f64 / records as f64;
     let times: Vec<Duration> = (0..runs)
         .map(|_| {
-            let t = zero_latency(model, mode, 100, how, records);
+            let t = match how {
+                Some(how) => zero_latency(model, mode, 100, how, records),
+                None => run(model, Chain::Map, Immediate, records),
+            };
             println!("  {:.0} ns/record", ns(t));
             t
         })
@@ -62,7 +70,7 @@ fn main() {
     println!(
         "{model} {} {}: median {:.0} ns/record",
         arg(1, "ordered"),
-        how.key(),
+        how.map_or("map", ZeroLatency::key),
         ns(median(times))
     );
 }

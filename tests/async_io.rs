@@ -218,6 +218,22 @@ fn start_function<F>(
 where
     F: AsyncFunction<In = u64, Out = u64>,
 {
+    start_function_inline(model, config, function, restore, true)
+}
+
+/// [`start_function`], with the operator's inline completions on or off (on by default: a
+/// completion made inside the call is applied when it returns; off, it takes the model's
+/// route, a completion mail or the legacy emitter's inbox).
+fn start_function_inline<F>(
+    model: Model,
+    config: AsyncConfig<u64>,
+    function: F,
+    restore: Option<TaskSnapshot>,
+    inline: bool,
+) -> AsyncTask
+where
+    F: AsyncFunction<In = u64, Out = u64>,
+{
     let clock = ManualClock::new(0);
     let (reports_tx, reports) = crossbeam::channel::unbounded();
     let task_config = TaskConfig::new("async")
@@ -229,7 +245,9 @@ where
     let output = Collected::default();
     let handle = match model {
         Model::Legacy => {
-            let head = streamtask_legacy::AsyncHead::new("async", function, config).unwrap();
+            let head = streamtask_legacy::AsyncHead::new("async", function, config)
+                .unwrap()
+                .with_inline_completions(inline);
             Handle::Legacy(
                 streamtask_legacy::AsyncWaitStreamTask::new(
                     task_config,
@@ -241,7 +259,9 @@ where
             )
         }
         Model::Mailbox => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, config).unwrap();
+            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, config)
+                .unwrap()
+                .with_inline_completions(inline);
             Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
                 task_config,
                 gate,
@@ -403,6 +423,54 @@ fn smoke() {
         t.complete(2, vec![200]);
         t.end();
         assert_eq!(finished(model, t.join()), vec![rec(100, 10), rec(200, 20)]);
+    }
+}
+
+/// Answers every call inside it, on the task thread: ten times its input.
+struct AnswerAtOnce;
+
+impl AsyncFunction for AnswerAtOnce {
+    type In = u64;
+    type Out = u64;
+    fn invoke(&mut self, input: &u64, result: streamtask_core::function::ResultFuture<u64>) {
+        result.complete(vec![input * 10]);
+    }
+}
+
+/// With inline completions off, a completion made inside the call takes the model's route (a
+/// mail; the legacy emitter's inbox, which the task thread applies itself before it waits, its
+/// own completions waking no emitter). Every result still goes out, in input order: while the
+/// queue is full, once the task waits for input (the five results are awaited before anything
+/// else is sent: a completion left behind would hang here), and around a barrier, which finds
+/// nothing in flight after them and comes out between the results before and after it.
+#[test]
+fn completions_made_inside_the_call_go_out_by_the_models_route_without_inline_completions() {
+    for model in MODELS {
+        for config in [ordered, unordered] {
+            let t = start_function_inline(model, config(2), AnswerAtOnce, None, false);
+            for x in 1..=5 {
+                t.plain(x);
+            }
+            let first: Vec<_> = (1..=5).map(|x| plain(x * 10)).collect();
+            assert_eq!(t.output.wait_len(5), first, "{model:?}");
+            let snapshot = t.snapshot(1);
+            let restored =
+                start_function_inline(model, config(2), AnswerAtOnce, Some(snapshot), false);
+            restored.end();
+            assert_eq!(
+                finished(model, restored.join()),
+                vec![],
+                "{model:?}: nothing in flight"
+            );
+            for x in 6..=8 {
+                t.plain(x);
+            }
+            t.end();
+            let mut expected = first;
+            expected.push(Emitted::Barrier(CheckpointBarrier::new(1, 0)));
+            expected.extend((6..=8).map(|x| plain(x * 10)));
+            assert_eq!(finished(model, t.join()), expected, "{model:?}");
+        }
     }
 }
 

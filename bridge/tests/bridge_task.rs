@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use common::{
     Count, Probe, ProbeLog, SharedOutput, logged, report, responder, values, values_before_barrier,
+    wait_until,
 };
 use streamtask_bridge::{HandoffReader, LegacySourceStreamTask, ReaderSource, TaskHandle};
 use streamtask_core::operator::{Context, Emitted, Map};
@@ -199,6 +200,32 @@ fn timers_and_events_of_the_chain_run_as_mails_on_the_task_thread() {
     // After a cancel the chain is closed, never finished.
     assert!(logged(&log, "finish").is_empty());
     assert_eq!(logged(&log, "close").len(), 1);
+}
+
+#[test]
+fn records_a_mail_emits_while_the_source_waits_are_counted_at_once() {
+    // The source waits outside the lock after its three records and publishes nothing; the
+    // event's mail emits a fourth and publishes the counts (the source's records with it).
+    let log: ProbeLog = Arc::default();
+    let probe = Probe::new(&log);
+    let sender = Arc::clone(&probe.sender);
+    let config = TaskConfig::new("counted");
+    let metrics = Arc::clone(&config.metrics);
+    let output = SharedOutput::new();
+    let task =
+        LegacySourceStreamTask::new(config, FirstThenWait { first: 3 }, probe, output.clone())
+            .spawn()
+            .unwrap();
+    output.wait_for(|e| values(e).len() == 3);
+    let event_sender = sender.lock().unwrap().clone().expect("opened");
+    event_sender.send(42u64).unwrap();
+    wait_until(|| metrics.records_out.get() == 4);
+    assert_eq!(metrics.records_in.get(), 3);
+    task.cancel();
+    assert!(matches!(
+        task.join(),
+        streamtask_core::TaskOutcome::Cancelled
+    ));
 }
 
 #[test]

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::OperatorError;
 use crate::operator::{EndOfInputContext, KeyedContext};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 
 /// Which clock a timer follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -326,13 +327,17 @@ pub trait CompletionSink<O>: Send + Sync {
 /// assert_eq!((got[0].entry, &got[0].outcome), (7, &AsyncOutcome::Results(vec![42])));
 /// ```
 pub struct ResultFuture<O> {
-    shared: std::sync::Arc<FutureShared<O>>,
+    // The sync facade's `Arc`, so the loom model of `renew` sees the handles' count.
+    shared: crate::sync::Arc<FutureShared<O>>,
 }
 
+/// What a future's handles share. `entry` and `attempt` are atomics only so that
+/// [`ResultFuture::renew`] can rewrite them through the shared pointer once its handle is the
+/// only one left (no `Weak` of it is ever made); nobody else reads them then, so `Relaxed`.
 struct FutureShared<O> {
-    done: crate::sync::atomic::AtomicBool,
-    entry: u64,
-    attempt: u32,
+    done: AtomicBool,
+    entry: AtomicU64,
+    attempt: AtomicU32,
     sink: std::sync::Arc<dyn CompletionSink<O>>,
 }
 
@@ -341,10 +346,10 @@ impl<O> ResultFuture<O> {
     /// delivering to `sink`.
     pub fn new(entry: u64, attempt: u32, sink: std::sync::Arc<dyn CompletionSink<O>>) -> Self {
         ResultFuture {
-            shared: std::sync::Arc::new(FutureShared {
-                done: crate::sync::atomic::AtomicBool::new(false),
-                entry,
-                attempt,
+            shared: crate::sync::Arc::new(FutureShared {
+                done: AtomicBool::new(false),
+                entry: AtomicU64::new(entry),
+                attempt: AtomicU32::new(attempt),
                 sink,
             }),
         }
@@ -354,16 +359,23 @@ impl<O> ResultFuture<O> {
     /// (the async engine keeps the futures of calls that ended, so a call costs no allocation);
     /// only if no clone of it is left anywhere, so no holder ever sees one change. Returns
     /// whether it did.
+    ///
+    /// One load and a fence rather than `Arc::get_mut`'s compare-and-swap (a call's largest
+    /// single cost in the async engine after the function's own): no `Weak` of the shared part
+    /// is ever made, so a strong count of one means every other handle was dropped, and none
+    /// can appear but by cloning this one (borrowed mutably here). The `Acquire` fence pairs
+    /// with the `Release` decrement of the last other handle's drop: what that holder did
+    /// (its completion's reads of the fields) happens before the writes below.
     pub(crate) fn renew(&mut self, entry: u64, attempt: u32) -> bool {
-        match std::sync::Arc::get_mut(&mut self.shared) {
-            Some(shared) => {
-                shared.done = crate::sync::atomic::AtomicBool::new(false);
-                shared.entry = entry;
-                shared.attempt = attempt;
-                true
-            }
-            None => false,
+        if crate::sync::Arc::strong_count(&self.shared) != 1 {
+            return false;
         }
+        fence(Ordering::Acquire);
+        let shared = &*self.shared;
+        shared.done.store(false, Ordering::Relaxed);
+        shared.entry.store(entry, Ordering::Relaxed);
+        shared.attempt.store(attempt, Ordering::Relaxed);
+        true
     }
 
     /// Completes with `results` (an empty `Vec` emits nothing). Returns whether this call won.
@@ -378,19 +390,18 @@ impl<O> ResultFuture<O> {
 
     /// Whether some call already completed it.
     pub fn is_done(&self) -> bool {
-        self.shared
-            .done
-            .load(crate::sync::atomic::Ordering::Acquire)
+        self.shared.done.load(Ordering::Acquire)
     }
 
     /// The operator's id for the call it completes (see [`Completion::entry`]).
     pub fn entry(&self) -> u64 {
-        self.shared.entry
+        // Relaxed: written only by `renew`, before this handle existed (see `FutureShared`).
+        self.shared.entry.load(Ordering::Relaxed)
     }
 
     /// The attempt it belongs to.
     pub fn attempt(&self) -> u32 {
-        self.shared.attempt
+        self.shared.attempt.load(Ordering::Relaxed)
     }
 
     fn finish(&self, outcome: AsyncOutcome<O>) -> bool {
@@ -398,17 +409,12 @@ impl<O> ResultFuture<O> {
         let won = self
             .shared
             .done
-            .compare_exchange(
-                false,
-                true,
-                crate::sync::atomic::Ordering::AcqRel,
-                crate::sync::atomic::Ordering::Acquire,
-            )
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if won {
             self.shared.sink.deliver(Completion {
-                entry: self.shared.entry,
-                attempt: self.shared.attempt,
+                entry: self.entry(),
+                attempt: self.attempt(),
                 outcome,
             });
         }
@@ -419,7 +425,7 @@ impl<O> ResultFuture<O> {
 impl<O> Clone for ResultFuture<O> {
     fn clone(&self) -> Self {
         ResultFuture {
-            shared: std::sync::Arc::clone(&self.shared),
+            shared: crate::sync::Arc::clone(&self.shared),
         }
     }
 }
@@ -427,8 +433,8 @@ impl<O> Clone for ResultFuture<O> {
 impl<O> std::fmt::Debug for ResultFuture<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResultFuture")
-            .field("entry", &self.shared.entry)
-            .field("attempt", &self.shared.attempt)
+            .field("entry", &self.entry())
+            .field("attempt", &self.attempt())
             .field("done", &self.is_done())
             .finish()
     }

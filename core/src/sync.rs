@@ -46,6 +46,7 @@ pub use self::imp::*;
 mod imp {
     pub use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
     pub use std::sync::Arc;
+    pub use std::sync::OnceLock;
     pub use std::sync::Weak;
 
     /// Atomic types and orderings.
@@ -208,6 +209,8 @@ mod imp {
     use std::time::Duration;
 
     pub use loom::sync::Arc;
+    /// std's (loom has none): for a value set once that no modelled protocol races on.
+    pub use std::sync::OnceLock;
     pub use std::sync::Weak;
 
     /// Atomic types and orderings (loom's).

@@ -58,6 +58,36 @@ mod support {
             self.signal.notify_one();
         }
     }
+
+    /// Delivers every event the operator's completions sent (what the task's mails would),
+    /// in the order they were sent.
+    pub(crate) fn deliver_events<F>(
+        op: &mut streamtask_core::async_io::AsyncWaitOperator<F>,
+        services: &streamtask_core::testing::HarnessServices,
+        ctx: &mut streamtask_core::operator::Context<'_, u32>,
+    ) where
+        F: streamtask_core::function::AsyncFunction<In = u32, Out = u32>,
+    {
+        use streamtask_core::operator::Operator;
+        while let Some((_, event)) = services.events.pop() {
+            op.on_event(event, ctx).unwrap();
+        }
+    }
+
+    /// The values of the records in `out`, sorted.
+    pub(crate) fn sorted_record_values(
+        out: &[streamtask_core::operator::Emitted<u32>],
+    ) -> Vec<u32> {
+        let mut values: Vec<u32> = out
+            .iter()
+            .filter_map(|e| match e {
+                streamtask_core::operator::Emitted::Record(r) => Some(r.value),
+                _ => None,
+            })
+            .collect();
+        values.sort_unstable();
+        values
+    }
 }
 
 /// The bounded channel's availability notices and blocking calls (`channel::bounded`).
@@ -645,6 +675,8 @@ mod completion_route {
     use streamtask_core::sync::Mutex;
     use streamtask_core::testing::HarnessServices;
 
+    use crate::support::{deliver_events, sorted_record_values};
+
     /// Record 1's call is left to the test (its future parked in a slot); every other record
     /// answers at once, inside `invoke`.
     struct FirstLater(Arc<Mutex<Option<ResultFuture<u32>>>>);
@@ -697,19 +729,84 @@ mod completion_route {
             op.process_element(StreamRecord::new(2), &mut ctx).unwrap();
             completer.join().unwrap();
             // Whatever was not caught sent an event; deliver every one.
-            while let Some((_, event)) = services.events.pop() {
-                op.on_event(event, &mut ctx).unwrap();
-            }
+            deliver_events(&mut op, &services, &mut ctx);
             drop(ctx);
-            let mut values: Vec<u32> = out
-                .iter()
-                .filter_map(|e| match e {
-                    Emitted::Record(r) => Some(r.value),
-                    _ => None,
-                })
-                .collect();
-            values.sort_unstable();
-            assert_eq!(values, vec![10, 20], "each result exactly once");
+            assert_eq!(
+                sorted_record_values(&out),
+                vec![10, 20],
+                "each result exactly once"
+            );
+        });
+    }
+}
+
+/// The renewal of a final call's future for a new call (`ResultFuture::renew`, through the
+/// engine's spares): only once no other handle of it is left. A function's thread that still
+/// holds a clone and completes it late (a second completion, after the call was final) must
+/// find it done, never the renewed future of a later call, whose result that would become.
+mod future_renewal {
+    use std::sync::Arc;
+
+    use loom::thread;
+    use streamtask_core::StreamRecord;
+    use streamtask_core::async_io::{AsyncConfig, AsyncWaitOperator, OutputMode};
+    use streamtask_core::function::{AsyncFunction, ResultFuture};
+    use streamtask_core::operator::{Context, Emitted, Operator};
+    use streamtask_core::sync::Mutex;
+    use streamtask_core::testing::HarnessServices;
+
+    use crate::support::{deliver_events, sorted_record_values};
+
+    /// Leaves every call to the test: the futures wait in a list, in call order.
+    struct Later(Arc<Mutex<Vec<ResultFuture<u32>>>>);
+
+    impl AsyncFunction for Later {
+        type In = u32;
+        type Out = u32;
+        fn invoke(&mut self, _input: &u32, result: ResultFuture<u32>) {
+            self.0.lock().push(result);
+        }
+    }
+
+    #[test]
+    fn a_late_completion_through_a_clone_never_completes_a_later_call() {
+        loom::model(|| {
+            let calls = Arc::new(Mutex::new(Vec::new()));
+            let services = HarnessServices::new("renewal");
+            let mut out: Vec<Emitted<u32>> = Vec::new();
+            let mut op = AsyncWaitOperator::new(
+                "async",
+                Later(Arc::clone(&calls)),
+                AsyncConfig::new(OutputMode::Unordered, 2),
+            )
+            .unwrap();
+            let mut ctx = Context::new(&mut out, &services.services, 0);
+            op.open(&mut ctx).unwrap();
+            op.process_element(StreamRecord::new(1), &mut ctx).unwrap();
+            let first = calls.lock().pop().expect("record 1's call");
+            let clone = first.clone();
+            assert!(first.complete(vec![10]));
+            drop(first);
+            // The clone's holder completes again, late, and lets go of it, while the task makes
+            // record 1's call final and starts record 2's.
+            let late = thread::spawn(move || {
+                assert!(
+                    !clone.complete(vec![99]),
+                    "record 1's call completed already"
+                );
+            });
+            deliver_events(&mut op, &services, &mut ctx);
+            op.process_element(StreamRecord::new(2), &mut ctx).unwrap();
+            late.join().unwrap();
+            let second = calls.lock().pop().expect("record 2's call");
+            assert!(
+                second.complete(vec![20]),
+                "nobody else completed record 2's call"
+            );
+            drop(second);
+            deliver_events(&mut op, &services, &mut ctx);
+            drop(ctx);
+            assert_eq!(sorted_record_values(&out), vec![10, 20]);
         });
     }
 }

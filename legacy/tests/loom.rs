@@ -172,19 +172,24 @@ mod async_wait {
 
     /// Completes every call at once, on the calling thread (the task thread, under the lock),
     /// with its input: the completion reaches the emitter through its inbox. With `parked`, it
-    /// parks each call's future there instead, for another thread to complete.
+    /// parks the future of each call for an input from `park_from` on there instead, for
+    /// another thread to complete.
     #[derive(Default)]
     struct Echo {
-        parked: Option<Arc<Mutex<Vec<(u32, ResultFuture<u32>)>>>>,
+        parked: Option<Parked>,
+        park_from: u32,
     }
+
+    /// The calls an [`Echo`] left to the test, in call order.
+    type Parked = Arc<Mutex<Vec<(u32, ResultFuture<u32>)>>>;
 
     impl AsyncFunction for Echo {
         type In = u32;
         type Out = u32;
         fn invoke(&mut self, input: &u32, result: ResultFuture<u32>) {
             match &self.parked {
-                Some(parked) => parked.lock().push((*input, result)),
-                None => {
+                Some(parked) if *input >= self.park_from => parked.lock().push((*input, result)),
+                _ => {
                     result.complete(vec![*input]);
                 }
             }
@@ -203,6 +208,25 @@ mod async_wait {
     /// An open, running task whose head admits `capacity` elements, and the emitter's inbox.
     fn running_task(capacity: usize) -> (Task, EmitterInbox<u32>) {
         running_task_with(capacity, Echo::default())
+    }
+
+    /// [`running_task`] whose calls for inputs from `park_from` on are left to the test: their
+    /// futures wait in the list returned, in call order.
+    fn running_task_parking(
+        capacity: usize,
+        park_from: u32,
+    ) -> (
+        Task,
+        EmitterInbox<u32>,
+        Arc<Mutex<Vec<(u32, ResultFuture<u32>)>>>,
+    ) {
+        let parked = Arc::new(Mutex::new(Vec::new()));
+        let function = Echo {
+            parked: Some(Arc::clone(&parked)),
+            park_from,
+        };
+        let (task, inbox) = running_task_with(capacity, function);
+        (task, inbox, parked)
     }
 
     /// [`running_task`] running `function`.
@@ -245,12 +269,26 @@ mod async_wait {
     }
 
     impl Task {
-        /// The task thread's step for one record: take the lock, wait (releasing it) until
-        /// the head has room, put the record through the chain.
-        fn process(&self, value: u32) {
+        /// The task thread's step for one record, as `Parts::lock_with_room` runs it: take the
+        /// lock; if the head has no room, apply the completions waiting for the emitter (the
+        /// task thread's own among them) and, if it still has none, wait (releasing the lock)
+        /// until it has; put the record through the chain.
+        fn process(&self, emitter: &EmitterThread<u32>, value: u32) {
             let mut body = self.lock.lock();
-            body.wait_until(|b| b.accepts_input());
+            if !body.accepts_input()
+                && !(emitter.work_before_wait(&mut body) && body.accepts_input())
+            {
+                body.wait_until(|b| b.accepts_input());
+            }
             body.process(StreamRecord::new(value)).unwrap();
+        }
+
+        /// The records the task emitted so far.
+        fn records_out(body: &Body) -> usize {
+            body.output()
+                .iter()
+                .filter(|e| matches!(e, Emitted::Record(_)))
+                .count()
         }
 
         /// The values the task emitted, split at its one barrier (everything, if none).
@@ -292,29 +330,32 @@ mod async_wait {
     }
 
     /// The task thread's end of input, as `Parts::finish` runs it: under the lock, end the
-    /// chain's input step by step, waiting on the lock's condition (releasing it) while the
-    /// head drains.
-    fn finish(task: &Task) {
+    /// chain's input step by step; while the head drains, apply the completions waiting for
+    /// the emitter, or, if there were none, wait on the lock's condition (releasing it).
+    fn finish(task: &Task, emitter: &EmitterThread<u32>) {
         let mut body = task.lock.lock();
         body.begin_end_of_input();
         while matches!(body.end_input_step().unwrap(), Drain::Waiting) {
-            body.wait_until(|b| b.accepts_input());
+            if !emitter.work_before_wait(&mut body) {
+                body.wait_until(|b| b.accepts_input());
+            }
         }
     }
 
-    /// Record 2 finds the head's one slot taken and is held; record 1's completion frees the
-    /// slot on the emitter thread, which admits 2 (whose completion the emitter's own thread
-    /// sends itself), and the task thread waits on the lock's condition until both were
-    /// emitted (a lost wakeup is a deadlock loom reports). The stop sent once the run is over
-    /// reaches an emitter waiting for mail and ends it; nothing was left unemitted.
+    /// Record 1's completion, made on the task thread, waits in the inbox without waking the
+    /// emitter; record 2 finds the head's one slot taken, so the task thread applies it itself
+    /// before it would wait for room (if it did not, a deadlock loom reports), which frees the
+    /// slot; 2 is admitted and answered on the task thread, and end of input applies that
+    /// answer the same way. The emitter, never woken, takes no part; the stop sent once the
+    /// run is over reaches it waiting and ends it; nothing was left unemitted.
     #[test]
-    fn a_completion_freeing_the_full_queue_wakes_the_draining_task_and_the_stop_ends_the_emitter() {
+    fn the_task_threads_own_completions_are_applied_by_it_when_the_queue_is_full() {
         loom::model(|| {
             let (task, inbox) = running_task(1);
             let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
-            task.process(1);
-            task.process(2); // held for room
-            finish(&task); // waits until the emitter emitted both
+            task.process(&emitter, 1);
+            task.process(&emitter, 2); // held for room
+            finish(&task, &emitter); // applies record 2's answer itself
             drop(emitter); // stop, join
             assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));
         });
@@ -328,26 +369,41 @@ mod async_wait {
     #[test]
     fn completions_from_other_threads_each_reach_a_waiting_emitter() {
         loom::model(|| {
-            let parked = Arc::new(Mutex::new(Vec::new()));
-            let (task, inbox) = running_task_with(
-                2,
-                Echo {
-                    parked: Some(Arc::clone(&parked)),
-                },
-            );
+            let (task, inbox, parked) = running_task_parking(2, 0);
             let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
-            task.process(1);
-            task.process(2);
+            task.process(&emitter, 1);
+            task.process(&emitter, 2);
             let completers: Vec<_> = std::mem::take(&mut *parked.lock())
                 .into_iter()
                 .map(|(input, future)| {
                     loom::thread::spawn(move || assert!(future.complete(vec![input])))
                 })
                 .collect();
-            finish(&task); // waits until the emitter emitted both
+            finish(&task, &emitter); // waits until the emitter emitted both
             for completer in completers {
                 completer.join().unwrap();
             }
+            drop(emitter); // stop, join
+            assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));
+        });
+    }
+
+    /// The task thread's own completion (record 1) waits in the inbox for the task thread to
+    /// wait; another thread's completion (record 2) pushed behind it must still wake the
+    /// emitter, which then applies both, while the task thread waits on the lock's condition
+    /// for the two results without doing the work itself. An other thread's push that left
+    /// the emitter asleep because the list was not empty is a deadlock loom reports.
+    #[test]
+    fn an_other_threads_completion_behind_the_task_threads_own_wakes_the_emitter() {
+        loom::model(|| {
+            let (task, inbox, parked) = running_task_parking(2, 2);
+            let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
+            task.process(&emitter, 1); // answered on the task thread: deferred
+            task.process(&emitter, 2); // parked
+            let (input, future) = parked.lock().pop().expect("record 2's call");
+            let completer = loom::thread::spawn(move || assert!(future.complete(vec![input])));
+            task.lock.lock().wait_until(|b| Task::records_out(b) == 2);
+            completer.join().unwrap();
             drop(emitter); // stop, join
             assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));
         });
@@ -363,8 +419,8 @@ mod async_wait {
             let (task, inbox) = running_task(2);
             let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
             let calls = AsyncCallsThread::start(&task.parts, &task.lock);
-            task.process(1);
-            task.process(2);
+            task.process(&emitter, 1);
+            task.process(&emitter, 2);
             let barrier = CheckpointBarrier::new(1, 0);
             calls.trigger(barrier);
             drop(calls); // stop (behind the trigger), join

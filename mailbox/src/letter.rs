@@ -14,6 +14,8 @@ use std::cell::Cell;
 use std::fmt;
 use std::time::Instant;
 
+use streamtask_core::operator::OperatorEvent;
+
 /// One mail in this many (of those a thread puts: the first, then every this-many-th) carries
 /// its enqueue time, and only those are recorded in the mailbox-latency metric, as Flink
 /// samples its own: so a mail costs no clock read on the common path. The metric's count is
@@ -97,11 +99,47 @@ pub(crate) enum Control<E> {
     Fail(Box<E>),
 }
 
+/// How an event mail delivers its event to the state: the state's
+/// [`OperatorMails::on_event`](crate::OperatorMails::on_event), which the processor cannot
+/// name itself (its state type has no such bound).
+pub(crate) type EventRun<S, E> = fn(&mut S, usize, OperatorEvent) -> Result<(), E>;
+
 pub(crate) enum LetterKind<S, E> {
     Action(Box<dyn MailAction<S, E>>),
+    /// An event for the operator the mail's priority names (`Priority::operator_index`),
+    /// delivered by the processor's [`EventRun`]. The event's own box travels in the letter:
+    /// an event costs one allocation, not two (its box, and an action's around it), and the
+    /// letter is no larger than one with an action.
+    Event(OperatorEvent),
     /// Run without the action executor (see [`UnlockedAction`]).
     Unlocked(Box<dyn UnlockedAction<E>>),
     Control(Control<E>),
+}
+
+/// What a mail runs on the task state, through the processor's
+/// [`ActionExecutor`](crate::ActionExecutor): a boxed action, or an event with how to deliver it.
+pub(crate) enum StateAction<S, E> {
+    Boxed(Box<dyn MailAction<S, E>>),
+    Event {
+        run: EventRun<S, E>,
+        operator: usize,
+        event: OperatorEvent,
+    },
+}
+
+impl<S, E> StateAction<S, E> {
+    /// Runs it on `state`.
+    #[inline]
+    pub(crate) fn run(self, state: &mut S) -> Result<(), E> {
+        match self {
+            StateAction::Boxed(action) => action.run(state),
+            StateAction::Event {
+                run,
+                operator,
+                event,
+            } => run(state, operator, event),
+        }
+    }
 }
 
 /// What the [`MailboxProcessor`](crate::MailboxProcessor)'s mails carry: an action on the task

@@ -40,6 +40,18 @@ impl Priority {
     pub fn get(self) -> i32 {
         self.0
     }
+
+    /// The chain index [`operator`](Self::operator) made this priority of, where that is
+    /// exact: `None` for [`MIN`](Self::MIN), [`MAX`](Self::MAX) and the largest value, which
+    /// every index from `i32::MAX - 1` on is capped to.
+    #[inline]
+    pub(crate) fn operator_index(self) -> Option<usize> {
+        if (0..i32::MAX - 1).contains(&self.0) {
+            usize::try_from(self.0).ok()
+        } else {
+            None
+        }
+    }
 }
 
 /// One mail: what it carries and its [`Priority`].
@@ -89,5 +101,23 @@ impl<T> fmt::Debug for Mail<T> {
         f.debug_struct("Mail")
             .field("priority", &self.priority)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event letter names its operator by its mail's priority: exact, or not at all.
+    #[test]
+    fn an_operator_priority_names_its_index_where_it_is_exact() {
+        for index in [0, 1, 7, 1 << 20] {
+            assert_eq!(Priority::operator(index).operator_index(), Some(index));
+        }
+        assert_eq!(Priority::MIN.operator_index(), None);
+        assert_eq!(Priority::MAX.operator_index(), None);
+        let capped = usize::try_from(i32::MAX - 1).unwrap();
+        assert_eq!(Priority::operator(capped).operator_index(), None);
+        assert_eq!(Priority::operator(usize::MAX).operator_index(), None);
     }
 }

@@ -8,13 +8,16 @@ use std::task::Waker;
 use std::time::Instant;
 
 use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::sync::Arc;
+use streamtask_core::operator::OperatorEvent;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use streamtask_core::sync::{Arc, OnceLock};
 use streamtask_core::trace::Tracer;
 
 use crate::action::{ActionExecutor, Immediate};
 use crate::executor::{MailboxExecutor, Rejected};
-use crate::letter::{Control, FnUnlocked, Letter, LetterKind, MailAction, UnlockedAction};
+use crate::letter::{
+    Control, EventRun, FnUnlocked, Letter, LetterKind, MailAction, StateAction, UnlockedAction,
+};
 use crate::mail::{Mail, Priority};
 use crate::mailbox::{MailHint, MailboxState, TakeError, TaskMailbox, WrongThread};
 
@@ -29,6 +32,9 @@ pub(crate) struct Core<S, E> {
     loop_suspended: AtomicBool,
     /// The current suspension's token; 0 when the default action is available.
     suspension: AtomicU64,
+    /// How event letters reach the state (its `OperatorMails::on_event`, which this type
+    /// cannot name): set by the first event put, the same for every one.
+    event_run: OnceLock<EventRun<S, E>>,
     metrics: Option<std::sync::Arc<TaskMetrics>>,
     tracer: Tracer,
 }
@@ -44,6 +50,7 @@ impl<S, E> Core<S, E> {
             loop_running: AtomicBool::new(true),
             loop_suspended: AtomicBool::new(false),
             suspension: AtomicU64::new(0),
+            event_run: OnceLock::new(),
             metrics,
             tracer,
         }
@@ -64,8 +71,9 @@ impl<S, E> Core<S, E> {
     pub(crate) fn run_mail(
         &self,
         mail: Mail<Letter<S, E>>,
-        run_action: impl FnOnce(Box<dyn MailAction<S, E>>) -> Result<(), E>,
+        run_action: impl FnOnce(StateAction<S, E>) -> Result<(), E>,
     ) -> Result<(), E> {
+        let priority = mail.priority();
         let letter = mail.into_body();
         let is_signal = matches!(letter.kind, LetterKind::Control(Control::Signal));
         if let (Some(metrics), false) = (&self.metrics, is_signal) {
@@ -77,7 +85,19 @@ impl<S, E> Core<S, E> {
         }
         let _span = self.tracer.span("mail", || letter.description.to_string());
         match letter.kind {
-            LetterKind::Action(action) => run_action(action),
+            LetterKind::Action(action) => run_action(StateAction::Boxed(action)),
+            LetterKind::Event(event) => {
+                let (Some(operator), Some(&run)) =
+                    (priority.operator_index(), self.event_run.get())
+                else {
+                    unreachable!("event letters are put with their runner, at an exact priority");
+                };
+                run_action(StateAction::Event {
+                    run,
+                    operator,
+                    event,
+                })
+            }
             LetterKind::Unlocked(action) => action.run(),
             LetterKind::Control(control) => self.apply(control),
         }
@@ -112,9 +132,24 @@ impl<S, E> Core<S, E> {
     where
         A: MailAction<S, E> + 'static,
     {
-        self.put_letter(priority, description, Box::new(action), |boxed| {
+        self.put_boxed(priority, description, action, |boxed| {
             LetterKind::Action(boxed)
         })
+    }
+
+    /// Puts `event` for the operator whose priority is `priority` (one that names its index
+    /// exactly, see [`Priority::operator_index`]), delivered by `run`, if the mailbox is open,
+    /// atomically; hands it back otherwise.
+    pub(crate) fn enqueue_event(
+        &self,
+        priority: Priority,
+        event: OperatorEvent,
+        run: EventRun<S, E>,
+    ) -> Result<(), Rejected<OperatorEvent>> {
+        debug_assert!(priority.operator_index().is_some());
+        // Acquire once set: one load per event.
+        self.event_run.get_or_init(|| run);
+        self.put_letter(priority, "operator event", event, LetterKind::Event)
     }
 
     /// Puts an action that runs without the executor at `priority` if the mailbox is open,
@@ -128,31 +163,44 @@ impl<S, E> Core<S, E> {
     where
         A: UnlockedAction<E> + 'static,
     {
-        self.put_letter(priority, description, Box::new(action), |boxed| {
+        self.put_boxed(priority, description, action, |boxed| {
             LetterKind::Unlocked(boxed)
         })
     }
 
-    /// The one way a mail action reaches the mailbox: `boxed`, made a letter of `kind`, is put
-    /// at `priority` if the mailbox accepts mails, and handed back (unboxed) otherwise.
+    /// [`put_letter`](Self::put_letter) of `action` boxed (outside the lock), `kind` making the
+    /// box a letter; a refused action is unboxed again.
+    fn put_boxed<A>(
+        &self,
+        priority: Priority,
+        description: &'static str,
+        action: A,
+        kind: impl FnOnce(Box<A>) -> LetterKind<S, E>,
+    ) -> Result<(), Rejected<A>> {
+        self.put_letter(priority, description, Box::new(action), kind)
+            .map_err(|rejected| rejected.map(|boxed| *boxed))
+    }
+
+    /// The one way a mail action reaches the mailbox: `payload`, made a letter of `kind`, is put
+    /// at `priority` if the mailbox accepts mails, and handed back otherwise.
     ///
     /// Off the mailbox thread the state check and the put are made atomic by the queue's lock.
     /// On the mailbox thread (a mail the task puts for itself: an async completion made inside
     /// its operator's call) no lock is needed for that, because only this thread changes the
     /// state, and the mailbox's owner `put` skips the queue's lock while nothing is queued.
-    fn put_letter<A>(
+    fn put_letter<P>(
         &self,
         priority: Priority,
         description: &'static str,
-        boxed: Box<A>,
-        kind: impl FnOnce(Box<A>) -> LetterKind<S, E>,
-    ) -> Result<(), Rejected<A>> {
+        payload: P,
+        kind: impl FnOnce(P) -> LetterKind<S, E>,
+    ) -> Result<(), Rejected<P>> {
         let enqueued = crate::letter::stamp();
-        let mail = |boxed| {
+        let mail = |payload| {
             Mail::new(
                 priority,
                 Letter {
-                    kind: kind(boxed),
+                    kind: kind(payload),
                     description,
                     enqueued,
                 },
@@ -161,9 +209,9 @@ impl<S, E> Core<S, E> {
         if self.mailbox.is_owner_thread() {
             let state = self.mailbox.state();
             if !state.is_accepting_mails() {
-                return Err(Rejected::new(*boxed, state));
+                return Err(Rejected::new(payload, state));
             }
-            if self.mailbox.put(mail(boxed)).is_err() {
+            if self.mailbox.put(mail(payload)).is_err() {
                 unreachable!("the mailbox was open, and only this thread changes its state");
             }
             return Ok(());
@@ -171,9 +219,9 @@ impl<S, E> Core<S, E> {
         self.mailbox.run_exclusively(|mailbox| {
             let state = mailbox.state();
             if !state.is_accepting_mails() {
-                return Err(Rejected::new(*boxed, state));
+                return Err(Rejected::new(payload, state));
             }
-            if mailbox.put(mail(boxed)).is_err() {
+            if mailbox.put(mail(payload)).is_err() {
                 unreachable!("the mailbox was open under the same lock");
             }
             Ok(())

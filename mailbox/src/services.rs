@@ -16,6 +16,7 @@ use streamtask_core::{
     Clock, Period, Rearm, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
 };
 
+use crate::executor::Rejected;
 use crate::letter::MailAction;
 use crate::mail::Priority;
 use crate::processor::{Core, ProcessorHandle};
@@ -340,12 +341,18 @@ impl<S, E> MailboxEvents<S, E> {
 
 impl<S: OperatorMails<E> + 'static, E: Send + 'static> EventSink for MailboxEvents<S, E> {
     fn send_event(&self, operator: usize, event: OperatorEvent) -> Result<(), OperatorEvent> {
+        let priority = Priority::operator(operator);
+        if priority.operator_index() == Some(operator) {
+            // The event's box goes in the letter as it is (an async completion per record
+            // made this the task thread's most frequent mail).
+            return self
+                .core
+                .enqueue_event(priority, event, S::on_event)
+                .map_err(Rejected::into_inner);
+        }
+        // An index no priority names exactly: an action boxed around the event carries it.
         self.core
-            .enqueue(
-                Priority::operator(operator),
-                "operator event",
-                EventMail { operator, event },
-            )
+            .enqueue(priority, "operator event", EventMail { operator, event })
             .map_err(|rejected| rejected.into_inner().event)
     }
 }

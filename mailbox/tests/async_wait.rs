@@ -214,3 +214,42 @@ fn completions_made_during_the_call_are_applied_inline_without_a_mail() {
         assert!(mails >= 1, "{mode:?}: the completions came back as mails");
     }
 }
+
+#[test]
+fn completions_arriving_while_the_task_waits_for_input_are_published() {
+    // A completion mail publishes what it emitted at once only while the default action is
+    // suspended (between input steps the steps' own publication takes it along): here the
+    // task waits for input, so the counts must move with each completion, before the end.
+    use streamtask_core::StreamElement;
+    use streamtask_core::channel::{InputGate, bounded};
+    use streamtask_mailbox::OneInputTask;
+
+    let function = ManualAsyncFunction::new();
+    let calls = function.calls();
+    let (tx, rx) = bounded(8).unwrap();
+    let config = TaskConfig::new("published");
+    let metrics = std::sync::Arc::clone(&config.metrics);
+    let output = SharedOutput::new();
+    let task = OneInputTask::spawn(
+        config,
+        InputGate::new(vec![rx]).unwrap(),
+        async_op(4, function),
+        output.clone(),
+    );
+    for x in 0..3 {
+        tx.send(StreamElement::Record(StreamRecord::new(x)))
+            .unwrap();
+    }
+    calls.wait_for_invocations(3);
+    for x in 0..3 {
+        assert!(calls.complete(&x, vec![x * 10]));
+        common::wait_for("the completion's record counted out", || {
+            metrics.records_out.get() == x + 1
+        });
+    }
+    assert_eq!(metrics.records_in.get(), 3);
+    tx.send(StreamElement::EndOfInput).unwrap();
+    assert!(task.join().is_finished());
+    assert_eq!(output.values(), vec![0, 10, 20]);
+    assert_eq!(metrics.records_out.get(), 3);
+}

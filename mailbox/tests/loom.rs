@@ -535,7 +535,8 @@ mod trigger_slot {
 
     /// A trigger racing the task's end: the owner runs it (answers the bell before quiescing),
     /// declines it (left in the slot after quiescing), or the triggering thread takes it back
-    /// (it saw the mailbox quiesced); exactly one of the three.
+    /// (it saw the mailbox quiesced); exactly one of the three. Fails without the triggering
+    /// thread's fence (its publication is a release store, not a read-modify-write).
     #[test]
     fn a_trigger_racing_the_end_is_run_or_declined_once() {
         loom::model(|| {
@@ -556,8 +557,9 @@ mod trigger_slot {
     }
 
     /// Two triggering threads: one gets the slot, the other (refused) counts its mail in the
-    /// same word; while that mail is counted no trigger takes the slot (none overtakes it), and
-    /// once it is done and the slot taken, the slot is free again.
+    /// claim's word; while that mail is counted no trigger takes the slot (none overtakes it),
+    /// and once it is done and the slot taken, the slot is free again. Fails if the slot is
+    /// published with a relaxed store, or its claim is freed before the trigger is taken.
     #[test]
     fn a_refused_trigger_goes_as_a_mail_and_holds_the_slot_off_until_done() {
         loom::model(|| {

@@ -6,7 +6,10 @@
 //! locked sections); the mailbox thread through the mails below, each run under the lock by the
 //! [`CheckpointLockExecutor`](crate::CheckpointLockExecutor). The steps (checkpoint order,
 //! notices, timers, end of input, close) are the kit's and legacy's source cell's; the phases
-//! (what a finished or closed chain still gets) are the kit's body phases.
+//! (what a finished or closed chain still gets) are the kit's body phases. Every mail that may
+//! emit publishes the record counts after it (the kit's
+//! [`publish_after_mail`](ChainBody::publish_after_mail), with the source taken as possibly
+//! idle), so records a timer or an async completion emitted while the source waits are seen.
 
 use std::fmt;
 use std::time::Instant;
@@ -130,7 +133,22 @@ where
 {
     let body = cell.output_mut();
     body.notify_checkpoint(id, completed)
-        .map_err(|e| failure(body, e))
+        .map_err(|e| failure(body, e))?;
+    after_mail(body);
+    Ok(())
+}
+
+/// After a mail that may have emitted (a notice, a timer, an event): publishes the records
+/// counted so far. The mailbox thread cannot tell whether the source thread will publish them
+/// (it may be waiting outside the lock for as long as it likes), so every such mail publishes,
+/// as the kit's rule has it for a default action that may be suspended
+/// ([`ChainBody::publish_after_mail`]).
+fn after_mail<C, W>(body: &mut ChainBody<C, W>)
+where
+    C: Operator,
+    W: TaskOutput<C::Out>,
+{
+    body.publish_after_mail(true);
 }
 
 /// Timers and events of the chain, as mails under the lock. Context timers (automatic
@@ -143,12 +161,16 @@ where
 {
     fn on_timer(&mut self, timer: Timer) -> Result<(), MailFailure> {
         self.dispatch_timer(timer)
-            .map_err(|e| failure(self.output(), e))
+            .map_err(|e| failure(self.output(), e))?;
+        after_mail(self.output_mut());
+        Ok(())
     }
 
     fn on_event(&mut self, operator: usize, event: OperatorEvent) -> Result<(), MailFailure> {
         let body = self.output_mut();
         body.dispatch_event(operator, event)
-            .map_err(|e| failure(body, e))
+            .map_err(|e| failure(body, e))?;
+        after_mail(body);
+        Ok(())
     }
 }

@@ -4,7 +4,9 @@
 //! Records are counted in plain fields (the body is only touched by its owner: the thread
 //! holding the checkpoint lock, or the mailbox thread) and published to [`TaskMetrics`] every
 //! [`PUBLISH_EVERY`] records, at every checkpoint and at the end: no atomic read-modify-write
-//! per record. A hot loop that emits many records in a row (a mailbox reader's polls between
+//! per record. Records a mail emits (a timer, an async completion) are counted the same way,
+//! and published after the mail when a count is due or the model's default action is
+//! suspended ([`ChainBody::publish_after_mail`]). A hot loop that emits many records in a row (a mailbox reader's polls between
 //! two mailbox checks) goes through a [`Burst`], which counts in locals and adds to the body's
 //! counts when it ends, so the counters stay in registers instead of being loaded and stored
 //! around every call into the chain.
@@ -182,6 +184,20 @@ impl<C, W> ChainBody<C, W> {
     fn add_in(&mut self, records: u64) {
         self.env.records_in += records;
         if self.env.records_in >= PUBLISH_EVERY {
+            self.publish_metrics();
+        }
+    }
+
+    /// After something that ran outside a run of input steps (a mail: a timer, an event, an
+    /// async completion): publishes the locally counted records if a count reached
+    /// [`PUBLISH_EVERY`], or all of them when `idle` says no input step will run to publish them
+    /// (the model's default action is suspended, or may be). A mail that emits while input
+    /// steps run leaves its records to the steps' next publication, as the steps' own records
+    /// are left: the counts lag by fewer than [`PUBLISH_EVERY`] records, and never past the
+    /// next suspension, checkpoint or end.
+    #[inline]
+    pub fn publish_after_mail(&mut self, idle: bool) {
+        if idle || self.env.records_in >= PUBLISH_EVERY || self.output.records >= PUBLISH_EVERY {
             self.publish_metrics();
         }
     }

@@ -131,13 +131,19 @@ impl TaskHandle {
         if self.mode != TriggerMode::Source {
             return Err(TriggerError::NotASource);
         }
+        // The request time first: the clock read is ordered (the vDSO's `lfence`), so read
+        // after the lifecycle it would wait for that load, and the control's loads for it. Read
+        // first, it waits for nothing, and the lifecycle's line and the control's lines (the
+        // vtable, the model's state, its hot line) are fetched together, not one after the
+        // other: the coordinator's thread slept since its last trigger, so each may be a miss.
+        let requested = Instant::now();
         // A trigger that arrives while the chain opens waits for it (behind the lock, or as a
         // mail); the body checks again when it runs.
         if matches!(
             self.lifecycle.state(),
             TaskState::Initializing | TaskState::Running
         ) {
-            self.control.trigger_checkpoint(barrier, Instant::now());
+            self.control.trigger_checkpoint(barrier, requested);
         } else {
             self.responder
                 .decline(barrier.id, DeclineReason::NotRunning);

@@ -23,6 +23,7 @@ use streamtask_core::sync::channel::{Sender, unbounded};
 use streamtask_core::sync::{Arc, thread};
 
 use super::async_wait::emitter::{self, Emitter, Inbox};
+use super::runtime::BeforeWait;
 use super::runtime::{AsyncCall, spawn_async_calls};
 use crate::lock::CheckpointLock;
 
@@ -49,7 +50,7 @@ impl<O> fmt::Debug for EmitterInbox<O> {
 /// joins the thread, as the end of the task's run does.
 #[derive(Debug)]
 pub struct EmitterThread<O> {
-    _emitter: Emitter<O>,
+    emitter: Emitter<O>,
 }
 
 impl<O: Send + 'static> EmitterThread<O> {
@@ -67,8 +68,24 @@ impl<O: Send + 'static> EmitterThread<O> {
         W: TaskOutput<C::Out> + 'static,
     {
         EmitterThread {
-            _emitter: Emitter::start(task, lock, inbox.0),
+            emitter: Emitter::start(task, lock, inbox.0),
         }
+    }
+
+    /// What the task thread (the thread that started the emitter) does under the lock before
+    /// it waits (for room, for a drain), as the task's runtime does: the emitter's work, the
+    /// completions the task thread made itself included. Whether there was any.
+    pub fn work_before_wait<F, C, W>(&self, body: &mut AsyncBody<F, C, W>) -> bool
+    where
+        F: AsyncFunction<Out = O>,
+        F::In: Serialize + DeserializeOwned,
+        C: Operator<In = O> + 'static,
+        W: TaskOutput<C::Out> + 'static,
+    {
+        self.emitter
+            .task_thread_work()
+            .work(body)
+            .expect("the chain applies the completions")
     }
 }
 

@@ -5,7 +5,7 @@
 //! input, close) are the kit's.
 
 use std::fmt;
-use std::sync::Arc as StdArc;
+use std::sync::{Arc as StdArc, OnceLock};
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
@@ -40,6 +40,18 @@ pub(crate) enum AsyncCall {
     Stop,
 }
 
+/// Work a helper thread would need the lock for (an async head's emitter and the task thread's
+/// own completions) that the task thread does itself before it waits: for room, for a drain
+/// (holding the lock), or for input (taking it), instead of handing the lock over.
+pub(crate) trait BeforeWait<B>: Send + Sync {
+    /// Under the lock: does the waiting work; whether there was any.
+    fn work(&self, body: &mut B) -> Result<bool, OperatorError>;
+
+    /// Whether some of the work waits for the task thread alone (no helper was woken for it),
+    /// so that parking for input must do it first.
+    fn waits_for_task_thread(&self) -> bool;
+}
+
 /// Everything the task's threads share.
 pub(crate) struct Parts<B> {
     pub(crate) task: TaskParts,
@@ -52,6 +64,10 @@ pub(crate) struct Parts<B> {
     /// Aborted checkpoints whose alignment the gate, which only the task thread touches, must
     /// release.
     aborts: Receiver<u64>,
+    /// What the task thread does before it waits (for room, for input, for a drain): an async
+    /// head's task applies the emitter's inbox itself then, its own completions among them (see
+    /// `async_wait/emitter.rs`). Set at most once, by the task's `main`.
+    before_wait: OnceLock<Box<dyn BeforeWait<B>>>,
 }
 
 /// The handle's way in: the async-calls thread; and, for an abort, the task thread that owns
@@ -168,6 +184,7 @@ where
         calls: calls.clone(),
         async_thread: Some(async_thread),
         aborts,
+        before_wait: OnceLock::new(),
     };
     let task_thread = spawn_named(name, move || {
         run_task_thread(&mut parts, restore, main);
@@ -255,6 +272,9 @@ impl<B: LockedBody> Parts<B> {
             match guard.body().end_input_step()? {
                 Drain::Finished => break,
                 Drain::Waiting => {
+                    if self.work_before_wait(&mut guard)? {
+                        continue; // the drain may have moved on
+                    }
                     let cancel = &self.cancel;
                     guard.wait_until(|b| b.body().accepts_input() || cancel.is_cancelled());
                 }
@@ -269,11 +289,16 @@ impl<B: LockedBody> Parts<B> {
         perform_checkpoint(&self.task, &self.lock, barrier, requested, &self.task.name);
     }
 
-    /// Takes the lock for an event that needs the chain to accept input: while it does not,
-    /// waits on the lock's condition (releasing the lock) until it does. `None` if the task
+    /// Takes the lock for an event that needs the chain to accept input: if it does not, does
+    /// the waiting work first (an async head's completions, see [`BeforeWait`]); while it
+    /// still does not, waits on the lock's condition (releasing the lock). `None` if the task
     /// was cancelled meanwhile.
-    pub(crate) fn lock_with_room(&self) -> Option<CheckpointGuard<'_, B>> {
+    pub(crate) fn lock_with_room(&self) -> Result<Option<CheckpointGuard<'_, B>>, TaskError> {
         let mut guard = self.lock.lock();
+        if guard.body().accepts_input() {
+            return Ok(Some(guard));
+        }
+        self.work_before_wait(&mut guard)?;
         if !guard.body().accepts_input() {
             let cancel = &self.cancel;
             // Waiting for the chain is backpressure (`backpressured_micros`, as the mailbox's
@@ -285,10 +310,36 @@ impl<B: LockedBody> Parts<B> {
                 .backpressured_micros
                 .add(micros_since(waited));
             if !guard.body().accepts_input() {
-                return None;
+                return Ok(None);
             }
         }
-        Some(guard)
+        Ok(Some(guard))
+    }
+
+    /// Sets what the task thread does before each of its waits (once; a second call is a bug).
+    pub(crate) fn set_before_wait(&self, hook: impl BeforeWait<B> + 'static) {
+        let set = self.before_wait.set(Box::new(hook));
+        debug_assert!(set.is_ok(), "before_wait is set once");
+    }
+
+    /// Under the lock, before a wait: the waiting work, done here (see [`BeforeWait`]).
+    fn work_before_wait(&self, body: &mut B) -> Result<bool, OperatorError> {
+        match self.before_wait.get() {
+            Some(hook) => hook.work(body),
+            None => Ok(false),
+        }
+    }
+
+    /// Before the task thread parks for input: takes the lock for the waiting work, if there
+    /// is a hook (a failure fails the task, as the helper's would).
+    fn work_before_park(&self) {
+        if let Some(hook) = self.before_wait.get()
+            && hook.waits_for_task_thread()
+        {
+            run_locked(&self.task, &self.lock, &self.task.name, |body| {
+                hook.work(body).map(drop)
+            });
+        }
     }
 }
 
@@ -446,7 +497,7 @@ where
 {
     let reader = GateReader::new(&parts.cancel, &parts.aborts, &parts.task.metrics);
     loop {
-        let event = match reader.next(gate) {
+        let event = match reader.next(gate, || parts.work_before_park()) {
             Ok(Some(event)) => event,
             Ok(None) => return Ok(()), // cancelled
             Err(closed) => {
@@ -458,7 +509,7 @@ where
             }
         };
         let mut body = if event.needs_room() {
-            match parts.lock_with_room() {
+            match parts.lock_with_room()? {
                 Some(body) => body,
                 None => return Ok(()), // cancelled while waiting
             }
@@ -527,9 +578,11 @@ impl<'a> GateReader<'a> {
         }
     }
 
+    /// The next event, or `None` once cancelled; `before_park` runs before each park.
     pub(crate) fn next<G: TaskInput>(
         &self,
         gate: &mut G,
+        before_park: impl Fn(),
     ) -> Result<Option<InputEvent<G::Record>>, InputClosed> {
         loop {
             if self.cancel.is_cancelled() {
@@ -553,6 +606,7 @@ impl<'a> GateReader<'a> {
             if !self.aborts.is_empty() {
                 continue;
             }
+            before_park();
             // Clock reads only around a park, never per record.
             let parked = Instant::now();
             match gate.wake_at() {

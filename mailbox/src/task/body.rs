@@ -31,6 +31,11 @@ pub(crate) struct MailboxBody<I, C, W> {
     /// The suspension of a source's default action after its stop-with-savepoint barrier,
     /// resumed by the savepoint's abort notice (its completion ends the task instead).
     stopping: Option<Suspension>,
+    /// Whether the default action may be suspended (or over): set whenever this body suspends
+    /// or ends it, cleared when a step runs. Conservative: a suspension a waker resumed still
+    /// counts until the step runs. While it is set no step will publish the records a mail
+    /// emits, so each mail publishes them (see [`after_mail`](Self::after_mail)).
+    resting: bool,
 }
 
 impl<I, C, W> MailboxBody<I, C, W>
@@ -46,6 +51,8 @@ where
             parked: None,
             idle: None,
             stopping: None,
+            // Mails may run before the first step.
+            resting: true,
         }
     }
 
@@ -65,10 +72,12 @@ where
     /// One step of the default action.
     #[inline]
     pub(crate) fn step(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure> {
+        self.resting = false;
         match self.body.phase() {
             BodyPhase::Running => {}
             BodyPhase::Draining => return self.drain(controller),
             _ => {
+                self.resting = true;
                 controller.all_actions_completed();
                 return Ok(());
             }
@@ -99,6 +108,7 @@ where
                 // notice ends the task (the lifecycle's stop hook, a poison mail) or resumes it.
                 self.body.interrupt();
                 self.body.publish_metrics();
+                self.resting = true;
                 self.stopping = Some(controller.suspend_default_action_for(SuspendCause::Idle));
                 Ok(())
             }
@@ -115,7 +125,10 @@ where
     fn drain(&mut self, controller: &mut Controller<'_>) -> Result<(), TaskFailure> {
         match self.body.end_input_step().map_err(|e| self.fail(e))? {
             Drain::Waiting => self.suspend_backpressured(controller),
-            Drain::Finished => controller.all_actions_completed(),
+            Drain::Finished => {
+                self.resting = true;
+                controller.all_actions_completed();
+            }
         }
         Ok(())
     }
@@ -183,11 +196,14 @@ where
         self.input.close(self.body.name());
     }
 
-    /// After each mail: publish the records counted so far (whoever watches the metrics reads
-    /// them between mails), and resume a default action parked on the chain if it now accepts
-    /// input.
+    /// After each mail: publish the records counted so far if the default action may be
+    /// suspended (no step would publish what the mail emitted: async completions arriving
+    /// while the task waits for input, say) or a count is due; while steps run, their own
+    /// publication (every [`PUBLISH_EVERY`](streamtask_core::runtime::PUBLISH_EVERY) records,
+    /// and on suspending) takes the mail's records along. Then resume a default action parked
+    /// on the chain if it now accepts input.
     fn after_mail(&mut self) {
-        self.body.publish_metrics();
+        self.body.publish_after_mail(self.resting);
         if self.parked.is_some() && self.body.accepts_input() {
             if let Some(suspension) = self.parked.take() {
                 suspension.resume();
@@ -199,6 +215,7 @@ where
     fn suspend_idle(&mut self, controller: &mut Controller<'_>) {
         self.body.interrupt();
         self.body.publish_metrics();
+        self.resting = true;
         let suspension = controller.suspend_default_action_for(SuspendCause::Idle);
         self.input.register_waker(&suspension.waker());
         self.idle = Some(suspension);
@@ -208,6 +225,7 @@ where
     fn suspend_backpressured(&mut self, controller: &mut Controller<'_>) {
         self.body.interrupt();
         self.body.publish_metrics();
+        self.resting = true;
         let suspension = controller.suspend_default_action_for(SuspendCause::Backpressure);
         let mut waiting = false;
         if !self.body.accepts_input() {

@@ -44,9 +44,14 @@ pub(crate) use self::trigger::TriggerSlot;
 #[cfg(loom)]
 pub use self::trigger::loom_model;
 
-/// How the handle reaches a mailbox task: every call is a mail.
+/// How the handle reaches a mailbox task: a trigger through the mailbox's trigger slot (or as a
+/// mail), every other call as a mail.
 struct Remote<B> {
     processor: ProcessorHandle<B, TaskFailure>,
+    /// The trigger slot's [`base`](TriggerSlot::base), kept here (beside the processor pointer
+    /// the call reads anyway) so that the call converts its request time before it touches the
+    /// slot's line, and touches that line first with the claim.
+    slot_base: Instant,
     notices: MailboxExecutor<B, TaskFailure>,
     responder: streamtask_core::task::CheckpointResponder,
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
@@ -88,10 +93,11 @@ where
         // The fast way: the slot and the doorbell (no allocation, no lock), both on the
         // mailbox's hot line.
         let core = self.processor.core();
+        let since = TriggerSlot::nanos_since(self.slot_base, requested);
         match core
             .mailbox
             .trigger_slot()
-            .trigger(&core.mailbox, || core.ring(), barrier, requested)
+            .trigger(&core.mailbox, || core.ring(), barrier, since)
         {
             Offered::Slotted => {}
             Offered::TakenBack(barrier) => self
@@ -232,6 +238,7 @@ where
         .set_stop_hook(move || poison.all_actions_completed());
     let slot = handle.clone();
     let remote = Remote {
+        slot_base: handle.core().mailbox.trigger_slot().base(),
         notices: builder.mailbox_executor(Priority::MAX),
         processor: handle,
         responder: parts.responder.clone(),

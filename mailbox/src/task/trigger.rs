@@ -7,6 +7,21 @@
 //! two records and snapshots. The slot is part of the mailbox, on the same cache line as that
 //! flag word, so the call moves one line. When the slot is taken, or trigger mails are still queued (so a
 //! slot trigger cannot overtake an older one), the trigger goes as a mail as before.
+//!
+//! # What the call costs (issue 16)
+//!
+//! The mailbox thread loads the flag word between every two records, so from the moment the
+//! call's first read-modify-write takes the line, the mailbox thread asks for it back; each
+//! further write of the call that comes after the line went back moves it once more (on the
+//! project's two-core VM a move costs 100-200 ns). So the call touches the line first with its
+//! claim and then writes it as few times, and as quickly, as it can:
+//!
+//! - the request time is converted before the claim (std's time arithmetic is a call; between
+//!   the claim and the publication it kept the line long enough to lose it);
+//! - publishing the slot is a plain release store of a word of its own (`full`), which only the
+//!   claim holder sets; the claim's word also counts the queued trigger mails, so a
+//!   publication there had to be a read-modify-write that keeps the count. Two
+//!   read-modify-writes on the line (the claim, the ring), not three.
 
 use std::time::{Duration, Instant};
 
@@ -27,15 +42,14 @@ pub(crate) enum Offered {
     Refused,
 }
 
-// The slot's `state` word: the slot's state in the low two bits, the number of trigger mails
-// queued and not yet run or dropped above them. One word, so `offer` checks both with its one
+// The slot's `state` word: whether the slot is claimed (by a triggering thread writing it, or
+// holding its trigger until that is taken) in the low bit, the number of trigger mails queued
+// and not yet run or dropped above it. One word, so `offer` checks both with its one
 // compare-exchange (no separate load of a second atomic on the triggering thread).
 const EMPTY: u64 = 0;
-const WRITING: u64 = 1;
-const FULL: u64 = 2;
-const STATE_BITS: u64 = 0b11;
+const CLAIMED: u64 = 1;
 /// One queued trigger mail in the `state` word.
-const MAIL: u64 = 4;
+const MAIL: u64 = 2;
 
 /// One pending checkpoint trigger, written by any thread, taken by the mailbox thread.
 ///
@@ -44,10 +58,14 @@ const MAIL: u64 = 4;
 /// all on that one line, which the mailbox thread last wrote (answering the previous
 /// doorbell), so the call moves one line to the triggering thread, not two.
 pub(crate) struct TriggerSlot {
-    /// The slot's state and the count of queued trigger mails (see the constants above): while
-    /// any trigger mail is queued, triggers go as mails too, so they run in the order they were
-    /// made.
+    /// Whether the slot is claimed, and the count of queued trigger mails (see the constants
+    /// above): while any trigger mail is queued, triggers go as mails too, so they run in the
+    /// order they were made.
     state: AtomicU64,
+    /// Whether the claimed slot holds a trigger (1) or not yet, or not any more (0): set by
+    /// the claim holder alone; whoever wins the compare-exchange back to 0 has the trigger and
+    /// frees the claim.
+    full: AtomicU8,
     id: AtomicU64,
     timestamp: AtomicU64,
     /// Nanoseconds from `base` to the trigger call.
@@ -75,6 +93,7 @@ impl TriggerSlot {
     pub(crate) fn new() -> Self {
         TriggerSlot {
             state: AtomicU64::new(EMPTY),
+            full: AtomicU8::new(0),
             id: AtomicU64::new(0),
             timestamp: AtomicU64::new(0),
             requested: AtomicU64::new(0),
@@ -83,41 +102,54 @@ impl TriggerSlot {
         }
     }
 
+    /// When the slot's request times count from (see [`nanos_since`](Self::nanos_since)).
+    pub(crate) fn base(&self) -> Instant {
+        self.base
+    }
+
+    /// `requested` as the slot stores it: nanoseconds from `base` (the slot's
+    /// [`base`](Self::base), a copy the triggering side keeps off the slot's line). Computed
+    /// before the call touches the slot: std's out-of-line time arithmetic between the claim and
+    /// the publication kept the line long enough for the mailbox thread's next flag load to take
+    /// it back, and the publication then moved it a second time.
+    #[inline]
+    pub(crate) fn nanos_since(base: Instant, requested: Instant) -> u64 {
+        u64::try_from(requested.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Puts the trigger into the slot; `false` if it must go as a mail (the slot is taken, or
     /// older trigger mails wait). Inlined into the trigger call: the call's code stays in one
-    /// place (a trigger arrives on a thread that has slept since the last one, cold caches).
+    /// place (a trigger arrives on a thread that has slept since the last one, cold caches), and
+    /// between the claim and the publication there are only stores to the same line.
     #[inline]
-    pub(crate) fn offer(&self, barrier: CheckpointBarrier, requested: Instant) -> bool {
-        // EMPTY with no mail queued is the word 0: one compare-exchange checks both. Acquire:
-        // the owner's take (the CAS back to EMPTY) read the fields before releasing the slot.
+    pub(crate) fn offer(&self, barrier: CheckpointBarrier, requested: u64) -> bool {
+        // Unclaimed with no mail queued is the word 0: one compare-exchange checks both.
+        // Acquire: the taker read the fields before it freed the claim.
         if self
             .state
-            .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(EMPTY, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
             return false;
         }
-        let since = requested.saturating_duration_since(self.base);
         self.id.store(barrier.id, Ordering::Relaxed);
         // The bits of the i64, back in `take`.
         self.timestamp
             .store(barrier.timestamp as u64, Ordering::Relaxed);
         self.kind.store(encode(barrier.kind), Ordering::Relaxed);
-        self.requested.store(
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        // WRITING -> FULL. SeqCst: ordered before the ringer's and the closer's checks (see
-        // `Remote`). An add, not a store: another triggering thread whose offer failed meanwhile
-        // may have counted its mail in the same word.
-        self.state.fetch_add(FULL - WRITING, Ordering::SeqCst);
+        self.requested.store(requested, Ordering::Relaxed);
+        // Published: a store, as only the claim holder sets `full` (a mail counted meanwhile
+        // changes `state`, not this word). Release: a taker that loads it reads the fields.
+        // Ordered before the closer's check by the `SeqCst` fence in `trigger` (see there).
+        self.full.store(1, Ordering::Release);
         true
     }
 
     /// The triggering thread's half of the slot protocol: offer, `ring` (the processor's
-    /// doorbell), then look at the mailbox's state. Against [`take_left`](Self::take_left) on
+    /// doorbell), then look at the mailbox's state. `requested` is the call's time as
+    /// [`nanos_since`](Self::nanos_since) gives it. Against [`take_left`](Self::take_left) on
     /// the mailbox thread at its end (quiesce, then take): each side stores first (the slot's
-    /// FULL, the mailbox's state) and then loads what the other stored, across a `SeqCst` fence
+    /// `full`, the mailbox's state) and then loads what the other stored, across a `SeqCst` fence
     /// on both sides, so at least one sees the other; whoever then takes the trigger has it
     /// (one compare-exchange), so it is declined exactly once and never lost. Modelled in
     /// `tests/loom.rs`.
@@ -127,7 +159,7 @@ impl TriggerSlot {
         mailbox: &TaskMailbox<T>,
         ring: impl FnOnce(),
         barrier: CheckpointBarrier,
-        requested: Instant,
+        requested: u64,
     ) -> Offered {
         if !self.offer(barrier, requested) {
             return Offered::Refused;
@@ -160,10 +192,10 @@ impl TriggerSlot {
     }
 
     fn take_if(&self, take: impl FnOnce(u64) -> bool) -> Option<(CheckpointBarrier, Instant)> {
-        if self.state.load(Ordering::SeqCst) & STATE_BITS != FULL {
+        if self.full.load(Ordering::SeqCst) == 0 {
             return None;
         }
-        // FULL: nobody writes the fields until the state is EMPTY again.
+        // Full: nobody writes the fields until the claim is freed.
         let id = self.id.load(Ordering::Relaxed);
         if !take(id) {
             return None;
@@ -174,24 +206,13 @@ impl TriggerSlot {
             kind: decode(self.kind.load(Ordering::Relaxed)),
         };
         let requested = self.base + Duration::from_nanos(self.requested.load(Ordering::Relaxed));
-        // Whoever wins this (the owner, or a triggerer taking its trigger back) has it; the
-        // mail count beside the state is kept. Only a taker moves FULL on, so the state bits
-        // stay FULL while the count changes and the loop ends.
-        let mut word = self.state.load(Ordering::SeqCst);
-        loop {
-            if word & STATE_BITS != FULL {
-                return None;
-            }
-            match self.state.compare_exchange_weak(
-                word,
-                word - FULL + EMPTY,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return Some((barrier, requested)),
-                Err(now) => word = now,
-            }
-        }
+        // Whoever wins this (the owner, or a triggerer taking its trigger back) has it, and
+        // frees the claim after it (keeping the mail count beside it): the fields were read.
+        self.full
+            .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()?;
+        self.state.fetch_sub(CLAIMED, Ordering::SeqCst);
+        Some((barrier, requested))
     }
 
     /// A trigger mail is about to be queued.
@@ -250,10 +271,9 @@ pub mod loom_model {
         pub fn trigger(&self, id: u64) -> Outcome {
             let mailbox = self.0;
             let ring = || mailbox.ring_doorbell();
-            match self
-                .slot()
-                .trigger(mailbox, ring, CheckpointBarrier::new(id, 0), Instant::now())
-            {
+            let slot = self.slot();
+            let requested = TriggerSlot::nanos_since(slot.base(), Instant::now());
+            match slot.trigger(mailbox, ring, CheckpointBarrier::new(id, 0), requested) {
                 Offered::Slotted => Outcome::Slotted,
                 Offered::TakenBack(barrier) => Outcome::TakenBack(barrier.id),
                 Offered::Refused => Outcome::Refused,

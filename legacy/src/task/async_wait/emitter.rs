@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! any thread:  ResultFuture::complete -> EmitterSink::deliver: push to the inbox's list
-//!              (its own small lock); notify the emitter if the list was empty
+//!              (its own small lock); notify the emitter if the list was empty (the task
+//!              thread notifies nobody: it applies its own completions before it waits)
 //! emitter:     loop { wait until the list is not empty (or a stop); lock;
 //!                     loop { take the whole list; stop if it was empty;
 //!                            apply it, emit what is ready, admit held elements };
@@ -28,18 +29,39 @@
 //!
 //! | who | under the inbox's mutex | then |
 //! |---|---|---|
-//! | a future's `deliver` | push; was the list empty? | if it was: `notify_one` |
-//! | the emitter, waiting | while the list is empty and no stop: wait (releases the mutex) | take the checkpoint lock |
-//! | the emitter, applying | swap the list for an empty one | apply what it took |
+//! | another thread's `deliver` | push; was the list empty, or `deferred`? then clear `deferred` | if so: `notify_one` |
+//! | the task thread's `deliver` | push; was the list empty? then set `deferred` | nothing |
+//! | the emitter, waiting | while (the list is empty or `deferred`) and no stop: wait (releases the mutex) | take the checkpoint lock |
+//! | whoever applies (holding the checkpoint lock) | swap the list for an empty one, clear `deferred` | apply what it took |
 //! | the guard's stop | set `stopping` | `notify_one` |
 //!
-//! Only the first completion after a take can find the emitter waiting: the emitter waits
-//! only on an empty list, every take empties it, and a push onto a non-empty list comes after
-//! the push that made it non-empty, which notified (or found the emitter awake, so it checks the
-//! list again before it waits). The check and the wait happen under the inbox's mutex, and the
-//! condition variable registers the waiter before it releases it, so a notify after a push the
-//! emitter did not see wakes it. A run of completions from the task thread thus costs one
-//! notify (a futex wake only when the emitter sleeps), not one per completion.
+//! Only the first completion after a take can find the emitter waiting for it: the emitter
+//! waits only on an empty (or deferred) list, every take empties it, and a push onto a
+//! non-empty list that is not deferred comes after a push that notified (or found the emitter
+//! awake, so it checks the list again before it waits). The check and the wait happen under
+//! the inbox's mutex, and the condition variable registers the waiter before it releases it,
+//! so a notify after a push the emitter did not see wakes it. A run of completions from other
+//! threads thus costs one notify (a futex wake only when the emitter sleeps), not one per
+//! completion.
+//!
+//! # The task thread applies its own completions before it waits
+//!
+//! A completion made on the task thread (a function that answers inside its call, with inline
+//! completions off) is made while the task thread holds the checkpoint lock, which it lets go
+//! only between two input events. An emitter woken for it would wake on the other core and
+//! take the lock between two of the task thread's events, a few completions at a time, with a
+//! context switch each way; or, sharing the core, run only when the task thread waits for
+//! room. Flink 1.9's emitter did the first. Here the task thread's pushes wake nobody: they set
+//! `deferred` ("the list holds only the task thread's completions, and nobody was woken for
+//! them"), and the emitter leaves such a list alone. The task thread applies the list itself
+//! ([`TaskThreadWork`], through the runtime's `Parts::set_before_wait`) when it would otherwise
+//! wait: holding the lock, when the head has no room for the next element or is draining at
+//! end of input; and, taking the lock, before it parks for input while the list is deferred.
+//! The emitter's work is done under the same lock either way, so what a snapshot sees is as
+//! before. A completion from any other thread pushed behind deferred ones clears `deferred`
+//! and wakes the emitter as before, so other threads' completions never wait for the task
+//! thread. Nothing waits forever: the task thread either goes on with the next event (and
+//! fills the head, which it then applies before it waits) or parks, and applies first.
 //!
 //! The thread starts once the chain is open, before the task reads input, so restored elements
 //! beyond the capacity are admitted as it frees room (FLINK-7949). It stops after a stop, set
@@ -53,6 +75,7 @@ use std::sync::Arc as StdArc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use streamtask_core::OperatorError;
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Operator, TaskOutput};
 use streamtask_core::runtime::TaskParts;
@@ -60,7 +83,7 @@ use streamtask_core::sync::{Arc, Condvar, Mutex, spawn_named, thread};
 
 use super::Body;
 use crate::lock::CheckpointLock;
-use crate::task::runtime::run_locked;
+use crate::task::runtime::{BeforeWait, run_locked};
 
 /// The smallest buffer the emitter leaves for the futures to push into.
 const MIN_BUFFER: usize = 16;
@@ -83,6 +106,11 @@ struct InboxState<O> {
     stopping: bool,
     /// Set when the emitter ended: later deliveries are dropped.
     closed: bool,
+    /// The list holds only the task thread's completions, and nobody woke the emitter for them
+    /// (see the module's protocol): the emitter leaves them to the task thread.
+    deferred: bool,
+    /// The task thread (the thread that started the emitter): its deliveries are deferred.
+    owner: Option<thread::Thread>,
 }
 
 impl<O> Shared<O> {
@@ -97,7 +125,7 @@ impl<O> Shared<O> {
         {
             state.completions = buffer;
         }
-        while state.completions.is_empty() && !state.stopping {
+        while (state.completions.is_empty() || state.deferred) && !state.stopping {
             self.arrived.wait(&mut state);
         }
         state.stopping
@@ -105,7 +133,14 @@ impl<O> Shared<O> {
 
     /// Takes every completion delivered so far, leaving the list empty.
     fn take(&self) -> Vec<Completion<O>> {
-        std::mem::take(&mut self.state.lock().completions)
+        let mut state = self.state.lock();
+        state.deferred = false;
+        std::mem::take(&mut state.completions)
+    }
+
+    /// Whether the list holds completions of the task thread that woke nobody.
+    fn deferred(&self) -> bool {
+        self.state.lock().deferred
     }
 
     /// Drops what was delivered (not applied: the task is stopping, or the emitter ends), and
@@ -114,6 +149,7 @@ impl<O> Shared<O> {
         let dropped = {
             let mut state = self.state.lock();
             state.closed |= close;
+            state.deferred = false;
             std::mem::take(&mut state.completions)
         };
         // Dropped outside the mutex: a completion's results run user code (`Drop`).
@@ -136,11 +172,18 @@ impl<O: Send + 'static> CompletionSink<O> for EmitterSink<O> {
         }
         state.completions.push(completion);
         let first = state.completions.len() == 1;
-        drop(state);
-        if first {
+        if !first && !state.deferred {
             // Only the first completion after a take can find the emitter waiting (module doc).
-            self.0.arrived.notify_one();
+            return;
         }
+        if state.owner.as_ref().is_some_and(thread::is_current) {
+            // The task thread's own: it applies them itself before it waits (module doc).
+            state.deferred |= first;
+            return;
+        }
+        state.deferred = false;
+        drop(state);
+        self.0.arrived.notify_one();
     }
 }
 
@@ -157,6 +200,8 @@ pub(crate) fn channel<O: Send + 'static>() -> (StdArc<dyn CompletionSink<O>>, In
             completions: Vec::new(),
             stopping: false,
             closed: false,
+            deferred: false,
+            owner: None,
         }),
         arrived: Condvar::new(),
     });
@@ -171,7 +216,8 @@ pub(crate) struct Emitter<O> {
 }
 
 impl<O: Send + 'static> Emitter<O> {
-    /// Starts the emitter of the task `task` names, whose body `lock` guards: completions from
+    /// Starts the emitter of the task `task` names, whose body `lock` guards (on the task
+    /// thread, whose own completions wake nobody: see [`TaskThreadWork`]): completions from
     /// `inbox` go to the chain's head (index 0) in batches, every batch of one lock acquisition
     /// as a typed call (the emitter knows the body's type, so nothing is erased and downcast).
     pub(crate) fn start<F, C, W>(
@@ -186,6 +232,8 @@ impl<O: Send + 'static> Emitter<O> {
         W: TaskOutput<C::Out> + 'static,
     {
         let Inbox { shared } = inbox;
+        // Called on the task thread: its own completions wake nobody (module doc).
+        shared.state.lock().owner = Some(thread::current());
         let task = task.clone();
         let lock = Arc::clone(lock);
         let name = format!("{}-async-emitter", task.name);
@@ -221,18 +269,8 @@ fn run<F, C, W>(
     loop {
         let stopping = inbox.wait_for_work(&mut spare);
         run_locked(task, lock, name, |body: &mut Body<F, C, W>| {
-            loop {
-                // Taken under the lock: what arrived while the emitter waited for it comes too.
-                let batch = inbox.take();
-                if batch.is_empty() {
-                    return Ok(());
-                }
-                largest = largest.max(batch.len());
-                let applied = body.with_chain(|chain, ctx| {
-                    chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
-                });
-                applied.unwrap_or(Ok(()))?;
-            }
+            largest = largest.max(apply_delivered(inbox, body)?);
+            Ok(())
         });
         if stopping {
             inbox.discard(true);
@@ -245,6 +283,63 @@ fn run<F, C, W>(
         // Allocated outside both locks, for the next batch (see `wait_for_work`).
         spare
             .get_or_insert_with(|| Vec::with_capacity(largest.min(MAX_BUFFER).next_power_of_two()));
+    }
+}
+
+impl<O> Emitter<O> {
+    /// The emitter's work, for the task thread to do before it waits (see the module's
+    /// protocol).
+    pub(crate) fn task_thread_work(&self) -> TaskThreadWork<O> {
+        TaskThreadWork(Arc::clone(&self.shared))
+    }
+}
+
+/// The emitter's work done on the task thread, under the lock it holds, before it waits: for
+/// room in the head, for the head to drain, or (taking the lock) for input. See the module's
+/// protocol.
+pub(crate) struct TaskThreadWork<O>(Arc<Shared<O>>);
+
+impl<F, C, W> BeforeWait<Body<F, C, W>> for TaskThreadWork<F::Out>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+    C: Operator<In = F::Out> + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    fn work(&self, body: &mut Body<F, C, W>) -> Result<bool, OperatorError> {
+        apply_delivered(&self.0, body).map(|largest| largest > 0)
+    }
+
+    fn waits_for_task_thread(&self) -> bool {
+        self.0.deferred()
+    }
+}
+
+/// Under the lock: applies every completion delivered so far to the chain's head, taking the
+/// list again until it stays empty (what arrived while the caller waited for the lock comes
+/// too, and so does the answer of a held element admitted meanwhile that answered at once);
+/// the largest batch taken, 0 if the list was empty.
+fn apply_delivered<F, C, W>(
+    inbox: &Shared<F::Out>,
+    body: &mut Body<F, C, W>,
+) -> Result<usize, OperatorError>
+where
+    F: AsyncFunction,
+    F::In: Serialize + DeserializeOwned,
+    C: Operator<In = F::Out> + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    let mut largest = 0;
+    loop {
+        let batch = inbox.take();
+        if batch.is_empty() {
+            return Ok(largest);
+        }
+        largest = largest.max(batch.len());
+        let applied = body.with_chain(|chain, ctx| {
+            chain.with_head(ctx, |head, ctx| head.on_completions(batch, ctx))
+        });
+        applied.unwrap_or(Ok(()))?;
     }
 }
 

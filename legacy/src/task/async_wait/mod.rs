@@ -243,7 +243,9 @@ where
                 // The emitter runs from the open chain to the end of the run (it is stopped and
                 // joined when the guard drops, on every path), so restored elements beyond the
                 // capacity are admitted as it frees room (FLINK-7949).
-                let _emitter = Emitter::start(&parts.task, &parts.lock, inbox);
+                let emitter = Emitter::start(&parts.task, &parts.lock, inbox);
+                // The task thread applies completions itself before it waits (`emitter.rs`).
+                parts.set_before_wait(emitter.task_thread_work());
                 process_input(parts, gate)
             },
         )
