@@ -273,6 +273,11 @@ mod imp {
             }
         }
 
+        /// The value, through the exclusive borrow (no lock is taken).
+        pub fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+        }
+
         /// Takes the lock if it is free.
         pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
             self.0.try_lock().ok().map(|g| MutexGuard {

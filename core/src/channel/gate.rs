@@ -196,10 +196,10 @@ impl<T> InputGate<T> {
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
     pub fn poll_next(&mut self) -> Result<GateEvent<T>, InputClosed> {
-        let channels = &self.channels;
+        let channels = &mut self.channels;
         let polled = self
             .core
-            .poll(|ch| channels[ch].try_recv().map(|e| split(e, |r| r)))?;
+            .poll(|ch| channels[ch].try_recv_mut().map(|e| split(e, |r| r)))?;
         Ok(match polled {
             Polled::Record(r) => GateEvent::Record(r),
             Polled::Signal(Signal::Watermark(w)) => GateEvent::Watermark(w),
@@ -371,13 +371,13 @@ impl<A, B> TwoInputGate<A, B> {
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
     pub fn poll_next(&mut self) -> Result<TwoInputEvent<A, B>, InputClosed> {
-        let (input1, input2) = (&self.input1, &self.input2);
+        let (input1, input2) = (&mut self.input1, &mut self.input2);
         let n1 = input1.len();
         let polled = self.core.poll(|ch| {
             if ch < n1 {
-                input1[ch].try_recv().map(|e| split(e, Either::One))
+                input1[ch].try_recv_mut().map(|e| split(e, Either::One))
             } else {
-                input2[ch - n1].try_recv().map(|e| split(e, Either::Two))
+                input2[ch - n1].try_recv_mut().map(|e| split(e, Either::Two))
             }
         })?;
         Ok(match polled {
