@@ -377,7 +377,9 @@ impl<A, B> TwoInputGate<A, B> {
             if ch < n1 {
                 input1[ch].try_recv_mut().map(|e| split(e, Either::One))
             } else {
-                input2[ch - n1].try_recv_mut().map(|e| split(e, Either::Two))
+                input2[ch - n1]
+                    .try_recv_mut()
+                    .map(|e| split(e, Either::Two))
             }
         })?;
         Ok(match polled {

@@ -376,10 +376,6 @@ where
         }
         self.interrupt();
         let started = Instant::now();
-        let metrics = StdArc::clone(&self.env.parts.metrics);
-        metrics
-            .checkpoint_delay
-            .record(started.saturating_duration_since(requested));
         let span = self
             .env
             .tracer
@@ -395,8 +391,20 @@ where
             self.chain.snapshot(id, &mut snapshot)?;
             Ok(snapshot)
         });
-        metrics.checkpoint_duration.record(started.elapsed());
+        let finished = Instant::now();
         drop(span);
+        // The checkpoint's metrics after its barrier went out and its state was taken, before
+        // the acknowledgement: their locks, clock read and histogram lines (cold after a
+        // stretch of records, and a growing sample buffer's reallocation now and then) are
+        // not on the barrier's way (issue 16: 130-200 -> 70-80 ns median from the checkpoint's
+        // start to the first operator's pre-barrier hook, 0.6-1.0 -> 0.3 us p99).
+        let metrics = StdArc::clone(&self.env.parts.metrics);
+        metrics
+            .checkpoint_delay
+            .record(started.saturating_duration_since(requested));
+        metrics
+            .checkpoint_duration
+            .record(finished.saturating_duration_since(started));
         self.publish_metrics();
         let responder = &self.env.parts.responder;
         let failure = match taken {
