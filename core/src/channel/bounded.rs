@@ -457,11 +457,6 @@ pub struct Receiver<T> {
 impl<T> Receiver<T> {
     /// The next element of the buffer, counted as taken.
     #[inline]
-    fn take(&self, buffer: &mut VecDeque<T>) -> Option<T> {
-        Self::take_from(&self.shared, buffer)
-    }
-
-    #[inline]
     fn take_from(shared: &Shared<T>, buffer: &mut VecDeque<T>) -> Option<T> {
         let value = buffer.pop_front()?;
         shared.count_taken();
@@ -527,7 +522,7 @@ impl<T> Receiver<T> {
     /// [`RecvError`] when the channel is empty and every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
         let mut buffer = self.buffer.lock();
-        if let Some(value) = self.take(&mut buffer) {
+        if let Some(value) = Self::take_from(&self.shared, &mut buffer) {
             return Ok(value);
         }
         let mut backoff = Backoff::new();
@@ -535,7 +530,7 @@ impl<T> Receiver<T> {
         loop {
             if Self::refill(&mut state, &mut buffer) {
                 drop(state);
-                return Ok(self.take(&mut buffer).expect("refilled"));
+                return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
             }
             if state.senders == 0 {
                 return Err(RecvError);
@@ -563,7 +558,7 @@ impl<T> Receiver<T> {
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         let deadline = Instant::now().checked_add(timeout);
         let mut buffer = self.buffer.lock();
-        if let Some(value) = self.take(&mut buffer) {
+        if let Some(value) = Self::take_from(&self.shared, &mut buffer) {
             return Ok(value);
         }
         let mut backoff = Backoff::new();
@@ -571,7 +566,7 @@ impl<T> Receiver<T> {
         loop {
             if Self::refill(&mut state, &mut buffer) {
                 drop(state);
-                return Ok(self.take(&mut buffer).expect("refilled"));
+                return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
             }
             if state.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
