@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use streamtask::demo::fault::{FaultKind, FaultPlan, quiet_injected_panics};
+use streamtask::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 use streamtask::prelude::*;
 use streamtask::{ContinuousFiles, JobPhase};
 

@@ -16,7 +16,7 @@
 #[path = "../tests/common/files_and_loop.rs"]
 mod job;
 
-use streamtask::demo::fault::{FaultKind, FaultPlan, quiet_injected_panics};
+use streamtask::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 
 use job::{FILES, MODELS, reference, run};
 

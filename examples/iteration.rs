@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use streamtask::checkpoint::CheckpointStorage;
-use streamtask::demo::fault::{FaultKind, FaultPlan, quiet_injected_panics};
+use streamtask::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 use streamtask::prelude::*;
 use streamtask_core::runtime::feedback_log;
 

@@ -17,7 +17,7 @@
 #[path = "../tests/common/job_shapes.rs"]
 mod shapes;
 
-use streamtask::demo::fault::{FaultKind, FaultPlan, quiet_injected_panics};
+use streamtask::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 
 use shapes::{MODELS, every_shape, every_shape_expected, run};
 

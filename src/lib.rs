@@ -1,11 +1,12 @@
 //! streamtask: run stream-processing tasks under Apache Flink's checkpoint-lock and mailbox
 //! threading models side by side, and the bridge between them.
 //!
-//! This root crate holds the job API ([`StreamEnvironment`], [`DataStream`]), the local
-//! executor ([`JobGraph::run`]), the [`Model`] switch, the built-in demo job and the comparison
-//! report that the `streamtask` binary prints. The models themselves live in
-//! `streamtask-legacy`, `streamtask-mailbox` and `streamtask-bridge`, on top of
-//! `streamtask-core`.
+//! This crate is the job library: the job API ([`StreamEnvironment`], [`DataStream`]), the local
+//! executor ([`JobGraph::run`]), the [`Model`] switch, checkpoints and savepoints, sources and
+//! sinks. The models themselves live in `streamtask-legacy`, `streamtask-mailbox` and
+//! `streamtask-bridge`, on top of `streamtask-core`. The `streamtask` command (the demo job,
+//! `compare`, `run`, `soak`, `bench`, the report and the plot) is the application crate
+//! `streamtask-cli`, so a job that depends on this library compiles none of its dependencies.
 //!
 //! The job layer also owns what only jobs need: the checkpoint coordinator and checkpoint
 //! storage ([`checkpoint`]) and the sinks ([`sink`]). No model crate uses them, so they live
@@ -14,16 +15,12 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(not(loom))]
-pub mod bench;
 pub mod checkpoint;
-pub mod demo;
+pub mod fault;
 pub mod files;
 mod job;
 mod model;
-mod plot;
 pub mod prelude;
-pub mod report;
 pub mod sink;
 
 pub use crate::checkpoint::{

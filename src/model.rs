@@ -16,19 +16,7 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(Model::Legacy.to_string(), "legacy");
 /// assert!("actor".parse::<Model>().is_err());
 /// ```
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Model {
     /// The checkpoint-lock model (Flink up to 1.9): sources loop on the task thread under the

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use streamtask::checkpoint::Savepoint;
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 use streamtask::sink::read_committed;
 use streamtask::{JobError, JobPhase, JobResult, Restore, SavepointHandle};

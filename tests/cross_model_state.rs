@@ -24,7 +24,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 use streamtask::sink::read_committed;
 use streamtask::{JobError, JobPhase, Restore};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::files::{FileSplit, ReadMode, ReaderSnapshot, SplitReader};
 use streamtask::prelude::*;
 use streamtask::{ContinuousFiles, JobPhase};

@@ -9,7 +9,7 @@
 #[path = "common/files_and_loop.rs"]
 mod job;
 
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 
 use job::{MODELS, reference, run};
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::files::FileSource;
 use streamtask::prelude::*;
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::files::{
     Assignment, EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, MonitorState,
     SourceItem, SplitEnumerator, SplitProgress,

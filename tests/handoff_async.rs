@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use streamtask::JobPhase;
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 use streamtask_bridge::HandoffReader;
 use streamtask_core::async_io::{BlockingAsyncFunction, BlockingPool, OutputMode};

@@ -15,7 +15,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use streamtask::checkpoint::{CheckpointStorage, Savepoint};
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 use streamtask::{JobPhase, SavepointHandle};
 use streamtask_core::runtime::{IterationError, feedback_log};

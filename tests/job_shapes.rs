@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 
 use shapes::{Count, MODELS, Shape, every_shape, every_shape_expected, run};

@@ -765,61 +765,6 @@ fn every_model_has_every_task_kind() {
     assert!(start(Model::Legacy, Kind::AsyncSource, &Spec::new("KD")).is_none());
 }
 
-// ---- the job's settings reach every task ----------------------------------------------------------
-
-/// Drift 4: the fairness set on the job reached legacy source tasks but not one-input tasks.
-/// The demo job has every legacy task kind (source, keyed one-input, async, sink); each task
-/// reports the checkpoint lock it ran under.
-#[test]
-fn the_fairness_set_on_the_job_reaches_every_legacy_task() {
-    use streamtask::demo::data::DemoData;
-    use streamtask::demo::job::DemoJob;
-    use streamtask_legacy::Fairness;
-
-    for fairness in [Fairness::Fair, Fairness::Unfair] {
-        let dir = tempfile::tempdir().unwrap();
-        let data = DemoData {
-            orders: 200,
-            customers: 5,
-            seed: 1,
-        };
-        let job = DemoJob::new(data, dir.path());
-        job.prepare().unwrap();
-        for model in [streamtask::Model::Legacy, streamtask::Model::Bridge] {
-            let config = streamtask::JobConfig::new(dir.path()).with_fairness(fairness);
-            let run = job.run(model, config).unwrap();
-            let locked: Vec<_> = run
-                .result
-                .tasks
-                .iter()
-                .filter_map(|t| {
-                    t.metrics
-                        .checkpoint_lock
-                        .clone()
-                        .map(|l| (t.name.clone(), l))
-                })
-                .collect();
-            let expected = match model {
-                // Every task of the legacy model lives under a checkpoint lock.
-                streamtask::Model::Legacy => run.result.tasks.len(),
-                // In the bridge only the legacy source's task does.
-                _ => run
-                    .result
-                    .tasks
-                    .iter()
-                    .filter(|t| t.name.starts_with("orders"))
-                    .count(),
-            };
-            assert!(expected > 0, "{model}: the job has tasks of that kind");
-            assert_eq!(locked.len(), expected, "{model}: {locked:?}");
-            assert!(
-                locked.iter().all(|(_, l)| l == fairness.name()),
-                "{model} {fairness:?}: {locked:?}"
-            );
-        }
-    }
-}
-
 #[test]
 fn an_iteration_head_acknowledges_once_its_barrier_returned_and_restore_replays_its_log() {
     // Carbone et al. 2015: snapshot when the regular inputs aligned, forward the barrier, log

@@ -37,7 +37,7 @@ use streamtask_core::{Clock, OperatorError, Period, Rearm, Timer, TimerScheduler
 use streamtask_legacy::{SourceContext, SourceFunction};
 
 use super::split::FileSplit;
-use crate::demo::fault::{FaultKind, FaultPlan};
+use crate::fault::{FaultKind, FaultPlan};
 
 /// What the monitoring source checkpoints: how far its modification-time rule got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -42,7 +42,7 @@ use streamtask_core::sync::{spawn_named, thread::JoinHandle};
 use streamtask_core::{Context, Operator, OperatorError, StreamRecord};
 
 use super::split::{FileSplit, LineCursor, ReaderSnapshot, SplitProgress};
-use crate::demo::fault::{FaultKind, FaultPlan};
+use crate::fault::{FaultKind, FaultPlan};
 
 /// Lines the reader thread may have read and not yet seen emitted.
 pub const READ_AHEAD: usize = 64;

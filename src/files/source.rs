@@ -87,7 +87,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use super::monitor::{MonitorState, list_dir};
 use super::split::{FileSplit, LineCursor, SplitProgress};
-use crate::demo::fault::{FaultKind, FaultPlan};
+use crate::fault::{FaultKind, FaultPlan};
 
 /// What went wrong listing the directory or matching a restored checkpoint to the enumerator.
 #[derive(Debug, thiserror::Error)]

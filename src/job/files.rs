@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::graph::{DataStream, StreamEnvironment};
 use crate::Model;
-use crate::demo::fault::FaultPlan;
+use crate::fault::FaultPlan;
 use crate::files::{FileMonitor, ReadMode, SplitReader};
 
 /// Lines per read mail in the mail form, unless set.
@@ -89,9 +89,9 @@ impl ContinuousFiles {
         self
     }
 
-    /// Injects faults: [`FaultKind::Source`](crate::demo::fault::FaultKind::Source) counts
+    /// Injects faults: [`FaultKind::Source`](crate::fault::FaultKind::Source) counts
     /// forwarded files in the monitoring source,
-    /// [`FaultKind::Operator`](crate::demo::fault::FaultKind::Operator) emitted lines in the
+    /// [`FaultKind::Operator`](crate::fault::FaultKind::Operator) emitted lines in the
     /// readers.
     pub fn with_faults(mut self, faults: Arc<FaultPlan>) -> Self {
         self.faults = faults;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask::JobPhase;
-use streamtask::demo::fault::{FaultKind, FaultPlan};
+use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 
 /// The three models, in the order the runs go.

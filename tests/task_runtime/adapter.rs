@@ -744,7 +744,7 @@ pub(crate) fn start_split_reader(
     let reader = SplitReader::new(
         format!("{name}-split-reader"),
         read_mode(model),
-        Arc::new(streamtask::demo::fault::FaultPlan::none()),
+        Arc::new(streamtask::fault::FaultPlan::none()),
     );
     let output = LineOutput(out_tx);
     let handle = match model {
@@ -910,7 +910,7 @@ pub(crate) fn start_file_source_reader(
         format!("{name}-file-source"),
         0,
         Arc::clone(enumerator),
-        Arc::new(streamtask::demo::fault::FaultPlan::none()),
+        Arc::new(streamtask::fault::FaultPlan::none()),
     );
     let (reached_tx, reached) = crossbeam::channel::bounded(1);
     let (go_on, go_on_rx) = crossbeam::channel::bounded(1);

@@ -1,0 +1,292 @@
+//! The demo's enrichment: customer rows in an embedded SQLite database (bundled with rusqlite,
+//! created by the demo), looked up through a bounded blocking pool as an async function.
+//!
+//! Two versions:
+//!
+//! - [`enrichment`]: one pool job and one query per event (a [`BlockingAsyncFunction`]);
+//! - [`batched_enrichment`], what the demo job runs: the events waiting for a worker are looked
+//!   up together, in one pool job and one query (`WHERE id IN (...)`) per batch. Every event
+//!   still reads its customer from the database; nothing is cached between batches.
+//!
+//! The batching is core's [`BatchedBlockingAsyncFunction`] (the calls waiting for a worker go
+//! to one pool job as one batch); this module only says how a batch is looked up. Under load
+//! the batches grow by themselves, and a batch costs one job, one worker wake-up, one query and
+//! one completion burst instead of one of each per event: in the demo job's profile (issue 16)
+//! the per-event pool overhead (a boxed job, a channel hand-over that woke a worker, the
+//! connection cache's lock twice) was about as much CPU as the query itself.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use streamtask_core::async_io::{
+    BatchedBlockingAsyncFunction, BlockingAsyncFunction, BlockingPool,
+};
+use streamtask_core::function::AsyncError;
+
+use super::data::{Customer, TotalEvent};
+use streamtask::fault::{FaultKind, FaultPlan};
+
+/// Creates (or replaces) the customer database at `path` with customers `1..=customers`.
+///
+/// # Errors
+///
+/// Any SQLite error.
+pub fn create_customer_db(path: &Path, customers: u32) -> rusqlite::Result<()> {
+    if path.exists() {
+        std::fs::remove_file(path).map_err(|e| {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                Some(format!("cannot replace {}: {e}", path.display())),
+            )
+        })?;
+    }
+    let mut conn = Connection::open(path)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, tier TEXT NOT NULL);",
+    )?;
+    let tx = conn.transaction()?;
+    {
+        let mut insert =
+            tx.prepare("INSERT INTO customers (id, name, tier) VALUES (?1, ?2, ?3)")?;
+        for id in 1..=customers {
+            let c = Customer::of(id);
+            insert.execute(params![c.id, c.name, c.tier])?;
+        }
+    }
+    tx.commit()
+}
+
+/// Looks one customer up.
+///
+/// # Errors
+///
+/// [`AsyncError::Failed`] for SQLite errors and unknown customers.
+pub fn lookup(conn: &mut Connection, id: u32) -> Result<Customer, AsyncError> {
+    let row = conn
+        .prepare_cached("SELECT name, tier FROM customers WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .optional()
+        })
+        .map_err(|e| AsyncError::failed(format!("customer lookup failed: {e}")))?;
+    let (name, tier) =
+        row.ok_or_else(|| AsyncError::failed(format!("customer {id} is not in the database")))?;
+    let tier = tier_of(&tier)?;
+    Ok(Customer { id, name, tier })
+}
+
+/// The enrichment as an async function: each event's customer is looked up on `pool` through a
+/// read-only connection to the database at `db`, and the event becomes its output line.
+pub fn enrichment(
+    pool: Arc<BlockingPool>,
+    db: &Path,
+    faults: Arc<FaultPlan>,
+) -> BlockingAsyncFunction<Connection, TotalEvent, String> {
+    let db = db.to_path_buf();
+    BlockingAsyncFunction::new(
+        pool,
+        move || open_reader(&db),
+        move |conn: &mut Connection, event: &TotalEvent| {
+            // A panic here is caught by the pool and completes the call exceptionally.
+            faults.check(FaultKind::AsyncCompletion);
+            let customer = lookup(conn, event.customer())?;
+            Ok(vec![event.to_line(&customer)])
+        },
+    )
+}
+
+/// Opens a read-only connection to the customer database for lookups.
+fn open_reader(db: &Path) -> Result<Connection, AsyncError> {
+    let failed = |e| AsyncError::failed(format!("cannot open {}: {e}", db.display()));
+    let conn = Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(failed)?;
+    // One read transaction for the connection's life, instead of one per lookup: each of those
+    // locked and unlocked the file (two fcntl calls), took a WAL read mark and stat'ed the file,
+    // and that was most of a lookup's cost (the profile in CHANGELOG, issue 16). Nothing writes
+    // the table while the job runs, so the snapshot the transaction reads is the table's only
+    // version.
+    conn.execute_batch("BEGIN").map_err(failed)?;
+    Ok(conn)
+}
+
+/// Ids per `IN (...)` query at most; a batch with more distinct customers runs several.
+const MAX_IDS_PER_QUERY: usize = 64;
+
+/// Looks up the distinct customers `ids` (sorted, no duplicates) in as few queries as the
+/// statement sizes allow, appending what the database holds to `found` (in no particular
+/// order). A customer missing from the table is missing from `found`.
+///
+/// # Errors
+///
+/// [`AsyncError::Failed`] for SQLite errors and unknown tiers.
+pub fn lookup_many(
+    conn: &mut Connection,
+    ids: &[u32],
+    found: &mut Vec<Customer>,
+) -> Result<(), AsyncError> {
+    let failed = |e: rusqlite::Error| AsyncError::failed(format!("customer lookup failed: {e}"));
+    for chunk in ids.chunks(MAX_IDS_PER_QUERY) {
+        // One statement per power-of-two size (1, 2, 4, ... 64), padded by repeating the last
+        // id (the IN list is a set), so the connection's statement cache holds seven, not one per
+        // batch length.
+        let size = chunk.len().next_power_of_two();
+        let sql = in_query(size);
+        let mut stmt = conn.prepare_cached(&sql).map_err(failed)?;
+        let last = *chunk.last().expect("chunks are not empty");
+        let params = (0..size).map(|i| chunk.get(i).copied().unwrap_or(last));
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params))
+            .map_err(failed)?;
+        while let Some(row) = rows.next().map_err(failed)? {
+            let id: u32 = row.get(0).map_err(failed)?;
+            let name: String = row.get(1).map_err(failed)?;
+            let tier = row
+                .get_ref(2)
+                .map_err(failed)?
+                .as_str()
+                .map_err(|e| AsyncError::failed(format!("customer lookup failed: {e}")))?;
+            found.push(Customer {
+                id,
+                name,
+                tier: tier_of(tier)?,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn in_query(size: usize) -> String {
+    let mut sql = String::from("SELECT id, name, tier FROM customers WHERE id IN (");
+    for i in 0..size {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('?');
+    }
+    sql.push(')');
+    sql
+}
+
+fn tier_of(tier: &str) -> Result<&'static str, AsyncError> {
+    match tier {
+        "bronze" => Ok("bronze"),
+        "silver" => Ok("silver"),
+        "gold" => Ok("gold"),
+        other => Err(AsyncError::failed(format!("unknown tier {other:?}"))),
+    }
+}
+
+/// The enrichment as an async function that batches the lookups waiting for `pool`'s workers
+/// ([`BatchedBlockingAsyncFunction`]): each batch reads its distinct customers in one query
+/// ([`lookup_many`]) through a read-only connection to the database at `db`. Each event's
+/// answer is what [`enrichment`]'s would be: its line, or a failure for an unknown customer or
+/// a database error (a batch's database error fails every event of the batch; the job's retry
+/// policy sees each), and an injected fault fails its own event only, as it would fail one
+/// pool job.
+pub fn batched_enrichment(
+    pool: Arc<BlockingPool>,
+    db: &Path,
+    faults: Arc<FaultPlan>,
+) -> BatchedBlockingAsyncFunction<Connection, TotalEvent, String> {
+    let db = db.to_path_buf();
+    BatchedBlockingAsyncFunction::new(
+        pool,
+        move || open_reader(&db),
+        move |conn: &mut Connection, events: &[TotalEvent]| {
+            let mut ids: Vec<u32> = events.iter().map(TotalEvent::customer).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut found = Vec::with_capacity(ids.len());
+            let looked_up = lookup_many(conn, &ids, &mut found);
+            found.sort_unstable_by_key(|c| c.id);
+            events
+                .iter()
+                .map(|event| {
+                    streamtask_core::catch_panic(|| faults.check(FaultKind::AsyncCompletion))
+                        .map_err(|panic| {
+                            AsyncError::failed(format!("blocking call panicked: {panic}"))
+                        })?;
+                    looked_up.clone()?;
+                    let id = event.customer();
+                    match found.binary_search_by_key(&id, |c| c.id) {
+                        Ok(i) => Ok(vec![event.to_line(&found[i])]),
+                        Err(_) => Err(AsyncError::failed(format!(
+                            "customer {id} is not in the database"
+                        ))),
+                    }
+                })
+                .collect()
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batched_lookups_answer_every_call_as_single_lookups_would() {
+        use streamtask_core::function::{AsyncFunction, AsyncOutcome, ResultFuture};
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("customers.db");
+        create_customer_db(&db, 100).unwrap();
+        let pool = BlockingPool::new("batch-test", 2, 64).unwrap();
+        let mut f = batched_enrichment(Arc::clone(&pool), &db, Arc::new(FaultPlan::none()));
+        let (sink, completions) = streamtask_core::testing::completion_channel();
+        // More distinct customers than one query takes, repeats, and one unknown customer.
+        let customers: Vec<u32> = (1..=100).chain([7, 7, 100, 101]).collect();
+        for (entry, &customer) in customers.iter().enumerate() {
+            let event = TotalEvent::Running {
+                order: entry as u64,
+                customer,
+                total_cents: 5,
+            };
+            f.invoke(&event, ResultFuture::new(entry as u64, 1, sink.clone()));
+        }
+        let mut answers: Vec<_> = (0..customers.len())
+            .map(|_| completions.recv().unwrap())
+            .collect();
+        answers.sort_by_key(|c| c.entry);
+        for (c, &customer) in answers.iter().zip(&customers) {
+            let event = TotalEvent::Running {
+                order: c.entry,
+                customer,
+                total_cents: 5,
+            };
+            match customer {
+                101 => assert!(matches!(
+                    &c.outcome,
+                    AsyncOutcome::Failed(AsyncError::Failed(m)) if m.contains("not in the database")
+                )),
+                _ => assert_eq!(
+                    c.outcome,
+                    AsyncOutcome::Results(vec![event.to_line(&Customer::of(customer))])
+                ),
+            }
+        }
+        assert_eq!(f.queued(), 0);
+        pool.shutdown();
+    }
+
+    #[test]
+    fn lookups_return_what_the_generator_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("customers.db");
+        create_customer_db(&db, 10).unwrap();
+        let mut conn = Connection::open(&db).unwrap();
+        assert_eq!(lookup(&mut conn, 7).unwrap(), Customer::of(7));
+        assert!(lookup(&mut conn, 11).is_err());
+        // Re-creating replaces the database.
+        drop(conn);
+        create_customer_db(&db, 3).unwrap();
+        let mut conn = Connection::open(&db).unwrap();
+        assert!(lookup(&mut conn, 7).is_err());
+    }
+}

@@ -1,0 +1,266 @@
+//! The demo job, built for any model, run in a work directory, and judged against the reference
+//! output.
+//!
+//! ```text
+//! orders file ──> orders source ──hash(customer)──> totals (keyed, timers) ──> snapshot probe
+//!   (generated)   legacy SourceFunction, or         running + window totals
+//!                 its ported SourceReader
+//!     ──> enrich (async, SQLite through a bounded pool; the calls waiting for a worker are
+//!         looked up in one query) ──> exactly-once file sink
+//! ```
+//!
+//! Chaining follows the model: under the legacy model the async enrichment starts its own task
+//! (FLINK-13063); under the mailbox and bridge models it chains behind the totals.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use streamtask::CheckpointConfig;
+use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
+use streamtask_core::function::AsyncError;
+
+use super::data::{DemoData, Order, TotalEvent, expected_output};
+use super::enrich::{batched_enrichment, create_customer_db};
+use super::probe::SnapshotFaults;
+use super::source::{OrdersFileReader, OrdersFileSource, StopAt};
+use super::totals::RunningTotals;
+use streamtask::fault::FaultPlan;
+use streamtask::{JobConfig, JobError, JobGraph, JobResult, Model, StreamEnvironment};
+
+/// Parallelism of the keyed totals and everything after them.
+pub const KEYED_PARALLELISM: usize = 2;
+
+/// Worker threads of the enrichment's blocking pool (shared by the keyed subtasks).
+///
+/// Two since the lookups are batched ([`batched_enrichment`]): a worker answers every call
+/// queued when it starts, so two keep up with both keyed subtasks, and on this two-core
+/// machine four only added idle workers spinning in the pool queue's `recv` (`sched_yield`)
+/// and context switches (issue 16, a 100k-order mailbox run: 10-27k context switches with four
+/// batching workers, 8-9k with two; 20-46k before batching).
+pub const ENRICH_THREADS: usize = 2;
+
+/// The enrichment's async configuration: ordered, 100 in flight, a generous timeout, and
+/// retries only for a busy database (an injected fault must fail the task, not be retried).
+pub fn enrich_config() -> AsyncConfig<String> {
+    let busy = RetryPolicy::fixed_delay(3, Duration::from_millis(5))
+        .expect("a valid retry policy")
+        .retry_if_error(|e| matches!(e, AsyncError::Failed(m) if m.contains("database is locked")));
+    AsyncConfig::new(OutputMode::Ordered, 100)
+        .with_timeout(Duration::from_secs(30))
+        .with_retry(busy)
+}
+
+/// What the demo job runs on and how.
+#[derive(Debug, Clone)]
+pub struct DemoJob {
+    /// The generated data.
+    pub data: DemoData,
+    /// Where data, database, checkpoints and output live (one subdirectory per model).
+    pub work_dir: PathBuf,
+    /// Checkpoint interval.
+    pub checkpoint_interval: Duration,
+    /// Faults to inject (shared by every attempt of one run).
+    pub faults: Arc<FaultPlan>,
+    /// Restarts allowed.
+    pub restarts: u32,
+    /// Where the source stops for a savepoint, if it does.
+    pub stop_at: Option<StopAt>,
+    /// Where the sink writes, instead of `<model dir>/output` (a run restored from another
+    /// model's savepoint continues that run's output).
+    pub output_dir: Option<PathBuf>,
+}
+
+/// One model's run of the demo job.
+#[derive(Debug)]
+pub struct DemoRun {
+    /// The model.
+    pub model: Model,
+    /// What the executor reported.
+    pub result: JobResult,
+    /// The committed output, sorted.
+    pub committed: Vec<String>,
+    /// Its digest.
+    pub digest: String,
+    /// Whether it equals the reference output.
+    pub exactly_once: bool,
+}
+
+impl DemoJob {
+    /// The demo on `data` in `work_dir`, checkpointing every 50 ms, no faults.
+    pub fn new(data: DemoData, work_dir: impl Into<PathBuf>) -> Self {
+        DemoJob {
+            data,
+            work_dir: work_dir.into(),
+            checkpoint_interval: Duration::from_millis(50),
+            faults: Arc::new(FaultPlan::none()),
+            restarts: 10,
+            stop_at: None,
+            output_dir: None,
+        }
+    }
+
+    /// Path of the generated orders file.
+    pub fn orders_file(&self) -> PathBuf {
+        self.work_dir.join("orders.csv")
+    }
+
+    /// Path of the customer database.
+    pub fn database(&self) -> PathBuf {
+        self.work_dir.join("customers.db")
+    }
+
+    /// Threads the job starts besides its tasks' own: the checkpoint coordinator, and the
+    /// enrichment pool of every keyed subtask.
+    pub fn helper_threads(&self) -> u64 {
+        1 + ENRICH_THREADS as u64
+    }
+
+    /// The model's own directory (checkpoints and output).
+    pub fn model_dir(&self, model: Model) -> PathBuf {
+        self.work_dir.join(model.name())
+    }
+
+    /// Where `model`'s run commits its output.
+    pub fn output_dir(&self, model: Model) -> PathBuf {
+        self.output_dir
+            .clone()
+            .unwrap_or_else(|| self.model_dir(model).join("output"))
+    }
+
+    /// Generates the orders file and the customer database (once per work directory).
+    ///
+    /// # Errors
+    ///
+    /// I/O or SQLite errors, as [`JobError::Io`]; [`JobError::NotEnoughSpace`] if the data
+    /// would not fit the disk.
+    pub fn prepare(&self) -> Result<(), JobError> {
+        self.prepare_with(&AtomicBool::new(false), || {})
+    }
+
+    /// Bytes the orders file and one model's output take, estimated.
+    pub fn estimated_bytes(&self) -> u64 {
+        // One output line per order plus window lines, each longer than an order line (the
+        // enriched customer fields): about three order lines per order.
+        self.data
+            .orders
+            .saturating_mul(self.data.estimated_bytes_per_order())
+            .saturating_mul(4)
+    }
+
+    /// [`prepare`](Self::prepare), checking free space first, stopping soon after `cancel` is
+    /// set (the half-written file is removed), and calling `midway` once when half the orders
+    /// are written.
+    ///
+    /// # Errors
+    ///
+    /// As [`prepare`](Self::prepare); an interrupted generation is a [`JobError::Io`] of kind
+    /// `Interrupted`.
+    pub fn prepare_with(&self, cancel: &AtomicBool, midway: impl FnMut()) -> Result<(), JobError> {
+        let io = |path: &Path, source: std::io::Error| JobError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
+        let needed = self.estimated_bytes();
+        let available = fs4::available_space(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
+        if needed > available {
+            return Err(JobError::NotEnoughSpace {
+                path: self.work_dir.clone(),
+                needed,
+                available,
+            });
+        }
+        self.data
+            .write_orders_file_with(&self.orders_file(), cancel, midway)
+            .map_err(|e| io(&self.orders_file(), e))?;
+        create_customer_db(&self.database(), self.data.customers)
+            .map_err(|e| io(&self.database(), std::io::Error::other(e)))?;
+        Ok(())
+    }
+
+    /// Builds the job for `model`, writing its output under [`model_dir`](Self::model_dir).
+    ///
+    /// # Errors
+    ///
+    /// What [`StreamEnvironment::build`] reports.
+    pub fn build(&self, model: Model) -> Result<JobGraph, JobError> {
+        let env = StreamEnvironment::new(model);
+        let orders = self.orders_file();
+        let faults = Arc::clone(&self.faults);
+        let stop_at = self.stop_at.clone();
+        let source = match model {
+            Model::Legacy | Model::Bridge => env.add_source("orders", move |_| {
+                OrdersFileSource::new(orders.clone(), Arc::clone(&faults))
+                    .with_stop_at(stop_at.clone())
+            }),
+            // The port with its declared state compatibility: it resumes the legacy source's
+            // checkpoints and savepoints, and they resume its.
+            Model::Mailbox => env.add_reader("orders", move |_| {
+                streamtask_bridge::PortedReader::new(
+                    OrdersFileReader::new(orders.clone(), Arc::clone(&faults))
+                        .with_stop_at(stop_at.clone()),
+                )
+            }),
+        };
+        let faults = Arc::clone(&self.faults);
+        let probe_faults = Arc::clone(&self.faults);
+        let totals = source
+            .key_by(|o: &Order| o.customer)
+            .process("totals", KEYED_PARALLELISM, move |_| {
+                RunningTotals::new(Arc::clone(&faults))
+            })
+            .operator(move |_| SnapshotFaults::<TotalEvent>::new(Arc::clone(&probe_faults)));
+        let pool = BlockingPool::new("enrich", ENRICH_THREADS, 1024)
+            .map_err(|e| JobError::Config(e.to_string()))?;
+        let db = self.database();
+        let faults = Arc::clone(&self.faults);
+        let lines = totals.async_wait("enrich", enrich_config(), move |_| {
+            batched_enrichment(Arc::clone(&pool), &db, Arc::clone(&faults))
+        });
+        lines.two_phase_file_sink("sink", self.output_dir(model), |l: &String| l.clone());
+        env.build()
+    }
+
+    /// The checkpoint directory of `model`'s runs.
+    pub fn checkpoint_dir(&self, model: Model) -> PathBuf {
+        self.model_dir(model).join("checkpoints")
+    }
+
+    /// Runs the job under `model` in its model directory and judges its output.
+    ///
+    /// Where it starts is `config.restore`: by default fresh, which starts over after a
+    /// finished run and refuses an unfinished one's state (resume it with
+    /// [`Restore::Latest`](streamtask::Restore::Latest) or discard it with
+    /// [`Restore::DiscardState`](streamtask::Restore::DiscardState)).
+    ///
+    /// # Errors
+    ///
+    /// What the executor reports when the job cannot start or finish.
+    pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
+        let job = self.build(model)?;
+        let config = JobConfig {
+            checkpoint: Some(CheckpointConfig::new(self.checkpoint_interval)),
+            checkpoint_dir: self.checkpoint_dir(model),
+            restart: streamtask::RestartStrategy::fixed_delay(
+                self.restarts,
+                Duration::from_millis(5),
+            ),
+            ..config
+        };
+        let result = job.run(&config)?;
+        let mut committed =
+            streamtask::sink::read_committed(self.output_dir(model)).map_err(JobError::Sink)?;
+        committed.sort_unstable();
+        let digest = super::digest(&committed);
+        let exactly_once = committed == expected_output(&self.data);
+        Ok(DemoRun {
+            model,
+            result,
+            committed,
+            digest,
+            exactly_once,
+        })
+    }
+}

@@ -1,0 +1,817 @@
+//! `streamtask`: runs the built-in demo job under the legacy, mailbox and bridge models and
+//! compares them side by side (the default), runs one model, or soaks the exactly-once
+//! guarantee under many fault seeds.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use streamtask::fault::{FaultPlan, quiet_injected_panics};
+use streamtask::{JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
+use streamtask_cli::demo::data::DemoData;
+use streamtask_cli::demo::job::{DemoJob, DemoRun};
+use streamtask_cli::report::{CompareReport, ModelReport};
+use streamtask_core::trace::{TraceLog, Tracer};
+use streamtask_legacy::Fairness;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "streamtask",
+    version,
+    about = "Run a stream job under Flink's checkpoint-lock and mailbox threading models, side by side",
+    long_about = "Without a subcommand, `streamtask` runs `compare`: the built-in demo job (orders \
+                  file source, keyed running totals with timers, async enrichment from SQLite, \
+                  exactly-once file sink) under the legacy, mailbox and bridge models, on data it \
+                  generates, and prints a side-by-side table."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    options: Options,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the demo job under every model and compare (the default).
+    Compare,
+    /// Run the demo job under one model.
+    Run {
+        /// The model.
+        #[arg(long, value_parser = model_parser())]
+        model: Model,
+    },
+    /// Run the demo job under many fault seeds per model and check exactly-once every time.
+    Soak {
+        /// Seeds per model.
+        #[arg(long, default_value_t = 200)]
+        seeds: u64,
+        /// Models to soak (default: all).
+        #[arg(long, value_parser = model_parser())]
+        model: Vec<Model>,
+    },
+    /// Measure the models against each other and their peers in one run (interleaved rounds,
+    /// medians) and print the table of ratios; `--json FILE` writes them.
+    Bench {
+        /// One round on tiny inputs (for CI: checks that it runs; the figures mean little).
+        #[arg(long)]
+        quick: bool,
+        /// Interleaved rounds [default: 5, or 1 with --quick].
+        #[arg(long)]
+        rounds: Option<usize>,
+    },
+}
+
+/// Parses `--model`, listing the models in `--help` and in the error for an unknown one.
+fn model_parser() -> impl TypedValueParser<Value = Model> {
+    PossibleValuesParser::new(Model::ALL.map(Model::name)).map(|name| {
+        name.parse::<Model>()
+            .expect("a possible value names a model")
+    })
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FairnessArg {
+    Unfair,
+    Eventual,
+    Fair,
+}
+
+#[derive(Debug, Args)]
+struct Options {
+    /// Orders the demo generates.
+    #[arg(long, global = true, default_value_t = 100_000)]
+    records: u64,
+    /// Distinct customers (keys).
+    #[arg(long, global = true, default_value_t = 500)]
+    customers: u32,
+    /// Seed of the generated data.
+    #[arg(long, global = true, default_value_t = 42)]
+    seed: u64,
+    /// Checkpoint interval in milliseconds.
+    #[arg(long, global = true, default_value_t = 50)]
+    checkpoint_interval_ms: u64,
+    /// Faults to inject into each model's run (panics in the source, an operator, a timer, an
+    /// async call, a snapshot); each run restarts and must still commit the same output.
+    #[arg(long, global = true, default_value_t = 0)]
+    faults: u32,
+    /// Seed choosing where the faults hit.
+    #[arg(long, global = true, default_value_t = 1)]
+    fault_seed: u64,
+    /// Fairness of the checkpoint lock (legacy and bridge).
+    #[arg(long, global = true, value_enum, default_value_t = FairnessArg::Eventual)]
+    fairness: FairnessArg,
+    /// Work directory for data, checkpoints and output [default: <temp>/streamtask-demo].
+    #[arg(long, global = true)]
+    work_dir: Option<PathBuf>,
+    /// Write the report as JSON to this file.
+    #[arg(long, global = true)]
+    json: Option<PathBuf>,
+    /// Write a Chrome trace (open in Perfetto) of which thread ran what.
+    #[arg(long, global = true)]
+    trace: Option<PathBuf>,
+    /// Write an SVG plot of throughput and checkpoint start delay per model.
+    #[arg(long, global = true)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, global = true)]
+    quiet: bool,
+    /// Resume each model from the latest completed checkpoint of an earlier, unfinished run in
+    /// the work directory (a model whose run finished is run again from the start).
+    #[arg(long, global = true, conflicts_with = "discard_state")]
+    resume: bool,
+    /// Delete an earlier run's checkpoints and output in the work directory and start over.
+    #[arg(long, global = true)]
+    discard_state: bool,
+    /// With --resume: if the newest checkpoint is damaged, restore the newest intact older one;
+    /// the sink then removes (rewinds) the output committed after it, and lists the files.
+    #[arg(long, global = true, requires = "resume")]
+    fallback_to_older_checkpoint: bool,
+    /// `run` only: on Ctrl-C or SIGTERM, stop with a savepoint in this directory (Flink's
+    /// stop-with-savepoint: the sources stop, the savepoint barrier flows, the sinks commit),
+    /// print its path and exit 0. A second signal cancels at once.
+    #[arg(long, global = true, value_name = "DIR")]
+    stop_with_savepoint: Option<PathBuf>,
+    /// With --stop-with-savepoint: stop by itself once the source read this many orders
+    /// (counted from where the run started), so the savepoint holds exactly that position.
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        requires = "stop_with_savepoint"
+    )]
+    stop_with_savepoint_after_records: Option<u64>,
+    /// Restore from a savepoint directory (what --stop-with-savepoint printed), taken under
+    /// any model; the job's operators find their state by id.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        conflicts_with_all = ["resume", "discard_state"]
+    )]
+    from_savepoint: Option<PathBuf>,
+    /// With --from-savepoint: drop the savepoint's state of operators the job no longer has
+    /// (by default that is refused).
+    #[arg(long, global = true, requires = "from_savepoint")]
+    allow_non_restored_state: bool,
+    /// Where the sink commits its output [default: <work-dir>/<model>/output]; give the same
+    /// directory to the run that stops with a savepoint and to the one restoring it.
+    #[arg(long, global = true, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+}
+
+/// Restarts a run may use when `--faults` does not ask for more.
+const DEFAULT_RESTARTS: u32 = 10;
+
+/// Why the command did not succeed, and so its exit code.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// The command line or the work directory needs a change before anything runs: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// The job failed, was interrupted, or its verdict is false: exit 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Usage(_) => ExitCode::from(2),
+            CliError::Failed(_) => ExitCode::from(1),
+        }
+    }
+
+    /// Refusals that a changed command line fixes are usage errors; the rest are failures.
+    fn of_job(model: Model, error: JobError) -> CliError {
+        let text = format!("{model}: {error}");
+        match error {
+            JobError::UnfinishedRun { .. }
+            | JobError::UnownedOutput { .. }
+            | JobError::NothingToResume { .. }
+            | JobError::ShapeMismatch { .. }
+            | JobError::NonRestoredState { .. }
+            | JobError::MaxParallelismChanged { .. }
+            | JobError::MaxParallelism { .. }
+            | JobError::Rescale { .. }
+            | JobError::Storage(streamtask::checkpoint::StorageError::NotASavepoint { .. })
+            | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
+            JobError::Cancelled => CliError::Failed(format!(
+                "{model}: stopped by a signal; its state is kept: rerun with --resume to \
+                 continue, or with --discard-state to start over"
+            )),
+            JobError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted => {
+                CliError::Failed(
+                    "stopped by a signal while generating data; the partial file \
+                                  was removed"
+                        .to_string(),
+                )
+            }
+            _ => CliError::Failed(text),
+        }
+    }
+}
+
+/// What `validate` checked and derived.
+#[derive(Debug)]
+struct Plan {
+    restarts: u32,
+}
+
+impl Options {
+    fn demo(&self) -> DemoJob {
+        let data = DemoData {
+            orders: self.records,
+            customers: self.customers,
+            seed: self.seed,
+        };
+        let dir = self
+            .work_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"));
+        let mut job = DemoJob::new(data, dir);
+        job.output_dir.clone_from(&self.output_dir);
+        // `validate` refused 0, so the interval printed is the interval used.
+        job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
+        job
+    }
+
+    fn restore(&self) -> Restore {
+        if let Some(path) = &self.from_savepoint {
+            Restore::Savepoint(path.clone())
+        } else if self.resume {
+            Restore::Latest
+        } else if self.discard_state {
+            Restore::DiscardState
+        } else {
+            Restore::Fresh
+        }
+    }
+
+    /// Checks every option before anything runs, so a bad one costs no run.
+    fn validate(&self, soak: bool) -> Result<Plan, CliError> {
+        let usage = |m: String| Err(CliError::Usage(m));
+        if self.records == 0 {
+            return usage("--records must be at least 1".into());
+        }
+        if self.customers == 0 {
+            return usage("--customers must be at least 1 (every order needs a customer)".into());
+        }
+        if self.checkpoint_interval_ms == 0 {
+            return usage("--checkpoint-interval-ms must be at least 1".into());
+        }
+        if soak {
+            for (flag, set) in [
+                ("--json", self.json.is_some()),
+                ("--trace", self.trace.is_some()),
+                ("--plot", self.plot.is_some()),
+                ("--resume", self.resume),
+                ("--stop-with-savepoint", self.stop_with_savepoint.is_some()),
+                ("--from-savepoint", self.from_savepoint.is_some()),
+            ] {
+                if set {
+                    return usage(format!(
+                        "soak does not support {flag} (it writes no report and starts every \
+                         seed over); use it with run or compare"
+                    ));
+                }
+            }
+        }
+        check_output(self.plot.as_deref(), "--plot", "svg")?;
+        check_output(self.json.as_deref(), "--json", "json")?;
+        check_output(self.trace.as_deref(), "--trace", "json")?;
+        let restarts = DEFAULT_RESTARTS.max(self.faults.max(u32::from(soak)));
+        if restarts > DEFAULT_RESTARTS {
+            eprintln!(
+                "streamtask: note: {} injected faults need as many restarts; the restart \
+                 budget is raised from {DEFAULT_RESTARTS} to {restarts}",
+                self.faults
+            );
+        }
+        Ok(Plan { restarts })
+    }
+
+    fn fairness(&self) -> Fairness {
+        match self.fairness {
+            FairnessArg::Unfair => Fairness::Unfair,
+            FairnessArg::Eventual => Fairness::Eventual,
+            FairnessArg::Fair => Fairness::Fair,
+        }
+    }
+}
+
+/// An output file must have the right extension and a writable parent directory.
+fn check_output(path: Option<&Path>, flag: &str, extension: &str) -> Result<(), CliError> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    if path.extension().and_then(|e| e.to_str()) != Some(extension) {
+        return Err(CliError::Usage(format!(
+            "{flag} {} must end in .{extension}",
+            path.display()
+        )));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{flag} {}: directory {} does not exist; create it or choose another path",
+            path.display(),
+            parent.display()
+        )));
+    }
+    let probe = parent.join(format!(".streamtask-write-check-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(CliError::Usage(format!(
+            "{flag} {}: cannot write into {}: {e}",
+            path.display(),
+            parent.display()
+        ))),
+    }
+}
+
+/// Set by Ctrl-C or SIGTERM: the job stops cleanly and keeps its state. With `savepoint`, the
+/// first signal stops the job with a savepoint instead, and only a second one cancels.
+fn install_signal_handler(savepoint: Option<SavepointHandle>) -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let on_signal = Arc::clone(&flag);
+    let handler = move || match &savepoint {
+        Some(handle) if !handle.is_requested() => {
+            eprintln!("streamtask: stopping with a savepoint (signal again to cancel)");
+            handle.stop_with_savepoint();
+        }
+        _ => on_signal.store(true, Ordering::Release),
+    };
+    if let Err(e) = ctrlc::set_handler(handler) {
+        log::warn!("cannot handle Ctrl-C/SIGTERM ({e}); a signal ends the process at once");
+    }
+    flag
+}
+
+/// A hidden hook for the process-crash test (`tests/process_crash.rs`): with
+/// `STREAMTASK_PAUSE_AT_PHASES=1`, each phase is announced on stderr as
+/// `streamtask-phase <name>` and the process waits for a line on stdin before going on, so the
+/// test can SIGKILL it at exactly that moment.
+fn pause_at_phases() -> bool {
+    std::env::var_os("STREAMTASK_PAUSE_AT_PHASES").is_some_and(|v| v == "1")
+}
+
+/// `streamtask bench` in a `--cfg loom` build (the model-checking build of the tests): the
+/// measurements need real threads and clocks, which that build does not have.
+#[cfg(loom)]
+fn bench(_options: &Options, _quick: bool, _rounds: Option<usize>) -> Result<(), CliError> {
+    Err(CliError::Usage(
+        "this binary was built with --cfg loom (for the model checks); build it without \
+         RUSTFLAGS=\"--cfg loom\" to run the bench"
+            .into(),
+    ))
+}
+
+/// `streamtask bench`: the measurements, the table, and the JSON if asked for.
+#[cfg(not(loom))]
+fn bench(options: &Options, quick: bool, rounds: Option<usize>) -> Result<(), CliError> {
+    use streamtask_cli::bench::{BenchConfig, run};
+    let mut config = if quick {
+        BenchConfig::quick()
+    } else {
+        BenchConfig::full()
+    };
+    if let Some(rounds) = rounds {
+        if rounds == 0 {
+            return Err(CliError::Usage(
+                "--rounds 0 measures nothing: give at least 1".into(),
+            ));
+        }
+        config.rounds = rounds;
+    }
+    let quiet = options.quiet;
+    let report = run(config, |round, what| {
+        if !quiet {
+            eprintln!("round {}/{}: {what}", round + 1, config.rounds);
+        }
+    });
+    print!("{report}");
+    if let Some(path) = &options.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::Failed(format!("the bench report as JSON: {e}")))?;
+        std::fs::write(path, json + "\n").map_err(|e| {
+            CliError::Usage(format!(
+                "cannot write the JSON report to {}: {e}; give --json a writable path",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+fn announce(phase: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "streamtask-phase {phase}");
+    let _ = err.flush();
+    drop(err);
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+}
+
+fn main() -> ExitCode {
+    // The executor's warnings (one line per failed attempt, the root cause) and its restore
+    // decisions are what a user wants to see; the model crates' task logs repeat the causes
+    // (`streamtask` alone would match `streamtask_core` etc. too). RUST_LOG overrides.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
+        "error,streamtask=warn,streamtask::job::restore=info,streamtask_core=error,\
+         streamtask_legacy=error,streamtask_mailbox=error,streamtask_bridge=error",
+    ))
+    .init();
+    quiet_injected_panics();
+    // Usage errors from clap exit with 2 already.
+    let cli = Cli::parse();
+    let savepoint = cli
+        .options
+        .stop_with_savepoint
+        .as_ref()
+        .map(|_| SavepointHandle::new());
+    let cancel = install_signal_handler(savepoint.clone());
+    let result = match cli.command.unwrap_or(Command::Compare) {
+        Command::Compare if cli.options.stop_with_savepoint.is_some() => Err(CliError::Usage(
+            "--stop-with-savepoint stops one run: use it with `run --model M`".to_string(),
+        )),
+        Command::Compare => compare(&cli.options, &Model::ALL, &cancel),
+        Command::Run { model } => match savepoint {
+            Some(handle) => run_to_savepoint(&cli.options, model, handle, &cancel),
+            None => compare(&cli.options, &[model], &cancel),
+        },
+        Command::Soak { seeds, model } => {
+            let models = if model.is_empty() {
+                Model::ALL.to_vec()
+            } else {
+                model
+            };
+            soak(&cli.options, seeds, &models, &cancel)
+        }
+        Command::Bench { quick, rounds } => bench(&cli.options, quick, rounds),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("streamtask: {error}");
+            error.exit_code()
+        }
+    }
+}
+
+fn run_model(
+    options: &Options,
+    job: &DemoJob,
+    model: Model,
+    tracer: Tracer,
+    cancel: &Arc<AtomicBool>,
+) -> Result<DemoRun, CliError> {
+    let progress = if options.quiet {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(job.data.orders);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>8} [{bar:40}] {pos}/{len} records {msg}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(model.name());
+        bar
+    };
+    let on_progress = {
+        let bar = progress.clone();
+        let total = job.data.orders;
+        Arc::new(move |records: u64| bar.set_position(records.min(total)))
+    };
+    let mut config = JobConfig::new(&job.work_dir)
+        .with_fairness(options.fairness())
+        .with_tracer(tracer)
+        .with_progress(on_progress)
+        .with_cancel(Arc::clone(cancel))
+        .with_restore(options.restore())
+        .with_fallback_to_older(options.fallback_to_older_checkpoint)
+        .with_allow_non_restored_state(options.allow_non_restored_state);
+    if let (Some(dir), Some(stop)) = (&options.stop_with_savepoint, &job.stop_at) {
+        config = config.with_stop_with_savepoint(
+            streamtask::StopWithSavepoint::new(dir).with_handle(stop.handle.clone()),
+        );
+    }
+    if pause_at_phases() {
+        config = config.with_phases(Arc::new(|phase| match phase {
+            JobPhase::CheckpointTriggered { id } => announce(&format!("trigger {id}")),
+            JobPhase::CheckpointCommitting { id } => announce(&format!("commit {id}")),
+            _ => {}
+        }));
+    }
+    let run = match job.run(model, config.clone()) {
+        // `compare --resume` after a crash in a later model: the earlier models finished.
+        Err(JobError::NothingToResume { .. }) if options.resume => {
+            // Not through the progress bar: it is hidden with --quiet.
+            eprintln!(
+                "streamtask: {model}: its earlier run finished; running it again from the start"
+            );
+            job.run(model, config.with_restore(Restore::Fresh))
+        }
+        other => other,
+    };
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => {
+            progress.abandon();
+            return Err(CliError::of_job(model, e));
+        }
+    };
+    let resumed = run
+        .result
+        .restored_from
+        .map(|id| format!(", resumed from checkpoint {id}"))
+        .unwrap_or_default();
+    progress.finish_with_message(format!(
+        "done in {:.2} s, {} restart(s){resumed}",
+        run.result.elapsed.as_secs_f64(),
+        run.result.restarts
+    ));
+    Ok(run)
+}
+
+fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
+    let r = &run.result;
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    ModelReport {
+        model: run.model.name().to_string(),
+        output_digest: run.digest.clone(),
+        output_lines: run.committed.len() as u64,
+        exactly_once: run.exactly_once,
+        // A resumed run read only the orders after its checkpoint: count what it read.
+        records_per_sec: match r.restored_from {
+            Some(_) => r.metrics.source_records as f64 / secs,
+            None => job.data.orders as f64 / secs,
+        },
+        elapsed_ms: r.elapsed.as_millis() as u64,
+        checkpoint_delay_us: r.metrics.checkpoint_delay.summary(),
+        timer_lateness_us: r.metrics.timer_lateness.summary(),
+        lock_wait_us: r.metrics.lock_wait.summary(),
+        mailbox_latency_us: r.metrics.mailbox_latency.summary(),
+        idle_ms: r.metrics.idle.as_millis() as u64,
+        backpressured_ms: r.metrics.backpressured.as_millis() as u64,
+        checkpoints_completed: r.checkpoints_completed,
+        checkpoints_aborted: r.checkpoints_aborted,
+        restarts: r.restarts,
+        threads: r.metrics.threads + job.helper_threads(),
+        throughput_series: r.throughput_series.clone(),
+        checkpoint_series: r.checkpoint_series.clone(),
+    }
+}
+
+fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Result<(), CliError> {
+    let plan = options.validate(false)?;
+    let mut job = options.demo();
+    job.restarts = plan.restarts;
+    // Refuse a work directory that needs --resume or --discard-state before generating data.
+    for &model in models {
+        let config = JobConfig {
+            checkpoint_dir: job.checkpoint_dir(model),
+            ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+        };
+        match config.check_restore() {
+            Ok(()) | Err(JobError::NothingToResume { .. }) => {}
+            Err(e) => return Err(CliError::of_job(model, e)),
+        }
+    }
+    prepare(&job, cancel)?;
+    let expected =
+        streamtask_cli::demo::digest(&streamtask_cli::demo::data::expected_output(&job.data));
+    let mut reports = Vec::new();
+    let mut traces: Vec<(Model, Arc<TraceLog>)> = Vec::new();
+    for &model in models {
+        let mut job = job.clone();
+        job.faults = Arc::new(FaultPlan::seeded(
+            options.fault_seed,
+            options.faults,
+            job.data.orders,
+        ));
+        let log = TraceLog::new();
+        let tracer = if options.trace.is_some() {
+            Tracer::to(&log)
+        } else {
+            Tracer::off()
+        };
+        let run = run_model(options, &job, model, tracer, cancel)?;
+        reports.push(report_of(&job, &run));
+        traces.push((model, log));
+    }
+    let report = CompareReport::new(
+        expected,
+        job.data.orders,
+        options.checkpoint_interval_ms,
+        options.faults,
+        reports,
+    );
+    println!("{}", report.table());
+    let write_error = |path: &Path, e: &dyn std::fmt::Display| {
+        CliError::Failed(format!("cannot write {}: {e}", path.display()))
+    };
+    if let Some(path) = &options.json {
+        report.write_json(path).map_err(|e| write_error(path, &e))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &options.plot {
+        report.write_plot(path).map_err(|e| write_error(path, &e))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &options.trace {
+        let logs: Vec<(&str, &TraceLog)> =
+            traces.iter().map(|(m, l)| (m.name(), l.as_ref())).collect();
+        std::fs::write(path, TraceLog::to_chrome_json_multi(&logs))
+            .map_err(|e| write_error(path, &e))?;
+        eprintln!(
+            "wrote {} (open it in https://ui.perfetto.dev)",
+            path.display()
+        );
+    }
+    if report.identical && report.models.iter().all(|m| m.exactly_once) {
+        Ok(())
+    } else {
+        Err(CliError::Failed(
+            "the verdict is false: committed output differs (see the table)".to_string(),
+        ))
+    }
+}
+
+/// `run --stop-with-savepoint DIR`: one model's run that stops with a savepoint (on a signal,
+/// or after `--stop-with-savepoint-after-records`), prints its path and succeeds. If the job
+/// ends first, its verdict is reported as a run without the option would.
+fn run_to_savepoint(
+    options: &Options,
+    model: Model,
+    handle: SavepointHandle,
+    cancel: &Arc<AtomicBool>,
+) -> Result<(), CliError> {
+    let plan = options.validate(false)?;
+    let mut job = options.demo();
+    job.restarts = plan.restarts;
+    job.faults = Arc::new(FaultPlan::seeded(
+        options.fault_seed,
+        options.faults,
+        job.data.orders,
+    ));
+    job.stop_at = Some(streamtask_cli::demo::source::StopAt {
+        records: options
+            .stop_with_savepoint_after_records
+            .unwrap_or(u64::MAX),
+        handle,
+    });
+    let config = JobConfig {
+        checkpoint_dir: job.checkpoint_dir(model),
+        ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+    };
+    match config.check_restore() {
+        Ok(()) | Err(JobError::NothingToResume { .. }) => {}
+        Err(e) => return Err(CliError::of_job(model, e)),
+    }
+    prepare(&job, cancel)?;
+    let run = run_model(options, &job, model, Tracer::off(), cancel)?;
+    match &run.result.savepoint {
+        Some(path) => {
+            eprintln!(
+                "streamtask: {model}: stopped with a savepoint after committing {} of {} output \
+                 lines; continue with `run --model M --from-savepoint {}` (same --output-dir)",
+                run.committed.len(),
+                streamtask_cli::demo::data::expected_output(&job.data).len(),
+                path.display()
+            );
+            println!("savepoint: {}", path.display());
+            Ok(())
+        }
+        None => {
+            eprintln!("streamtask: {model}: the job finished before the savepoint was taken");
+            let expected = streamtask_cli::demo::digest(
+                &streamtask_cli::demo::data::expected_output(&job.data),
+            );
+            let report = CompareReport::new(
+                expected,
+                job.data.orders,
+                options.checkpoint_interval_ms,
+                options.faults,
+                vec![report_of(&job, &run)],
+            );
+            println!("{}", report.table());
+            if run.exactly_once {
+                Ok(())
+            } else {
+                Err(CliError::Failed(
+                    "the verdict is false: committed output differs (see the table)".to_string(),
+                ))
+            }
+        }
+    }
+}
+
+/// Generates the data, announcing the midpoint to the crash test when asked.
+fn prepare(job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
+    let pause = pause_at_phases();
+    let result = job.prepare_with(cancel, || {
+        if pause {
+            announce("generate");
+        }
+    });
+    result.map_err(|e| match e {
+        JobError::NotEnoughSpace { .. } => CliError::Usage(e.to_string()),
+        JobError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted => {
+            CliError::Failed(
+                "stopped by a signal while generating data; the partial file was removed"
+                    .to_string(),
+            )
+        }
+        other => CliError::Failed(other.to_string()),
+    })
+}
+
+fn soak(
+    options: &Options,
+    seeds: u64,
+    models: &[Model],
+    cancel: &Arc<AtomicBool>,
+) -> Result<(), CliError> {
+    let plan = options.validate(true)?;
+    let mut job = options.demo();
+    job.restarts = plan.restarts;
+    prepare(&job, cancel)?;
+    let faults = options.faults.max(1);
+    if options.faults == 0 {
+        eprintln!(
+            "streamtask: note: soak injects faults; --faults 0 raised to 1 per run (give \
+             --faults N for more)"
+        );
+    }
+    let mut ok = true;
+    for &model in models {
+        let progress = if options.quiet {
+            ProgressBar::hidden()
+        } else {
+            let bar = ProgressBar::new(seeds);
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>8} [{bar:40}] seed {pos}/{len} {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(model.name());
+            bar
+        };
+        let mut restarts = 0;
+        let mut failed = Vec::new();
+        for seed in 0..seeds {
+            job.faults = Arc::new(FaultPlan::seeded(
+                options.fault_seed.wrapping_add(seed),
+                faults,
+                job.data.orders,
+            ));
+            // Every seed starts over: an earlier seed that failed leaves its state behind.
+            let config = JobConfig::new(&job.work_dir)
+                .with_fairness(options.fairness())
+                .with_cancel(Arc::clone(cancel))
+                .with_restore(Restore::DiscardState);
+            match job.run(model, config) {
+                Ok(run) if run.exactly_once => restarts += run.result.restarts,
+                Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),
+                Err(JobError::Cancelled) => {
+                    progress.abandon();
+                    return Err(CliError::of_job(model, JobError::Cancelled));
+                }
+                Err(e) => failed.push(format!("seed {seed}: {e}")),
+            }
+            progress.inc(1);
+            progress.set_message(format!("{} failure(s)", failed.len()));
+        }
+        progress.finish_and_clear();
+        println!(
+            "{model:>8}: {} seed(s), {} fault(s) each, {restarts} restart(s), {} failure(s)",
+            seeds,
+            faults,
+            failed.len()
+        );
+        for f in &failed {
+            println!("          {f}");
+        }
+        ok &= failed.is_empty();
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::Failed(
+            "exactly-once did not hold for every seed (see above)".to_string(),
+        ))
+    }
+}
