@@ -99,9 +99,15 @@ mod letter;
 mod mail;
 mod mailbox;
 mod processor;
+mod rejected;
 mod services;
+mod shared;
 mod source;
 mod task;
+mod trigger_slot;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod trigger_slot_model;
 
 pub use crate::action::{ActionExecutor, Immediate};
 #[cfg(not(loom))]
@@ -122,10 +128,6 @@ pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
 ///
 #[doc = include_str!("task/task.md")]
 pub use crate::task::TaskHandle;
-/// The checkpoint-trigger slot's protocol, for the loom models only.
-#[cfg(loom)]
-#[doc(hidden)]
-pub use crate::task::loom_model as trigger_slot;
 pub use crate::task::{IterationHeadTask, OneInputTask, SourceTask, TwoInputTask};
 #[doc = include_str!("async_wait.md")]
 pub use streamtask_core::async_io::AsyncWaitOperator;

@@ -11,7 +11,7 @@ use streamtask_core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use streamtask_core::sync::{Condvar, Mutex, MutexGuard, thread};
 
 use crate::mail::{Mail, Priority};
-use crate::task::TriggerSlot;
+use crate::trigger_slot::TriggerSlot;
 
 /// The lifecycle state of a [`TaskMailbox`]; see its docs for the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,7 +170,7 @@ impl MailHint<'_> {
 // `repr(C)`: the slot first, the three bytes right after it, all in the first 64 bytes.
 #[repr(C, align(128))]
 struct Hot {
-    /// A source task's checkpoint-trigger slot (`task/trigger.rs`); unused elsewhere (it sits
+    /// A source task's checkpoint-trigger slot (`trigger_slot.rs`); unused elsewhere (it sits
     /// in bytes the alignment pads anyway). The mailbox thread writes it and the flags in the
     /// same places (it takes the trigger as it answers the doorbell), so the two share a line.
     trigger: TriggerSlot,

@@ -19,7 +19,8 @@ use streamtask_core::{
 use crate::executor::Rejected;
 use crate::letter::MailAction;
 use crate::mail::Priority;
-use crate::processor::{Core, ProcessorHandle};
+use crate::processor::ProcessorHandle;
+use crate::shared::Core;
 
 /// What timer and event mails do to the task state `S`: the part of the state the services
 /// need. Implemented by this crate's task states (they call the chain's `dispatch_timer` /

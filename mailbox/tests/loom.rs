@@ -523,7 +523,7 @@ mod submit_slot {
     }
 }
 
-/// The source task's checkpoint-trigger slot (`task/trigger.rs`): the trigger call's fast path
+/// The source task's checkpoint-trigger slot (`src/trigger_slot.rs`): the trigger call's fast path
 /// racing the mailbox thread, which may answer the doorbell and then ends (quiesce, take what
 /// is left). Every trigger is run or declined exactly once: never lost, never twice.
 mod trigger_slot {
@@ -531,7 +531,7 @@ mod trigger_slot {
     use loom::thread;
 
     use streamtask_mailbox::TaskMailbox;
-    use streamtask_mailbox::trigger_slot::{Outcome, Slot};
+    use streamtask_mailbox::trigger_slot_model::{Outcome, Slot};
 
     /// A trigger racing the task's end: the owner runs it (answers the bell before quiescing),
     /// declines it (left in the slot after quiescing), or the triggering thread takes it back

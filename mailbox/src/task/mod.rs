@@ -8,7 +8,6 @@ mod input;
 mod iteration;
 mod one_input;
 mod source;
-mod trigger;
 mod two_input;
 
 use std::time::Instant;
@@ -39,10 +38,7 @@ pub use streamtask_core::runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
-use self::trigger::Offered;
-pub(crate) use self::trigger::TriggerSlot;
-#[cfg(loom)]
-pub use self::trigger::loom_model;
+use crate::trigger_slot::{Offered, TriggerSlot};
 
 /// How the handle reaches a mailbox task: a trigger through the mailbox's trigger slot (or as a
 /// mail), every other call as a mail.
@@ -94,10 +90,11 @@ where
         // mailbox's hot line.
         let core = self.processor.core();
         let since = TriggerSlot::nanos_since(self.slot_base, requested);
+        let accepting = || core.mailbox.state().is_accepting_mails();
         match core
             .mailbox
             .trigger_slot()
-            .trigger(&core.mailbox, || core.ring(), barrier, since)
+            .trigger(accepting, || core.ring(), barrier, since)
         {
             Offered::Slotted => {}
             Offered::TakenBack(barrier) => self

@@ -8,6 +8,11 @@
 //! flag word, so the call moves one line. When the slot is taken, or trigger mails are still queued (so a
 //! slot trigger cannot overtake an older one), the trigger goes as a mail as before.
 //!
+//! The slot is a leaf: it knows atomics and barriers, not the mailbox or the task. The mailbox
+//! holds it (it must sit on the mailbox's hot line) and the source task drives it; what the
+//! slot needs of the mailbox (is it still accepting mails, ring the doorbell) is passed in as
+//! closures, so neither the mailbox nor the slot imports the task, and the slot imports neither.
+//!
 //! # What the call costs (issue 16)
 //!
 //! The mailbox thread loads the flag word between every two records, so from the moment the
@@ -27,8 +32,6 @@ use std::time::{Duration, Instant};
 
 use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 use streamtask_core::{CheckpointBarrier, CheckpointKind};
-
-use crate::mailbox::TaskMailbox;
 
 /// What [`TriggerSlot::trigger`] did with a trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +149,7 @@ impl TriggerSlot {
     }
 
     /// The triggering thread's half of the slot protocol: offer, `ring` (the processor's
-    /// doorbell), then look at the mailbox's state. `requested` is the call's time as
+    /// doorbell), then ask `accepting` whether the mailbox still accepts mails. `requested` is the call's time as
     /// [`nanos_since`](Self::nanos_since) gives it. Against [`take_left`](Self::take_left) on
     /// the mailbox thread at its end (quiesce, then take): each side stores first (the slot's
     /// `full`, the mailbox's state) and then loads what the other stored, across a `SeqCst` fence
@@ -154,9 +157,9 @@ impl TriggerSlot {
     /// (one compare-exchange), so it is declined exactly once and never lost. Modelled in
     /// `tests/loom.rs`.
     #[inline]
-    pub(crate) fn trigger<T>(
+    pub(crate) fn trigger(
         &self,
-        mailbox: &TaskMailbox<T>,
+        accepting: impl FnOnce() -> bool,
         ring: impl FnOnce(),
         barrier: CheckpointBarrier,
         requested: u64,
@@ -166,7 +169,7 @@ impl TriggerSlot {
         }
         ring();
         fence(Ordering::SeqCst);
-        if !mailbox.state().is_accepting_mails() {
+        if !accepting() {
             if let Some((barrier, _)) = self.take() {
                 return Offered::TakenBack(barrier);
             }
@@ -223,81 +226,5 @@ impl TriggerSlot {
     /// A trigger mail ran or was dropped.
     pub(crate) fn mail_done(&self) {
         self.state.fetch_sub(MAIL, Ordering::SeqCst);
-    }
-}
-
-/// The slot's protocol for the loom models in `tests/loom.rs`: the same code the task's trigger
-/// call and its end run, over a plain mailbox (the doorbell rung as the processor rings it).
-#[cfg(loom)]
-pub mod loom_model {
-    use std::time::Instant;
-
-    use streamtask_core::CheckpointBarrier;
-
-    use super::{Offered, TriggerSlot};
-    use crate::mailbox::TaskMailbox;
-
-    /// What a trigger call did, by checkpoint id.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Outcome {
-        /// In the slot; the mailbox thread has it.
-        Slotted,
-        /// Taken back by the triggering thread (to decline it).
-        TakenBack(u64),
-        /// Not in the slot: it would go as a mail.
-        Refused,
-    }
-
-    /// A mailbox's trigger slot (on its hot line, as a task's).
-    pub struct Slot<'a, T>(&'a TaskMailbox<T>);
-
-    impl<T> std::fmt::Debug for Slot<'_, T> {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("Slot").finish_non_exhaustive()
-        }
-    }
-
-    impl<'a, T> Slot<'a, T> {
-        /// The slot of `mailbox`.
-        pub fn of(mailbox: &'a TaskMailbox<T>) -> Self {
-            Slot(mailbox)
-        }
-
-        fn slot(&self) -> &'a TriggerSlot {
-            self.0.trigger_slot()
-        }
-
-        /// The trigger call's fast path (`Remote::trigger_checkpoint`).
-        pub fn trigger(&self, id: u64) -> Outcome {
-            let mailbox = self.0;
-            let ring = || mailbox.ring_doorbell();
-            let slot = self.slot();
-            let requested = TriggerSlot::nanos_since(slot.base(), Instant::now());
-            match slot.trigger(mailbox, ring, CheckpointBarrier::new(id, 0), requested) {
-                Offered::Slotted => Outcome::Slotted,
-                Offered::TakenBack(barrier) => Outcome::TakenBack(barrier.id),
-                Offered::Refused => Outcome::Refused,
-            }
-        }
-
-        /// The mailbox thread answering the doorbell: the pending trigger's id.
-        pub fn take(&self) -> Option<u64> {
-            self.slot().take().map(|(barrier, _)| barrier.id)
-        }
-
-        /// The mailbox thread at its end, after quiescing: the trigger left, to decline.
-        pub fn take_left(&self) -> Option<u64> {
-            self.slot().take_left().map(|barrier| barrier.id)
-        }
-
-        /// A trigger mail is about to be queued (after a refused offer).
-        pub fn mail_queued(&self) {
-            self.slot().mail_queued();
-        }
-
-        /// A trigger mail ran or was dropped.
-        pub fn mail_done(&self) {
-            self.slot().mail_done();
-        }
     }
 }
