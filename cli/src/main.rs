@@ -628,7 +628,7 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &options.plot {
-        report.write_plot(path).map_err(|e| write_error(path, &e))?;
+        streamtask_cli::plot::draw(&report, path).map_err(|e| write_error(path, &e))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &options.trace {

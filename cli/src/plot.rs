@@ -13,8 +13,13 @@ const COLOURS: [RGBColor; 3] = [
     RGBColor(40, 160, 80),
 ];
 
-/// Draws `report` into an SVG file at `path`.
-pub(crate) fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
+/// Draws `report` into an SVG file at `path`: two panels, throughput over time per model, and
+/// the checkpoint start delay of each checkpoint over time per model.
+///
+/// # Errors
+///
+/// Any drawing or I/O error, as text.
+pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
     let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(380);
@@ -165,7 +170,7 @@ mod tests {
         let report = CompareReport::new("d".into(), 1, 1, 0, vec![m("legacy"), m("mailbox")]);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("plot.svg");
-        report.write_plot(&path).unwrap();
+        draw(&report, &path).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("legacy") && svg.contains("mailbox"));

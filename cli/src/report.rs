@@ -242,16 +242,6 @@ impl CompareReport {
     pub fn write_json(&self, path: &Path) -> io::Result<()> {
         std::fs::write(path, self.to_json())
     }
-
-    /// Writes an SVG with two panels: throughput over time per model, and checkpoint start delay
-    /// of each checkpoint over time per model.
-    ///
-    /// # Errors
-    ///
-    /// Any drawing or I/O error, as text.
-    pub fn write_plot(&self, path: &Path) -> Result<(), String> {
-        crate::plot::draw(self, path)
-    }
 }
 
 fn us(value: u64, count: u64) -> String {
