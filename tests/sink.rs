@@ -454,7 +454,7 @@ fn the_line_break_error_hands_the_line_back() {
     assert_eq!(err.into_line().as_deref(), Some("a\nb"));
 }
 
-/// The sink's transactions are union state (issue 12): after a rescale a subtask may get the
+/// The sink's transactions are union state: after a rescale a subtask may get the
 /// state of subtasks that no longer exist, and commits what they pre-committed.
 #[test]
 fn another_subtasks_state_is_recommitted_as_union_state() {

@@ -307,8 +307,8 @@ impl<T> TaskMailbox<T> {
     /// The spin saves both sides a futex round trip when mails come close together. Turn it
     /// off for a mailbox thread whose mails come rarely and whose task has another thread that
     /// runs flat out: the bridge's mailbox thread, woken for a checkpoint trigger that the
-    /// legacy source's errand had already run, spun and yielded on a two-core machine for
-    /// nothing, taking the core from the source or from the triggering thread (issue 16).
+    /// legacy source's errand has usually run already, would spin and yield on a two-core
+    /// machine for nothing, taking the core from the source or from the triggering thread.
     ///
     /// # Examples
     ///
