@@ -178,7 +178,7 @@ fn restore_from_an_earlier_checkpoint_aborts_later_pending_transactions() {
 
 #[test]
 fn falling_back_to_an_older_checkpoint_rewinds_the_output_committed_after_it() {
-    // Issue 11: the newest checkpoint is damaged and the restore falls back to an older one;
+    // The newest checkpoint is damaged and the restore falls back to an older one;
     // the output checkpoint 2 committed must go, or its records (replayed) would appear twice.
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(dir.path(), 0);

@@ -844,7 +844,7 @@ impl<T> TaskMailbox<T> {
         let mut mails: Vec<Mail<T>> = owned.batch.drain(..).collect();
         mails.extend(owned.head.drain(..));
         mails.extend(queue.mails.drain(..));
-        // Both containers are empty and locked; the doorbell is cleared too, as before.
+        // Both containers are empty and locked; the doorbell is cleared too.
         self.hot.flags.store(0, Ordering::Release);
         mails
     }
