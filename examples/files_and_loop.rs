@@ -1,4 +1,4 @@
-//! Issue 14's whole job, written once and run under the legacy, mailbox and bridge models: a
+//! The files-and-loop job, written once and run under the legacy, mailbox and bridge models: a
 //! monitoring source lists a directory that files are added to while the job runs, three split
 //! readers read the splits in parallel, an iteration halves the values until they fall below a
 //! bound (the rest fed back to the head), and the two-phase file sink commits exactly once.

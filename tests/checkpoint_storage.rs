@@ -207,8 +207,8 @@ fn leftovers_of_an_interrupted_write_are_removed_on_open_but_damaged_checkpoints
     // A crash while deleting an old checkpoint.
     fs::create_dir(root.join("chk-00000000000000000000.discard-123-1")).unwrap();
     // A checkpoint directory without a manifest. A `chk-<id>` name appears by one rename after
-    // the manifest was fsynced, so this is damage, not an interrupted write (issue 11: removing
-    // it silently fell back to an older checkpoint and duplicated committed output).
+    // the manifest was fsynced, so this is damage, not an interrupted write; removing it
+    // silently would fall back to an older checkpoint and duplicate committed output.
     let no_manifest = checkpoint_dir(root, 3);
     fs::create_dir(&no_manifest).unwrap();
     fs::write(no_manifest.join("task-0.state"), b"STKS").unwrap();

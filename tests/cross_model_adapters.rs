@@ -1,4 +1,4 @@
-//! The same source under two models (issue 12): a job whose source is a user `SourceReader`
+//! The same source under two models: a job whose source is a user `SourceReader`
 //! runs it natively under the mailbox and bridge models and through a `ReaderSource` under the
 //! legacy model; a job whose source is a user `SourceFunction` runs it natively under the
 //! legacy and bridge models and through a `HandoffReader` under the mailbox model. The adapters

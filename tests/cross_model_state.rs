@@ -1,4 +1,4 @@
-//! State that crosses models with a ported source (issue 12, part 4): a job whose legacy
+//! State that crosses models with a ported source: a job whose legacy
 //! `SourceFunction` was checkpointed under one model resumes under another with the port (a
 //! `SourceReader` declaring `LegacyStateCompat`, run in a `PortedReader`), and back, exactly
 //! once end to end, for every pair of deployments:

@@ -1,4 +1,4 @@
-//! Continuous file reading (issue 14, part 1) under every model: a monitoring source lists a
+//! Continuous file reading under every model: a monitoring source lists a
 //! directory, split readers read the splits into lines, and the committed output holds every
 //! line of every file exactly once, also with files added while the job runs and faults
 //! injected in the monitoring source and in the readers. The reader's two forms (thread,

@@ -1,4 +1,4 @@
-//! Issue 14's whole job under every model: a monitoring source lists a directory that files are
+//! The files-and-loop job under every model: a monitoring source lists a directory that files are
 //! added to while the job runs, three split readers read the splits in parallel, the values are
 //! halved in an iteration until they fall below a bound (the rest fed back to the head), and the
 //! results go to the exactly-once two-phase file sink. The committed output must equal a

@@ -1,4 +1,4 @@
-//! The continuous FLIP-27 file source (issue 14, part 2) under every model: a split enumerator
+//! The continuous FLIP-27 file source under every model: a split enumerator
 //! that discovers files while the job runs (`FileSource::monitor_continuously`), snapshotted
 //! when each checkpoint is triggered; the committed output holds every line exactly once
 //! through reader faults and enumerator failures (the enumerator restored from its snapshot),

@@ -1,4 +1,4 @@
-//! FLIP-27 splits (issue 14, part 2) under every model: a bounded `FileSource` whose split
+//! FLIP-27 splits under every model: a bounded `FileSource` whose split
 //! enumerator hands byte-range splits to parallel readers on request, the readers' snapshots
 //! holding their splits with positions, and the committed output holding every line exactly
 //! once, also with faults injected in the readers. A split assigned after its reader's snapshot

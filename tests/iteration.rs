@@ -1,5 +1,5 @@
 //! Iterations (`DataStream::iterate` / `IterativeStream::close_with`) under every model: the
-//! issue's loop (halve values until they fall below a bound, feeding the rest back) commits the
+//! halving loop (halve values until they fall below a bound, feeding the rest back) commits the
 //! output of a reference computed without the runtime, also with checkpoints every 10 ms and
 //! faults in the loop, in the head and downstream of it: the records circulating in the loop at
 //! a checkpoint are in the head's snapshot (Carbone et al. 2015) and replayed on restore.

@@ -47,7 +47,7 @@ mod checkpoint_and_sinks {
     assert_not_sync!(TwoPhaseCommitFileSink<u64>);
 }
 
-/// The job builder's streams (issue 13): built on one thread (they share the environment's
+/// The job builder's streams: built on one thread (they share the environment's
 /// `Rc`), so neither `Send` nor `Sync`; what runs is the built `JobGraph`.
 mod job_builder {
     use streamtask::prelude::{ConnectedStreams, DataStream, KeyedConnectedStreams, KeyedStream};
@@ -61,7 +61,7 @@ mod job_builder {
     assert_not_sync!(KeyedConnectedStreams<u64, u64, u64>);
 }
 
-/// Savepoints (issue 12): the handle is pulled from signal handlers and other threads.
+/// Savepoints: the handle is pulled from signal handlers and other threads.
 mod savepoints {
     use streamtask::checkpoint::{Savepoint, SavepointMetadata, StateEntry, VertexShape};
     use streamtask::{SavepointHandle, StopWithSavepoint};

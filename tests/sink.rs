@@ -178,7 +178,7 @@ fn restore_from_an_earlier_checkpoint_aborts_later_pending_transactions() {
 
 #[test]
 fn falling_back_to_an_older_checkpoint_rewinds_the_output_committed_after_it() {
-    // Issue 11: the newest checkpoint is damaged and the restore falls back to an older one;
+    // The newest checkpoint is damaged and the restore falls back to an older one;
     // the output checkpoint 2 committed must go, or its records (replayed) would appear twice.
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(dir.path(), 0);
@@ -454,7 +454,7 @@ fn the_line_break_error_hands_the_line_back() {
     assert_eq!(err.into_line().as_deref(), Some("a\nb"));
 }
 
-/// The sink's transactions are union state (issue 12): after a rescale a subtask may get the
+/// The sink's transactions are union state: after a rescale a subtask may get the
 /// state of subtasks that no longer exist, and commits what they pre-committed.
 #[test]
 fn another_subtasks_state_is_recommitted_as_union_state() {

@@ -2,7 +2,7 @@
 //! (legacy, mailbox, bridge) and every task kind (source, one-input, two-input, async) through
 //! one thin adapter (`task_runtime/adapter.rs`), in the style of `tests/async_io.rs`.
 //!
-//! The contract is the runtime kit's (issue 10): Flink's checkpoint order and the ack's
+//! The contract is the runtime kit's: Flink's checkpoint order and the ack's
 //! contents; complete and abort notices (an abort releases channels held for alignment);
 //! end of input head to tail with drains, then finish, then end of output; a failure in an
 //! operator, a timer, a snapshot or the source fails the task with its typed cause; `cancel`
@@ -18,20 +18,21 @@
 //! and after `join` no thread of the process may carry that prefix.
 //!
 //! Each test runs every case to its end and then fails listing the cases that failed, so one
-//! run shows each drift in every model and kind it affects.
+//! run shows every model and kind in which a rule does not hold.
 //!
-//! # What fails before the runtime kit (issue 10), and why
+//! # Rules a model's own task code gets wrong most easily
 //!
-//! | test | cases | drift |
+//! | test | cases | rule |
 //! |---|---|---|
-//! | `a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion` | mailbox and bridge `Async` | (1) the input task suspends before it polls the gate while the async queue is full |
-//! | `an_abort_notice_releases_channels_held_for_alignment` | legacy `OneInput`, `TwoInput`, `Async` | (2) legacy input tasks never release aligned channels on an abort |
-//! | `cancel_while_a_timer_callback_runs_...`, `cancel_while_a_checkpoint_is_in_progress_...` | legacy, every kind | (3) legacy `cancel` waits for the task to end (up to the grace) |
-//! | `join_reports_ignored_cancellation_...` | legacy `Source`, `OneInput` | (3) the timer and async-calls threads are left behind with the stuck one |
-//! | `join_reports_ignored_cancellation_...` | mailbox `Source`, `OneInput`; bridge `OneInput` | (3) mailbox tasks have no grace: `join` waits as long as the stuck thread |
-//! | `a_failing_snapshot_declines_the_checkpoint_and_fails_the_task_with_its_error` | every model and kind | (5) `TaskError::Checkpoint` carries the operator's error as a `String`, not as its `#[source]` |
+//! | `a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion` | mailbox and bridge `Async` | an input task keeps polling its gate for barriers while its async queue is full |
+//! | `an_abort_notice_releases_channels_held_for_alignment` | legacy `OneInput`, `TwoInput`, `Async` | an abort notice releases the channels held for alignment in every input task |
+//! | `cancel_while_a_timer_callback_runs_...`, `cancel_while_a_checkpoint_is_in_progress_...` | legacy, every kind | `cancel` returns at once; it never waits for the task to end |
+//! | `join_reports_ignored_cancellation_...` | legacy `Source`, `OneInput` | only the stuck thread is left behind: the timer and async-calls threads are joined |
+//! | `join_reports_ignored_cancellation_...` | mailbox `Source`, `OneInput`; bridge `OneInput` | `join` waits at most the cancel grace for a stuck thread |
+//! | `a_failing_snapshot_declines_the_checkpoint_and_fails_the_task_with_its_error` | every model and kind | `TaskError::Checkpoint` carries the operator's error as its `#[source]`, not as a `String` |
 //!
-//! Drift 4 (the job's fairness reaching every legacy task) is tested at the job layer, not here.
+//! That the job's fairness setting reaches every legacy task is tested at the job layer, not
+//! here.
 
 #[path = "task_runtime/adapter.rs"]
 mod adapter;
@@ -267,7 +268,7 @@ fn complete_and_abort_notices_reach_the_chain() {
 
 #[test]
 fn an_abort_notice_releases_channels_held_for_alignment() {
-    // Drift 2: legacy input tasks never release.
+    // Every input task releases on abort, legacy ones included.
     each(
         cases(&[Kind::OneInput, Kind::TwoInput, Kind::Async]),
         |model, kind| {
@@ -638,7 +639,8 @@ fn cancel_while_the_async_queue_is_full_ends_the_task_and_leaves_no_thread() {
 
 #[test]
 fn cancel_while_a_timer_callback_runs_returns_at_once_and_leaves_no_thread() {
-    // Drift 3: legacy's cancel waits for the task to end (up to the grace).
+    // `cancel` returns at once in every model, even while user code runs (the legacy
+    // model's own cancel could wait for the task to end).
     each(cases(&KINDS), |model, kind| {
         let latch = Latch::default();
         let mut spec = Spec::new("XT");
@@ -656,7 +658,7 @@ fn cancel_while_a_timer_callback_runs_returns_at_once_and_leaves_no_thread() {
 
 #[test]
 fn cancel_while_a_checkpoint_is_in_progress_returns_at_once_and_leaves_no_thread() {
-    // Drift 3 again: the snapshot holds the task, legacy's cancel waits for it.
+    // The snapshot holds the task; `cancel` still returns at once, without waiting for it.
     each(cases(&KINDS), |model, kind| {
         let latch = Latch::default();
         let mut spec = Spec::new("XC");
@@ -713,8 +715,9 @@ fn join_reports_ignored_cancellation_after_the_grace_and_leaves_only_the_stuck_t
 
 #[test]
 fn a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion() {
-    // Drift 1: a mailbox input task waits for a completion to free a slot before it reads the
-    // barrier. (Legacy has no source task with an async operator: FLINK-13063.)
+    // The barrier is read while the async queue is full: an input task must not wait for a
+    // completion to free a slot before it polls its gate. (Legacy has no source task with an
+    // async operator: FLINK-13063.)
     let mut all = cases(&[Kind::Async]);
     all.extend([
         (Model::Mailbox, Kind::AsyncSource),
@@ -895,7 +898,7 @@ fn a_checkpoint_trigger_waits_for_at_most_the_section_in_flight_of_a_hot_legacy_
     });
 }
 
-// ---- stop-with-savepoint (issue 12, helper p) ---------------------------------------------------
+// ---- stop-with-savepoint ------------------------------------------------------------------------
 
 /// Flink's synchronous savepoint: after a source task's stop-with-savepoint barrier the source
 /// emits nothing (its next emit waits, or its reader is not polled); the savepoint's completion
@@ -939,7 +942,7 @@ fn a_source_emits_nothing_after_a_stop_with_savepoint_barrier() {
     });
 }
 
-// ---- the continuous-file-reading split reader (issue 14 part 5, helper v) -----------------------
+// ---- the continuous-file-reading split reader ---------------------------------------------------
 //
 // `streamtask::files::SplitReader` as the head of a one-input task of every model, in the form
 // the job layer gives it there (`adapter::start_split_reader`): its own reader thread with lines

@@ -4,8 +4,8 @@
 //! - `routed`: every call completes inside `invoke`, on the task thread, with inline
 //!   completions off, so the completion takes the model's route (a completion mail in the
 //!   mailbox model; the emitter thread taking the checkpoint lock in the legacy model), as one
-//!   from a client thread does. Issue 16's target (mailbox <= 250 ns/record, legacy <= 2x
-//!   mailbox) applies to this row (what the issue measured when it was filed).
+//!   from a client thread does. The bench's target (mailbox <= 250 ns/record, legacy <= 2x
+//!   mailbox) applies to this row.
 //! - `remote`: a completer thread answers every call at once, so each completion comes from
 //!   another thread. A reference: most of its time is the completer's own wake-ups (a call
 //!   that finds it asleep wakes it, and it preempts the task thread).

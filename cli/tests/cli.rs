@@ -1,4 +1,4 @@
-//! The `streamtask` command line (issue 11): exit codes (0 success, 1 job failed or verdict
+//! The `streamtask` command line: exit codes (0 success, 1 job failed or verdict
 //! false, 2 usage error), options validated before anything runs, restore options, signals,
 //! single-model output, soak's honesty, and the data generation's temporary file.
 

@@ -79,8 +79,8 @@ fn injected_faults_restart_the_job_without_losing_or_duplicating_output() {
 
 #[test]
 fn checkpoints_completed_counts_every_checkpoint_the_run_stored() {
-    // Issue 11: the count was read before the coordinator stopped, so a checkpoint it completed
-    // while the tasks ended was stored but not counted. With retention large enough to keep
+    // The count is read after the coordinator stopped, so a checkpoint it completes while the
+    // tasks end is counted as well as stored. With retention large enough to keep
     // every checkpoint, the count equals what the storage holds.
     for model in Model::ALL {
         let dir = tempfile::tempdir().unwrap();

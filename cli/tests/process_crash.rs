@@ -1,4 +1,4 @@
-//! Real process crashes (issue 11): the `streamtask` binary runs as a child process, is killed
+//! Real process crashes: the `streamtask` binary runs as a child process, is killed
 //! with SIGKILL at a seeded moment (while generating data, with a checkpoint's barriers in
 //! flight, or between the sinks' pre-commit and commit), and is run again with `--resume`; the
 //! committed output must equal the reference exactly, as multisets.

@@ -1,4 +1,4 @@
-//! Where a run starts (issue 11): a fresh start never restores by itself; a finished run
+//! Where a run starts: a fresh start never restores by itself; a finished run
 //! leaves nothing to resume; an unfinished run's state is resumed or discarded only when asked;
 //! a damaged newest checkpoint is a typed error unless falling back is asked for, and then the
 //! sink rewinds so the committed output stays exactly-once; a checkpoint of another job shape

@@ -778,8 +778,8 @@ fn run_scheduler<E>(
 //
 // A strong reference is no cycle that outlives the thread: the clock holds this waker only
 // through the thread's `ClockSubscription`, which the thread drops when it ends, so the
-// scheduler's shared state is freed with the thread either way. (It used to be a `Weak`, which
-// loom's `Arc` does not have, so manual clocks could not drive the scheduler under loom.)
+// scheduler's shared state is freed with the thread either way. (Not a `Weak`: loom's `Arc`
+// has none, and manual clocks must drive the scheduler under loom too.)
 struct EpochWaker(Arc<SchedulerShared>);
 
 impl std::task::Wake for EpochWaker {

@@ -137,8 +137,8 @@ assert_send_sync!(
     TraceEvent,
 );
 
-// Side outputs, event time after the source, context-aware maps, keyed two-input operators
-// (issue 13). A tag and a strategy are shared by every task of a job; the side outputs of an
+// Side outputs, event time after the source, context-aware maps, keyed two-input operators.
+// A tag and a strategy are shared by every task of a job; the side outputs of an
 // operator move with it to its task thread (they hold `Send` outputs) but are never shared; a
 // record's context lends the task's services for one call.
 mod issue_13 {

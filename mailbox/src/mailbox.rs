@@ -307,8 +307,8 @@ impl<T> TaskMailbox<T> {
     /// The spin saves both sides a futex round trip when mails come close together. Turn it
     /// off for a mailbox thread whose mails come rarely and whose task has another thread that
     /// runs flat out: the bridge's mailbox thread, woken for a checkpoint trigger that the
-    /// legacy source's errand had already run, spun and yielded on a two-core machine for
-    /// nothing, taking the core from the source or from the triggering thread (issue 16).
+    /// legacy source's errand has usually run already, would spin and yield on a two-core
+    /// machine for nothing, taking the core from the source or from the triggering thread.
     ///
     /// # Examples
     ///
@@ -844,7 +844,7 @@ impl<T> TaskMailbox<T> {
         let mut mails: Vec<Mail<T>> = owned.batch.drain(..).collect();
         mails.extend(owned.head.drain(..));
         mails.extend(queue.mails.drain(..));
-        // Both containers are empty and locked; the doorbell is cleared too, as before.
+        // Both containers are empty and locked; the doorbell is cleared too.
         self.hot.flags.store(0, Ordering::Release);
         mails
     }

@@ -412,10 +412,14 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
             owner,
             resume,
         };
+        // Mails first: what was put before the loop started runs before any record, and may end or
+        // suspend the loop.
         if !process_mail(core, executor, owner, doorbell)? {
             return Ok(());
         }
         loop {
+            // One default-action step; it is bounded (it checks the mail flag between records), so
+            // a mail waits for at most the record in flight.
             executor
                 .run(|state| default.run_default_action(state, &mut controller))
                 .map_err(LoopError::Failed)?;
@@ -446,6 +450,7 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
     ) -> Result<bool, LoopError<E>> {
         self.check_runnable()?;
         self.start_loop();
+        // Mails before the default action, as in the loop: make a batch and run its first mail.
         self.core.mailbox.create_batch_unchecked();
         if let Some(mail) = self.core.mailbox.try_take_from_batch_unchecked()? {
             run_mail(&self.core, &mut self.executor, mail)?;
@@ -521,22 +526,33 @@ fn process_mail<S, E, X: ActionExecutor<S>>(
     owner: &OwnerLocal,
     doorbell: &mut Option<Doorbell<S, E>>,
 ) -> Result<bool, LoopError<E>> {
+    // Every mail queued now, then the doorbell if it rang before the batch was made.
     run_batch(core, executor, doorbell)?;
+    // While the default action is suspended the loop only runs mails, waiting for each. The wait is
+    // the lost-wakeup protocol: try, announce the wait, look at the bell again, block.
     while core.loop_possible() && !core.default_action_available() {
+        // A ring is not a mail (no `take` sees it): answer it through a batch, after the mails put
+        // before it.
         if core.mailbox.doorbell_rung() {
             run_batch(core, executor, doorbell)?;
             continue;
         }
+        // 1. Try: a mail already queued runs without any wait.
         let mail = match core.mailbox.try_take_unchecked(Priority::MIN)? {
             Some(mail) => mail,
             None => {
-                // Announce the wait, then look at the bell once more (see `Core::ring`).
+                // 2. Register interest: announce the wait (`SeqCst`), then 3. look at the bell once
+                // more: a ring before the announcement is seen here, a ring after it finds the
+                // owner waiting and sends a signal mail (see `Core::ring`).
                 core.mailbox.announce_wait();
                 if core.mailbox.doorbell_rung() {
                     core.mailbox.end_wait();
                     continue;
                 }
+                // 4. Block in the mailbox's `take`: every put pushes and notifies under the queue's
+                // lock, which the take checks and waits under, so no mail slips past it.
                 let mail = take_blocking(core, owner);
+                // Not waiting any more: a ringer need not send a signal mail.
                 core.mailbox.end_wait();
                 mail?
             }
@@ -566,6 +582,8 @@ fn run_batch<S, E, X: ActionExecutor<S>>(
     // set bits of the same flag word, the mail's first.
     let rung = core.mailbox.doorbell_rung();
     let mut next = take_first_of_batch(core)?;
+    // The batch's mails in order, while the loop may run: a poison or suspend mail stops it, and
+    // what is left stays for the next run, `drain` or `close`.
     while let Some(mail) = next {
         run_mail(core, executor, mail)?;
         next = if core.loop_possible() {
@@ -574,6 +592,8 @@ fn run_batch<S, E, X: ActionExecutor<S>>(
             None
         };
     }
+    // The doorbell after the batch: the mails put before the ring ran first, and a ring waits for
+    // at most one batch.
     if rung && core.loop_possible() {
         answer_doorbell(core, executor, doorbell)?;
     }
@@ -597,6 +617,8 @@ fn answer_doorbell<S, E, X: ActionExecutor<S>>(
     executor: &mut X,
     doorbell: &mut Option<Doorbell<S, E>>,
 ) -> Result<bool, LoopError<E>> {
+    // Clear the bell before running its action: a ring during the action rings again and is
+    // answered next time, never lost.
     if !core.mailbox.answer_doorbell() {
         return Ok(false);
     }
@@ -613,6 +635,7 @@ fn take_blocking<S, E>(
     core: &Core<S, E>,
     owner: &OwnerLocal,
 ) -> Result<Mail<Letter<S, E>>, TakeError> {
+    // The clock is read only when the suspension has a cause to count the wait as.
     match owner.cause.get() {
         Some(cause) => {
             let since = Instant::now();

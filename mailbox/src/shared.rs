@@ -202,6 +202,8 @@ impl<S, E> Core<S, E> {
                 },
             )
         };
+        // On the mailbox thread: only this thread changes the mailbox's state, so the check and the
+        // put need no lock between them.
         if self.mailbox.is_owner_thread() {
             let state = self.mailbox.state();
             if !state.is_accepting_mails() {
@@ -212,6 +214,9 @@ impl<S, E> Core<S, E> {
             }
             return Ok(());
         }
+        // Off the mailbox thread: check and put under the queue's lock, so a quiesce or close
+        // cannot fall in between (a mail is refused, or it is queued and will run or be handed back
+        // by `close`).
         self.mailbox.run_exclusively(|mailbox| {
             let state = mailbox.state();
             if !state.is_accepting_mails() {
@@ -246,7 +251,11 @@ impl<S, E> Core<S, E> {
     /// one hot cache line.
     #[inline]
     pub(crate) fn ring(&self) {
+        // 1. Ring (`SeqCst`): an owner running records sees it at its next flag load.
         self.mailbox.ring_doorbell();
+        // 2. Then look for an announced wait (`SeqCst`): an owner that announced may be blocked in
+        // `take`, where only a mail wakes it, so send one; an owner that has not announced yet
+        // looks at the bell after announcing and sees this ring.
         if self.mailbox.owner_waiting() {
             self.send_control_if_open("doorbell", Control::Signal);
         }
@@ -254,6 +263,8 @@ impl<S, E> Core<S, E> {
 
     /// Owner only: makes sure the loop looks at its flags at the next check.
     fn signal(&self) {
+        // A waiting mail already makes the loop look at its flags; otherwise a signal mail at the
+        // batch's front does (owner only: no queue lock).
         if !self.mailbox.has_mail_hint() {
             self.mailbox.push_batch_front(Mail::new(
                 Priority::MAX,

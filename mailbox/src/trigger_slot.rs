@@ -6,26 +6,27 @@
 //! doorbell (a bit of the mailbox's one-load flag word); the mailbox thread sees it between
 //! two records and snapshots. The slot is part of the mailbox, on the same cache line as that
 //! flag word, so the call moves one line. When the slot is taken, or trigger mails are still queued (so a
-//! slot trigger cannot overtake an older one), the trigger goes as a mail as before.
+//! slot trigger cannot overtake an older one), the trigger goes as a mail.
 //!
 //! The slot is a leaf: it knows atomics and barriers, not the mailbox or the task. The mailbox
 //! holds it (it must sit on the mailbox's hot line) and the source task drives it; what the
 //! slot needs of the mailbox (is it still accepting mails, ring the doorbell) is passed in as
 //! closures, so neither the mailbox nor the slot imports the task, and the slot imports neither.
 //!
-//! # What the call costs (issue 16)
+//! # What the call costs
 //!
 //! The mailbox thread loads the flag word between every two records, so from the moment the
 //! call's first read-modify-write takes the line, the mailbox thread asks for it back; each
-//! further write of the call that comes after the line went back moves it once more (on the
-//! project's two-core VM a move costs 100-200 ns). So the call touches the line first with its
-//! claim and then writes it as few times, and as quickly, as it can:
+//! further write of the call that comes after the line went back moves it once more (a move
+//! between cores costs a few hundred cycles; PERF-NOTES.md has the figures). So the call
+//! touches the line first with its claim and then writes it as few times, and as quickly, as
+//! it can:
 //!
 //! - the request time is converted before the claim (std's time arithmetic is a call; between
-//!   the claim and the publication it kept the line long enough to lose it);
+//!   the claim and the publication it would hold the line long enough to lose it);
 //! - publishing the slot is a plain release store of a word of its own (`full`), which only the
 //!   claim holder sets; the claim's word also counts the queued trigger mails, so a
-//!   publication there had to be a read-modify-write that keeps the count. Two
+//!   publication there would have to be a read-modify-write that keeps the count. Two
 //!   read-modify-writes on the line (the claim, the ring), not three.
 
 use std::time::{Duration, Instant};
@@ -113,8 +114,8 @@ impl TriggerSlot {
     /// `requested` as the slot stores it: nanoseconds from `base` (the slot's
     /// [`base`](Self::base), a copy the triggering side keeps off the slot's line). Computed
     /// before the call touches the slot: std's out-of-line time arithmetic between the claim and
-    /// the publication kept the line long enough for the mailbox thread's next flag load to take
-    /// it back, and the publication then moved it a second time.
+    /// the publication would hold the line long enough for the mailbox thread's next flag load
+    /// to take it back, and the publication would then move it a second time.
     #[inline]
     pub(crate) fn nanos_since(base: Instant, requested: Instant) -> u64 {
         u64::try_from(requested.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)

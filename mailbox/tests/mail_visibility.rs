@@ -1,8 +1,8 @@
 //! What the owner sees waiting after mixed batch and queue traffic: `has_mail`, `try_take`,
 //! `create_batch` and `len` agree with the mails actually held, whichever container they are in
 //! and whatever priority a take skipped. Written against the public API only (the mailbox's
-//! fast paths and flags may change); each test kills mutants of `mailbox.rs` that the
-//! mutation pass found surviving (issue 17).
+//! fast paths and flags may change); each test pins a behaviour of `mailbox.rs` that a
+//! mutation (cargo-mutants) of its fast paths would otherwise change unnoticed.
 
 use streamtask_mailbox::{Mail, MailboxState, Priority, TaskMailbox};
 

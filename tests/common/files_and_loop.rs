@@ -1,4 +1,4 @@
-//! Issue 14's whole job, written once for `tests/files_and_loop.rs` and
+//! The files-and-loop job, written once for `tests/files_and_loop.rs` and
 //! `examples/files_and_loop.rs` (which includes this file with `#[path]`): a monitoring source
 //! lists a directory that files are added to while the job runs (one after each committed
 //! checkpoint), three split readers read the splits in parallel, an iteration halves the values

@@ -66,7 +66,7 @@ pub(crate) fn cases(kinds: &[Kind]) -> Vec<(Model, Kind)> {
 }
 
 /// Runs `test` for every case, each to its end, and then fails listing the cases that failed
-/// (so one run shows every model and kind that drifts, not only the first).
+/// (so one run shows every model and kind that fails, not only the first).
 pub(crate) fn each(cases: Vec<(Model, Kind)>, test: impl Fn(Model, Kind)) {
     let mut failed = Vec::new();
     for (model, kind) in cases {
@@ -661,7 +661,7 @@ impl HotSourceTask {
     }
 }
 
-// ---- the continuous-file-reading split reader (issue 14 part 5, helper v) ---------------------
+// ---- the continuous-file-reading split reader ---------------------------------------------------
 
 use streamtask::files::{FileSplit, ReadMode, SplitReader};
 use streamtask_core::operator::Emitted;
@@ -841,7 +841,7 @@ impl Drop for SplitReaderTask {
     }
 }
 
-// ---- the FLIP-27 file source reader (issue 14 part 5, helper v) --------------------------------
+// ---- the FLIP-27 file source reader -------------------------------------------------------------
 
 use streamtask::files::{FileSourceReader, SplitEnumerator};
 

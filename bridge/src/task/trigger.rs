@@ -8,11 +8,11 @@
 //! mailbox's action executor
 //! ([`ProcessorHandle::execute_unlocked`](streamtask_mailbox::ProcessorHandle::execute_unlocked)) and looks at the queue
 //! before it asks for the lock ([`PendingTriggers::run_fallback`]): through
-//! the executor, every trigger's mail asked the source for the lock (a bounded hand-over), so a
-//! hot source whose errand had already run the trigger let go of the lock and parked on the
-//! lock's condition until the mailbox thread had taken and released the lock, for nothing, once
-//! per trigger (two context switches of the source thread and a wake-up of it on a two-core
-//! machine where the triggering thread needs the other core). Now a mail that finds the queue
+//! the executor, every trigger's mail would ask the source for the lock (a bounded hand-over),
+//! so a hot source whose errand had already run the trigger would let go of the lock and park
+//! on the lock's condition until the mailbox thread had taken and released it, for nothing,
+//! once per trigger (two context switches of the source thread and a wake-up of it, on a
+//! machine where the triggering thread may need the other core). A mail that finds the queue
 //! empty ends there, and the source never lets go for it.
 //!
 //! Each trigger is pushed before its mail is put, and taken out of the queue once, under the
@@ -22,18 +22,13 @@
 //! `tests/loom.rs` (`a_trigger_runs_once_whoever_takes_it`).
 //!
 //! The responder is the queue's, not each trigger's: a trigger call clones nothing (a
-//! responder clone was a `String` allocation per call).
+//! responder clone is a `String` allocation).
 //!
-//! Sending the mail only when no
-//! holder took the trigger within a grace (10 us, the triggering thread looking at a taken count
-//! next to the queue) saves a hot source the mailbox thread's wake-up and the hand-over, but was
-//! measured no better (issue 16): a trigger the source does not take at once (it is off its
-//! core) then pays the grace before its mail, which is more than 1% of triggers on a two-core
-//! machine, while the hot-source trigger is already at 2-5 us p99 from the call. Tried again
-//! with a 5 us grace (a taken count moved under the queue's mutex, so a trigger counted as
-//! taken is in a holder's hands): in three alternating runs of `examples/trigger_rows` on a
-//! loaded machine its from-call p99 was 100-1,100 us against 45-70 us with a mail per trigger
-//! (as here) and 50-56 us before this module's unlocked mail, so it was left out again.
+//! The mail is sent at once for every trigger, not only when no holder took the trigger within
+//! a grace: a grace would save a hot source the mailbox thread's wake-up, but a trigger the
+//! source does not take at once (it is off its core) would then pay the grace before its mail,
+//! and on a two-core machine that is often enough to raise the p99. PERF-NOTES.md has the
+//! measurements ("Bridge checkpoint triggers").
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -360,7 +360,7 @@ pub enum ZeroLatency {
     /// [`Immediate`], inline completions off: each completion, made on the task thread, takes
     /// the model's route (a completion mail, or the emitter thread under the lock), as one
     /// from a client's thread does. The operator's own cost per record, completion path
-    /// included: what issue 16 measured when it was filed, and its target's row.
+    /// included: the row the bench's zero-latency target applies to.
     Routed,
     /// A [`Completer`] with zero delay: every call is completed at once by another thread, as
     /// a fast remote service's client thread would. Mostly the completer's own hand-off: a

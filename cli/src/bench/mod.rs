@@ -45,8 +45,8 @@
 //! `bridge_vs_legacy_trigger_p99` runs both tasks with the lock's `Fairness::Eventual`
 //! (parking_lot's: barging, with a forced hand-off about every 0.5 ms), which bounds how long
 //! legacy's trigger waits behind a hot source. Flink 1.9's checkpoint lock is a Java monitor,
-//! which has no such bound (a source re-taking it in a tight loop can starve the trigger), and
-//! issue 16 filed the row against that ("~1x, 4-10 ms both"). `bridge_vs_legacy_trigger_p99_unfair`
+//! which has no such bound (a source re-taking it in a tight loop can starve the trigger): on
+//! it both models' trigger p99s are in milliseconds. `bridge_vs_legacy_trigger_p99_unfair`
 //! runs the same pair on `Fairness::Unfair` next to it, as a reference; the target stays on the
 //! `Eventual` row.
 //!
@@ -55,9 +55,9 @@
 //!
 //! - `routed`: every call completes inside `invoke` with the operator's inline completions off,
 //!   so each completion takes the model's route (a completion mail; the emitter thread under
-//!   the lock), as one from a client thread does. **Issue 16's target** (mailbox <= 250
+//!   the lock), as one from a client thread does. **The row's target** (mailbox <= 250
 //!   ns/record, legacy <= 2x mailbox) applies here: it is about the operator's own cost per
-//!   record, completion path included, and this is what the issue measured when it was filed.
+//!   record, completion path included.
 //! - `remote` (reference): a completer thread answers every call at once, so the completion
 //!   comes from another thread. Its wall time is mostly the simulated service's, not the
 //!   operator's: a call that finds the completer asleep wakes it (a futex wake), and the woken
@@ -653,7 +653,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     }
 }
 
-/// The async operator's capacity in the zero-latency measurement (the issue's).
+/// The async operator's capacity in the zero-latency measurement (what the target assumes).
 const ZERO_LATENCY_CAPACITY: usize = 100;
 
 /// The sample name of a zero-latency figure in ns/record: the model's map task for
@@ -699,7 +699,7 @@ fn verdict(met: bool) -> &'static str {
 }
 
 impl fmt::Display for BenchReport {
-    /// The table of ratios, with issue 16's targets.
+    /// The table of ratios, with the target each ratio is held to.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,

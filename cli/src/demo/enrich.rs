@@ -11,9 +11,9 @@
 //! The batching is core's [`BatchedBlockingAsyncFunction`] (the calls waiting for a worker go
 //! to one pool job as one batch); this module only says how a batch is looked up. Under load
 //! the batches grow by themselves, and a batch costs one job, one worker wake-up, one query and
-//! one completion burst instead of one of each per event: in the demo job's profile (issue 16)
-//! the per-event pool overhead (a boxed job, a channel hand-over that woke a worker, the
-//! connection cache's lock twice) was about as much CPU as the query itself.
+//! one completion burst instead of one of each per event: unbatched, the per-event pool
+//! overhead (a boxed job, a channel hand-over that wakes a worker, the connection cache's lock
+//! twice) costs about as much CPU as the query itself.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -107,9 +107,9 @@ fn open_reader(db: &Path) -> Result<Connection, AsyncError> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(failed)?;
-    // One read transaction for the connection's life, instead of one per lookup: each of those
-    // locked and unlocked the file (two fcntl calls), took a WAL read mark and stat'ed the file,
-    // and that was most of a lookup's cost (the profile in CHANGELOG, issue 16). Nothing writes
+    // One read transaction for the connection's life, not one per lookup: each of those locks
+    // and unlocks the file (two fcntl calls), takes a WAL read mark and stats the file, which
+    // is most of a lookup's cost (see PERF-NOTES.md). Nothing writes
     // the table while the job runs, so the snapshot the transaction reads is the table's only
     // version.
     conn.execute_batch("BEGIN").map_err(failed)?;

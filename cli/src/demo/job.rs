@@ -35,10 +35,9 @@ pub const KEYED_PARALLELISM: usize = 2;
 /// Worker threads of the enrichment's blocking pool (shared by the keyed subtasks).
 ///
 /// Two since the lookups are batched ([`batched_enrichment`]): a worker answers every call
-/// queued when it starts, so two keep up with both keyed subtasks, and on this two-core
-/// machine four only added idle workers spinning in the pool queue's `recv` (`sched_yield`)
-/// and context switches (issue 16, a 100k-order mailbox run: 10-27k context switches with four
-/// batching workers, 8-9k with two; 20-46k before batching).
+/// queued when it starts, so two keep up with both keyed subtasks; on a two-core machine more
+/// workers only add idle threads spinning in the pool queue's `recv` (`sched_yield`) and
+/// context switches (the figures are in PERF-NOTES.md).
 pub const ENRICH_THREADS: usize = 2;
 
 /// The enrichment's async configuration: ordered, 100 in flight, a generous timeout, and

@@ -58,9 +58,9 @@ impl KeyedProcessFunction for RunningTotals {
         let window_end = order.window_end();
         let state = ctx.state();
         state.total_cents += order.amount_cents;
-        // The window's timer is registered when the window opens: a window in the state has
-        // one pending (its firing removes the window), and registering it again per order was a
-        // timer-set lookup per record for nothing (issue 16).
+        // The window's timer is registered once, when the window opens: a window in the state
+        // has one pending (its firing removes the window), so registering it again per order
+        // would be a timer-set lookup per record for nothing.
         let opened = match state.windows.iter_mut().find(|(end, _)| *end == window_end) {
             Some((_, total)) => {
                 *total += order.amount_cents;

@@ -681,9 +681,9 @@ impl<I, O> Calls<I, O> {
     }
 
     /// Stores `call` under [`next_key`](Self::next_key). Always inlined (a new slot is made
-    /// out of line): a call is over 100 bytes, and out of line it was built on the caller's
-    /// stack, copied to this one's and then to its slot, the largest part of this call's time
-    /// in a profile (`#[inline]` alone left it out of line).
+    /// out of line): a call is over 100 bytes, and out of line it would be built on the
+    /// caller's stack, copied to this one's and then to its slot, the largest part of this
+    /// call's time in a profile (`#[inline]` alone leaves it out of line).
     #[inline(always)]
     fn insert(&mut self, call: Call<I, O>) -> &mut Call<I, O> {
         let index = match self.free.pop() {

@@ -8,16 +8,15 @@
 //! released. Condition variables are notified only when the waiter counts say someone waits,
 //! and wakers only when one was registered, so a send is one lock and nothing else.
 //!
-//! The receiver moves every queued element into its buffer under one lock when the buffer is
-//! empty, and takes the next ones without that lock: with a lock per element on both sides,
-//! the two threads contended for it and its cache line moved for every element (30% of a
-//! map task's time fed by a producer thread was in the mutex's slow path). What a take frees
-//! is told without the lock: the receiver counts each take in a word of its own (`taken`, which
-//! senders read: the channel holds `pushed - taken`), and the same word has a bit, `WANTED`,
-//! that a sender that found the channel full raises before it waits or stores a waker. Both
-//! are read-modify-writes of that one word, so whichever comes second sees the first: the
-//! take sees the bit and locks to tell the sender, or the sender sees the take and does not
-//! wait. A sender is told one freed slot at a time, as before; a take locks only while a sender
+//! The receiver moves every queued element into its buffer under one lock when the buffer is empty,
+//! and takes the next ones without that lock: with a lock per element on both sides, the two
+//! threads would contend for it and its cache line would move for every element (see PERF-NOTES.md,
+//! "Channels between tasks"). What a take frees is told without the lock: the receiver counts each
+//! take in a word of its own (`taken`, which senders read: the channel holds `pushed - taken`), and
+//! the same word has a bit, `WANTED`, that a sender that found the channel full raises before it
+//! waits or stores a waker. Both are read-modify-writes of that one word, so whichever comes second
+//! sees the first: the take sees the bit and locks to tell the sender, or the sender sees the take
+//! and does not wait. A sender is told one freed slot at a time; a take locks only while a sender
 //! wants space.
 
 use std::collections::VecDeque;
@@ -196,16 +195,24 @@ impl<T> Shared<T> {
     /// this sender sees the take and does not wait.
     #[inline]
     fn still_full_once_wanted(&self) -> bool {
+        // AcqRel: raising the bit and reading the count of takes are one read-modify-write, which
+        // the word's modification order puts before or after the receiver's `fetch_add`.
         let taken = self.taken.fetch_or(WANTED, Ordering::AcqRel);
+        // Relaxed: the caller holds the lock, and only lock holders write `pushed`.
         Self::held_with(self.pushed.load(Ordering::Relaxed), taken) >= self.capacity
     }
 
     /// Pushes `value` (the caller checked there is room) and notifies the consumer.
     #[inline]
     fn push(&self, mut state: MutexGuard<'_, State<T>>, value: T) {
+        // Under the lock: a receiver decides to wait under it too, so it either finds this element
+        // or already waits when `receiver_waiting` is read below.
         state.queue.push_back(value);
+        // Only lock holders write `pushed`, so a load and a store make the increment; Release pairs
+        // with the lock-free Acquire in `held` (`Sender::is_full`).
         let pushed = self.pushed.load(Ordering::Relaxed).wrapping_add(1) & COUNT;
         self.pushed.store(pushed, Ordering::Release);
+        // Read under the lock the receiver set it under: a waiting receiver is always notified.
         let notify = state.receiver_waiting;
         // `take`: a notice fires once; the consumer registers again before it next suspends.
         let waker = state.data_waker.take();
@@ -225,6 +232,8 @@ impl<T> Shared<T> {
     /// [`still_full_once_wanted`]: Self::still_full_once_wanted
     #[inline]
     fn count_taken(&self) {
+        // AcqRel: counting the take and testing `WANTED` are one step, so either this take sees a
+        // sender's raise or that sender sees this take (`still_full_once_wanted`).
         // The count wraps below the bit: a carry into it would take 2^63 takes.
         if self.taken.fetch_add(1, Ordering::AcqRel) & WANTED != 0 {
             self.space_freed();
@@ -233,6 +242,8 @@ impl<T> Shared<T> {
 
     #[cold]
     fn space_freed(&self) {
+        // A sender that raised `WANTED` holds the lock until it waits on `space_ready`: once this
+        // has the lock, that sender waits and `senders_waiting` counts it.
         let mut state = self.state.lock();
         let notify = state.senders_waiting > 0;
         let wakers = std::mem::take(&mut state.space_wakers);
@@ -275,6 +286,8 @@ impl<T> Sender<T> {
         if !state.receiver_alive {
             return Err(TrySendError::Disconnected(value));
         }
+        // A stale count of takes only shows less room, never more: `Full` may come early, never
+        // wrongly.
         if !self.shared.has_room() {
             return Err(TrySendError::Full(value));
         }
@@ -291,10 +304,13 @@ impl<T> Sender<T> {
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
+        // The lost-wakeup protocol: try, back off, register interest and try again (one step),
+        // then park.
         loop {
             if !state.receiver_alive {
                 return Err(SendError(value));
             }
+            // 1. Try: with room, push and notify (a stale count of takes only shows less room).
             if self.shared.has_room() {
                 self.shared.push(state, value);
                 return Ok(());
@@ -305,9 +321,14 @@ impl<T> Sender<T> {
                 unlocked(&mut state, false, || backoff.snooze());
                 continue;
             }
+            // 2. Register interest (raise `WANTED`) and try again, in one read-modify-write: a take
+            // before it is seen here (loop and push), a take after it sees the bit and locks to
+            // notify.
             if !self.shared.still_full_once_wanted() {
                 continue;
             }
+            // 3. Park, counted under the lock `space_freed` takes before it reads the count; the
+            // wait releases the lock atomically, so the notice cannot fall in between.
             state.senders_waiting += 1;
             self.shared.space_ready.wait(&mut state);
             state.senders_waiting -= 1;
@@ -326,6 +347,8 @@ impl<T> Sender<T> {
         let deadline = Instant::now().checked_add(timeout);
         let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
+        // The steps of `send` (try, back off, register interest and try again, park), the park
+        // bounded by the deadline.
         loop {
             if !state.receiver_alive {
                 return Err(SendTimeoutError::Disconnected(value));
@@ -359,6 +382,9 @@ impl<T> Sender<T> {
     /// copy.
     pub fn register_space_waker(&self, waker: &Waker) {
         let mut state = self.shared.state.lock();
+        // Register interest and try again in one step: if space freed meanwhile (or the receiver is
+        // gone) wake at once; else store the waker under the lock `space_freed` takes, so the take
+        // that sees `WANTED` finds it.
         if !state.receiver_alive || !self.shared.still_full_once_wanted() {
             drop(state);
             waker.wake_by_ref();
@@ -445,9 +471,9 @@ impl<T> fmt::Debug for Sender<T> {
 ///
 /// It keeps a buffer of its own: when it finds that buffer empty it moves every queued element
 /// into it under one lock of the channel, and takes the next ones from it without the lock the
-/// senders take (a lock per element on both sides made the lock's cache line bounce between the
-/// two threads for every element, and the two contend for it). The channel still holds at most
-/// `capacity` elements, counted over both (a shared count of the elements taken).
+/// senders take (a lock per element on both sides would make the lock's cache line bounce
+/// between the two threads for every element, and they would contend for it). The channel
+/// holds at most `capacity` elements, counted over both (a shared count of the elements taken).
 pub struct Receiver<T> {
     shared: Arc<Shared<T>>,
     /// The oldest elements, moved out of the queue; only this receiver locks it.
@@ -470,6 +496,7 @@ impl<T> Receiver<T> {
         if state.queue.is_empty() {
             return false;
         }
+        // Swap, not move: the two buffers take turns, so a steady stream allocates nothing.
         std::mem::swap(&mut state.queue, buffer);
         true
     }
@@ -500,14 +527,17 @@ impl<T> Receiver<T> {
 
     #[inline]
     fn try_recv_from(shared: &Shared<T>, buffer: &mut VecDeque<T>) -> Result<T, TryRecvError> {
+        // The receiver's own buffer first: only the receiver touches it, so no channel lock.
         if let Some(value) = Self::take_from(shared, buffer) {
             return Ok(value);
         }
+        // Empty: move everything queued under one lock, and take after unlocking.
         let mut state = shared.state.lock();
         if Self::refill(&mut state, buffer) {
             drop(state);
             return Ok(Self::take_from(shared, buffer).expect("refilled"));
         }
+        // Disconnected only once nothing is queued: what the senders sent is delivered first.
         if state.senders == 0 {
             Err(TryRecvError::Disconnected)
         } else {
@@ -522,16 +552,19 @@ impl<T> Receiver<T> {
     /// [`RecvError`] when the channel is empty and every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
         let mut buffer = self.buffer.lock();
+        // 1. Try the receiver's own buffer, without the channel's lock.
         if let Some(value) = Self::take_from(&self.shared, &mut buffer) {
             return Ok(value);
         }
         let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
         loop {
+            // 2. Try again under the lock every push takes: move everything queued.
             if Self::refill(&mut state, &mut buffer) {
                 drop(state);
                 return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
             }
+            // Empty, and no sender left: nothing will come.
             if state.senders == 0 {
                 return Err(RecvError);
             }
@@ -541,8 +574,11 @@ impl<T> Receiver<T> {
                 unlocked(&mut state, false, || backoff.snooze());
                 continue;
             }
+            // 3. Register interest and park in the same lock hold as the try above: a push after
+            // that try sees `receiver_waiting` and notifies; the wait releases the lock atomically.
             state.receiver_waiting = true;
             self.shared.data_ready.wait(&mut state);
+            // Woken, or spuriously: loop and try again.
             state.receiver_waiting = false;
         }
     }
@@ -563,6 +599,8 @@ impl<T> Receiver<T> {
         }
         let mut backoff = Backoff::new();
         let mut state = self.shared.state.lock();
+        // The steps of `recv` (try under the lock, back off, register interest, park), the park
+        // bounded by the deadline.
         loop {
             if Self::refill(&mut state, &mut buffer) {
                 drop(state);
@@ -593,6 +631,8 @@ impl<T> Receiver<T> {
     pub fn register_data_waker(&self, waker: &Waker) {
         let buffered = !self.buffer.lock().is_empty();
         let mut state = self.shared.state.lock();
+        // Try again: anything buffered or queued, or no sender left, wakes at once. Otherwise the
+        // waker is stored under the lock every push takes, so the next push finds it.
         if buffered || !state.queue.is_empty() || state.senders == 0 {
             drop(state);
             waker.wake_by_ref();

@@ -189,10 +189,9 @@ where
         ctx: &mut Context<'_, O>,
         body: impl FnOnce(&mut KeyedContext<'_, '_, K, S, O>) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
-        // The state is changed in place: taking it out of the map and putting it back cost a
-        // removal and an insertion (with node rebalancing) per record, which showed in the demo
-        // job's profile (issue 16). A key seen for the first time gets its default state; a
-        // cleared one is removed afterwards.
+        // The state is changed in place: taking it out of the map and putting it back would
+        // cost a removal and an insertion (with node rebalancing) per record. A key seen for
+        // the first time gets its default state; a cleared one is removed afterwards.
         if !self.states.contains_key(&key) {
             self.states.insert(key.clone(), S::default());
         }

@@ -395,9 +395,8 @@ where
         drop(span);
         // The checkpoint's metrics after its barrier went out and its state was taken, before
         // the acknowledgement: their locks, clock read and histogram lines (cold after a
-        // stretch of records, and a growing sample buffer's reallocation now and then) are
-        // not on the barrier's way (issue 16: 130-200 -> 70-80 ns median from the checkpoint's
-        // start to the first operator's pre-barrier hook, 0.6-1.0 -> 0.3 us p99).
+        // stretch of records, and a growing sample buffer's reallocation now and then) must not
+        // be on the barrier's way (PERF-NOTES.md, "Checkpoint start").
         let metrics = StdArc::clone(&self.env.parts.metrics);
         metrics
             .checkpoint_delay

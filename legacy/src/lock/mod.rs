@@ -302,7 +302,7 @@ impl<T> CheckpointLock<T> {
     /// ```
     #[inline]
     pub fn request_handover(&self) -> HandoverRequest<'_, T> {
-        // SeqCst: a source's check in `yield_if_requested` is ordered with this raise (the
+        // SeqCst: a source's check in `before_section` is ordered with this raise (the
         // mutex orders nothing here: the source may hold it, or take it after).
         self.shared.handover.fetch_add(1, Ordering::SeqCst);
         HandoverRequest {
@@ -377,6 +377,9 @@ impl<T> CheckpointLock<T> {
     #[cold]
     pub(crate) fn run_errand(&self) {
         let mut guard = self.lock();
+        // Clear the bit under the lock, then run: a post before the clear is served by this run,
+        // one after it is seen at the next section, never lost; of two holders racing here only the
+        // one that cleared the bit runs the errand.
         if self.shared.handover.fetch_and(!ERRAND, Ordering::SeqCst) & ERRAND != 0 {
             if let Some(errand) = &self.errand {
                 errand(&mut guard);
@@ -432,10 +435,16 @@ impl<T> CheckpointLock<T> {
         };
         let start = Instant::now();
         let mut spins = 0u32;
+        // The requester's side of the bounded hand-over: look for the lock (spin, then yield)
+        // before parking on the mutex. The source lets go within one section, and a parked
+        // requester would add its own wake-up to every hand-over.
         let guard = loop {
+            // Looked long enough: park on the mutex (the source lets go fairly, so the lock is
+            // handed to this thread).
             if spins >= HANDOVER_SPIN_LIMIT {
                 break mutex.acquire_slow(&self.shared, start);
             }
+            // Spin hints first: the section in flight is usually short.
             if spins < HANDOVER_SPINS {
                 std::hint::spin_loop();
             } else if start.elapsed() < HANDOVER_SPIN_FOR {
@@ -447,6 +456,7 @@ impl<T> CheckpointLock<T> {
                 continue;
             }
             spins += 1;
+            // Try again: the source may have let go meanwhile.
             if let Some(guard) = mutex.try_acquire() {
                 if let Some(metrics) = &self.shared.metrics {
                     metrics.lock_wait.record(start.elapsed());
@@ -538,6 +548,7 @@ impl<'a, T: ?Sized> MutexRef<'a, T> {
     /// blocks and records how long it waited.
     #[inline]
     fn acquire(self, shared: &LockShared) -> GuardKind<'a, T> {
+        // Uncontended: no clock read. Only a wait is timed (the lock-wait histogram and trace).
         match self.try_acquire() {
             Some(guard) => guard,
             None => self.acquire_slow(shared, Instant::now()),
@@ -587,6 +598,8 @@ impl<'a, T> HandoverRequest<'a, T> {
     /// mutex: a parked requester would add its own wake-up to every hand-over.
     #[inline]
     pub fn lock(mut self) -> CheckpointGuard<'a, T> {
+        // Try, then look for the lock; meanwhile the count stays raised, so every section the
+        // source starts lets go first.
         let guard = match self.lock.try_lock() {
             Some(guard) => guard,
             None => self.lock.lock_spinning(),
@@ -676,13 +689,20 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
                 self.shared.condition.unregister();
                 return true;
             }
+            // Release the lock, so the thread that changes what `done` checks can take it. Fairly
+            // when asked (a source letting go for a hand-over): the lock goes to the parked
+            // requester, with no window for a barging thread.
             if fair {
                 self.release_fair();
             } else {
                 self.release();
             }
+            // Block until the epoch moved past the ticket (a notification after the registration)
+            // or the deadline.
             let notified = self.shared.condition.block(ticket, deadline);
+            // Take the lock again before checking: `done` reads the guarded state.
             self.guard = Some(self.mutex.acquire(self.shared));
+            // Timed out: one last check, under the lock, is the answer.
             if !notified {
                 return done(&mut **self);
             }
@@ -721,6 +741,9 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     #[inline]
     pub(crate) fn before_section(&mut self) -> Section {
         let shared = self.shared;
+        // The hot path: one load per section. `SeqCst`, pairing with the requester's raise and the
+        // poster's set: a request made before this load is served now, one made after it waits for
+        // at most this section.
         if shared.handover.load(Ordering::SeqCst) == 0 {
             return Section::Start;
         }
@@ -729,9 +752,11 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
 
     #[cold]
     fn before_section_slow(&mut self, shared: &LockShared) -> Section {
+        // A hand-over is requested: let go and wait until it was served (or an errand was posted).
         if shared.handover.load(Ordering::SeqCst) & !ERRAND != 0 {
             self.yield_slow(shared);
         }
+        // An errand is posted: the caller runs it, holding the lock, before its section.
         if shared.handover.load(Ordering::SeqCst) & ERRAND != 0 {
             Section::Errand
         } else {
@@ -755,6 +780,9 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// it asked for (its thread kept off a core) does not hold up an errand.
     #[cold]
     fn yield_slow(&mut self, shared: &LockShared) {
+        // Wait on the condition, the lock released fairly (handed to the parked requester), until
+        // the requests are served (the requester lowers the count under the lock and notifies) or
+        // an errand is posted (the poster wakes every waiter).
         self.wait_until_as(None, true, |_| {
             let word = shared.handover.load(Ordering::SeqCst);
             word & !ERRAND == 0 || word & ERRAND != 0
@@ -767,6 +795,8 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     }
 
     fn release(&mut self) {
+        // `Fair` hands a parking lock to the longest waiter; otherwise a plain unlock, which a hot
+        // thread may barge back into.
         match self.guard.take() {
             Some(GuardKind::Parking(g)) if self.shared.fairness == Fairness::Fair => unlock_fair(g),
             other => drop(other),

@@ -57,10 +57,10 @@
 //! ([`TaskThreadWork`], through the runtime's `Parts::set_before_wait`) when it would otherwise
 //! wait: holding the lock, when the head has no room for the next element or is draining at
 //! end of input; and, taking the lock, before it parks for input while the list is deferred.
-//! The emitter's work is done under the same lock either way, so what a snapshot sees is as
-//! before. A completion from any other thread pushed behind deferred ones clears `deferred`
-//! and wakes the emitter as before, so other threads' completions never wait for the task
-//! thread. Nothing waits forever: the task thread either goes on with the next event (and
+//! The emitter's work is done under the same lock either way, so a snapshot sees the same
+//! state whoever applied the list. A completion from any other thread pushed behind deferred
+//! ones clears `deferred` and wakes the emitter, so other threads' completions never wait for
+//! the task thread. Nothing waits forever: the task thread either goes on with the next event (and
 //! fills the head, which it then applies before it waits) or parks, and applies first.
 //!
 //! The thread starts once the chain is open, before the task reads input, so restored elements
