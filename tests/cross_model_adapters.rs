@@ -77,6 +77,8 @@ struct Probe {
     /// Set: the keyed operator takes no record until a checkpoint was triggered after the
     /// savepoint was asked for (the savepoint), so the source's records back up in front of it.
     hold: Option<Arc<AtomicBool>>,
+    /// The keyed operator's parallelism.
+    totals: usize,
 }
 
 impl Probe {
@@ -93,7 +95,14 @@ impl Probe {
             savepoint: SavepointHandle::new(),
             started_at: Arc::new(AtomicU64::new(u64::MAX)),
             hold: None,
+            totals: 2,
         }
+    }
+
+    /// The keyed operator runs with `parallelism` subtasks.
+    fn with_totals(mut self, parallelism: usize) -> Self {
+        self.totals = parallelism;
+        self
     }
 
     /// The keyed operator holds every record until the savepoint was triggered.
@@ -102,8 +111,8 @@ impl Probe {
         self
     }
 
-    /// A checkpoint was triggered (the job's phase callback): once the savepoint was asked
-    /// for, that is the savepoint's trigger, and a held keyed operator goes on.
+    /// A checkpoint was triggered (the job's phase callback): in a held run that is the
+    /// savepoint's trigger (see `run`), and the keyed operator goes on.
     fn on_trigger(&self) {
         if let Some(hold) = &self.hold
             && self.savepoint.is_requested()
@@ -414,9 +423,17 @@ fn run(
     let hold = probe.hold.clone();
     stream
         .key_by(|(k, _): &(u64, u64)| *k)
-        .process("totals", 2, move |_| Totals { hold: hold.clone() })
+        .process("totals", probe.totals, move |_| Totals {
+            hold: hold.clone(),
+        })
         .two_phase_file_sink("out", dir.join("out"), |s: &String| s.clone());
     let on_commit = probe.clone();
+    // A held run triggers no periodic checkpoint (the first is due after the interval): its
+    // only trigger is the savepoint's, which releases the keyed operator.
+    let interval = match probe.hold {
+        Some(_) => Duration::from_secs(600),
+        None => Duration::from_millis(5),
+    };
     let config = JobConfig::new(dir)
         .with_phases(Arc::new(move |phase| match phase {
             JobPhase::CheckpointCommitting { .. } => on_commit.on_commit(),
@@ -424,8 +441,7 @@ fn run(
             _ => {}
         }))
         .with_checkpoints(Some(
-            CheckpointConfig::new(Duration::from_millis(5))
-                .with_timeout(Duration::from_millis(2_000)),
+            CheckpointConfig::new(interval).with_timeout(interval.max(Duration::from_secs(2))),
         ))
         .with_restart(RestartStrategy::NONE)
         .with_channel_capacity(16)
@@ -572,8 +588,9 @@ fn a_savepoint_of_either_source_restores_under_every_other_model_exactly_once() 
 /// its handoff at a stop-with-savepoint, as the one `add_source` builds does: the savepoint
 /// holds them beside the function's position and the restored job replays them, exactly once.
 /// The keyed operator takes no record until the savepoint was triggered, so hundreds of
-/// records are in the handoff at its barrier. (The job's savepoint shape declared the entry
-/// only for `add_source`, so a restore dropped it without a word.)
+/// records are in the handoff at its barrier; restored under the other model, the keyed
+/// operator is rescaled 2 -> 4. (The job's savepoint shape declared the entry only for
+/// `add_source`, so a restore dropped it without a word.)
 #[test]
 fn a_handoff_reader_added_as_a_reader_replays_its_records_in_flight_from_a_savepoint() {
     for from in [Model::Mailbox, Model::Bridge] {
@@ -594,7 +611,9 @@ fn a_handoff_reader_added_as_a_reader_replays_its_records_in_flight_from_a_savep
                 source_entry(&path, TaskSnapshot::SOURCE_IN_FLIGHT).is_some(),
                 "{from:?}: records in flight at the savepoint's barrier"
             );
-            let second = Probe::new(Stop::Never);
+            // Rescaled where the models differ: the records in flight belong to the source, and
+            // reach the keyed subtasks that own their keys now.
+            let second = Probe::new(Stop::Never).with_totals(if from == to { 2 } else { 4 });
             run(
                 dir.path(),
                 Source::HandoffReader,
