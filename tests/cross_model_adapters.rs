@@ -74,6 +74,11 @@ struct Probe {
     waker: Arc<Mutex<Option<Waker>>>,
     savepoint: SavepointHandle,
     started_at: Arc<AtomicU64>,
+    /// Set: the keyed operator takes no record until a checkpoint was triggered after the
+    /// savepoint was asked for (the savepoint), so the source's records back up in front of it.
+    hold: Option<Arc<AtomicBool>>,
+    /// The keyed operator's parallelism.
+    totals: usize,
 }
 
 impl Probe {
@@ -89,6 +94,30 @@ impl Probe {
             waker: Arc::new(Mutex::new(None)),
             savepoint: SavepointHandle::new(),
             started_at: Arc::new(AtomicU64::new(u64::MAX)),
+            hold: None,
+            totals: 2,
+        }
+    }
+
+    /// The keyed operator runs with `parallelism` subtasks.
+    fn with_totals(mut self, parallelism: usize) -> Self {
+        self.totals = parallelism;
+        self
+    }
+
+    /// The keyed operator holds every record until the savepoint was triggered.
+    fn holding_until_the_savepoint(mut self) -> Self {
+        self.hold = Some(Arc::new(AtomicBool::new(false)));
+        self
+    }
+
+    /// A checkpoint was triggered (the job's phase callback): in a held run that is the
+    /// savepoint's trigger (see `run`), and the keyed operator goes on.
+    fn on_trigger(&self) {
+        if let Some(hold) = &self.hold
+            && self.savepoint.is_requested()
+        {
+            hold.store(true, Ordering::Release);
         }
     }
 
@@ -265,8 +294,27 @@ impl TickFunction {
 }
 
 /// Running totals per key, printing each record with its timestamp, and each record's
-/// event-time timer with the key's total when the watermark passed it.
-struct Totals;
+/// event-time timer with the key's total when the watermark passed it. Held, it takes its
+/// first record only once the flag is set.
+struct Totals {
+    hold: Option<Arc<AtomicBool>>,
+}
+
+impl Totals {
+    fn wait_for_release(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let deadline = Instant::now() + HANG_GUARD;
+        while !hold.load(Ordering::Acquire) {
+            assert!(
+                Instant::now() < deadline,
+                "hang guard: the savepoint was never triggered"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
 
 impl KeyedProcessFunction for Totals {
     type Key = u64;
@@ -279,6 +327,7 @@ impl KeyedProcessFunction for Totals {
         (key, n): (u64, u64),
         ctx: &mut KeyedContext<'_, '_, u64, u64, String>,
     ) -> Result<(), OperatorError> {
+        self.wait_for_release();
         *ctx.state() += n;
         let total = *ctx.state();
         let ts = ctx
@@ -344,6 +393,8 @@ fn committed(dir: &Path) -> Vec<String> {
 enum Source {
     Reader,
     Function,
+    /// The function in a `HandoffReader` the user builds, added with `add_reader`.
+    HandoffReader,
 }
 
 /// Builds and runs the job under `model` in `dir`.
@@ -364,21 +415,33 @@ fn run(
             target: None,
         }),
         Source::Function => env.add_source("ticks", move |_| TickFunction { probe: p.clone() }),
+        Source::HandoffReader => env.add_reader("ticks", move |_| {
+            // Room for every record up to the pause: the function never waits for the chain.
+            HandoffReader::new(TickFunction { probe: p.clone() }).with_capacity(2 * HALF as usize)
+        }),
     };
+    let hold = probe.hold.clone();
     stream
         .key_by(|(k, _): &(u64, u64)| *k)
-        .process("totals", 2, |_| Totals)
+        .process("totals", probe.totals, move |_| Totals {
+            hold: hold.clone(),
+        })
         .two_phase_file_sink("out", dir.join("out"), |s: &String| s.clone());
     let on_commit = probe.clone();
+    // A held run triggers no periodic checkpoint (the first is due after the interval): its
+    // only trigger is the savepoint's, which releases the keyed operator.
+    let interval = match probe.hold {
+        Some(_) => Duration::from_secs(600),
+        None => Duration::from_millis(5),
+    };
     let config = JobConfig::new(dir)
-        .with_phases(Arc::new(move |phase| {
-            if let JobPhase::CheckpointCommitting { .. } = phase {
-                on_commit.on_commit();
-            }
+        .with_phases(Arc::new(move |phase| match phase {
+            JobPhase::CheckpointCommitting { .. } => on_commit.on_commit(),
+            JobPhase::CheckpointTriggered { .. } => on_commit.on_trigger(),
+            _ => {}
         }))
         .with_checkpoints(Some(
-            CheckpointConfig::new(Duration::from_millis(5))
-                .with_timeout(Duration::from_millis(2_000)),
+            CheckpointConfig::new(interval).with_timeout(interval.max(Duration::from_secs(2))),
         ))
         .with_restart(RestartStrategy::NONE)
         .with_channel_capacity(16)
@@ -519,6 +582,115 @@ fn a_savepoint_of_either_source_restores_under_every_other_model_exactly_once() 
             }
         }
     }
+}
+
+/// A `HandoffReader` the user builds and adds with `add_reader` keeps the records still in
+/// its handoff at a stop-with-savepoint, as the one `add_source` builds does: the savepoint
+/// holds them beside the function's position and the restored job replays them, exactly once.
+/// The keyed operator takes no record until the savepoint was triggered, so hundreds of
+/// records are in the handoff at its barrier; restored under the other model, the keyed
+/// operator is rescaled 2 -> 4. (The job's savepoint shape declared the entry only for
+/// `add_source`, so a restore dropped it without a word.)
+#[test]
+fn a_handoff_reader_added_as_a_reader_replays_its_records_in_flight_from_a_savepoint() {
+    for from in [Model::Mailbox, Model::Bridge] {
+        for to in [Model::Mailbox, Model::Bridge] {
+            let dir = tempfile::tempdir().unwrap();
+            let first = Probe::new(Stop::Savepoint).holding_until_the_savepoint();
+            let path = run(
+                dir.path(),
+                Source::HandoffReader,
+                from,
+                &first,
+                Restore::Fresh,
+            )
+            .unwrap_or_else(|e| panic!("{from:?}: {e}"))
+            .savepoint
+            .unwrap_or_else(|| panic!("{from:?}: stopped with a savepoint"));
+            assert!(
+                source_entry(&path, TaskSnapshot::SOURCE_IN_FLIGHT).is_some(),
+                "{from:?}: records in flight at the savepoint's barrier"
+            );
+            // Rescaled where the models differ: the records in flight belong to the source, and
+            // reach the keyed subtasks that own their keys now.
+            let second = Probe::new(Stop::Never).with_totals(if from == to { 2 } else { 4 });
+            run(
+                dir.path(),
+                Source::HandoffReader,
+                to,
+                &second,
+                Restore::Savepoint(path),
+            )
+            .unwrap_or_else(|e| panic!("{from:?} -> {to:?}: {e}"));
+            assert_eq!(
+                second.started_at.load(Ordering::Acquire),
+                HALF,
+                "{from:?} -> {to:?}: the function resumed at its position"
+            );
+            let (committed, reference) = (committed(dir.path()), reference());
+            let missing: Vec<&String> = reference
+                .iter()
+                .filter(|l| !committed.contains(l))
+                .collect();
+            assert_eq!(
+                (missing.len(), committed.len()),
+                (0, reference.len()),
+                "{from:?} -> {to:?}: the records in flight are replayed, exactly once; missing \
+                 (first 5): {:?}",
+                &missing[..missing.len().min(5)]
+            );
+        }
+    }
+}
+
+/// A savepoint whose shape names no operator for a reader's elements in flight (as savepoints
+/// of jobs built with `add_reader` were written) still has them restored with the source:
+/// they belong to the source's id.
+#[test]
+fn a_savepoint_whose_shape_leaves_out_the_records_in_flight_still_replays_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Probe::new(Stop::Savepoint).holding_until_the_savepoint();
+    let path = run(
+        dir.path(),
+        Source::HandoffReader,
+        Model::Mailbox,
+        &first,
+        Restore::Fresh,
+    )
+    .unwrap()
+    .savepoint
+    .expect("stopped with a savepoint");
+    assert!(source_entry(&path, TaskSnapshot::SOURCE_IN_FLIGHT).is_some());
+    // The same savepoint, written again without the entry in its shape.
+    let savepoint = Savepoint::load(&path).unwrap();
+    let mut vertices = savepoint.metadata.vertices.clone();
+    for v in &mut vertices {
+        v.states.retain(|s| s.key != TaskSnapshot::SOURCE_IN_FLIGHT);
+    }
+    let older = Savepoint::write(
+        &dir.path().join("older"),
+        &savepoint.checkpoint,
+        &savepoint.metadata.model,
+        savepoint.metadata.max_parallelism,
+        vertices,
+    )
+    .unwrap();
+    let second = Probe::new(Stop::Never);
+    run(
+        dir.path(),
+        Source::HandoffReader,
+        Model::Mailbox,
+        &second,
+        Restore::Savepoint(older),
+    )
+    .unwrap();
+    let (committed, reference) = (committed(dir.path()), reference());
+    assert_eq!(
+        committed.len(),
+        reference.len(),
+        "every record once, the ones in flight included"
+    );
+    assert_eq!(committed, reference);
 }
 
 /// A legacy counter that emits `0..end` with timestamps, as fast as the handoff takes them.

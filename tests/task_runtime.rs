@@ -942,6 +942,46 @@ fn a_source_emits_nothing_after_a_stop_with_savepoint_barrier() {
     });
 }
 
+/// An input task that took a stop-with-savepoint barrier holds an end of input that arrives
+/// before the savepoint's notice (an upstream whose savepoint was aborted resumed and ended its
+/// output): aborted, the task goes on and ends its input (end of output downstream); completed,
+/// it ends without it. Either way the task ends finished. Ending the input at once finished the
+/// chain of a task still `Suspending`, and the task ended as a runtime bug
+/// (`TaskError::Ended`).
+#[test]
+fn an_end_of_input_during_a_pending_stop_with_savepoint_waits_for_its_notice() {
+    for aborted in [true, false] {
+        let id = if aborted { "EA" } else { "EC" };
+        each(
+            cases(&[Kind::OneInput, Kind::TwoInput, Kind::Async]),
+            |model, kind| {
+                let t = started(model, kind, &Spec::new(id));
+                pass(&t, 1);
+                // The end of input right behind the barrier: read before any notice exists.
+                t.stop_with_savepoint(1);
+                t.end();
+                let _ = t.ack(1);
+                if aborted {
+                    t.notify_aborted(1);
+                } else {
+                    t.notify_complete(1);
+                }
+                let (outcome, log) = t.join();
+                assert!(
+                    outcome.is_finished(),
+                    "aborted {aborted}: the task {outcome}"
+                );
+                assert_eq!(
+                    log.contains(&Ev::Out(Emitted::EndOfInput)),
+                    aborted,
+                    "aborted {aborted}: end of output only after an abort: {log:?}"
+                );
+                assert_eq!(out_values(&log), vec![1], "aborted {aborted}: {log:?}");
+            },
+        );
+    }
+}
+
 // ---- the continuous-file-reading split reader ---------------------------------------------------
 //
 // `streamtask::files::SplitReader` as the head of a one-input task of every model, in the form

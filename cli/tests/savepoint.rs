@@ -40,7 +40,8 @@ fn smoke() {
         .iter()
         .flat_map(|v| v.states.iter().map(|s| s.operator_id.as_str()))
         .collect();
-    assert_eq!(ids, vec!["numbers", "totals", "sink"]);
+    // Every source declares its elements in flight beside its position.
+    assert_eq!(ids, vec!["numbers", "numbers/in-flight", "totals", "sink"]);
 
     run(Model::Mailbox, work, 2, None, Restore::Savepoint(path)).unwrap();
     assert_eq!(committed(work), reference());

@@ -222,11 +222,6 @@ impl StreamEnvironment {
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.claim_name(name);
-        self.graph
-            .borrow_mut()
-            .ids
-            .handoff_sources
-            .insert(name.to_string());
         let (runtime, adapter) = match self.model {
             Model::Legacy => ("legacy SourceStreamTask", None),
             Model::Bridge => ("bridge LegacySourceStreamTask", None),

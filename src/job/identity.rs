@@ -36,10 +36,6 @@ pub(crate) struct StateIds {
     pub(crate) uids: BTreeMap<(String, Option<usize>), String>,
     /// The iteration heads: vertices whose snapshots hold a feedback log.
     pub(crate) feedback_logs: BTreeSet<String>,
-    /// The vertices whose source is a legacy `SourceFunction`: under the mailbox model a
-    /// `HandoffReader` runs it, whose snapshots may hold elements in flight
-    /// (`TaskSnapshot::SOURCE_IN_FLIGHT`), so the shape declares that entry under every model.
-    pub(crate) handoff_sources: BTreeSet<String>,
 }
 
 impl Default for StateIds {
@@ -48,7 +44,6 @@ impl Default for StateIds {
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             uids: BTreeMap::new(),
             feedback_logs: BTreeSet::new(),
-            handoff_sources: BTreeSet::new(),
         }
     }
 }
@@ -179,18 +174,19 @@ impl JobGraph {
                     .get(&(v.name.clone(), None))
                     .cloned()
                     .unwrap_or_else(|| v.name.clone());
+                // Any source may hold elements in flight beside its position: a legacy
+                // `SourceFunction` the job runs through a `HandoffReader`, and a reader the user
+                // built (a `HandoffReader` given to `add_reader`, or any `SourceReader` that
+                // overrides `snapshot_task_state`). Declared for every source, so a savepoint
+                // carries them whichever way the source was added.
+                let in_flight = format!("{id}/in-flight");
                 states.push(StateEntry {
                     key: TaskSnapshot::SOURCE.to_string(),
                     operator_id: id,
                 });
-            }
-            if self.ids.handoff_sources.contains(&v.name) {
-                let source = states
-                    .first()
-                    .map_or_else(|| v.name.clone(), |s: &StateEntry| s.operator_id.clone());
                 states.push(StateEntry {
                     key: TaskSnapshot::SOURCE_IN_FLIGHT.to_string(),
-                    operator_id: format!("{source}/in-flight"),
+                    operator_id: in_flight,
                 });
             }
             if self.ids.feedback_logs.contains(&v.name) {

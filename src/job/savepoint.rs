@@ -331,10 +331,22 @@ impl JobGraph {
             });
         }
         // operator id -> (old vertex, entry key, old parallelism)
-        let mut old: BTreeMap<&str, (&str, &str, usize)> = BTreeMap::new();
+        let mut old: BTreeMap<String, (&str, &str, usize)> = BTreeMap::new();
         for v in &meta.vertices {
             for s in &v.states {
-                old.insert(&s.operator_id, (&v.name, &s.key, v.parallelism));
+                old.insert(s.operator_id.clone(), (&v.name, &s.key, v.parallelism));
+            }
+            // A source's elements in flight belong to the source, also where the shape left
+            // them out (savepoints whose shape declared them only for `add_source`'s
+            // functions, while a reader given to `add_reader` wrote them too).
+            let declares = |key: &str| v.states.iter().any(|s| s.key == key);
+            if !declares(TaskSnapshot::SOURCE_IN_FLIGHT)
+                && let Some(source) = v.states.iter().find(|s| s.key == TaskSnapshot::SOURCE)
+            {
+                old.insert(
+                    format!("{}/in-flight", source.operator_id),
+                    (&v.name, TaskSnapshot::SOURCE_IN_FLIGHT, v.parallelism),
+                );
             }
         }
         let has_state = |vertex: &str, key: &str, parallelism: usize| {
@@ -363,7 +375,7 @@ impl JobGraph {
                 });
             }
             for entry in &vertex.states {
-                let Some(&(old_vertex, old_key, from)) = old.get(entry.operator_id.as_str()) else {
+                let Some(&(old_vertex, old_key, from)) = old.get(&entry.operator_id) else {
                     log::info!(
                         "operator {:?} has no state in savepoint {}; it starts empty",
                         entry.operator_id,
@@ -391,11 +403,26 @@ impl JobGraph {
                 }
             }
         }
-        let dropped: Vec<String> = old
+        let mut dropped: Vec<String> = old
             .iter()
-            .filter(|(id, (v, k, p))| !claimed.contains(**id) && has_state(v, k, *p))
-            .map(|(id, _)| (*id).to_string())
+            .filter(|(id, (v, k, p))| !claimed.contains(*id) && has_state(v, k, *p))
+            .map(|(id, _)| id.clone())
             .collect();
+        // An entry no operator id names would be lost without a word: refused as well.
+        let named: BTreeSet<(&str, &str)> = old.values().map(|&(v, k, _)| (v, k)).collect();
+        for v in &meta.vertices {
+            for i in 0..v.parallelism {
+                let task = format!("{}#{i}", v.name);
+                let Some(snapshot) = savepoint.checkpoint.task(&task) else {
+                    continue;
+                };
+                for (key, _) in snapshot.iter() {
+                    if !named.contains(&(v.name.as_str(), key)) {
+                        dropped.push(format!("{task}: {key} (no operator id in the savepoint)"));
+                    }
+                }
+            }
+        }
         if !dropped.is_empty() {
             if !allow_non_restored {
                 return Err(JobError::NonRestoredState {

@@ -392,14 +392,20 @@ impl Task {
         }
     }
 
-    /// Triggers stop-with-savepoint `id` on a source task: a barrier of the synchronous kind.
+    /// Starts stop-with-savepoint `id`: a barrier of the synchronous kind, triggered on a source
+    /// task, or on every channel of an input task.
     pub(crate) fn stop_with_savepoint(&self, id: u64) {
-        assert!(self.is_source(), "only sources are triggered");
         let mut barrier = CheckpointBarrier::new(id, 0);
         barrier.kind = streamtask_core::CheckpointKind::Savepoint;
-        self.handle()
-            .trigger_checkpoint(barrier)
-            .expect("a source task");
+        if self.is_source() {
+            self.handle()
+                .trigger_checkpoint(barrier)
+                .expect("a source task");
+        } else {
+            for channel in 0..self.inputs.len() {
+                self.send(channel, StreamElement::Barrier(barrier));
+            }
+        }
     }
 
     /// The source ends, or every input channel ends (and an iteration head's tail).

@@ -93,7 +93,9 @@ pub enum Applied {
     Barrier(CheckpointBarrier),
     /// Nothing to read now: wait for the input's waker.
     Nothing,
-    /// Every input ended: [`ChainBody::begin_end_of_input`], then drain.
+    /// Every input ended: once [`ChainBody::may_end_input`] holds (a pending
+    /// stop-with-savepoint holds the end back until its notice), [`ChainBody::begin_end_of_input`],
+    /// then drain.
     EndOfInput,
 }
 
@@ -490,6 +492,20 @@ where
         } else {
             Err(closed)
         }
+    }
+
+    /// Whether the task may end its input now: no stop-with-savepoint is pending. End of input
+    /// is the task's last emission (the chain finishes and ends its output downstream), so it
+    /// waits for the savepoint's notice as a source's next emission does: an end of input read
+    /// while the savepoint is pending comes from an upstream whose savepoint was aborted (an
+    /// upstream never sends one after a savepoint completed) whose notice has not reached this
+    /// task yet. Completed, the task ends without end of input; aborted, it goes on and ends its
+    /// input. Each model holds the end in its own wait (the lock's condition, a suspended default
+    /// action) until this holds or the task stops; ending it earlier would finish the chain of a
+    /// task still `Suspending`, which the lifecycle cannot move to `Finishing`.
+    #[inline]
+    pub fn may_end_input(&self) -> bool {
+        self.suspended == Suspension::None
     }
 
     /// Whether the task's source may emit now: the chain accepts input and no stop-with-savepoint

@@ -523,6 +523,16 @@ where
                 parts.checkpoint(barrier, Instant::now());
             }
             Applied::EndOfInput => {
+                // A pending stop-with-savepoint holds the end of input until its notice (see
+                // `ChainBody::may_end_input`): the notice runs under the lock and notifies its
+                // condition; a completed savepoint's stop hook cancels the token.
+                if !body.may_end_input() {
+                    let cancel = &parts.cancel;
+                    body.wait_until(|b| b.may_end_input() || cancel.is_cancelled());
+                    if !body.may_end_input() {
+                        return Ok(()); // stopped: completed savepoint, cancel or failure
+                    }
+                }
                 drop(body);
                 return parts.finish();
             }

@@ -253,6 +253,13 @@ where
             self.held = Some(event);
             return Ok(Step::Backpressured);
         }
+        if matches!(event, InputEvent::EndOfInput) && !body.may_end_input() {
+            // Held until the pending stop-with-savepoint's notice (see
+            // `ChainBody::may_end_input`): an abort resumes the default action, which takes it
+            // again; a completion ends the task without it.
+            self.held = Some(event);
+            return Ok(Step::Suspended);
+        }
         Ok(match body.apply(event)? {
             Applied::Done => Step::More,
             Applied::Barrier(barrier) => Step::Barrier(barrier),
