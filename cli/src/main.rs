@@ -108,7 +108,7 @@ struct Options {
     #[arg(long, global = true, value_enum, default_value_t = FairnessArg::Eventual)]
     fairness: FairnessArg,
     /// Work directory for data, checkpoints and output [default: <temp>/streamtask-demo].
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "STREAMTASK_WORK_DIR")]
     work_dir: Option<PathBuf>,
     /// Write the report as JSON to this file.
     #[arg(long, global = true)]
