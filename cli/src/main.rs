@@ -430,7 +430,7 @@ fn main() -> ExitCode {
     // decisions are what a user wants to see; the model crates' task logs repeat the causes
     // (`streamtask` alone would match `streamtask_core` etc. too). RUST_LOG overrides.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
-        "error,streamtask=warn,streamtask::job::restore=info,streamtask_core=error,\
+        "error,streamtask=warn,streamtask_cli=warn,streamtask::job::restore=info,streamtask_core=error,\
          streamtask_legacy=error,streamtask_mailbox=error,streamtask_bridge=error",
     ))
     .init();
