@@ -32,8 +32,8 @@ pub use crate::checkpoint::{
 pub use crate::job::{
     ConnectedStreams, ContinuousFiles, DataStream, IterativeStream, JobConfig, JobError, JobGraph,
     JobMetrics, JobPhase, JobPlan, JobResult, KeyedConnectedStreams, KeyedStream, PhaseCallback,
-    PlannedInput, PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointHandle,
-    SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskResult,
+    PlannedInput, PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointDirProblem,
+    SavepointHandle, SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskFailed, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

@@ -192,11 +192,14 @@ impl CliError {
             | JobError::MaxParallelism { .. }
             | JobError::Rescale { .. }
             | JobError::Storage(streamtask::checkpoint::StorageError::NotASavepoint { .. })
+            | JobError::SavepointDirectory { .. }
             | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
-            JobError::Cancelled => CliError::Failed(format!(
-                "{model}: stopped by a signal; its state is kept: rerun with --resume to \
-                 continue, or with --discard-state to start over"
-            )),
+            JobError::Cancelled { ref left_behind } if left_behind.is_empty() => {
+                CliError::Failed(format!(
+                    "{model}: stopped by a signal; its state is kept: rerun with --resume to \
+                     continue, or with --discard-state to start over"
+                ))
+            }
             JobError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted => {
                 CliError::Failed(
                     "stopped by a signal while generating data; the partial file \
@@ -273,6 +276,11 @@ impl Options {
                     ));
                 }
             }
+        }
+        if let Some(dir) = &self.stop_with_savepoint {
+            streamtask::StopWithSavepoint::new(dir)
+                .check_dir()
+                .map_err(|e| CliError::Usage(e.to_string()))?;
         }
         check_output(self.plot.as_deref(), "--plot", "svg")?;
         check_output(self.json.as_deref(), "--json", "json")?;
@@ -775,9 +783,9 @@ fn soak(
             match job.run(model, config) {
                 Ok(run) if run.exactly_once => restarts += run.result.restarts,
                 Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),
-                Err(JobError::Cancelled) => {
+                Err(e @ JobError::Cancelled { .. }) => {
                     progress.abandon();
-                    return Err(CliError::of_job(model, JobError::Cancelled));
+                    return Err(CliError::of_job(model, e));
                 }
                 Err(e) => failed.push(format!("seed {seed}: {e}")),
             }

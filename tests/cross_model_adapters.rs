@@ -471,7 +471,7 @@ fn a_checkpoint_of_either_source_restores_under_every_other_model_exactly_once()
                 let first = Probe::new(Stop::Crash);
                 let err = run(dir.path(), source, from, &first, Restore::Fresh).unwrap_err();
                 assert!(
-                    matches!(&err, JobError::Failed { last, .. } if last.contains("injected fault")),
+                    matches!(&err, JobError::Failed { last, .. } if last.to_string().contains("injected fault")),
                     "{source:?} {from:?}: {err}"
                 );
                 let second = Probe::new(Stop::Never);

@@ -320,7 +320,7 @@ fn cross(
     let first = Probe::new(FaultPlan::at(&[(FaultKind::Source, FAIL_AT)]));
     let err = run(dir.path(), from, &first, one_way, Restore::Fresh).unwrap_err();
     assert!(
-        matches!(&err, JobError::Failed { last, .. } if last.contains("injected fault")),
+        matches!(&err, JobError::Failed { last, .. } if last.to_string().contains("injected fault")),
         "{from:?}: {err}"
     );
     assert!(

@@ -209,6 +209,22 @@ pub enum AbortReason {
     StorageFailed(Arc<StorageError>),
 }
 
+impl AbortReason {
+    /// Whether the abort only reports that the job is ending by itself: a task finished, or
+    /// declined because it is not running (finishing or failing) or its alignment ended with
+    /// its input. Such an abort does not fail a stop-with-savepoint: the job's own end decides.
+    pub fn is_job_ending(&self) -> bool {
+        matches!(
+            self,
+            AbortReason::TaskFinished { .. }
+                | AbortReason::Declined {
+                    reason: DeclineReason::NotRunning | DeclineReason::AlignmentAborted,
+                    ..
+                }
+        )
+    }
+}
+
 impl fmt::Display for AbortReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -376,11 +392,8 @@ pub struct CheckpointCoordinator {
     /// When the latest checkpoint completed or was aborted.
     last_end: Option<i64>,
     stats: Arc<CheckpointStats>,
-    /// Whether a savepoint was asked for: from then on no checkpoint is triggered, and a
-    /// savepoint is triggered whenever none is pending (again after one was aborted).
-    savepoint_requested: bool,
-    /// The pending or completed savepoint.
-    savepoint: Option<u64>,
+    /// Where the stop-with-savepoint is.
+    savepoint: SavepointState,
     /// Where a completed savepoint goes instead of the checkpoint storage.
     savepoint_writer: Option<WriterSlot>,
 }
@@ -397,6 +410,43 @@ impl fmt::Debug for WriterSlot {
 /// Writes a completed savepoint durably (before its completion notices commit the sinks).
 pub type SavepointWriter =
     Box<dyn FnMut(&CompletedCheckpoint) -> Result<(), StorageError> + Send + Sync + 'static>;
+
+/// Where a stop-with-savepoint is:
+///
+/// | state | checkpoints triggered | moves to |
+/// |---|---|---|
+/// | `NotRequested` | periodically | `Requested` ([`trigger_savepoint`](CheckpointCoordinator::trigger_savepoint)) |
+/// | `Requested` | none; the savepoint at the next poll | `Pending` (triggered) |
+/// | `Pending(id)` | none | `Completed(id)` (stored); `Failed` (expired, declined, not stored); `Pending(id)` kept when a task finished or is finishing (the job ends by itself) |
+/// | `Completed(id)` | none | - |
+/// | `Failed` | periodically again: the stop failed, the job goes on (Flink's contract) | - |
+///
+/// A failed savepoint is never triggered again: the stop fails and its caller decides (the
+/// executor ends the run with the failure). Retrying behind the caller's back would hide a
+/// savepoint that can never be written (an unusable directory) as an endless stop.
+#[derive(Debug, Clone)]
+enum SavepointState {
+    NotRequested,
+    Requested,
+    Pending(u64),
+    Completed(u64),
+    Failed(SavepointFailure),
+}
+
+/// A stop-with-savepoint whose savepoint was aborted: the stop failed.
+#[derive(Debug, Clone)]
+pub struct SavepointFailure {
+    /// The savepoint's checkpoint id.
+    pub id: u64,
+    /// Why it was aborted.
+    pub reason: AbortReason,
+}
+
+impl fmt::Display for SavepointFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "savepoint {} was aborted: {}", self.id, self.reason)
+    }
+}
 
 /// The coordinator's lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -497,8 +547,7 @@ impl CheckpointCoordinator {
             last_trigger: None,
             last_end: None,
             stats: Arc::new(CheckpointStats::default()),
-            savepoint_requested: false,
-            savepoint: None,
+            savepoint: SavepointState::NotRequested,
             savepoint_writer: None,
         })
     }
@@ -521,21 +570,36 @@ impl CheckpointCoordinator {
     /// kind [`CheckpointKind::Savepoint`](streamtask_core::CheckpointKind::Savepoint) whose
     /// snapshot, once every task acknowledged, goes to the savepoint writer (never to the
     /// checkpoint storage, so retention never deletes it). From now on no checkpoint is
-    /// triggered, and a savepoint that is declined or expires is triggered again. Returns the
-    /// trigger (none if one is pending or completed already, no writer is set, or a task
-    /// finished).
+    /// triggered. A savepoint that expires, is declined or cannot be written fails the stop
+    /// ([`savepoint_failure`](Self::savepoint_failure)) and is not triggered again; periodic
+    /// checkpoints resume. Returns the trigger (none if one was requested already, no writer
+    /// is set, or a task finished).
     pub fn trigger_savepoint(&mut self, now: i64) -> Vec<CoordinatorAction> {
         if self.savepoint_writer.is_none() {
             log::warn!("savepoint not triggered: no savepoint location is set");
             return Vec::new();
         }
-        self.savepoint_requested = true;
+        if matches!(self.savepoint, SavepointState::NotRequested) {
+            self.savepoint = SavepointState::Requested;
+        }
         self.poll(now)
     }
 
     /// The id of the savepoint that completed, if one did.
     pub fn completed_savepoint(&self) -> Option<u64> {
-        self.savepoint.filter(|id| !self.pending.contains_key(id))
+        match self.savepoint {
+            SavepointState::Completed(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Why the stop-with-savepoint failed, if it did (see
+    /// [`trigger_savepoint`](Self::trigger_savepoint)).
+    pub fn savepoint_failure(&self) -> Option<&SavepointFailure> {
+        match &self.savepoint {
+            SavepointState::Failed(failure) => Some(failure),
+            _ => None,
+        }
     }
 
     fn start_savepoint(&mut self, now: i64, actions: &mut Vec<CoordinatorAction>) {
@@ -549,7 +613,7 @@ impl CheckpointCoordinator {
                 acks: BTreeMap::new(),
             },
         );
-        self.savepoint = Some(id);
+        self.savepoint = SavepointState::Pending(id);
         self.last_trigger = Some(now);
         self.stats.triggered.inc();
         log::info!("triggering savepoint {id}");
@@ -564,11 +628,15 @@ impl CheckpointCoordinator {
     pub fn poll(&mut self, now: i64) -> Vec<CoordinatorAction> {
         let mut actions = Vec::new();
         self.expire(now, &mut actions);
-        if self.savepoint_requested {
-            if self.savepoint.is_none() && !self.is_stopped() {
+        match self.savepoint {
+            SavepointState::Requested if !self.is_stopped() => {
                 self.start_savepoint(now, &mut actions);
+                return actions;
             }
-            return actions;
+            SavepointState::Requested
+            | SavepointState::Pending(_)
+            | SavepointState::Completed(_) => return actions,
+            SavepointState::NotRequested | SavepointState::Failed(_) => {}
         }
         if self.next_trigger_at().is_some_and(|due| now >= due) {
             self.last_id += 1;
@@ -746,10 +814,13 @@ impl CheckpointCoordinator {
 
     /// When the next trigger is due, if one can happen at all.
     fn next_trigger_at(&self) -> Option<i64> {
-        if self.savepoint_requested {
-            // Due at once while no savepoint is pending (after an abort); never a checkpoint.
-            return (self.savepoint.is_none() && !self.is_stopped())
-                .then(|| self.last_end.unwrap_or(self.created));
+        match self.savepoint {
+            // Due at once; never a checkpoint while a savepoint is asked for or taken.
+            SavepointState::Requested => {
+                return (!self.is_stopped()).then(|| self.last_end.unwrap_or(self.created));
+            }
+            SavepointState::Pending(_) | SavepointState::Completed(_) => return None,
+            SavepointState::NotRequested | SavepointState::Failed(_) => {}
         }
         if self.is_stopped() || self.pending.len() >= self.timing.max_concurrent {
             return None;
@@ -785,14 +856,35 @@ impl CheckpointCoordinator {
         actions: &mut Vec<CoordinatorAction>,
     ) {
         if self.pending.remove(&id).is_some() {
-            if self.savepoint == Some(id) {
-                log::warn!("savepoint {id} aborted ({reason}); triggering another");
-                self.savepoint = None;
-            }
-            self.last_end = Some(now);
-            self.stats.aborted.inc();
-            actions.push(CoordinatorAction::Abort { id, reason });
+            self.aborted(id, reason, now, actions);
         }
+    }
+
+    /// Checkpoint `id`, no longer pending, is aborted for `reason`; an aborted savepoint fails
+    /// the stop, unless the job is ending by itself.
+    fn aborted(
+        &mut self,
+        id: u64,
+        reason: AbortReason,
+        now: i64,
+        actions: &mut Vec<CoordinatorAction>,
+    ) {
+        if matches!(self.savepoint, SavepointState::Pending(pending) if pending == id) {
+            if reason.is_job_ending() {
+                // The job ends without the savepoint (its tasks finish or fail by
+                // themselves); nothing is triggered any more.
+                log::info!("savepoint {id} aborted ({reason}); the job is ending by itself");
+            } else {
+                log::warn!("savepoint {id} aborted ({reason}): the stop-with-savepoint fails");
+                self.savepoint = SavepointState::Failed(SavepointFailure {
+                    id,
+                    reason: reason.clone(),
+                });
+            }
+        }
+        self.last_end = Some(now);
+        self.stats.aborted.inc();
+        actions.push(CoordinatorAction::Abort { id, reason });
     }
 
     fn complete(&mut self, id: u64, now: i64, actions: &mut Vec<CoordinatorAction>) {
@@ -805,19 +897,19 @@ impl CheckpointCoordinator {
             timestamp: pending.timestamp,
             tasks: pending.acks,
         };
-        let stored = match (&mut self.savepoint_writer, self.savepoint) {
-            (Some(WriterSlot(write)), Some(savepoint)) if savepoint == id => write(&checkpoint),
+        let is_savepoint = matches!(self.savepoint, SavepointState::Pending(p) if p == id);
+        let stored = match &mut self.savepoint_writer {
+            Some(WriterSlot(write)) if is_savepoint => write(&checkpoint),
             _ => self.storage.store(&checkpoint),
         };
         if let Err(err) = stored {
             log::error!("checkpoint {id} could not be stored: {err}");
-            self.last_end = Some(now);
-            self.stats.aborted.inc();
-            actions.push(CoordinatorAction::Abort {
-                id,
-                reason: AbortReason::StorageFailed(Arc::new(err)),
-            });
+            let reason = AbortReason::StorageFailed(Arc::new(err));
+            self.aborted(id, reason, now, actions);
             return;
+        }
+        if is_savepoint {
+            self.savepoint = SavepointState::Completed(id);
         }
         // Older pending checkpoints can only restore to an earlier state: drop them, as Flink
         // does before it sends the completion notices.

@@ -46,7 +46,7 @@ use streamtask_core::TaskSnapshot;
 
 pub use self::coordinator::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStats, CheckpointStatsSummary,
-    ConfigError, CoordinatorAction, CoordinatorError, SavepointWriter,
+    ConfigError, CoordinatorAction, CoordinatorError, SavepointFailure, SavepointWriter,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
 pub use self::savepoint::{
