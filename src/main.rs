@@ -88,6 +88,11 @@ struct Options {
     /// Checkpoint interval in milliseconds.
     #[arg(long, global = true, default_value_t = 50)]
     checkpoint_interval_ms: u64,
+    /// Checkpoint failures in a row (expired, declined, not stored) a run tolerates; one more
+    /// fails it and it restarts (Flink's execution.checkpointing.tolerable-failed-checkpoints,
+    /// 0 by default as there).
+    #[arg(long, global = true, default_value_t = 0)]
+    tolerable_failed_checkpoints: u32,
     /// Faults to inject into each model's run (panics in the source, an operator, a timer, an
     /// async call, a snapshot); each run restarts and must still commit the same output.
     #[arg(long, global = true, default_value_t = 0)]
@@ -233,6 +238,7 @@ impl Options {
         job.output_dir.clone_from(&self.output_dir);
         // `validate` refused 0, so the interval printed is the interval used.
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
+        job.tolerable_failed_checkpoints = self.tolerable_failed_checkpoints;
         job
     }
 

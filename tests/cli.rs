@@ -383,3 +383,20 @@ fn a_savepoint_that_cannot_be_written_during_the_run_exits_1_in_every_model() {
         );
     }
 }
+
+#[test]
+fn tolerable_failed_checkpoints_is_an_option_of_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&run_args(
+        "mailbox",
+        dir.path(),
+        &["--tolerable-failed-checkpoints", "3"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = streamtask(&run_args(
+        "mailbox",
+        dir.path(),
+        &["--tolerable-failed-checkpoints", "-1"],
+    ));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}

@@ -144,7 +144,11 @@ fn union_of_two_readers(
 ) -> Result<JobResult, JobError> {
     let config = JobConfig::new(dir)
         .with_checkpoints(Some(
-            CheckpointConfig::new(Duration::from_millis(10)).with_timeout(timeout),
+            CheckpointConfig::new(Duration::from_millis(10))
+                .with_timeout(timeout)
+                // As when the stop was reported: expired checkpoints are tolerated, only the
+                // savepoint's own failure ends the run.
+                .with_tolerable_failures(CheckpointConfig::UNLIMITED_FAILURES),
         ))
         .with_restart(RestartStrategy::NONE)
         .with_stop_with_savepoint(
@@ -496,7 +500,11 @@ fn a_panic_is_reported_with_the_operator_that_panicked() {
                 .collect_sink("out", &CollectHandle::new());
         })
         .expect_err("the operator panicked");
-        let JobError::Failed { last, .. } = &err else {
+        let JobError::Failed {
+            last: streamtask::AttemptFailure::Task(last),
+            ..
+        } = &err
+        else {
             panic!("{model:?}: {err}");
         };
         assert_eq!(last.task, "stage#0", "{model:?}: {err}");
@@ -510,4 +518,129 @@ fn a_panic_is_reported_with_the_operator_that_panicked() {
             "{model:?}: {err}"
         );
     }
+}
+
+// ---- tolerable checkpoint failures ---------------------------------------------------------
+
+/// Blocks in its first record until released, ignoring cancellation: no barrier gets past it.
+struct Block {
+    release: Arc<AtomicBool>,
+}
+
+impl Operator for Block {
+    type In = u64;
+    type Out = u64;
+
+    fn name(&self) -> &str {
+        "block"
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
+        while !self.release.load(Ordering::Acquire) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        ctx.collect(record)
+    }
+}
+
+/// Flink's tolerable checkpoint failures, default 0: a user function that blocks forever holds
+/// every checkpoint back; the first one to expire fails the attempt, the restart blocks again,
+/// and the job fails instead of hanging.
+#[test]
+fn a_blocked_function_fails_the_job_once_its_checkpoints_expire() {
+    for (model, tag) in [
+        (Model::Legacy, 'L'),
+        (Model::Mailbox, 'M'),
+        (Model::Bridge, 'B'),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let release = Arc::new(AtomicBool::new(false));
+        let config = JobConfig::new(dir.path())
+            .with_checkpoints(Some(
+                CheckpointConfig::new(Duration::from_millis(50))
+                    .with_timeout(Duration::from_secs(1)),
+            ))
+            .with_restart(RestartStrategy::fixed_delay(1, Duration::from_millis(10)))
+            .with_channel_capacity(64)
+            .with_cancel_grace(Duration::from_millis(200));
+        assert_eq!(
+            config.checkpoint.unwrap().tolerable_failures,
+            0,
+            "Flink's default"
+        );
+        let stage = format!("blk{tag}");
+        let (name, blocked) = (stage.clone(), Arc::clone(&release));
+        let err = run_bounded(model, config, move |env| {
+            env.from_sequence("numbers", 0..u64::MAX)
+                .rebalance(&name, 1)
+                .operator(move |_| Block {
+                    release: Arc::clone(&blocked),
+                })
+                .collect_sink("out", &CollectHandle::new());
+        })
+        .expect_err("the job fails");
+        let JobError::Failed {
+            attempts,
+            last: streamtask::AttemptFailure::Checkpoints(failures),
+        } = &err
+        else {
+            panic!("{model:?}: {err}");
+        };
+        assert_eq!(*attempts, 2, "{model:?}: restarted once, then failed");
+        assert!(
+            matches!(failures.reason, AbortReason::Expired),
+            "{model:?}: {err}"
+        );
+        assert_eq!((failures.failures, failures.tolerable), (1, 0), "{model:?}");
+        // Each attempt left its blocked thread behind; released, they end.
+        release.store(true, Ordering::Release);
+        let left = wait_threads_gone(&format!("{stage}#"));
+        assert!(left.is_empty(), "{model:?}: {left:?}");
+    }
+}
+
+/// With failures tolerated, the same expiries are only counted: the job keeps running until
+/// it is cancelled.
+#[test]
+fn tolerated_checkpoint_failures_do_not_fail_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let cancel = Arc::new(AtomicBool::new(false));
+    let config = JobConfig::new(dir.path())
+        .with_checkpoints(Some(
+            CheckpointConfig::new(Duration::from_millis(10))
+                .with_timeout(Duration::from_millis(20))
+                .with_tolerable_failures(CheckpointConfig::UNLIMITED_FAILURES),
+        ))
+        .with_restart(RestartStrategy::NONE)
+        .with_channel_capacity(64)
+        .with_cancel(Arc::clone(&cancel))
+        .with_cancel_grace(Duration::from_millis(200));
+    let blocked = Arc::clone(&release);
+    let stopper = {
+        let cancel = Arc::clone(&cancel);
+        thread::spawn(move || {
+            // Long enough for several checkpoints to expire (the assertion holds either way).
+            thread::sleep(Duration::from_millis(300));
+            cancel.store(true, Ordering::Release);
+        })
+    };
+    let err = run_bounded(Model::Mailbox, config, move |env| {
+        env.from_sequence("numbers", 0..u64::MAX)
+            .rebalance("blkT", 1)
+            .operator(move |_| Block {
+                release: Arc::clone(&blocked),
+            })
+            .collect_sink("out", &CollectHandle::new());
+    })
+    .expect_err("cancelled");
+    stopper.join().unwrap();
+    assert!(matches!(err, JobError::Cancelled { .. }), "{err}");
+    release.store(true, Ordering::Release);
+    let left = wait_threads_gone("blkT#");
+    assert!(left.is_empty(), "{left:?}");
 }

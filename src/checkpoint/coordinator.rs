@@ -70,12 +70,21 @@ pub struct CheckpointConfig {
     pub max_concurrent: usize,
     /// How long a checkpoint may stay pending before it is aborted (at least the interval).
     pub timeout: Duration,
+    /// How many checkpoint failures in a row the job tolerates (Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`); one more fails it, and its
+    /// restart strategy applies. 0 by default, as Flink's;
+    /// [`UNLIMITED_FAILURES`](Self::UNLIMITED_FAILURES) never fails it. Which failures count:
+    /// see [`AbortReason::counts_as_failure`].
+    pub tolerable_failures: u32,
 }
 
 impl CheckpointConfig {
     /// The timeout unless told otherwise (or the interval, if that is longer): ten minutes, as
     /// Flink's.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+    /// [`tolerable_failures`](Self::tolerable_failures) that no number of failures exceeds.
+    pub const UNLIMITED_FAILURES: u32 = u32::MAX;
 
     /// Checkpoints every `interval`, no minimum pause, one at a time, timing out after
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT) or the interval, whichever is longer.
@@ -85,7 +94,15 @@ impl CheckpointConfig {
             min_pause: Duration::ZERO,
             max_concurrent: 1,
             timeout: interval.max(Self::DEFAULT_TIMEOUT),
+            tolerable_failures: 0,
         }
+    }
+
+    /// Tolerates `failures` checkpoint failures in a row before the job fails (see
+    /// [`tolerable_failures`](Self::tolerable_failures)).
+    pub fn with_tolerable_failures(mut self, failures: u32) -> Self {
+        self.tolerable_failures = failures;
+        self
     }
 
     /// Waits at least `min_pause` after a checkpoint ends before triggering the next.
@@ -171,6 +188,36 @@ pub enum CoordinatorAction {
         /// Why.
         reason: AbortReason,
     },
+    /// More checkpoints failed in a row than the configuration tolerates
+    /// ([`CheckpointConfig::tolerable_failures`]): fail the job (its restart strategy
+    /// applies). Follows the [`Abort`](Self::Abort) of checkpoint `id`, the last failure.
+    FailJob(CheckpointFailures),
+}
+
+/// Checkpoints failed in a row beyond what the job tolerates.
+#[derive(Debug, Clone)]
+pub struct CheckpointFailures {
+    /// The checkpoint whose failure went past the threshold.
+    pub id: u64,
+    /// Failures in a row, this one included.
+    pub failures: u32,
+    /// How many the job tolerates.
+    pub tolerable: u32,
+    /// Why the last one failed.
+    pub reason: AbortReason,
+}
+
+impl fmt::Display for CheckpointFailures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} checkpoints failed in a row, more than the {} tolerated (the last, {}, {}); \
+             find what holds the checkpoints back (a task stuck in user code, a full disk), or \
+             raise the tolerance (--tolerable-failed-checkpoints, \
+             CheckpointConfig::with_tolerable_failures)",
+            self.failures, self.tolerable, self.id, self.reason
+        )
+    }
 }
 
 impl CoordinatorAction {
@@ -179,6 +226,7 @@ impl CoordinatorAction {
         match self {
             CoordinatorAction::Trigger(barrier) => barrier.id,
             CoordinatorAction::Complete { id } | CoordinatorAction::Abort { id, .. } => *id,
+            CoordinatorAction::FailJob(failures) => failures.id,
         }
     }
 }
@@ -210,6 +258,24 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
+    /// Whether the abort counts against the job's tolerable checkpoint failures, as Flink's
+    /// `CheckpointFailureManager` counts them: an expired checkpoint, one that could not be
+    /// stored (Flink's `IO_EXCEPTION`), and one a task declined because its snapshot failed
+    /// (`CHECKPOINT_DECLINED`). A decline because a task is not running, was superseded or
+    /// ended its input, a subsumed checkpoint, or a finished task say nothing about the
+    /// job's health and do not count.
+    pub fn counts_as_failure(&self) -> bool {
+        matches!(
+            self,
+            AbortReason::Expired
+                | AbortReason::StorageFailed(_)
+                | AbortReason::Declined {
+                    reason: DeclineReason::Failed(_),
+                    ..
+                }
+        )
+    }
+
     /// Whether the abort only reports that the job is ending by itself: a task finished, or
     /// declined because it is not running (finishing or failing) or its alignment ended with
     /// its input. Such an abort does not fail a stop-with-savepoint: the job's own end decides.
@@ -396,6 +462,9 @@ pub struct CheckpointCoordinator {
     savepoint: SavepointState,
     /// Where a completed savepoint goes instead of the checkpoint storage.
     savepoint_writer: Option<WriterSlot>,
+    /// Checkpoint failures since the last completed checkpoint (see
+    /// [`AbortReason::counts_as_failure`]).
+    failures_in_a_row: u32,
 }
 
 /// The savepoint writer, shown as a placeholder by `Debug`.
@@ -467,6 +536,7 @@ struct Timing {
     min_pause: i64,
     timeout: i64,
     max_concurrent: usize,
+    tolerable_failures: u32,
 }
 
 impl Timing {
@@ -477,6 +547,7 @@ impl Timing {
             min_pause: millis(config.min_pause),
             timeout: millis(config.timeout),
             max_concurrent: config.max_concurrent,
+            tolerable_failures: config.tolerable_failures,
         }
     }
 }
@@ -549,6 +620,7 @@ impl CheckpointCoordinator {
             stats: Arc::new(CheckpointStats::default()),
             savepoint: SavepointState::NotRequested,
             savepoint_writer: None,
+            failures_in_a_row: 0,
         })
     }
 
@@ -869,7 +941,12 @@ impl CheckpointCoordinator {
         now: i64,
         actions: &mut Vec<CoordinatorAction>,
     ) {
-        if matches!(self.savepoint, SavepointState::Pending(pending) if pending == id) {
+        let is_savepoint = matches!(self.savepoint, SavepointState::Pending(p) if p == id);
+        // A savepoint's failure fails its stop, not the job: it is not counted.
+        let fail_job = (!is_savepoint && reason.counts_as_failure())
+            .then(|| self.count_failure(id, &reason))
+            .flatten();
+        if is_savepoint {
             if reason.is_job_ending() {
                 // The job ends without the savepoint (its tasks finish or fail by
                 // themselves); nothing is triggered any more.
@@ -885,6 +962,31 @@ impl CheckpointCoordinator {
         self.last_end = Some(now);
         self.stats.aborted.inc();
         actions.push(CoordinatorAction::Abort { id, reason });
+        actions.extend(fail_job.map(CoordinatorAction::FailJob));
+    }
+
+    /// Counts checkpoint `id`'s failure; past the tolerated number, the job fails (and the
+    /// count starts over, for the restarted job).
+    fn count_failure(&mut self, id: u64, reason: &AbortReason) -> Option<CheckpointFailures> {
+        let tolerable = self.timing.tolerable_failures;
+        if tolerable == CheckpointConfig::UNLIMITED_FAILURES {
+            return None;
+        }
+        self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
+        if self.failures_in_a_row <= tolerable {
+            return None;
+        }
+        let failures = std::mem::take(&mut self.failures_in_a_row);
+        log::warn!(
+            "checkpoint {id} failed ({reason}): {failures} failures in a row, more than the \
+             {tolerable} tolerated; the job fails"
+        );
+        Some(CheckpointFailures {
+            id,
+            failures,
+            tolerable,
+            reason: reason.clone(),
+        })
     }
 
     fn complete(&mut self, id: u64, now: i64, actions: &mut Vec<CoordinatorAction>) {
@@ -918,6 +1020,7 @@ impl CheckpointCoordinator {
             self.abort(older, AbortReason::Subsumed { by: id }, now, actions);
         }
         self.last_end = Some(now);
+        self.failures_in_a_row = 0;
         self.stats.completed.inc();
         let millis = u64::try_from(now.saturating_sub(pending.timestamp)).unwrap_or(0);
         self.stats

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::checkpoint::{ConfigError, CoordinatorError, SavepointFailure, StorageError};
+use crate::checkpoint::{
+    CheckpointFailures, ConfigError, CoordinatorError, SavepointFailure, StorageError,
+};
 use crate::sink::SinkError;
 use streamtask_core::TaskError;
 use streamtask_core::async_io::AsyncConfigError;
@@ -98,8 +100,9 @@ pub enum JobError {
     Failed {
         /// Attempts made.
         attempts: u32,
-        /// The last attempt's first failure: the task, its operator, the cause.
-        last: TaskFailed,
+        /// Why the last attempt failed: a task (naming its operator), or too many checkpoint
+        /// failures in a row.
+        last: AttemptFailure,
     },
     /// A start with no earlier run in the checkpoint directory found committed output in a
     /// sink's directory: output no run of this checkpoint directory accounts for (another
@@ -371,4 +374,34 @@ fn ignored_cancellation(left_behind: &[TaskFailed]) -> String {
          operator return (check for cancellation in long loops)",
         names.join(", ")
     )
+}
+
+/// Why an attempt of a job failed ([`JobError::Failed`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AttemptFailure {
+    /// A task failed (the first failure that was not a consequence of another).
+    Task(TaskFailed),
+    /// More checkpoints failed in a row than the job tolerates
+    /// ([`CheckpointConfig::tolerable_failures`](crate::CheckpointConfig::tolerable_failures)).
+    Checkpoints(CheckpointFailures),
+}
+
+impl AttemptFailure {
+    /// The failed task, if a task failed.
+    pub fn task(&self) -> Option<&TaskFailed> {
+        match self {
+            AttemptFailure::Task(task) => Some(task),
+            AttemptFailure::Checkpoints(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttemptFailure::Task(task) => task.fmt(f),
+            AttemptFailure::Checkpoints(failures) => failures.fmt(f),
+        }
+    }
 }

@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
-    CoordinatorAction, CoordinatorDriver, SavepointFailure,
+    CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStorage,
+    CompletedCheckpoint, CoordinatorAction, CoordinatorDriver, SavepointFailure,
 };
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::{Condvar, Mutex};
@@ -39,7 +39,7 @@ use streamtask_core::trace::Tracer;
 use streamtask_core::{Clock, TaskError, TaskOutcome};
 use streamtask_legacy::Fairness;
 
-use super::error::TaskFailed;
+use super::error::{AttemptFailure, TaskFailed};
 use super::from_source::enumerators_on_action;
 use super::graph::{JobGraph, SpawnCtx};
 use super::restore::{Restore, write_marker};
@@ -335,7 +335,7 @@ const POLL: Duration = Duration::from_millis(2);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 struct AttemptEnd {
-    failure: Option<TaskFailed>,
+    failure: Option<AttemptFailure>,
     /// Tasks that ignored cancellation (each left its stuck thread behind).
     left_behind: Vec<TaskFailed>,
     /// The savepoint this attempt stopped with.
@@ -573,6 +573,8 @@ impl JobGraph {
         // later one back: triggers wait until every task of the attempt was spawned (or the
         // attempt gave up spawning).
         let spawned = Arc::new(SpawnedLatch::default());
+        // Set by the coordinator's thread when too many checkpoints failed in a row.
+        let checkpoints_failed: Arc<Mutex<Option<CheckpointFailures>>> = Arc::default();
         let savepoint = super::savepoint::AttemptSavepoint::new(self, config)?;
         // FLIP-27 enumerators: restored before any task starts, snapshotted at trigger time.
         self.start_enumerators(restored.as_ref())?;
@@ -596,6 +598,7 @@ impl JobGraph {
                 let source_set = sources.clone();
                 let on_phase = config.on_phase.clone();
                 let spawned = Arc::clone(&spawned);
+                let failed = Arc::clone(&checkpoints_failed);
                 Some(CoordinatorDriver::spawn(
                     coordinator,
                     config.clock.clone(),
@@ -604,6 +607,9 @@ impl JobGraph {
                             spawned.wait();
                         }
                         enumerators_on_action(&enumerators, action);
+                        if let CoordinatorAction::FailJob(failures) = action {
+                            failed.lock().get_or_insert_with(|| failures.clone());
+                        }
                         if let Some(sp) = &savepoint {
                             sp.on_action(action);
                         }
@@ -708,7 +714,7 @@ impl JobGraph {
                 }
                 outcomes[i] = Some(outcome);
             }
-            if config.cancel.load(Ordering::Acquire) {
+            if config.cancel.load(Ordering::Acquire) || checkpoints_failed.lock().is_some() {
                 stopping = true;
             }
             if let (Some(sp), Some(d)) = (&savepoint, &driver) {
@@ -779,8 +785,12 @@ impl JobGraph {
             // Whatever failed while the tasks were being stopped happened after the savepoint,
             // or is the cancel that ended the failed stop.
             None
+        } else if let Some(failures) = checkpoints_failed.lock().take() {
+            // The tasks were cancelled for it; a task stuck in user code (what held the
+            // checkpoints back) shows as left behind in its outcome.
+            Some(AttemptFailure::Checkpoints(failures))
         } else {
-            first_cause(&outcomes, &cancelled_by_us)
+            first_cause(&outcomes, &cancelled_by_us).map(AttemptFailure::Task)
         };
         sampler.sample_final(&source_metrics, config.on_progress.as_ref());
         // A trigger waiting for readers that never started gives up before the driver stops.
@@ -936,6 +946,8 @@ fn carry_out(
         CoordinatorAction::Abort { id, .. } => {
             running.for_each(|t| t.notify_checkpoint_aborted(*id));
         }
+        // The executor's loop fails the attempt.
+        CoordinatorAction::FailJob(_) => {}
     }
 }
 
