@@ -785,12 +785,23 @@ impl JobGraph {
             // Whatever failed while the tasks were being stopped happened after the savepoint,
             // or is the cancel that ended the failed stop.
             None
-        } else if let Some(failures) = checkpoints_failed.lock().take() {
-            // The tasks were cancelled for it; a task stuck in user code (what held the
-            // checkpoints back) shows as left behind in its outcome.
-            Some(AttemptFailure::Checkpoints(failures))
         } else {
-            first_cause(&outcomes, &cancelled_by_us).map(AttemptFailure::Task)
+            let cause = first_cause(&outcomes, &cancelled_by_us);
+            match checkpoints_failed.lock().take() {
+                // A task that failed by itself (its snapshot, say) is the cause; one left
+                // behind when the attempt was stopped for the failed checkpoints (a task stuck
+                // in user code: what held them back) is not.
+                Some(failures)
+                    if cause.as_ref().is_none_or(|c| {
+                        c.error().is_none_or(|e| {
+                            e.is_consequence() || matches!(e, TaskError::CancellationIgnored { .. })
+                        })
+                    }) =>
+                {
+                    Some(AttemptFailure::Checkpoints(failures))
+                }
+                _ => cause.map(AttemptFailure::Task),
+            }
         };
         sampler.sample_final(&source_metrics, config.on_progress.as_ref());
         // A trigger waiting for readers that never started gives up before the driver stops.
