@@ -23,8 +23,15 @@ fn storage() -> CheckpointStorage {
     CheckpointStorage::in_memory(3).unwrap()
 }
 
-/// A coordinator of the tasks "source" (triggered) and "sink", created at time 0.
+/// A coordinator of the tasks "source" (triggered) and "sink", created at time 0, tolerating
+/// any number of failed checkpoints (the tests of failures in a row build their own).
 fn coordinator(config: CheckpointConfig, storage: &CheckpointStorage) -> CheckpointCoordinator {
+    let config = config.with_tolerable_failures(CheckpointConfig::UNLIMITED_FAILURES);
+    strict(config, storage)
+}
+
+/// As [`coordinator`], with `config`'s tolerance as it is.
+fn strict(config: CheckpointConfig, storage: &CheckpointStorage) -> CheckpointCoordinator {
     CheckpointCoordinator::new(config, storage.clone(), ["source", "sink"], ["source"], 0).unwrap()
 }
 
@@ -69,6 +76,7 @@ fn describe(actions: &[CoordinatorAction]) -> Vec<String> {
             CoordinatorAction::Trigger(b) => format!("T{}", b.id),
             CoordinatorAction::Complete { id } => format!("C{id}"),
             CoordinatorAction::Abort { id, .. } => format!("A{id}"),
+            CoordinatorAction::FailJob(f) => format!("F{}", f.id),
         })
         .collect()
 }
@@ -639,4 +647,89 @@ fn a_panicking_callback_is_reported_by_stop() {
         Err(DriverError::CallbackPanicked(message)) => assert_eq!(message, "executor bug"),
         other => panic!("{other:?}"),
     }
+}
+
+// ---- tolerable checkpoint failures -------------------------------------------------------
+
+#[test]
+fn the_tolerance_is_zero_by_default_as_flinks() {
+    assert_eq!(CheckpointConfig::new(ms(100)).tolerable_failures, 0);
+}
+
+#[test]
+fn one_failure_more_than_tolerated_fails_the_job_and_a_completion_resets_the_count() {
+    let config = CheckpointConfig::new(ms(100))
+        .with_timeout(ms(100))
+        .with_tolerable_failures(1);
+    let mut c = strict(config, &storage());
+    // 1 expires: tolerated.
+    assert_eq!(describe(&c.poll(100)), ["T1"]);
+    assert_eq!(describe(&c.poll(200)), ["A1", "T2"]);
+    // 2 completes: the count starts over.
+    assert_eq!(describe(&ack_all(&mut c, 2, 250)), ["C2"]);
+    // 3 expires (1 in a row), 4 is declined because its snapshot failed (2 in a row): fails.
+    assert_eq!(describe(&c.poll(300)), ["T3"]);
+    assert_eq!(describe(&c.poll(400)), ["A3", "T4"]);
+    let failed = c
+        .receive(
+            TaskReport::Declined {
+                task: "sink".to_string(),
+                checkpoint: 4,
+                reason: DeclineReason::Failed("snapshot failed".to_string()),
+            },
+            410,
+        )
+        .unwrap();
+    assert_eq!(describe(&failed), ["A4", "F4"]);
+    let CoordinatorAction::FailJob(failures) = &failed[1] else {
+        panic!("{failed:?}")
+    };
+    assert_eq!((failures.failures, failures.tolerable), (2, 1));
+    assert!(
+        failures
+            .to_string()
+            .contains("--tolerable-failed-checkpoints")
+    );
+}
+
+/// As Flink's `CheckpointFailureManager`: declines that say nothing about the job's health
+/// (a task not running, a superseded or aborted alignment), subsumed checkpoints and finished
+/// tasks are not counted.
+#[test]
+fn declines_of_tasks_not_running_are_not_counted() {
+    let mut c = strict(CheckpointConfig::new(ms(100)), &storage());
+    let mut now = 100;
+    for reason in [
+        DeclineReason::NotRunning,
+        DeclineReason::Superseded,
+        DeclineReason::AlignmentAborted,
+    ] {
+        let triggered = triggered(&c.poll(now));
+        let id = *triggered.last().expect("a trigger");
+        let actions = c
+            .receive(
+                TaskReport::Declined {
+                    task: "sink".to_string(),
+                    checkpoint: id,
+                    reason,
+                },
+                now + 1,
+            )
+            .unwrap();
+        assert_eq!(describe(&actions), [format!("A{id}")]);
+        now += 100;
+    }
+}
+
+#[test]
+fn unlimited_tolerance_never_fails_the_job() {
+    let config = CheckpointConfig::new(ms(100))
+        .with_timeout(ms(100))
+        .with_tolerable_failures(CheckpointConfig::UNLIMITED_FAILURES);
+    let mut c = strict(config, &storage());
+    let mut all = Vec::new();
+    for now in (100..=2_000).step_by(100) {
+        all.extend(describe(&c.poll(now)));
+    }
+    assert!(all.iter().all(|a| !a.starts_with('F')), "{all:?}");
 }

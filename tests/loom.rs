@@ -56,7 +56,8 @@ mod coordinator {
         loom::model(|| {
             let clock = ManualClock::new(0);
             let config = CheckpointConfig::new(Duration::from_millis(10))
-                .with_timeout(Duration::from_millis(10));
+                .with_timeout(Duration::from_millis(10))
+                .with_tolerable_failures(CheckpointConfig::UNLIMITED_FAILURES);
             let coordinator = CheckpointCoordinator::new(
                 config,
                 CheckpointStorage::in_memory(1).unwrap(),

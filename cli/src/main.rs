@@ -97,6 +97,11 @@ struct Options {
     /// Checkpoint interval in milliseconds.
     #[arg(long, global = true, default_value_t = 50)]
     checkpoint_interval_ms: u64,
+    /// Checkpoint failures in a row (expired, declined, not stored) a run tolerates; one more
+    /// fails it and it restarts (Flink's execution.checkpointing.tolerable-failed-checkpoints,
+    /// 0 by default as there).
+    #[arg(long, global = true, default_value_t = 0)]
+    tolerable_failed_checkpoints: u32,
     /// Faults to inject into each model's run (panics in the source, an operator, a timer, an
     /// async call, a snapshot); each run restarts and must still commit the same output.
     #[arg(long, global = true, default_value_t = 0)]
@@ -201,11 +206,14 @@ impl CliError {
             | JobError::MaxParallelism { .. }
             | JobError::Rescale { .. }
             | JobError::Storage(streamtask::checkpoint::StorageError::NotASavepoint { .. })
+            | JobError::SavepointDirectory { .. }
             | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
-            JobError::Cancelled => CliError::Failed(format!(
-                "{model}: stopped by a signal; its state is kept: rerun with --resume to \
-                 continue, or with --discard-state to start over"
-            )),
+            JobError::Cancelled { ref left_behind } if left_behind.is_empty() => {
+                CliError::Failed(format!(
+                    "{model}: stopped by a signal; its state is kept: rerun with --resume to \
+                     continue, or with --discard-state to start over"
+                ))
+            }
             JobError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted => {
                 CliError::Failed(
                     "stopped by a signal while generating data; the partial file \
@@ -239,6 +247,7 @@ impl Options {
         job.output_dir.clone_from(&self.output_dir);
         // `validate` refused 0, so the interval printed is the interval used.
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
+        job.tolerable_failed_checkpoints = self.tolerable_failed_checkpoints;
         job
     }
 
@@ -282,6 +291,11 @@ impl Options {
                     ));
                 }
             }
+        }
+        if let Some(dir) = &self.stop_with_savepoint {
+            streamtask::StopWithSavepoint::new(dir)
+                .check_dir()
+                .map_err(|e| CliError::Usage(e.to_string()))?;
         }
         check_output(self.plot.as_deref(), "--plot", "svg")?;
         check_output(self.json.as_deref(), "--json", "json")?;
@@ -786,9 +800,9 @@ fn soak(
             match job.run(model, config) {
                 Ok(run) if run.exactly_once => restarts += run.result.restarts,
                 Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),
-                Err(JobError::Cancelled) => {
+                Err(e @ JobError::Cancelled { .. }) => {
                     progress.abandon();
-                    return Err(CliError::of_job(model, JobError::Cancelled));
+                    return Err(CliError::of_job(model, e));
                 }
                 Err(e) => failed.push(format!("seed {seed}: {e}")),
             }

@@ -318,3 +318,85 @@ fn sigterm_mid_run_stops_cleanly_and_resume_completes_exactly_once() {
     assert_eq!(common::code(&out), 0, "{}", stderr(&out));
     assert_exactly_once(dir.path(), "mailbox", "after SIGTERM and --resume");
 }
+
+#[test]
+fn an_unusable_stop_with_savepoint_directory_exits_2_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    fs::write(&file, b"x").unwrap();
+    let under = file.join("sp");
+    for (path, says) in [
+        (&file, "is a file, not a directory"),
+        (&under, "which is a file"),
+    ] {
+        for model in ["legacy", "mailbox", "bridge"] {
+            let out = streamtask(&run_args(
+                model,
+                dir.path(),
+                &["--stop-with-savepoint", path.to_str().unwrap()],
+            ));
+            assert_eq!(code(&out), 2, "{model}: {}", stderr(&out));
+            assert!(stderr(&out).contains(says), "{model}: {}", stderr(&out));
+        }
+    }
+}
+
+/// The savepoint directory breaks during the run (it becomes a file after the up-front
+/// check): the savepoint cannot be written, and the stop ends with exit 1 and a message in
+/// every model, never a hang (the child is waited for with a hang guard, then killed).
+#[test]
+fn a_savepoint_that_cannot_be_written_during_the_run_exits_1_in_every_model() {
+    for model in ["legacy", "mailbox", "bridge"] {
+        let dir = tempfile::tempdir().unwrap();
+        let savepoints = dir.path().join("savepoints");
+        let run = run_args(
+            model,
+            dir.path(),
+            &[
+                "--stop-with-savepoint",
+                savepoints.to_str().unwrap(),
+                "--stop-with-savepoint-after-records",
+                "3000",
+            ],
+        );
+        let mut child = Paused::spawn(&run);
+        // Past the up-front checks and the data generation, at the first trigger: no
+        // savepoint can have been written yet (the coordinator waits in this phase).
+        loop {
+            match child.next_phase() {
+                Some(p) if p.starts_with("trigger") => break,
+                Some(_) => child.resume(),
+                None => panic!("{model}: the run ended before its first checkpoint"),
+            }
+        }
+        if savepoints.is_dir() {
+            fs::remove_dir_all(&savepoints).unwrap();
+        }
+        fs::write(&savepoints, b"not a directory").unwrap();
+        let (exit, log) = child
+            .finish_within(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("{model}: the run hung after its savepoint failed"));
+        assert_eq!(exit, 1, "{model}: {log:?}");
+        assert!(
+            log.iter().any(|l| l.contains("stop-with-savepoint failed")),
+            "{model}: {log:?}"
+        );
+    }
+}
+
+#[test]
+fn tolerable_failed_checkpoints_is_an_option_of_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&run_args(
+        "mailbox",
+        dir.path(),
+        &["--tolerable-failed-checkpoints", "3"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = streamtask(&run_args(
+        "mailbox",
+        dir.path(),
+        &["--tolerable-failed-checkpoints", "-1"],
+    ));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}

@@ -70,12 +70,21 @@ pub struct CheckpointConfig {
     pub max_concurrent: usize,
     /// How long a checkpoint may stay pending before it is aborted (at least the interval).
     pub timeout: Duration,
+    /// How many checkpoint failures in a row the job tolerates (Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`); one more fails it, and its
+    /// restart strategy applies. 0 by default, as Flink's;
+    /// [`UNLIMITED_FAILURES`](Self::UNLIMITED_FAILURES) never fails it. Which failures count:
+    /// see [`AbortReason::counts_as_failure`].
+    pub tolerable_failures: u32,
 }
 
 impl CheckpointConfig {
     /// The timeout unless told otherwise (or the interval, if that is longer): ten minutes, as
     /// Flink's.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+    /// [`tolerable_failures`](Self::tolerable_failures) that no number of failures exceeds.
+    pub const UNLIMITED_FAILURES: u32 = u32::MAX;
 
     /// Checkpoints every `interval`, no minimum pause, one at a time, timing out after
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT) or the interval, whichever is longer.
@@ -85,7 +94,15 @@ impl CheckpointConfig {
             min_pause: Duration::ZERO,
             max_concurrent: 1,
             timeout: interval.max(Self::DEFAULT_TIMEOUT),
+            tolerable_failures: 0,
         }
+    }
+
+    /// Tolerates `failures` checkpoint failures in a row before the job fails (see
+    /// [`tolerable_failures`](Self::tolerable_failures)).
+    pub fn with_tolerable_failures(mut self, failures: u32) -> Self {
+        self.tolerable_failures = failures;
+        self
     }
 
     /// Waits at least `min_pause` after a checkpoint ends before triggering the next.
@@ -171,6 +188,36 @@ pub enum CoordinatorAction {
         /// Why.
         reason: AbortReason,
     },
+    /// More checkpoints failed in a row than the configuration tolerates
+    /// ([`CheckpointConfig::tolerable_failures`]): fail the job (its restart strategy
+    /// applies). Follows the [`Abort`](Self::Abort) of checkpoint `id`, the last failure.
+    FailJob(CheckpointFailures),
+}
+
+/// Checkpoints failed in a row beyond what the job tolerates.
+#[derive(Debug, Clone)]
+pub struct CheckpointFailures {
+    /// The checkpoint whose failure went past the threshold.
+    pub id: u64,
+    /// Failures in a row, this one included.
+    pub failures: u32,
+    /// How many the job tolerates.
+    pub tolerable: u32,
+    /// Why the last one failed.
+    pub reason: AbortReason,
+}
+
+impl fmt::Display for CheckpointFailures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} checkpoints failed in a row, more than the {} tolerated (the last, {}, {}); \
+             find what holds the checkpoints back (a task stuck in user code, a full disk), or \
+             raise the tolerance (--tolerable-failed-checkpoints, \
+             CheckpointConfig::with_tolerable_failures)",
+            self.failures, self.tolerable, self.id, self.reason
+        )
+    }
 }
 
 impl CoordinatorAction {
@@ -179,6 +226,7 @@ impl CoordinatorAction {
         match self {
             CoordinatorAction::Trigger(barrier) => barrier.id,
             CoordinatorAction::Complete { id } | CoordinatorAction::Abort { id, .. } => *id,
+            CoordinatorAction::FailJob(failures) => failures.id,
         }
     }
 }
@@ -207,6 +255,40 @@ pub enum AbortReason {
     },
     /// Every task acknowledged, but storing the checkpoint failed.
     StorageFailed(Arc<StorageError>),
+}
+
+impl AbortReason {
+    /// Whether the abort counts against the job's tolerable checkpoint failures, as Flink's
+    /// `CheckpointFailureManager` counts them: an expired checkpoint, one that could not be
+    /// stored (Flink's `IO_EXCEPTION`), and one a task declined because its snapshot failed
+    /// (`CHECKPOINT_DECLINED`). A decline because a task is not running, was superseded or
+    /// ended its input, a subsumed checkpoint, or a finished task say nothing about the
+    /// job's health and do not count.
+    pub fn counts_as_failure(&self) -> bool {
+        matches!(
+            self,
+            AbortReason::Expired
+                | AbortReason::StorageFailed(_)
+                | AbortReason::Declined {
+                    reason: DeclineReason::Failed(_),
+                    ..
+                }
+        )
+    }
+
+    /// Whether the abort only reports that the job is ending by itself: a task finished, or
+    /// declined because it is not running (finishing or failing) or its alignment ended with
+    /// its input. Such an abort does not fail a stop-with-savepoint: the job's own end decides.
+    pub fn is_job_ending(&self) -> bool {
+        matches!(
+            self,
+            AbortReason::TaskFinished { .. }
+                | AbortReason::Declined {
+                    reason: DeclineReason::NotRunning | DeclineReason::AlignmentAborted,
+                    ..
+                }
+        )
+    }
 }
 
 impl fmt::Display for AbortReason {
@@ -376,13 +458,13 @@ pub struct CheckpointCoordinator {
     /// When the latest checkpoint completed or was aborted.
     last_end: Option<i64>,
     stats: Arc<CheckpointStats>,
-    /// Whether a savepoint was asked for: from then on no checkpoint is triggered, and a
-    /// savepoint is triggered whenever none is pending (again after one was aborted).
-    savepoint_requested: bool,
-    /// The pending or completed savepoint.
-    savepoint: Option<u64>,
+    /// Where the stop-with-savepoint is.
+    savepoint: SavepointState,
     /// Where a completed savepoint goes instead of the checkpoint storage.
     savepoint_writer: Option<WriterSlot>,
+    /// Checkpoint failures since the last completed checkpoint (see
+    /// [`AbortReason::counts_as_failure`]).
+    failures_in_a_row: u32,
 }
 
 /// The savepoint writer, shown as a placeholder by `Debug`.
@@ -397,6 +479,43 @@ impl fmt::Debug for WriterSlot {
 /// Writes a completed savepoint durably (before its completion notices commit the sinks).
 pub type SavepointWriter =
     Box<dyn FnMut(&CompletedCheckpoint) -> Result<(), StorageError> + Send + Sync + 'static>;
+
+/// Where a stop-with-savepoint is:
+///
+/// | state | checkpoints triggered | moves to |
+/// |---|---|---|
+/// | `NotRequested` | periodically | `Requested` ([`trigger_savepoint`](CheckpointCoordinator::trigger_savepoint)) |
+/// | `Requested` | none; the savepoint at the next poll | `Pending` (triggered) |
+/// | `Pending(id)` | none | `Completed(id)` (stored); `Failed` (expired, declined, not stored); `Pending(id)` kept when a task finished or is finishing (the job ends by itself) |
+/// | `Completed(id)` | none | - |
+/// | `Failed` | periodically again: the stop failed, the job goes on (Flink's contract) | - |
+///
+/// A failed savepoint is never triggered again: the stop fails and its caller decides (the
+/// executor ends the run with the failure). Retrying behind the caller's back would hide a
+/// savepoint that can never be written (an unusable directory) as an endless stop.
+#[derive(Debug, Clone)]
+enum SavepointState {
+    NotRequested,
+    Requested,
+    Pending(u64),
+    Completed(u64),
+    Failed(SavepointFailure),
+}
+
+/// A stop-with-savepoint whose savepoint was aborted: the stop failed.
+#[derive(Debug, Clone)]
+pub struct SavepointFailure {
+    /// The savepoint's checkpoint id.
+    pub id: u64,
+    /// Why it was aborted.
+    pub reason: AbortReason,
+}
+
+impl fmt::Display for SavepointFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "savepoint {} was aborted: {}", self.id, self.reason)
+    }
+}
 
 /// The coordinator's lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,6 +536,7 @@ struct Timing {
     min_pause: i64,
     timeout: i64,
     max_concurrent: usize,
+    tolerable_failures: u32,
 }
 
 impl Timing {
@@ -427,6 +547,7 @@ impl Timing {
             min_pause: millis(config.min_pause),
             timeout: millis(config.timeout),
             max_concurrent: config.max_concurrent,
+            tolerable_failures: config.tolerable_failures,
         }
     }
 }
@@ -497,9 +618,9 @@ impl CheckpointCoordinator {
             last_trigger: None,
             last_end: None,
             stats: Arc::new(CheckpointStats::default()),
-            savepoint_requested: false,
-            savepoint: None,
+            savepoint: SavepointState::NotRequested,
             savepoint_writer: None,
+            failures_in_a_row: 0,
         })
     }
 
@@ -521,21 +642,36 @@ impl CheckpointCoordinator {
     /// kind [`CheckpointKind::Savepoint`](streamtask_core::CheckpointKind::Savepoint) whose
     /// snapshot, once every task acknowledged, goes to the savepoint writer (never to the
     /// checkpoint storage, so retention never deletes it). From now on no checkpoint is
-    /// triggered, and a savepoint that is declined or expires is triggered again. Returns the
-    /// trigger (none if one is pending or completed already, no writer is set, or a task
-    /// finished).
+    /// triggered. A savepoint that expires, is declined or cannot be written fails the stop
+    /// ([`savepoint_failure`](Self::savepoint_failure)) and is not triggered again; periodic
+    /// checkpoints resume. Returns the trigger (none if one was requested already, no writer
+    /// is set, or a task finished).
     pub fn trigger_savepoint(&mut self, now: i64) -> Vec<CoordinatorAction> {
         if self.savepoint_writer.is_none() {
             log::warn!("savepoint not triggered: no savepoint location is set");
             return Vec::new();
         }
-        self.savepoint_requested = true;
+        if matches!(self.savepoint, SavepointState::NotRequested) {
+            self.savepoint = SavepointState::Requested;
+        }
         self.poll(now)
     }
 
     /// The id of the savepoint that completed, if one did.
     pub fn completed_savepoint(&self) -> Option<u64> {
-        self.savepoint.filter(|id| !self.pending.contains_key(id))
+        match self.savepoint {
+            SavepointState::Completed(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Why the stop-with-savepoint failed, if it did (see
+    /// [`trigger_savepoint`](Self::trigger_savepoint)).
+    pub fn savepoint_failure(&self) -> Option<&SavepointFailure> {
+        match &self.savepoint {
+            SavepointState::Failed(failure) => Some(failure),
+            _ => None,
+        }
     }
 
     fn start_savepoint(&mut self, now: i64, actions: &mut Vec<CoordinatorAction>) {
@@ -549,7 +685,7 @@ impl CheckpointCoordinator {
                 acks: BTreeMap::new(),
             },
         );
-        self.savepoint = Some(id);
+        self.savepoint = SavepointState::Pending(id);
         self.last_trigger = Some(now);
         self.stats.triggered.inc();
         log::info!("triggering savepoint {id}");
@@ -564,11 +700,15 @@ impl CheckpointCoordinator {
     pub fn poll(&mut self, now: i64) -> Vec<CoordinatorAction> {
         let mut actions = Vec::new();
         self.expire(now, &mut actions);
-        if self.savepoint_requested {
-            if self.savepoint.is_none() && !self.is_stopped() {
+        match self.savepoint {
+            SavepointState::Requested if !self.is_stopped() => {
                 self.start_savepoint(now, &mut actions);
+                return actions;
             }
-            return actions;
+            SavepointState::Requested
+            | SavepointState::Pending(_)
+            | SavepointState::Completed(_) => return actions,
+            SavepointState::NotRequested | SavepointState::Failed(_) => {}
         }
         if self.next_trigger_at().is_some_and(|due| now >= due) {
             self.last_id += 1;
@@ -746,10 +886,13 @@ impl CheckpointCoordinator {
 
     /// When the next trigger is due, if one can happen at all.
     fn next_trigger_at(&self) -> Option<i64> {
-        if self.savepoint_requested {
-            // Due at once while no savepoint is pending (after an abort); never a checkpoint.
-            return (self.savepoint.is_none() && !self.is_stopped())
-                .then(|| self.last_end.unwrap_or(self.created));
+        match self.savepoint {
+            // Due at once; never a checkpoint while a savepoint is asked for or taken.
+            SavepointState::Requested => {
+                return (!self.is_stopped()).then(|| self.last_end.unwrap_or(self.created));
+            }
+            SavepointState::Pending(_) | SavepointState::Completed(_) => return None,
+            SavepointState::NotRequested | SavepointState::Failed(_) => {}
         }
         if self.is_stopped() || self.pending.len() >= self.timing.max_concurrent {
             return None;
@@ -785,14 +928,65 @@ impl CheckpointCoordinator {
         actions: &mut Vec<CoordinatorAction>,
     ) {
         if self.pending.remove(&id).is_some() {
-            if self.savepoint == Some(id) {
-                log::warn!("savepoint {id} aborted ({reason}); triggering another");
-                self.savepoint = None;
-            }
-            self.last_end = Some(now);
-            self.stats.aborted.inc();
-            actions.push(CoordinatorAction::Abort { id, reason });
+            self.aborted(id, reason, now, actions);
         }
+    }
+
+    /// Checkpoint `id`, no longer pending, is aborted for `reason`; an aborted savepoint fails
+    /// the stop, unless the job is ending by itself.
+    fn aborted(
+        &mut self,
+        id: u64,
+        reason: AbortReason,
+        now: i64,
+        actions: &mut Vec<CoordinatorAction>,
+    ) {
+        let is_savepoint = matches!(self.savepoint, SavepointState::Pending(p) if p == id);
+        // A savepoint's failure fails its stop, not the job: it is not counted.
+        let fail_job = (!is_savepoint && reason.counts_as_failure())
+            .then(|| self.count_failure(id, &reason))
+            .flatten();
+        if is_savepoint {
+            if reason.is_job_ending() {
+                // The job ends without the savepoint (its tasks finish or fail by
+                // themselves); nothing is triggered any more.
+                log::info!("savepoint {id} aborted ({reason}); the job is ending by itself");
+            } else {
+                log::warn!("savepoint {id} aborted ({reason}): the stop-with-savepoint fails");
+                self.savepoint = SavepointState::Failed(SavepointFailure {
+                    id,
+                    reason: reason.clone(),
+                });
+            }
+        }
+        self.last_end = Some(now);
+        self.stats.aborted.inc();
+        actions.push(CoordinatorAction::Abort { id, reason });
+        actions.extend(fail_job.map(CoordinatorAction::FailJob));
+    }
+
+    /// Counts checkpoint `id`'s failure; past the tolerated number, the job fails (and the
+    /// count starts over, for the restarted job).
+    fn count_failure(&mut self, id: u64, reason: &AbortReason) -> Option<CheckpointFailures> {
+        let tolerable = self.timing.tolerable_failures;
+        if tolerable == CheckpointConfig::UNLIMITED_FAILURES {
+            return None;
+        }
+        self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
+        if self.failures_in_a_row <= tolerable {
+            return None;
+        }
+        let failures = std::mem::take(&mut self.failures_in_a_row);
+        log::warn!(
+            "checkpoint {id} failed ({reason}): {failures} failures in a row, more than the \
+             {tolerable} tolerated; the job fails"
+        );
+        Some(CheckpointFailures {
+            id,
+            failures,
+            tolerable,
+            reason: reason.clone(),
+        })
     }
 
     fn complete(&mut self, id: u64, now: i64, actions: &mut Vec<CoordinatorAction>) {
@@ -805,19 +999,19 @@ impl CheckpointCoordinator {
             timestamp: pending.timestamp,
             tasks: pending.acks,
         };
-        let stored = match (&mut self.savepoint_writer, self.savepoint) {
-            (Some(WriterSlot(write)), Some(savepoint)) if savepoint == id => write(&checkpoint),
+        let is_savepoint = matches!(self.savepoint, SavepointState::Pending(p) if p == id);
+        let stored = match &mut self.savepoint_writer {
+            Some(WriterSlot(write)) if is_savepoint => write(&checkpoint),
             _ => self.storage.store(&checkpoint),
         };
         if let Err(err) = stored {
             log::error!("checkpoint {id} could not be stored: {err}");
-            self.last_end = Some(now);
-            self.stats.aborted.inc();
-            actions.push(CoordinatorAction::Abort {
-                id,
-                reason: AbortReason::StorageFailed(Arc::new(err)),
-            });
+            let reason = AbortReason::StorageFailed(Arc::new(err));
+            self.aborted(id, reason, now, actions);
             return;
+        }
+        if is_savepoint {
+            self.savepoint = SavepointState::Completed(id);
         }
         // Older pending checkpoints can only restore to an earlier state: drop them, as Flink
         // does before it sends the completion notices.
@@ -826,6 +1020,7 @@ impl CheckpointCoordinator {
             self.abort(older, AbortReason::Subsumed { by: id }, now, actions);
         }
         self.last_end = Some(now);
+        self.failures_in_a_row = 0;
         self.stats.completed.inc();
         let millis = u64::try_from(now.saturating_sub(pending.timestamp)).unwrap_or(0);
         self.stats

@@ -45,8 +45,9 @@ use std::collections::BTreeMap;
 use streamtask_core::TaskSnapshot;
 
 pub use self::coordinator::{
-    AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStats, CheckpointStatsSummary,
-    ConfigError, CoordinatorAction, CoordinatorError, SavepointWriter,
+    AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStats,
+    CheckpointStatsSummary, ConfigError, CoordinatorAction, CoordinatorError, SavepointFailure,
+    SavepointWriter,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
 pub use self::savepoint::{

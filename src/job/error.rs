@@ -1,9 +1,16 @@
 //! Why a job could not be built or run.
 
-use crate::checkpoint::{ConfigError, CoordinatorError, StorageError};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::checkpoint::{
+    CheckpointFailures, ConfigError, CoordinatorError, SavepointFailure, StorageError,
+};
 use crate::sink::SinkError;
+use streamtask_core::TaskError;
 use streamtask_core::async_io::AsyncConfigError;
 use streamtask_core::channel::{ChannelError, GateError, WriterError};
+use streamtask_core::task::TaskFailure;
 
 use crate::Model;
 
@@ -93,8 +100,9 @@ pub enum JobError {
     Failed {
         /// Attempts made.
         attempts: u32,
-        /// The last attempt's first failure.
-        last: String,
+        /// Why the last attempt failed: a task (naming its operator), or too many checkpoint
+        /// failures in a row.
+        last: AttemptFailure,
     },
     /// A start with no earlier run in the checkpoint directory found committed output in a
     /// sink's directory: output no run of this checkpoint directory accounts for (another
@@ -186,9 +194,37 @@ pub enum JobError {
         /// Bytes available.
         available: u64,
     },
-    /// The job was cancelled.
-    #[error("the job was cancelled")]
-    Cancelled,
+    /// The job was cancelled. Tasks that ignored the cancellation for their grace period are
+    /// named: each left one thread behind, stuck in user code.
+    #[error("the job was cancelled{}", ignored_cancellation(left_behind))]
+    Cancelled {
+        /// The tasks that ignored cancellation (each failed with
+        /// [`TaskError::CancellationIgnored`]), with the operator each was stuck in.
+        left_behind: Vec<TaskFailed>,
+    },
+    /// A stop-with-savepoint failed: its savepoint expired, was declined or could not be
+    /// written. The tasks were cancelled; the latest checkpoint stays, so the run can be
+    /// resumed.
+    #[error(
+        "stop-with-savepoint failed: {failure}; the job was stopped without a savepoint and \
+         its latest checkpoint kept: resume it (--resume, Restore::Latest), or stop again with \
+         a writable savepoint directory or a longer checkpoint timeout"
+    )]
+    SavepointFailed {
+        /// Which savepoint, and why it was aborted.
+        failure: SavepointFailure,
+    },
+    /// The stop-with-savepoint's directory cannot take a savepoint.
+    #[error(
+        "savepoint directory {}: {problem}; choose another --stop-with-savepoint directory",
+        path.display()
+    )]
+    SavepointDirectory {
+        /// The directory given.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: SavepointDirProblem,
+    },
     /// I/O on the work directory failed.
     #[error("work directory {path}: {source}")]
     Io {
@@ -260,4 +296,112 @@ pub enum JobError {
         /// Why.
         reason: String,
     },
+}
+
+/// Why a directory cannot take savepoints ([`JobError::SavepointDirectory`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SavepointDirProblem {
+    /// The path is a file.
+    #[error("is a file, not a directory")]
+    NotADirectory,
+    /// A parent of the path is a file.
+    #[error("is under {}, which is a file, not a directory", .0.display())]
+    UnderAFile(PathBuf),
+    /// The nearest existing directory refuses new files.
+    #[error("cannot write into {}: {source}", dir.display())]
+    NotWritable {
+        /// The nearest existing directory on the path.
+        dir: PathBuf,
+        /// The error creating a file there.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The path could not be looked at.
+    #[error("cannot be read: {0}")]
+    Unreadable(#[source] Arc<std::io::Error>),
+}
+
+/// How a task of a job failed: which task, which operator of its chain, and why.
+///
+/// Displayed as `<task> (operator <name>): <cause>`, e.g. `stuck#0 (operator "spin"): the
+/// source ignored cancellation ...`.
+#[derive(Debug, Clone)]
+pub struct TaskFailed {
+    /// The task, `<vertex>#<subtask>`.
+    pub task: String,
+    /// The operator of the task's chain that ran user code when the task failed or was given
+    /// up on, when one did (a failure of the task's source or runtime names none).
+    pub operator: Option<String>,
+    /// What went wrong; `None` when the task was cancelled by something other than the job.
+    pub failure: Option<Arc<TaskFailure>>,
+}
+
+impl TaskFailed {
+    /// The cause, if the task failed (rather than being cancelled from elsewhere).
+    pub fn error(&self) -> Option<&TaskError> {
+        self.failure.as_deref().map(|f| &f.error)
+    }
+}
+
+impl std::fmt::Display for TaskFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.task)?;
+        if let Some(operator) = &self.operator {
+            write!(f, " (operator {operator:?})")?;
+        }
+        match &self.failure {
+            Some(failure) => write!(f, ": {}", failure.error),
+            None => f.write_str(" was cancelled"),
+        }
+    }
+}
+
+/// The tail of [`JobError::Cancelled`]'s message.
+fn ignored_cancellation(left_behind: &[TaskFailed]) -> String {
+    if left_behind.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = left_behind
+        .iter()
+        .map(|t| match &t.operator {
+            Some(operator) => format!("{} (operator {operator:?})", t.task),
+            None => t.task.clone(),
+        })
+        .collect();
+    format!(
+        "; {} ignored cancellation and left a thread behind, stuck in user code: make the \
+         operator return (check for cancellation in long loops)",
+        names.join(", ")
+    )
+}
+
+/// Why an attempt of a job failed ([`JobError::Failed`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AttemptFailure {
+    /// A task failed (the first failure that was not a consequence of another).
+    Task(TaskFailed),
+    /// More checkpoints failed in a row than the job tolerates
+    /// ([`CheckpointConfig::tolerable_failures`](crate::CheckpointConfig::tolerable_failures)).
+    Checkpoints(CheckpointFailures),
+}
+
+impl AttemptFailure {
+    /// The failed task, if a task failed.
+    pub fn task(&self) -> Option<&TaskFailed> {
+        match self {
+            AttemptFailure::Task(task) => Some(task),
+            AttemptFailure::Checkpoints(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttemptFailure::Task(task) => task.fmt(f),
+            AttemptFailure::Checkpoints(failures) => failures.fmt(f),
+        }
+    }
 }

@@ -29,16 +29,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
-    CoordinatorAction, CoordinatorDriver,
+    CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStorage,
+    CompletedCheckpoint, CoordinatorAction, CoordinatorDriver, SavepointFailure,
 };
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
 use streamtask_core::trace::Tracer;
-use streamtask_core::{Clock, TaskFailure, TaskOutcome};
+use streamtask_core::{Clock, TaskError, TaskOutcome};
 use streamtask_legacy::Fairness;
 
+use super::error::{AttemptFailure, TaskFailed};
 use super::from_source::enumerators_on_action;
 use super::graph::{JobGraph, SpawnCtx};
 use super::restore::{Restore, write_marker};
@@ -128,6 +129,10 @@ pub struct JobConfig {
     /// Whether a savepoint's state for operators the job lacks may be dropped (default: no,
     /// a [`JobError::NonRestoredState`]), as Flink's `--allowNonRestoredState`.
     pub allow_non_restored_state: bool,
+    /// How long a cancelled or failed attempt waits for each task to stop before it leaves a
+    /// thread stuck in user code behind (default 30 s, as Flink's task cancellation timeout is
+    /// a setting too).
+    pub cancel_grace: Duration,
 }
 
 impl JobConfig {
@@ -150,7 +155,15 @@ impl JobConfig {
             fallback_to_older: false,
             stop_with_savepoint: None,
             allow_non_restored_state: false,
+            cancel_grace: streamtask_core::runtime::DEFAULT_CANCEL_GRACE,
         }
+    }
+
+    /// Sets how long a stopping attempt waits for each task (see
+    /// [`cancel_grace`](Self::cancel_grace)).
+    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
     }
 
     /// Sets where the first attempt starts.
@@ -322,13 +335,18 @@ const POLL: Duration = Duration::from_millis(2);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 struct AttemptEnd {
-    failure: Option<String>,
+    failure: Option<AttemptFailure>,
+    /// Tasks that ignored cancellation (each left its stuck thread behind).
+    left_behind: Vec<TaskFailed>,
     /// The savepoint this attempt stopped with.
     savepoint: Option<PathBuf>,
+    /// The stop-with-savepoint that failed and ended this attempt.
+    savepoint_failure: Option<SavepointFailure>,
     last_checkpoint_id: u64,
     completed: u64,
     aborted: u64,
-    tasks: Vec<(String, TaskOutcome, Arc<TaskMetrics>)>,
+    /// Each task's name, how it ended, its metrics.
+    tasks: Vec<(String, String, Arc<TaskMetrics>)>,
 }
 
 impl JobGraph {
@@ -337,7 +355,9 @@ impl JobGraph {
     /// # Errors
     ///
     /// [`JobError::Failed`] when no restart is left, [`JobError::Cancelled`] when
-    /// `config.cancel` was set; before anything runs, [`JobError::UnfinishedRun`],
+    /// `config.cancel` was set, [`JobError::SavepointFailed`] when a stop-with-savepoint's
+    /// savepoint failed ([`JobError::SavepointDirectory`] before anything runs if its
+    /// directory is unusable); before anything runs, [`JobError::UnfinishedRun`],
     /// [`JobError::NothingToResume`], [`JobError::DamagedCheckpoint`] and
     /// [`JobError::ShapeMismatch`] from the restore setting; and configuration, storage or sink
     /// errors.
@@ -354,8 +374,12 @@ impl JobGraph {
                     "stop-with-savepoint needs checkpoints; set a checkpoint configuration".into(),
                 ));
             }
-            // Fail before anything runs if the savepoint could not name its operators.
+            // Fail before anything runs if the savepoint could not name its operators or
+            // could not be written.
             self.shape()?;
+            if let Some(stop) = &config.stop_with_savepoint {
+                stop.check_dir()?;
+            }
         }
         let storage =
             CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
@@ -420,7 +444,14 @@ impl JobGraph {
                 metrics.mailbox_latency.merge(&m.mailbox_latency);
             }
             if config.cancel.load(Ordering::Acquire) {
-                return Err(JobError::Cancelled);
+                return Err(JobError::Cancelled {
+                    left_behind: end.left_behind,
+                });
+            }
+            if let Some(failure) = end.savepoint_failure {
+                // The stop failed; a restart would not make it succeed (Flink fails the stop,
+                // not the job, and leaves the caller to decide).
+                return Err(JobError::SavepointFailed { failure });
             }
             match end.failure {
                 None => {
@@ -447,7 +478,7 @@ impl JobGraph {
                             .into_iter()
                             .map(|(name, outcome, m)| TaskResult {
                                 name,
-                                outcome: outcome.to_string(),
+                                outcome,
                                 metrics: m.summary(),
                             })
                             .collect(),
@@ -462,7 +493,7 @@ impl JobGraph {
                 }
                 Some(failure) => {
                     log::warn!("attempt {} failed: {failure}", restarts + 1);
-                    failures.push(failure.clone());
+                    failures.push(failure.to_string());
                     if restarts >= config.restart.attempts {
                         return Err(JobError::Failed {
                             attempts: restarts + 1,
@@ -533,6 +564,7 @@ impl JobGraph {
             .map(|e| (e.create)(e.pattern, e.up, e.down, config.channel_capacity))
             .collect::<Result<Vec<_>, _>>()?;
         let wiring = Wiring::new(edges);
+        let releases = wiring.take_releases();
 
         let handles: Arc<Mutex<Vec<Option<RunningTask>>>> = Arc::new(Mutex::new(Vec::new()));
         // The driver exists before the tasks (their responders come from it), but a trigger
@@ -541,6 +573,8 @@ impl JobGraph {
         // later one back: triggers wait until every task of the attempt was spawned (or the
         // attempt gave up spawning).
         let spawned = Arc::new(SpawnedLatch::default());
+        // Set by the coordinator's thread when too many checkpoints failed in a row.
+        let checkpoints_failed: Arc<Mutex<Option<CheckpointFailures>>> = Arc::default();
         let savepoint = super::savepoint::AttemptSavepoint::new(self, config)?;
         // FLIP-27 enumerators: restored before any task starts, snapshotted at trigger time.
         self.start_enumerators(restored.as_ref())?;
@@ -564,6 +598,7 @@ impl JobGraph {
                 let source_set = sources.clone();
                 let on_phase = config.on_phase.clone();
                 let spawned = Arc::clone(&spawned);
+                let failed = Arc::clone(&checkpoints_failed);
                 Some(CoordinatorDriver::spawn(
                     coordinator,
                     config.clock.clone(),
@@ -572,6 +607,12 @@ impl JobGraph {
                             spawned.wait();
                         }
                         enumerators_on_action(&enumerators, action);
+                        if let CoordinatorAction::FailJob(failures) = action {
+                            failed.lock().get_or_insert_with(|| failures.clone());
+                        }
+                        if let Some(sp) = &savepoint {
+                            sp.on_action(action);
+                        }
                         if let (Some(report), CoordinatorAction::Complete { id }) =
                             (&on_phase, action)
                         {
@@ -606,7 +647,8 @@ impl JobGraph {
                 .with_responder(responder)
                 .with_restore(restored.as_ref().and_then(|c| c.task(name).cloned()))
                 .with_metrics(metrics)
-                .with_tracer(config.tracer.clone());
+                .with_tracer(config.tracer.clone())
+                .with_cancel_grace(config.cancel_grace);
             let ctx = SpawnCtx {
                 model: self.model,
                 subtask: *subtask,
@@ -639,6 +681,8 @@ impl JobGraph {
             .map(|(_, m)| Arc::clone(m))
             .collect();
         let mut outcomes: Vec<Option<TaskOutcome>> = names.iter().map(|_| None).collect();
+        // The operator each task ran last, read once it ended or was given up on.
+        let mut ran: Vec<Option<String>> = names.iter().map(|_| None).collect();
         let mut cancelled_by_us = vec![false; names.len()];
         let mut stopping = false;
         let mut suspended = false;
@@ -657,7 +701,9 @@ impl JobGraph {
                     .collect()
             };
             for (i, task) in done {
+                let running = task.running_operator();
                 let outcome = task.join();
+                ran[i] = running.name();
                 match &outcome {
                     TaskOutcome::Finished => {
                         if let Some(d) = &driver {
@@ -668,7 +714,7 @@ impl JobGraph {
                 }
                 outcomes[i] = Some(outcome);
             }
-            if config.cancel.load(Ordering::Acquire) {
+            if config.cancel.load(Ordering::Acquire) || checkpoints_failed.lock().is_some() {
                 stopping = true;
             }
             if let (Some(sp), Some(d)) = (&savepoint, &driver) {
@@ -678,6 +724,11 @@ impl JobGraph {
                 // Stop-with-savepoint, step 4: the savepoint is durable and its notices are out;
                 // every task took its barrier and ends by itself on the notice (suspended).
                 suspended |= sp.is_complete();
+                // A failed savepoint fails the stop: the attempt ends (tasks that took its
+                // barrier resumed on its abort notice, and are cancelled like the rest).
+                if !suspended && sp.failure().is_some() {
+                    stopping = true;
+                }
             }
             if stopping || suspended {
                 // Stop the rest: cancel everything first, then join (a task blocked on a full
@@ -691,10 +742,16 @@ impl JobGraph {
                 };
                 if stopping {
                     rest.iter().for_each(|(_, t)| t.cancel());
+                    // Then release every channel: a cancelled task blocked sending to a task
+                    // stuck in user code ends too (its output fails, which a cancelled task
+                    // does not report).
+                    releases.iter().for_each(|release| release());
                 }
                 for (i, task) in rest {
                     cancelled_by_us[i] = stopping;
+                    let running = task.running_operator();
                     outcomes[i] = Some(task.join());
+                    ran[i] = running.name();
                 }
                 break;
             }
@@ -702,14 +759,49 @@ impl JobGraph {
                 break;
             }
         }
+        let outcomes = outcomes_of(&names, outcomes, &ran);
         let taken = savepoint.as_ref().and_then(|sp| sp.path());
-        let failure = if config.cancel.load(Ordering::Acquire) {
-            Some("cancelled".to_string())
-        } else if taken.is_some() {
-            // Whatever failed while the tasks were being stopped happened after the savepoint.
+        let savepoint_failure = match taken {
+            Some(_) => None,
+            None => savepoint.as_ref().and_then(|sp| sp.failure()),
+        };
+        let cancelled = config.cancel.load(Ordering::Acquire);
+        let left_behind = if cancelled {
+            outcomes
+                .iter()
+                .filter(|o| {
+                    o.failed.as_ref().is_some_and(|f| {
+                        matches!(f.error(), Some(TaskError::CancellationIgnored { .. }))
+                    })
+                })
+                .filter_map(|o| o.failed.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let failure = if cancelled {
+            None
+        } else if taken.is_some() || savepoint_failure.is_some() {
+            // Whatever failed while the tasks were being stopped happened after the savepoint,
+            // or is the cancel that ended the failed stop.
             None
         } else {
-            first_cause(&names, &outcomes, &cancelled_by_us)
+            let cause = first_cause(&outcomes, &cancelled_by_us);
+            match checkpoints_failed.lock().take() {
+                // A task that failed by itself (its snapshot, say) is the cause; one left
+                // behind when the attempt was stopped for the failed checkpoints (a task stuck
+                // in user code: what held them back) is not.
+                Some(failures)
+                    if cause.as_ref().is_none_or(|c| {
+                        c.error().is_none_or(|e| {
+                            e.is_consequence() || matches!(e, TaskError::CancellationIgnored { .. })
+                        })
+                    }) =>
+                {
+                    Some(AttemptFailure::Checkpoints(failures))
+                }
+                _ => cause.map(AttemptFailure::Task),
+            }
         };
         sampler.sample_final(&source_metrics, config.on_progress.as_ref());
         // A trigger waiting for readers that never started gives up before the driver stops.
@@ -728,7 +820,9 @@ impl JobGraph {
         };
         Ok(AttemptEnd {
             failure,
+            left_behind,
             savepoint: taken,
+            savepoint_failure,
             last_checkpoint_id,
             completed,
             aborted,
@@ -736,46 +830,88 @@ impl JobGraph {
                 .into_iter()
                 .zip(outcomes)
                 .zip(task_metrics)
-                .map(|(((_, _, name), outcome), m)| {
-                    (name, outcome.unwrap_or(TaskOutcome::Cancelled), m)
-                })
+                .map(|(((_, _, name), outcome), m)| (name, outcome.text, m))
                 .collect(),
         })
     }
+}
+
+/// How one task of an attempt ended, in the job's terms.
+struct Ended {
+    /// The task.
+    task: String,
+    /// The outcome, as `TaskResult` shows it.
+    text: String,
+    /// Whether it ended cancelled.
+    cancelled: bool,
+    /// Its failure, naming the operator where one ran user code.
+    failed: Option<TaskFailed>,
+}
+
+/// The attempt's outcomes as the job reports them; `ran` is the operator each task ran last.
+fn outcomes_of(
+    names: &[(usize, usize, String)],
+    outcomes: Vec<Option<TaskOutcome>>,
+    ran: &[Option<String>],
+) -> Vec<Ended> {
+    outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(i, outcome)| {
+            let outcome = outcome.unwrap_or(TaskOutcome::Cancelled);
+            let text = outcome.to_string();
+            let cancelled = matches!(outcome, TaskOutcome::Cancelled);
+            let failed = match outcome {
+                TaskOutcome::Failed(failure) => {
+                    // Only a failure in user code of the chain is an operator's; the operator
+                    // index says nothing about the task's own source or runtime.
+                    let in_operator = matches!(
+                        failure.error,
+                        TaskError::Operator(_)
+                            | TaskError::Panic(_)
+                            | TaskError::CancellationIgnored { .. }
+                            | TaskError::Checkpoint { .. }
+                    );
+                    Some(TaskFailed {
+                        task: names[i].2.clone(),
+                        operator: ran[i].clone().filter(|_| in_operator),
+                        failure: Some(Arc::new(failure)),
+                    })
+                }
+                _ => None,
+            };
+            Ended {
+                task: names[i].2.clone(),
+                text,
+                cancelled,
+                failed,
+            }
+        })
+        .collect()
 }
 
 /// The failure that ended an attempt. Once one task fails, its neighbours fail too (their
 /// channels close under them) and the rest are cancelled; which of them the executor saw
 /// first is a race. So the cause is chosen after every task was joined: the first failure that
 /// is not a consequence of another, else the first consequence, else an unexpected cancel.
-fn first_cause(
-    names: &[(usize, usize, String)],
-    outcomes: &[Option<TaskOutcome>],
-    cancelled_by_us: &[bool],
-) -> Option<String> {
-    let describe = |i: usize, f: &TaskFailure| format!("{}: {f}", names[i].2);
-    let failed = || {
-        outcomes.iter().enumerate().filter_map(|(i, o)| match o {
-            Some(TaskOutcome::Failed(f)) => Some((i, f)),
-            _ => None,
-        })
-    };
-    if let Some((i, f)) = failed().find(|(_, f)| !is_consequence(f)) {
-        return Some(describe(i, f));
+fn first_cause(outcomes: &[Ended], cancelled_by_us: &[bool]) -> Option<TaskFailed> {
+    let failed = || outcomes.iter().filter_map(|o| o.failed.as_ref());
+    let is_consequence = |f: &&TaskFailed| f.error().is_some_and(TaskError::is_consequence);
+    if let Some(f) = failed().find(|f| !is_consequence(f)) {
+        return Some(f.clone());
     }
-    if let Some((i, f)) = failed().next() {
-        return Some(describe(i, f));
+    if let Some(f) = failed().next() {
+        return Some(f.clone());
     }
     outcomes
         .iter()
         .enumerate()
-        .find(|(i, o)| matches!(o, Some(TaskOutcome::Cancelled)) && !cancelled_by_us[*i])
-        .map(|(i, _)| format!("{} was cancelled", names[i].2))
-}
-
-/// Whether a task failed only because another one did (its channels closed under it).
-fn is_consequence(failure: &TaskFailure) -> bool {
-    failure.error.is_consequence()
+        .find(|(i, o)| o.cancelled && !cancelled_by_us[*i])
+        .map(|(i, _)| TaskFailed {
+            task: outcomes[i].task.clone(),
+            operator: None,
+            failure: None,
+        })
 }
 
 /// Opened once every task of an attempt was spawned; the coordinator's triggers wait for it.
@@ -821,6 +957,8 @@ fn carry_out(
         CoordinatorAction::Abort { id, .. } => {
             running.for_each(|t| t.notify_checkpoint_aborted(*id));
         }
+        // The executor's loop fails the attempt.
+        CoordinatorAction::FailJob(_) => {}
     }
 }
 

@@ -156,6 +156,6 @@ pub(crate) fn enumerators_on_action(
         CoordinatorAction::Complete { id } => {
             enumerators.iter().for_each(|e| e.checkpoint_completed(*id));
         }
-        CoordinatorAction::Abort { .. } => {}
+        CoordinatorAction::Abort { .. } | CoordinatorAction::FailJob(_) => {}
     }
 }

@@ -18,7 +18,7 @@ mod sources;
 mod time;
 mod wiring;
 
-pub use self::error::JobError;
+pub use self::error::{AttemptFailure, JobError, SavepointDirProblem, TaskFailed};
 pub use self::executor::{
     JobConfig, JobMetrics, JobPhase, JobResult, PhaseCallback, ProgressCallback, RestartStrategy,
     TaskResult,

@@ -24,6 +24,13 @@
 //!    An aborted savepoint resumes the tasks (`Suspending -> Running`).
 //! 5. The run returns with [`JobResult::savepoint`](crate::JobResult::savepoint) set.
 //!
+//! A savepoint that expires, is declined or cannot be written fails the stop, as Flink's
+//! contract says: it is not triggered again (a savepoint that cannot be written would be
+//! retried forever), the tasks are cancelled and the run returns
+//! [`JobError::SavepointFailed`] naming the savepoint and why; the latest checkpoint stays, so
+//! the run can be resumed. An abort because the job is ending by itself (a task finished, or
+//! declined as finishing) is no failure: the run ends as the job does, without a savepoint.
+//!
 //! # Restoring a savepoint
 //!
 //! [`Restore::Savepoint`](crate::Restore::Savepoint) goes through the same restore path as a
@@ -56,9 +63,13 @@ use streamtask_core::keygroup::{
 
 use streamtask_core::sync::{Condvar, Mutex};
 
+use super::error::SavepointDirProblem;
 use super::graph::JobGraph;
 use super::{JobConfig, JobError};
-use crate::checkpoint::{CompletedCheckpoint, Savepoint, SavepointWriter, VertexShape};
+use crate::checkpoint::{
+    CompletedCheckpoint, CoordinatorAction, Savepoint, SavepointFailure, SavepointWriter,
+    VertexShape,
+};
 
 /// Asks a running job to stop with a savepoint, from any thread, and tells when it was written.
 ///
@@ -103,11 +114,18 @@ pub struct SavepointHandle {
     written: Arc<Written>,
 }
 
-/// Where [`SavepointHandle::wait_written`] waits: the path, once written.
+/// Where [`SavepointHandle::wait_written`] waits: the path once written, or the failure.
 #[derive(Debug, Default)]
 struct Written {
-    path: Mutex<Option<PathBuf>>,
+    path: Mutex<Outcome>,
     changed: Condvar,
+}
+
+/// How the stop-with-savepoint went, as far as the handle knows.
+#[derive(Debug, Default)]
+struct Outcome {
+    path: Option<PathBuf>,
+    failed: bool,
 }
 
 impl SavepointHandle {
@@ -130,36 +148,48 @@ impl SavepointHandle {
 
     /// Waits until the savepoint was written (durable, before its completion notices go out
     /// and the tasks end), at most `timeout`; returns its path, or `None` if none was written
-    /// in time (the job may have ended first, or the savepoint failed). Returns at once once
-    /// written.
+    /// in time (the job may have ended first) or the savepoint failed (then at once, see
+    /// [`has_failed`](Self::has_failed)). Returns at once once written.
     pub fn wait_written(&self, timeout: Duration) -> Option<PathBuf> {
         let deadline = Instant::now().checked_add(timeout);
-        let mut path = self.written.path.lock();
-        // The lost-wakeup rule: the path changes under the mutex, and is re-read after every
-        // wake-up.
-        while path.is_none() {
+        let mut outcome = self.written.path.lock();
+        // The lost-wakeup rule: the outcome changes under the mutex, and is re-read after
+        // every wake-up.
+        while outcome.path.is_none() && !outcome.failed {
             match deadline {
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return None;
                     }
-                    self.written.changed.wait_for(&mut path, deadline - now);
+                    self.written.changed.wait_for(&mut outcome, deadline - now);
                 }
-                None => self.written.changed.wait(&mut path),
+                None => self.written.changed.wait(&mut outcome),
             }
         }
-        path.clone()
+        outcome.path.clone()
     }
 
     /// The savepoint written, if any yet (see [`wait_written`](Self::wait_written)).
     pub fn written(&self) -> Option<PathBuf> {
-        self.written.path.lock().clone()
+        self.written.path.lock().path.clone()
+    }
+
+    /// Whether the savepoint failed (expired, declined, or could not be written): the stop
+    /// failed, and the run ends with [`JobError::SavepointFailed`].
+    pub fn has_failed(&self) -> bool {
+        self.written.path.lock().failed
     }
 
     /// The coordinator wrote the savepoint at `path`: wakes the waiters.
     fn set_written(&self, path: PathBuf) {
-        *self.written.path.lock() = Some(path);
+        self.written.path.lock().path = Some(path);
+        self.written.changed.notify_all();
+    }
+
+    /// The savepoint failed: wakes the waiters.
+    fn set_failed(&self) {
+        self.written.path.lock().failed = true;
         self.written.changed.notify_all();
     }
 }
@@ -218,6 +248,66 @@ impl StopWithSavepoint {
         &self.dir
     }
 
+    /// Checks that savepoints can be written into [`dir`](Self::dir): it is a directory (or
+    /// can be created as one) and writable. [`JobGraph::run`](crate::JobGraph::run) checks
+    /// it before anything runs; call it earlier to refuse a bad path before other work.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::SavepointDirectory`] naming what is wrong.
+    pub fn check_dir(&self) -> Result<(), JobError> {
+        let fail = |problem: SavepointDirProblem| JobError::SavepointDirectory {
+            path: self.dir.clone(),
+            problem,
+        };
+        // The nearest part of the path that exists must be a directory we may write into;
+        // what does not exist yet is created there when the savepoint is written.
+        let mut existing = self.dir.as_path();
+        loop {
+            match std::fs::metadata(existing) {
+                Ok(meta) if meta.is_dir() => break,
+                Ok(_) if existing == self.dir.as_path() => {
+                    return Err(fail(SavepointDirProblem::NotADirectory));
+                }
+                Ok(_) => {
+                    return Err(fail(SavepointDirProblem::UnderAFile(
+                        existing.to_path_buf(),
+                    )));
+                }
+                // Missing, or under a file (which the parent's metadata then says).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    match existing.parent() {
+                        Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
+                        _ => {
+                            existing = Path::new(".");
+                            break;
+                        }
+                    }
+                }
+                Err(e) => return Err(fail(SavepointDirProblem::Unreadable(Arc::new(e)))),
+            }
+        }
+        let probe = existing.join(format!(
+            ".streamtask-savepoint-check-{}",
+            std::process::id()
+        ));
+        match std::fs::File::create(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+                Ok(())
+            }
+            Err(e) => Err(fail(SavepointDirProblem::NotWritable {
+                dir: existing.to_path_buf(),
+                source: Arc::new(e),
+            })),
+        }
+    }
+
     /// Whether the savepoint is due, after `completed` checkpoints of the run.
     pub(crate) fn is_due(&self, completed: u64) -> bool {
         self.handle.is_requested() || self.after_checkpoints.is_some_and(|n| completed >= n)
@@ -239,6 +329,10 @@ struct AttemptShared {
     shape: Vec<VertexShape>,
     /// The savepoint written: its id and path.
     written: Mutex<Option<(u64, PathBuf)>>,
+    /// The savepoint triggered, once it was.
+    pending: Mutex<Option<u64>>,
+    /// Why the savepoint failed, if it did.
+    failure: Mutex<Option<SavepointFailure>>,
     triggered: AtomicBool,
     complete: AtomicBool,
 }
@@ -256,6 +350,8 @@ impl AttemptSavepoint {
                 max_parallelism: graph.max_parallelism(),
                 shape: graph.shape()?,
                 written: Mutex::new(None),
+                pending: Mutex::new(None),
+                failure: Mutex::new(None),
                 triggered: AtomicBool::new(false),
                 complete: AtomicBool::new(false),
             }),
@@ -291,6 +387,32 @@ impl AttemptSavepoint {
         {
             self.shared.complete.store(true, Ordering::Release);
         }
+    }
+
+    /// The coordinator carries out `action`: follows the savepoint's trigger and abort (the
+    /// coordinator's verdict on whether an abort fails the stop, see
+    /// [`AbortReason::is_job_ending`](crate::checkpoint::AbortReason::is_job_ending)).
+    pub(crate) fn on_action(&self, action: &CoordinatorAction) {
+        match action {
+            CoordinatorAction::Trigger(barrier) if barrier.kind.is_synchronous() => {
+                *self.shared.pending.lock() = Some(barrier.id);
+            }
+            CoordinatorAction::Abort { id, reason }
+                if *self.shared.pending.lock() == Some(*id) && !reason.is_job_ending() =>
+            {
+                *self.shared.failure.lock() = Some(SavepointFailure {
+                    id: *id,
+                    reason: reason.clone(),
+                });
+                self.shared.stop.handle.set_failed();
+            }
+            _ => {}
+        }
+    }
+
+    /// Why the savepoint failed, if it did: the stop failed, and the attempt ends.
+    pub(crate) fn failure(&self) -> Option<SavepointFailure> {
+        self.shared.failure.lock().clone()
     }
 
     /// Whether to trigger the savepoint now (once per attempt), after `completed` checkpoints.

@@ -42,7 +42,12 @@ pub(crate) enum EdgePattern {
 pub(crate) struct EdgeChannels {
     senders: Vec<Option<Box<dyn Any + Send>>>,
     receivers: Vec<Option<Box<dyn Any + Send>>>,
+    /// Releases each bounded channel on its receiver's behalf (see [`Wiring::releases`]).
+    releases: Vec<ChannelRelease>,
 }
+
+/// Releases one channel of an attempt: its senders fail, also one blocked on it.
+pub(crate) type ChannelRelease = Box<dyn Fn() + Send + Sync>;
 
 impl EdgeChannels {
     /// Channels for an edge carrying `T` from `up` to `down` subtasks.
@@ -91,7 +96,16 @@ impl EdgeChannels {
                 }
             }
         }
+        let releases = receivers
+            .iter()
+            .flatten()
+            .map(|rx| {
+                let release = rx.release_handle();
+                Box::new(move || release.release()) as ChannelRelease
+            })
+            .collect();
         Ok(EdgeChannels {
+            releases,
             senders: senders
                 .into_iter()
                 .map(|s| Some(Box::new(s) as Box<dyn Any + Send>))
@@ -117,7 +131,12 @@ impl EdgeChannels {
                 )
             })
             .unzip();
-        EdgeChannels { senders, receivers }
+        // Unbounded: a sender never blocks on one, so there is nothing to release.
+        EdgeChannels {
+            senders,
+            receivers,
+            releases: Vec::new(),
+        }
     }
 }
 
@@ -131,6 +150,17 @@ impl Wiring {
         Wiring {
             edges: edges.into_iter().map(Mutex::new).collect(),
         }
+    }
+
+    /// Takes what releases every bounded channel of the attempt. The executor releases them
+    /// all when it stops the attempt (cancelled or failed): a task blocked sending into a full
+    /// channel then ends even when the task reading that channel is stuck in user code and
+    /// never drops its end, so the stuck task's thread is the only one left behind.
+    pub(crate) fn take_releases(&self) -> Vec<ChannelRelease> {
+        self.edges
+            .iter()
+            .flat_map(|edge| std::mem::take(&mut edge.lock().releases))
+            .collect()
     }
 
     /// Takes upstream subtask `subtask`'s senders of edge `edge`.

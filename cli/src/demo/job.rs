@@ -60,6 +60,8 @@ pub struct DemoJob {
     pub work_dir: PathBuf,
     /// Checkpoint interval.
     pub checkpoint_interval: Duration,
+    /// Checkpoint failures in a row the run tolerates (0, as Flink's default).
+    pub tolerable_failed_checkpoints: u32,
     /// Faults to inject (shared by every attempt of one run).
     pub faults: Arc<FaultPlan>,
     /// Restarts allowed.
@@ -93,6 +95,7 @@ impl DemoJob {
             data,
             work_dir: work_dir.into(),
             checkpoint_interval: Duration::from_millis(50),
+            tolerable_failed_checkpoints: 0,
             faults: Arc::new(FaultPlan::none()),
             restarts: 10,
             stop_at: None,
@@ -240,7 +243,10 @@ impl DemoJob {
     pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
         let job = self.build(model)?;
         let config = JobConfig {
-            checkpoint: Some(CheckpointConfig::new(self.checkpoint_interval)),
+            checkpoint: Some(
+                CheckpointConfig::new(self.checkpoint_interval)
+                    .with_tolerable_failures(self.tolerable_failed_checkpoints),
+            ),
             checkpoint_dir: self.checkpoint_dir(model),
             restart: streamtask::RestartStrategy::fixed_delay(
                 self.restarts,

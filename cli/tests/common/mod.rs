@@ -187,6 +187,36 @@ impl Paused {
         (status.code().unwrap_or(-1), self.log)
     }
 
+    /// Answers every phase until the child ends, waiting at most `guard`: its exit code and
+    /// the rest of its stderr, or `None` if it did not end in time (it is then killed).
+    pub fn finish_within(mut self, guard: std::time::Duration) -> Option<(i32, Vec<String>)> {
+        drop(self.stdin.take());
+        let mut log = std::mem::take(&mut self.log);
+        let lines = self.lines;
+        // The rest of stderr is read on a thread of its own (a child that writes into a full
+        // pipe would block); it ends when the child's stderr closes, so it is always joined.
+        let reader = std::thread::spawn(move || {
+            lines
+                .map_while(Result::ok)
+                .filter(|l| !l.starts_with("streamtask-phase "))
+                .collect::<Vec<String>>()
+        });
+        let deadline = std::time::Instant::now() + guard;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
+                break Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                self.child.kill().expect("the child can be killed");
+                self.child.wait().expect("the child is reaped");
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        log.extend(reader.join().expect("the stderr reader"));
+        status.map(|s| (s.code().unwrap_or(-1), log))
+    }
+
     /// Answers every phase until the child ends; its exit code.
     pub fn finish(mut self) -> i32 {
         drop(self.stdin.take());

@@ -664,32 +664,85 @@ impl<T> Receiver<T> {
     pub fn capacity(&self) -> usize {
         self.shared.capacity
     }
+
+    /// A handle that releases the channel on this receiver's behalf (see [`Release`]).
+    pub fn release_handle(&self) -> Release<T> {
+        Release {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
-impl<T> Drop for Receiver<T> {
-    fn drop(&mut self) {
-        let buffered = std::mem::take(&mut *self.buffer.lock());
-        let mut state = self.shared.state.lock();
+/// Releases a channel on its receiver's behalf, from any thread: senders fail from then on
+/// (also one blocked on a full channel, which wakes), as if the receiver were dropped, and the
+/// queued elements are dropped. What the receiver already moved into its own buffer stays
+/// there. For cancellation: the receiver may belong to a thread stuck in user code that will
+/// never drop it, and a sender blocked on its full channel must still end (Flink releases a
+/// cancelled job's channels the same way). Releasing twice, or before or after the receiver
+/// drops, is the same as once.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::channel::bounded;
+///
+/// let (tx, rx) = bounded(1).unwrap();
+/// tx.send(1).unwrap();
+/// let release = rx.release_handle();
+/// let blocked = std::thread::spawn(move || tx.send(2)); // full: waits for space
+/// release.release();
+/// assert_eq!(blocked.join().unwrap().unwrap_err().into_inner(), 2);
+/// # drop(rx);
+/// ```
+pub struct Release<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Release<T> {
+    /// Releases the channel (see the type's docs).
+    pub fn release(&self) {
+        let state = self.shared.state.lock();
+        self.shared.disconnect_receiver(state);
+    }
+}
+
+impl<T> fmt::Debug for Release<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Release").finish_non_exhaustive()
+    }
+}
+
+impl<T> Shared<T> {
+    /// The receiver is gone (dropped or released): sends fail from now on, nothing is held
+    /// any more, and every waiting producer learns that its send will fail.
+    fn disconnect_receiver(&self, mut state: MutexGuard<'_, State<T>>) {
         state.receiver_alive = false;
         // Nothing is held any more: `is_full` says false, and no take will come to tell anyone.
-        let pushed = self.shared.pushed.load(Ordering::Relaxed);
-        self.shared.taken.store(pushed, Ordering::Release);
+        let pushed = self.pushed.load(Ordering::Relaxed);
+        self.taken.store(pushed, Ordering::Release);
         let queued = std::mem::take(&mut state.queue);
         let wakers = std::mem::take(&mut state.space_wakers);
         let data_waker = state.data_waker.take();
         let notify = state.senders_waiting > 0;
         drop(state);
-        // Every waiting producer must learn that its send will fail.
         if notify {
-            self.shared.space_ready.notify_all();
+            self.space_ready.notify_all();
         }
         for waker in wakers {
             waker.wake();
         }
         // Outside the lock: dropping elements or a waker runs foreign code.
         drop(data_waker);
-        drop(buffered);
         drop(queued);
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let buffered = std::mem::take(&mut *self.buffer.lock());
+        let state = self.shared.state.lock();
+        self.shared.disconnect_receiver(state);
+        drop(buffered);
     }
 }
 

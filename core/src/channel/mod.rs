@@ -86,8 +86,8 @@ mod writer;
 
 pub use self::aligner::{Aligned, AlignerAction, BarrierAligner};
 pub use self::bounded::{
-    ChannelError, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender,
-    TryRecvError, TrySendError, bounded,
+    ChannelError, Receiver, RecvError, RecvTimeoutError, Release, SendError, SendTimeoutError,
+    Sender, TryRecvError, TrySendError, bounded,
 };
 pub use self::gate::{GateError, GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
 pub use self::valve::{ValveOutput, ValveUpdate, WatermarkValve};

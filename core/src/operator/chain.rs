@@ -84,21 +84,38 @@ impl<'a, B: Operator> ChainOutput<'a, B> {
     }
 }
 
+impl<B: Operator> ChainOutput<'_, B> {
+    /// Runs `call` on the next operator, reporting it as the running one (see
+    /// [`RunningOperator`](super::RunningOperator)): the caller, the operator just before it,
+    /// runs again once the call returned `Ok`.
+    #[inline]
+    fn call(
+        &mut self,
+        call: impl FnOnce(&mut B, &mut Context<'_, B::Out>) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        let (index, services) = (self.index, self.services);
+        services.running().enter(index);
+        let (next, mut ctx) = self.ctx();
+        let result = call(next, &mut ctx);
+        if result.is_ok() {
+            services.running().enter(index.saturating_sub(1));
+        }
+        result
+    }
+}
+
 impl<B: Operator> Output<B::In> for ChainOutput<'_, B> {
     #[inline]
     fn collect(&mut self, record: StreamRecord<B::In>) -> Result<(), OperatorError> {
-        let (next, mut ctx) = self.ctx();
-        next.process_element(record, &mut ctx)
+        self.call(|next, ctx| next.process_element(record, ctx))
     }
 
     fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        let (next, mut ctx) = self.ctx();
-        next.process_watermark(watermark, &mut ctx)
+        self.call(|next, ctx| next.process_watermark(watermark, ctx))
     }
 
     fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
-        let (next, mut ctx) = self.ctx();
-        next.process_status(status, &mut ctx)
+        self.call(|next, ctx| next.process_status(status, ctx))
     }
 }
 

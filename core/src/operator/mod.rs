@@ -246,12 +246,69 @@ impl fmt::Debug for EventSender {
     }
 }
 
+/// Which operator of a task's chain runs user code now, readable from other threads: a failure
+/// or a thread stuck in user code is reported with the operator's name, not only the task's.
+///
+/// The chain's thread writes the index as a call enters an operator ([`ChainOutput`]) and
+/// writes the caller's back when the call returns `Ok`; a call that fails or panics leaves the
+/// index of the innermost operator it reached, and a call that never returns leaves the
+/// operator it is stuck in. One relaxed store each way: the index is read only after the
+/// task failed or was given up on, when nothing orders it with the operator's work anyway.
+#[derive(Debug)]
+pub struct RunningOperator {
+    index: crate::sync::atomic::AtomicUsize,
+    names: crate::sync::Mutex<Vec<String>>,
+}
+
+impl RunningOperator {
+    const NONE: usize = usize::MAX;
+
+    /// No operator runs yet; names unknown.
+    pub fn new() -> Self {
+        RunningOperator {
+            index: crate::sync::atomic::AtomicUsize::new(Self::NONE),
+            names: crate::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The operator at chain index `index` runs now.
+    #[inline]
+    pub fn enter(&self, index: usize) {
+        self.index
+            .store(index, crate::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// No operator runs now (the task's own code does: its source, its teardown).
+    #[inline]
+    pub fn leave(&self) {
+        self.enter(Self::NONE);
+    }
+
+    /// Sets the chain's operator names, head first (once the chain is built).
+    pub fn set_names(&self, names: Vec<String>) {
+        *self.names.lock() = names;
+    }
+
+    /// The name of the operator that ran last (see the type's docs), if one did.
+    pub fn name(&self) -> Option<String> {
+        let index = self.index.load(crate::sync::atomic::Ordering::Relaxed);
+        self.names.lock().get(index).cloned()
+    }
+}
+
+impl Default for RunningOperator {
+    fn default() -> Self {
+        RunningOperator::new()
+    }
+}
+
 /// What a model's runtime offers the operators of one task: timers and event delivery.
 #[derive(Clone)]
 pub struct TaskServices {
     name: Arc<str>,
     timers: Arc<dyn TimerService>,
     events: Arc<dyn EventSink>,
+    running: Arc<RunningOperator>,
 }
 
 impl TaskServices {
@@ -261,7 +318,20 @@ impl TaskServices {
             name: Arc::from(name),
             timers,
             events,
+            running: Arc::new(RunningOperator::new()),
         }
+    }
+
+    /// Reports the running operator into `running` (shared with the task's handle).
+    pub fn with_running(mut self, running: Arc<RunningOperator>) -> Self {
+        self.running = running;
+        self
+    }
+
+    /// Which operator of the chain runs now.
+    #[inline]
+    pub fn running(&self) -> &RunningOperator {
+        &self.running
     }
 
     /// The task's name.

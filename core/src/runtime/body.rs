@@ -145,6 +145,8 @@ pub struct TaskEnv {
 impl TaskEnv {
     /// The environment of the task `parts` names, with its `services` and `tracer`.
     pub fn new(parts: TaskParts, services: TaskServices, tracer: Tracer) -> Self {
+        // The chain reports its running operator where the task's handle reads it.
+        let services = services.with_running(StdArc::clone(&parts.running));
         TaskEnv {
             parts,
             services,
@@ -176,6 +178,12 @@ pub struct ChainBody<C, W> {
     /// Whether a stop-with-savepoint barrier went through (see
     /// [`is_suspended`](Self::is_suspended)).
     suspended: Suspension,
+    /// The newest checkpoint whose barrier this body took (or declined).
+    newest_barrier: u64,
+    /// Checkpoints aborted before their barrier reached this body (Flink's "aborted before
+    /// triggered"): a stop-with-savepoint barrier among them must not suspend the task, as
+    /// no notice would ever end or resume it.
+    aborted_ahead: Vec<u64>,
 }
 
 /// The counting, which needs nothing of the chain or the output (a [`Burst`] drops into it).
@@ -218,10 +226,12 @@ impl<C, W> ChainBody<C, W> {
     }
 }
 
-/// A context over the body's output for the chain's head (operator index 0).
+/// A context over the body's output for the chain's head (operator index 0), which is
+/// reported as the running operator.
 macro_rules! ctx {
     ($body:expr) => {{
         let body = &mut *$body;
+        body.env.services.running().enter(0);
         (
             &mut body.chain,
             Context::new(&mut body.output, &body.env.services, 0),
@@ -243,6 +253,8 @@ where
             phase: BodyPhase::Opening,
             inputs_ended: 0,
             suspended: Suspension::None,
+            newest_barrier: 0,
+            aborted_ahead: Vec::new(),
         }
     }
 
@@ -301,6 +313,10 @@ where
         &mut self,
         restore: Option<&TaskSnapshot>,
     ) -> Result<(), OperatorError> {
+        self.env
+            .services
+            .running()
+            .set_names(self.chain.chain_names());
         self.chain.restore(restore)?;
         let (chain, mut ctx) = ctx!(self);
         chain.open(&mut ctx)?;
@@ -369,6 +385,11 @@ where
         source: impl FnOnce(u64, &mut TaskSnapshot) -> Result<(), OperatorError>,
     ) -> Result<(), TaskError> {
         let id = barrier.id;
+        self.newest_barrier = self.newest_barrier.max(id);
+        let aborted_ahead = self.aborted_ahead.contains(&id);
+        if !self.aborted_ahead.is_empty() {
+            self.aborted_ahead.retain(|&aborted| aborted > id);
+        }
         let responder = &self.env.parts.responder;
         if self.phase != BodyPhase::Running
             || self.env.parts.lifecycle.state() != TaskState::Running
@@ -411,7 +432,10 @@ where
         let failure = match taken {
             Ok(Ok(snapshot)) => {
                 metrics.checkpoints.inc();
-                if barrier.kind.is_synchronous() && self.env.parts.lifecycle.suspend() {
+                if barrier.kind.is_synchronous()
+                    && !aborted_ahead
+                    && self.env.parts.lifecycle.suspend()
+                {
                     // Before the acknowledgement: its notice can only come after it.
                     self.suspended = Suspension::Pending(id);
                 }
@@ -442,6 +466,9 @@ where
         if completed {
             self.chain.notify_checkpoint_complete(id)?;
         } else {
+            if id > self.newest_barrier && !self.aborted_ahead.contains(&id) {
+                self.aborted_ahead.push(id);
+            }
             self.chain.notify_checkpoint_aborted(id)?;
         }
         if self.suspended == Suspension::Pending(id) {
@@ -531,6 +558,8 @@ where
         }
         self.interrupt();
         let (chain, mut ctx) = ctx!(self);
+        // The timer's operator runs, not the head.
+        ctx.services().running().enter(timer.operator);
         chain.dispatch_timer(timer, &mut ctx)
     }
 
@@ -553,6 +582,7 @@ where
         }
         self.interrupt();
         let (chain, mut ctx) = ctx!(self);
+        ctx.services().running().enter(operator);
         chain.dispatch_event(operator, event, &mut ctx)
     }
 

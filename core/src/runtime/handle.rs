@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::CheckpointBarrier;
 use crate::metrics::TaskMetrics;
+use crate::operator::RunningOperator;
 use crate::sync::{Arc, Mutex, thread};
 use crate::task::TriggerError;
 use crate::task::{CheckpointResponder, DeclineReason, TaskError, TaskFailure, TaskOutcome};
@@ -72,6 +73,7 @@ pub struct TaskHandle {
     responder: CheckpointResponder,
     thread: Mutex<Option<thread::JoinHandle<()>>>,
     grace: Duration,
+    running: StdArc<RunningOperator>,
 }
 
 impl TaskHandle {
@@ -89,6 +91,7 @@ impl TaskHandle {
             lifecycle,
             responder,
             grace,
+            running,
         } = parts;
         TaskHandle {
             name,
@@ -99,7 +102,15 @@ impl TaskHandle {
             responder,
             thread: Mutex::new(Some(thread)),
             grace,
+            running,
         }
+    }
+
+    /// Which operator of the task's chain runs (or ran last) user code: read it after a
+    /// failure, or after [`join`](Self::join) gave up on a thread stuck in user code, to name
+    /// the operator (see [`RunningOperator`]).
+    pub fn running_operator(&self) -> StdArc<RunningOperator> {
+        StdArc::clone(&self.running)
     }
 
     /// The task's name.

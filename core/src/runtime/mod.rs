@@ -53,6 +53,7 @@ use std::time::Duration;
 
 use crate::TaskSnapshot;
 use crate::metrics::TaskMetrics;
+use crate::operator::RunningOperator;
 use crate::sync::Arc;
 use crate::task::{CheckpointResponder, TaskConfig};
 use crate::time::Clock;
@@ -88,6 +89,8 @@ pub struct TaskParts {
     pub responder: CheckpointResponder,
     /// How long `join` waits for a stopping task.
     pub grace: Duration,
+    /// Which operator of the chain runs now (a failure names it).
+    pub running: StdArc<RunningOperator>,
 }
 
 /// What a model wires a task from: its [`TaskParts`] and the rest of its [`TaskConfig`].
@@ -122,6 +125,7 @@ impl TaskSetup {
                 metrics,
                 responder,
                 grace: cancel_grace,
+                running: StdArc::new(RunningOperator::new()),
             },
             clock,
             restore,
