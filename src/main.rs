@@ -15,7 +15,7 @@ use streamtask::demo::data::DemoData;
 use streamtask::demo::fault::{FaultPlan, quiet_injected_panics};
 use streamtask::demo::job::{DemoJob, DemoRun};
 use streamtask::report::{CompareReport, ModelReport};
-use streamtask::{JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
+use streamtask::{DirLock, JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
@@ -188,11 +188,16 @@ impl CliError {
             | JobError::NothingToResume { .. }
             | JobError::ShapeMismatch { .. }
             | JobError::NonRestoredState { .. }
+            | JobError::SourceMismatch { .. }
             | JobError::MaxParallelismChanged { .. }
             | JobError::MaxParallelism { .. }
             | JobError::Rescale { .. }
-            | JobError::Storage(streamtask::checkpoint::StorageError::NotASavepoint { .. })
+            | JobError::Storage(
+                streamtask::checkpoint::StorageError::NotASavepoint { .. }
+                | streamtask::checkpoint::StorageError::SavepointIsAFile { .. },
+            )
             | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
+            JobError::Lock(_) => CliError::Usage(text),
             JobError::Cancelled => CliError::Failed(format!(
                 "{model}: stopped by a signal; its state is kept: rerun with --resume to \
                  continue, or with --discard-state to start over"
@@ -222,15 +227,17 @@ impl Options {
             customers: self.customers,
             seed: self.seed,
         };
-        let dir = self
-            .work_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"));
-        let mut job = DemoJob::new(data, dir);
+        let mut job = DemoJob::new(data, self.work_dir());
         job.output_dir.clone_from(&self.output_dir);
         // `validate` refused 0, so the interval printed is the interval used.
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
         job
+    }
+
+    fn work_dir(&self) -> PathBuf {
+        self.work_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"))
     }
 
     fn restore(&self) -> Restore {
@@ -273,6 +280,10 @@ impl Options {
                     ));
                 }
             }
+        }
+        check_dir("--work-dir", &self.work_dir())?;
+        if let Some(dir) = &self.output_dir {
+            check_dir("--output-dir", dir)?;
         }
         check_output(self.plot.as_deref(), "--plot", "svg")?;
         check_output(self.json.as_deref(), "--json", "json")?;
@@ -331,6 +342,47 @@ fn check_output(path: Option<&Path>, flag: &str, extension: &str) -> Result<(), 
             parent.display()
         ))),
     }
+}
+
+/// A directory option must name a directory this process can write into (it is created if
+/// missing): a file in its place or in the place of a parent is refused, naming that file.
+fn check_dir(flag: &str, dir: &Path) -> Result<(), CliError> {
+    let usage = |what: String| Err(CliError::Usage(format!("{flag} {}{what}", dir.display())));
+    // The nearest part of the path that exists decides: it must be a directory.
+    let existing = dir
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.metadata().is_ok());
+    if let Some(existing) = existing.filter(|e| !e.is_dir()) {
+        return if existing == dir {
+            usage(" is a file, not a directory; give a directory (it is created if missing)".into())
+        } else {
+            usage(format!(
+                ": {} is a file, not a directory; give a path under a directory",
+                existing.display()
+            ))
+        };
+    }
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return usage(format!(
+            ": cannot create it ({e}); choose another directory"
+        ));
+    }
+    let probe = dir.join(format!(".streamtask-write-check-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => usage(format!(
+            ": cannot write into it ({e}); choose a writable directory"
+        )),
+    }
+}
+
+/// Holds the work directory for this process until dropped, before anything in it is read or
+/// written: a second run in it is refused (exit 2) naming this one's process id.
+fn lock_work_dir(dir: &Path) -> Result<DirLock, CliError> {
+    DirLock::acquire(dir).map_err(|e| CliError::Usage(format!("--work-dir: {e}")))
 }
 
 /// Set by Ctrl-C or SIGTERM: the job stops cleanly and keeps its state. With `savepoint`, the
@@ -560,6 +612,7 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
         checkpoints_completed: r.checkpoints_completed,
         checkpoints_aborted: r.checkpoints_aborted,
         restarts: r.restarts,
+        faults_fired: u32::try_from(job.faults.fired()).unwrap_or(u32::MAX),
         threads: r.metrics.threads + job.helper_threads(),
         throughput_series: r.throughput_series.clone(),
         checkpoint_series: r.checkpoint_series.clone(),
@@ -570,6 +623,7 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
     let plan = options.validate(false)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    let _lock = lock_work_dir(&job.work_dir)?;
     // Refuse a work directory that needs --resume or --discard-state before generating data.
     for &model in models {
         let config = JobConfig {
@@ -581,6 +635,7 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
             Err(e) => return Err(CliError::of_job(model, e)),
         }
     }
+    check_space(&job, models)?;
     prepare(&job, cancel)?;
     let expected = streamtask::demo::digest(&streamtask::demo::data::expected_output(&job.data));
     let mut reports = Vec::new();
@@ -652,6 +707,7 @@ fn run_to_savepoint(
     let plan = options.validate(false)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    let _lock = lock_work_dir(&job.work_dir)?;
     job.faults = Arc::new(FaultPlan::seeded(
         options.fault_seed,
         options.faults,
@@ -671,6 +727,7 @@ fn run_to_savepoint(
         Ok(()) | Err(JobError::NothingToResume { .. }) => {}
         Err(e) => return Err(CliError::of_job(model, e)),
     }
+    check_space(&job, &[model])?;
     prepare(&job, cancel)?;
     let run = run_model(options, &job, model, Tracer::off(), cancel)?;
     match &run.result.savepoint {
@@ -708,6 +765,15 @@ fn run_to_savepoint(
     }
 }
 
+/// Refuses runs of `models` whose writes do not fit the disk (exit 2: fewer --records or
+/// another --work-dir fixes it).
+fn check_space(job: &DemoJob, models: &[Model]) -> Result<(), CliError> {
+    job.check_space(models).map_err(|e| match e {
+        JobError::NotEnoughSpace { .. } => CliError::Usage(e.to_string()),
+        other => CliError::Failed(other.to_string()),
+    })
+}
+
 /// Generates the data, announcing the midpoint to the crash test when asked.
 fn prepare(job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
     let pause = pause_at_phases();
@@ -737,6 +803,8 @@ fn soak(
     let plan = options.validate(true)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    let _lock = lock_work_dir(&job.work_dir)?;
+    check_space(&job, models)?;
     prepare(&job, cancel)?;
     let faults = options.faults.max(1);
     if options.faults == 0 {
@@ -777,7 +845,11 @@ fn soak(
                 Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),
                 Err(JobError::Cancelled) => {
                     progress.abandon();
-                    return Err(CliError::of_job(model, JobError::Cancelled));
+                    // Not `of_job`'s advice: soak starts every seed over and refuses --resume.
+                    return Err(CliError::Failed(format!(
+                        "{model}: soak stopped by a signal at seed {seed} of {seeds}; run soak \
+                         again to start over"
+                    )));
                 }
                 Err(e) => failed.push(format!("seed {seed}: {e}")),
             }

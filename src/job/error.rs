@@ -96,6 +96,18 @@ pub enum JobError {
         /// The last attempt's first failure.
         last: String,
     },
+    /// An attempt failed in a way no restart can fix (see
+    /// [`NonRecoverable`](crate::NonRecoverable)), so the job was not restarted.
+    #[error(
+        "the job failed in attempt {attempts} with an error a restart cannot fix, so it was not \
+         restarted: {last}"
+    )]
+    NonRecoverable {
+        /// Attempts made.
+        attempts: u32,
+        /// The failure.
+        last: String,
+    },
     /// A start with no earlier run in the checkpoint directory found committed output in a
     /// sink's directory: output no run of this checkpoint directory accounts for (another
     /// work directory's, or one whose checkpoints were deleted). Counted with this run's, it
@@ -155,6 +167,21 @@ pub enum JobError {
         #[source]
         source: StorageError,
     },
+    /// A savepoint to restore is damaged (a file truncated, corrupted or missing). Unlike a
+    /// checkpoint directory, a savepoint has no older checkpoint to fall back to.
+    #[error(
+        "savepoint {} is damaged: {}. Nothing was restored or committed; restore another \
+         savepoint, or take a new one from the job it came from",
+        path.display(),
+        damage(source)
+    )]
+    DamagedSavepoint {
+        /// The savepoint's directory.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: StorageError,
+    },
     /// A checkpoint does not fit the job: other vertices or another parallelism.
     #[error(
         "checkpoint {id} was taken by a job of another shape (tasks missing from it: {missing:?}; \
@@ -186,6 +213,9 @@ pub enum JobError {
         /// Bytes available.
         available: u64,
     },
+    /// A directory the run writes (checkpoints, a sink's output) is held by another run.
+    #[error(transparent)]
+    Lock(#[from] super::LockError),
     /// The job was cancelled.
     #[error("the job was cancelled")]
     Cancelled,
@@ -230,6 +260,25 @@ pub enum JobError {
         /// The operator ids without an operator in the job.
         operators: Vec<String>,
     },
+    /// A source reads other input than the source with its operator id read when the
+    /// savepoint was taken (see `DataStream::source_identity`): its position would point into
+    /// other data.
+    #[error(
+        "savepoint {} was taken while source {operator:?} read {savepoint}, but this job's \
+         source reads {job}; restore it into a job that reads the same input (the demo: the \
+         same --records, --customers and --seed), or start without the savepoint",
+        path.display()
+    )]
+    SourceMismatch {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// The source's operator id.
+        operator: String,
+        /// What the source read when the savepoint was taken.
+        savepoint: String,
+        /// What this job's source reads.
+        job: String,
+    },
     /// The job's max parallelism differs from the savepoint's.
     #[error(
         "savepoint {} was taken with max parallelism {savepoint}, the job has {job}; keep the \
@@ -260,4 +309,24 @@ pub enum JobError {
         /// Why.
         reason: String,
     },
+}
+
+/// What is wrong with a damaged file, without the advice a checkpoint's own message gives (to
+/// fall back to an older checkpoint), which a savepoint cannot follow.
+fn damage(source: &StorageError) -> String {
+    match source {
+        StorageError::Truncated {
+            path,
+            expected,
+            actual,
+        } => format!(
+            "{} is truncated ({actual} of {expected} bytes)",
+            path.display()
+        ),
+        StorageError::Corrupted { path, reason } => {
+            format!("{} is corrupted ({reason})", path.display())
+        }
+        StorageError::MissingFile { path } => format!("{} is missing", path.display()),
+        other => other.to_string(),
+    }
 }

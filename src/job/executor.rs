@@ -41,10 +41,11 @@ use streamtask_legacy::Fairness;
 
 use super::from_source::enumerators_on_action;
 use super::graph::{JobGraph, SpawnCtx};
+use super::non_recoverable::restart_cannot_fix;
 use super::restore::{Restore, write_marker};
 use super::savepoint::StopWithSavepoint;
 use super::wiring::Wiring;
-use super::{JobError, RunningTask};
+use super::{DirLock, JobError, RunningTask};
 
 /// How often a failed job is restarted, and after how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +185,8 @@ impl JobConfig {
     ///
     /// [`JobError::UnfinishedRun`] for a fresh start over an unfinished run,
     /// [`JobError::NothingToResume`] for a resume of a finished run, [`JobError::Storage`] if
-    /// the directory cannot be read.
+    /// the directory cannot be read; for [`Restore::Savepoint`], the savepoint is read:
+    /// [`JobError::DamagedSavepoint`], or [`JobError::Storage`] if it is not one.
     pub fn check_restore(&self) -> Result<(), JobError> {
         super::restore::check(
             &self.restore,
@@ -323,6 +325,8 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 struct AttemptEnd {
     failure: Option<String>,
+    /// Whether the failure is one no restart can fix (see `non_recoverable.rs`).
+    non_recoverable: bool,
     /// The savepoint this attempt stopped with.
     savepoint: Option<PathBuf>,
     last_checkpoint_id: u64,
@@ -336,11 +340,14 @@ impl JobGraph {
     ///
     /// # Errors
     ///
-    /// [`JobError::Failed`] when no restart is left, [`JobError::Cancelled`] when
+    /// [`JobError::Failed`] when no restart is left, [`JobError::NonRecoverable`] at once for a
+    /// failure no restart can fix (see [`NonRecoverable`](crate::NonRecoverable)),
+    /// [`JobError::Cancelled`] when
     /// `config.cancel` was set; before anything runs, [`JobError::UnfinishedRun`],
     /// [`JobError::NothingToResume`], [`JobError::DamagedCheckpoint`] and
-    /// [`JobError::ShapeMismatch`] from the restore setting; and configuration, storage or sink
-    /// errors.
+    /// [`JobError::ShapeMismatch`] from the restore setting; [`JobError::Lock`] if another run
+    /// holds the checkpoint directory or a sink's output directory; and configuration, storage
+    /// or sink errors.
     pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
         if config.channel_capacity == 0 {
             return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
@@ -357,6 +364,8 @@ impl JobGraph {
             // Fail before anything runs if the savepoint could not name its operators.
             self.shape()?;
         }
+        // Before anything in them is read or written; held until the run returns.
+        let _locks = self.lock_dirs(&config.checkpoint_dir)?;
         let storage =
             CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
         let mut restored = self.first_restore(
@@ -463,6 +472,12 @@ impl JobGraph {
                 Some(failure) => {
                     log::warn!("attempt {} failed: {failure}", restarts + 1);
                     failures.push(failure.clone());
+                    if end.non_recoverable {
+                        return Err(JobError::NonRecoverable {
+                            attempts: restarts + 1,
+                            last: failure,
+                        });
+                    }
                     if restarts >= config.restart.attempts {
                         return Err(JobError::Failed {
                             attempts: restarts + 1,
@@ -496,6 +511,21 @@ impl JobGraph {
                 }
             }
         }
+    }
+
+    /// Locks the checkpoint directory and every sink's output directory for this run: one
+    /// run at a time per directory (see [`DirLock`]).
+    fn lock_dirs(&self, checkpoint_dir: &Path) -> Result<Vec<DirLock>, JobError> {
+        let mut dirs: Vec<&Path> = vec![checkpoint_dir];
+        for dir in &self.sink_dirs {
+            if !dirs.contains(&dir.as_path()) {
+                dirs.push(dir);
+            }
+        }
+        Ok(dirs
+            .into_iter()
+            .map(DirLock::acquire)
+            .collect::<Result<_, _>>()?)
     }
 
     fn is_source_task(&self, task: &str) -> bool {
@@ -703,13 +733,16 @@ impl JobGraph {
             }
         }
         let taken = savepoint.as_ref().and_then(|sp| sp.path());
-        let failure = if config.cancel.load(Ordering::Acquire) {
-            Some("cancelled".to_string())
+        let (failure, non_recoverable) = if config.cancel.load(Ordering::Acquire) {
+            (Some("cancelled".to_string()), false)
         } else if taken.is_some() {
             // Whatever failed while the tasks were being stopped happened after the savepoint.
-            None
+            (None, false)
         } else {
-            first_cause(&names, &outcomes, &cancelled_by_us)
+            match first_cause(&names, &outcomes, &cancelled_by_us) {
+                Some((cause, non_recoverable)) => (Some(cause), non_recoverable),
+                None => (None, false),
+            }
         };
         sampler.sample_final(&source_metrics, config.on_progress.as_ref());
         // A trigger waiting for readers that never started gives up before the driver stops.
@@ -728,6 +761,7 @@ impl JobGraph {
         };
         Ok(AttemptEnd {
             failure,
+            non_recoverable,
             savepoint: taken,
             last_checkpoint_id,
             completed,
@@ -744,15 +778,17 @@ impl JobGraph {
     }
 }
 
-/// The failure that ended an attempt. Once one task fails, its neighbours fail too (their
-/// channels close under them) and the rest are cancelled; which of them the executor saw
-/// first is a race. So the cause is chosen after every task was joined: the first failure that
-/// is not a consequence of another, else the first consequence, else an unexpected cancel.
+/// The failure that ended an attempt, and whether no restart can fix it. Once one task fails,
+/// its neighbours fail too (their channels close under them) and the rest are cancelled; which
+/// of them the executor saw first is a race. So the cause is chosen after every task was
+/// joined: the first failure no restart can fix (restarting is pointless if any task has one),
+/// else the first that is not a consequence of another, else the first consequence, else an
+/// unexpected cancel.
 fn first_cause(
     names: &[(usize, usize, String)],
     outcomes: &[Option<TaskOutcome>],
     cancelled_by_us: &[bool],
-) -> Option<String> {
+) -> Option<(String, bool)> {
     let describe = |i: usize, f: &TaskFailure| format!("{}: {f}", names[i].2);
     let failed = || {
         outcomes.iter().enumerate().filter_map(|(i, o)| match o {
@@ -760,17 +796,20 @@ fn first_cause(
             _ => None,
         })
     };
+    if let Some((i, f)) = failed().find(|(_, f)| restart_cannot_fix(*f)) {
+        return Some((describe(i, f), true));
+    }
     if let Some((i, f)) = failed().find(|(_, f)| !is_consequence(f)) {
-        return Some(describe(i, f));
+        return Some((describe(i, f), false));
     }
     if let Some((i, f)) = failed().next() {
-        return Some(describe(i, f));
+        return Some((describe(i, f), false));
     }
     outcomes
         .iter()
         .enumerate()
         .find(|(i, o)| matches!(o, Some(TaskOutcome::Cancelled)) && !cancelled_by_us[*i])
-        .map(|(i, _)| format!("{} was cancelled", names[i].2))
+        .map(|(i, _)| (format!("{} was cancelled", names[i].2), false))
 }
 
 /// Whether a task failed only because another one did (its channels closed under it).
