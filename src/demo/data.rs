@@ -278,7 +278,9 @@ impl WatermarkPolicy {
     pub fn after(&mut self, order: &Order) -> Option<i64> {
         self.count += 1;
         self.max_timestamp = self.max_timestamp.max(order.timestamp);
-        (self.count % WATERMARK_EVERY == 0).then(|| self.max_timestamp - MAX_OUT_OF_ORDER_MS - 1)
+        self.count
+            .is_multiple_of(WATERMARK_EVERY)
+            .then(|| self.max_timestamp - MAX_OUT_OF_ORDER_MS - 1)
     }
 }
 

@@ -341,14 +341,14 @@ impl JobGraph {
         if fallback {
             let newest = storage.completed_ids()?.last().copied();
             let restored = storage.latest()?;
-            if let (Some(newest), Some(c)) = (newest, &restored) {
-                if c.id != newest {
-                    log::warn!(
-                        "fell back from damaged checkpoint {newest} to checkpoint {} as asked; the \
+            if let (Some(newest), Some(c)) = (newest, &restored)
+                && c.id != newest
+            {
+                log::warn!(
+                    "fell back from damaged checkpoint {newest} to checkpoint {} as asked; the \
                      sinks rewind the output committed after it",
-                        c.id
-                    );
-                }
+                    c.id
+                );
             }
             return Ok(restored);
         }

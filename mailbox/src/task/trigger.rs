@@ -166,10 +166,10 @@ impl TriggerSlot {
         }
         ring();
         fence(Ordering::SeqCst);
-        if !mailbox.state().is_accepting_mails() {
-            if let Some((barrier, _)) = self.take() {
-                return Offered::TakenBack(barrier);
-            }
+        if !mailbox.state().is_accepting_mails()
+            && let Some((barrier, _)) = self.take()
+        {
+            return Offered::TakenBack(barrier);
         }
         Offered::Slotted
     }
