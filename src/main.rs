@@ -196,8 +196,8 @@ impl CliError {
                 streamtask::checkpoint::StorageError::NotASavepoint { .. }
                 | streamtask::checkpoint::StorageError::SavepointIsAFile { .. },
             )
-            | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
-            JobError::Lock(_) => CliError::Usage(text),
+            | JobError::NotEnoughSpace { .. }
+            | JobError::Lock(_) => CliError::Usage(text),
             JobError::Cancelled => CliError::Failed(format!(
                 "{model}: stopped by a signal; its state is kept: rerun with --resume to \
                  continue, or with --discard-state to start over"
@@ -354,7 +354,10 @@ fn check_dir(flag: &str, dir: &Path) -> Result<(), CliError> {
         .find(|a| !a.as_os_str().is_empty() && a.metadata().is_ok());
     if let Some(existing) = existing.filter(|e| !e.is_dir()) {
         return if existing == dir {
-            usage(" is a file, not a directory; give a directory (it is created if missing)".into())
+            let fix = "it is created if missing";
+            usage(format!(
+                " is a file, not a directory; give a directory ({fix})"
+            ))
         } else {
             usage(format!(
                 ": {} is a file, not a directory; give a path under a directory",
