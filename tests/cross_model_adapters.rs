@@ -142,7 +142,7 @@ impl Probe {
 
 /// The element at position `n`: the record, and the watermark that follows it, if any.
 fn element(n: u64) -> ((u64, u64), i64, Option<i64>) {
-    let wm = ((n + 1) % WM_EVERY == 0).then_some(n as i64);
+    let wm = (n + 1).is_multiple_of(WM_EVERY).then_some(n as i64);
     ((n % KEYS, n), n as i64, wm)
 }
 

@@ -91,7 +91,7 @@ fn from_sequence_is_checkpointed_under_every_model() {
                     faults.check(FaultKind::Operator);
                     n
                 })
-                .filter("not thirds", |n: &u64| n % 3 != 0)
+                .filter("not thirds", |n: &u64| !n.is_multiple_of(3))
                 .start_new_chain("second task")
                 .collect_sink("collect", s.out);
         },
@@ -391,7 +391,7 @@ fn connect_with_a_co_flat_map_is_exactly_once() {
                     out.extend([n, n]);
                 },
                 |n: u64, out: &mut Vec<u64>| {
-                    if n % 2 == 0 {
+                    if n.is_multiple_of(2) {
                         out.push(n);
                     }
                 },

@@ -85,3 +85,11 @@ mod savepoints {
         UnionState<u64>,
     );
 }
+
+/// A run's directory locks and its non-recoverable failures: held by and sent from any thread.
+mod run_edges {
+    use streamtask::{DirLock, LockError, NonRecoverable};
+    use streamtask_core::assert_send_sync;
+
+    assert_send_sync!(DirLock, LockError, NonRecoverable);
+}

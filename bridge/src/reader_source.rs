@@ -176,10 +176,10 @@ where
                 None
             }
         };
-        if let Some(mut reader) = reader {
-            if let Err(e) = reader.close() {
-                log::warn!("{}: closing the reader failed: {e}", self.name);
-            }
+        if let Some(mut reader) = reader
+            && let Err(e) = reader.close()
+        {
+            log::warn!("{}: closing the reader failed: {e}", self.name);
         }
         polled
     }

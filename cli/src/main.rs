@@ -13,7 +13,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use streamtask::fault::{FaultPlan, quiet_injected_panics};
-use streamtask::{JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
+use streamtask::{DirLock, JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
 use streamtask_cli::demo::data::DemoData;
 use streamtask_cli::demo::job::{DemoJob, DemoRun};
 use streamtask_cli::report::{CompareReport, ModelReport};
@@ -202,12 +202,17 @@ impl CliError {
             | JobError::NothingToResume { .. }
             | JobError::ShapeMismatch { .. }
             | JobError::NonRestoredState { .. }
+            | JobError::SourceMismatch { .. }
             | JobError::MaxParallelismChanged { .. }
             | JobError::MaxParallelism { .. }
             | JobError::Rescale { .. }
-            | JobError::Storage(streamtask::checkpoint::StorageError::NotASavepoint { .. })
+            | JobError::Storage(
+                streamtask::checkpoint::StorageError::NotASavepoint { .. }
+                | streamtask::checkpoint::StorageError::SavepointIsAFile { .. },
+            )
             | JobError::SavepointDirectory { .. }
-            | JobError::NotEnoughSpace { .. } => CliError::Usage(text),
+            | JobError::NotEnoughSpace { .. }
+            | JobError::Lock(_) => CliError::Usage(text),
             JobError::Cancelled { ref left_behind } if left_behind.is_empty() => {
                 CliError::Failed(format!(
                     "{model}: stopped by a signal; its state is kept: rerun with --resume to \
@@ -239,16 +244,18 @@ impl Options {
             customers: self.customers,
             seed: self.seed,
         };
-        let dir = self
-            .work_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"));
-        let mut job = DemoJob::new(data, dir);
+        let mut job = DemoJob::new(data, self.work_dir());
         job.output_dir.clone_from(&self.output_dir);
         // `validate` refused 0, so the interval printed is the interval used.
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
         job.tolerable_failed_checkpoints = self.tolerable_failed_checkpoints;
         job
+    }
+
+    fn work_dir(&self) -> PathBuf {
+        self.work_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("streamtask-demo"))
     }
 
     fn restore(&self) -> Restore {
@@ -291,6 +298,10 @@ impl Options {
                     ));
                 }
             }
+        }
+        check_dir("--work-dir", &self.work_dir())?;
+        if let Some(dir) = &self.output_dir {
+            check_dir("--output-dir", dir)?;
         }
         if let Some(dir) = &self.stop_with_savepoint {
             streamtask::StopWithSavepoint::new(dir)
@@ -354,6 +365,50 @@ fn check_output(path: Option<&Path>, flag: &str, extension: &str) -> Result<(), 
             parent.display()
         ))),
     }
+}
+
+/// A directory option must name a directory this process can write into (it is created if
+/// missing): a file in its place or in the place of a parent is refused, naming that file.
+fn check_dir(flag: &str, dir: &Path) -> Result<(), CliError> {
+    let usage = |what: String| Err(CliError::Usage(format!("{flag} {}{what}", dir.display())));
+    // The nearest part of the path that exists decides: it must be a directory.
+    let existing = dir
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.metadata().is_ok());
+    if let Some(existing) = existing.filter(|e| !e.is_dir()) {
+        return if existing == dir {
+            let fix = "it is created if missing";
+            usage(format!(
+                " is a file, not a directory; give a directory ({fix})"
+            ))
+        } else {
+            usage(format!(
+                ": {} is a file, not a directory; give a path under a directory",
+                existing.display()
+            ))
+        };
+    }
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return usage(format!(
+            ": cannot create it ({e}); choose another directory"
+        ));
+    }
+    let probe = dir.join(format!(".streamtask-write-check-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => usage(format!(
+            ": cannot write into it ({e}); choose a writable directory"
+        )),
+    }
+}
+
+/// Holds the work directory for this process until dropped, before anything in it is read or
+/// written: a second run in it is refused (exit 2) naming this one's process id.
+fn lock_work_dir(dir: &Path) -> Result<DirLock, CliError> {
+    DirLock::acquire(dir).map_err(|e| CliError::Usage(format!("--work-dir: {e}")))
 }
 
 /// Set by Ctrl-C or SIGTERM: the job stops cleanly and keeps its state. With `savepoint`, the
@@ -583,6 +638,7 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
         checkpoints_completed: r.checkpoints_completed,
         checkpoints_aborted: r.checkpoints_aborted,
         restarts: r.restarts,
+        faults_fired: u32::try_from(job.faults.fired()).unwrap_or(u32::MAX),
         threads: r.metrics.threads + job.helper_threads(),
         throughput_series: r.throughput_series.clone(),
         checkpoint_series: r.checkpoint_series.clone(),
@@ -593,6 +649,7 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
     let plan = options.validate(false)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    let _lock = lock_work_dir(&job.work_dir)?;
     // Refuse a work directory that needs --resume or --discard-state before generating data.
     for &model in models {
         let config = JobConfig {
@@ -604,6 +661,7 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
             Err(e) => return Err(CliError::of_job(model, e)),
         }
     }
+    check_space(&job, models)?;
     prepare(&job, cancel)?;
     let expected =
         streamtask_cli::demo::digest(&streamtask_cli::demo::data::expected_output(&job.data));
@@ -676,6 +734,7 @@ fn run_to_savepoint(
     let plan = options.validate(false)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    let _lock = lock_work_dir(&job.work_dir)?;
     job.faults = Arc::new(FaultPlan::seeded(
         options.fault_seed,
         options.faults,
@@ -695,6 +754,7 @@ fn run_to_savepoint(
         Ok(()) | Err(JobError::NothingToResume { .. }) => {}
         Err(e) => return Err(CliError::of_job(model, e)),
     }
+    check_space(&job, &[model])?;
     prepare(&job, cancel)?;
     let run = run_model(options, &job, model, Tracer::off(), cancel)?;
     match &run.result.savepoint {
@@ -733,6 +793,15 @@ fn run_to_savepoint(
     }
 }
 
+/// Refuses runs of `models` whose writes do not fit the disk (exit 2: fewer --records or
+/// another --work-dir fixes it).
+fn check_space(job: &DemoJob, models: &[Model]) -> Result<(), CliError> {
+    job.check_space(models).map_err(|e| match e {
+        JobError::NotEnoughSpace { .. } => CliError::Usage(e.to_string()),
+        other => CliError::Failed(other.to_string()),
+    })
+}
+
 /// Generates the data, announcing the midpoint to the crash test when asked.
 fn prepare(job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
     let pause = pause_at_phases();
@@ -762,6 +831,8 @@ fn soak(
     let plan = options.validate(true)?;
     let mut job = options.demo();
     job.restarts = plan.restarts;
+    let _lock = lock_work_dir(&job.work_dir)?;
+    check_space(&job, models)?;
     prepare(&job, cancel)?;
     let faults = options.faults.max(1);
     if options.faults == 0 {
@@ -802,7 +873,16 @@ fn soak(
                 Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),
                 Err(e @ JobError::Cancelled { .. }) => {
                     progress.abandon();
-                    return Err(CliError::of_job(model, e));
+                    if let JobError::Cancelled { left_behind } = &e
+                        && !left_behind.is_empty()
+                    {
+                        return Err(CliError::of_job(model, e));
+                    }
+                    // Not `of_job`'s advice: soak starts every seed over and refuses --resume.
+                    return Err(CliError::Failed(format!(
+                        "{model}: soak stopped by a signal at seed {seed} of {seeds}; run soak \
+                         again to start over"
+                    )));
                 }
                 Err(e) => failed.push(format!("seed {seed}: {e}")),
             }

@@ -163,6 +163,7 @@ mod tests {
             checkpoints_completed: 0,
             checkpoints_aborted: 0,
             restarts: 0,
+            faults_fired: 0,
             threads: 1,
             throughput_series: vec![(0.0, 10.0), (1.0, 20.0)],
             checkpoint_series: vec![(0.5, 100), (0.9, 5000)],

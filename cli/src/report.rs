@@ -18,7 +18,7 @@
 //!     "checkpoint_delay_us": {"count","p50","p99","p999","max","mean"},
 //!     "timer_lateness_us": {...}, "lock_wait_us": {...}, "mailbox_latency_us": {...},
 //!     "checkpoints_completed": u64, "checkpoints_aborted": u64,
-//!     "restarts": u32, "threads": u64,
+//!     "restarts": u32, "faults_fired": u32, "threads": u64,
 //!     "throughput_series": [[seconds, records_per_sec], ...],
 //!     "checkpoint_series": [[seconds, delay_us], ...]
 //!   }]
@@ -66,6 +66,9 @@ pub struct ModelReport {
     pub checkpoints_aborted: u64,
     /// Restarts after injected or real failures.
     pub restarts: u32,
+    /// Injected faults that fired (a planned fault fires only if the run reaches its point).
+    #[serde(default)]
+    pub faults_fired: u32,
     /// Threads the job's tasks started.
     pub threads: u64,
     /// Throughput over time: (seconds since start, records per second).
@@ -85,7 +88,7 @@ pub struct CompareReport {
     pub records: u64,
     /// Checkpoint interval.
     pub checkpoint_interval_ms: u64,
-    /// Faults injected per model run.
+    /// Faults planned per model run (how many fired is per model: `faults_fired`).
     pub faults: u32,
     /// One entry per model, in the order they ran.
     pub models: Vec<ModelReport>,
@@ -178,6 +181,7 @@ impl CompareReport {
                 self.col(|m| format!("{} ms", m.backpressured_ms)),
             ),
             ("restarts", self.col(|m| m.restarts.to_string())),
+            ("faults fired", self.col(|m| m.faults_fired.to_string())),
             ("threads used", self.col(|m| m.threads.to_string())),
         ];
         if single {
@@ -207,7 +211,8 @@ impl CompareReport {
         }
         let _ = writeln!(
             out,
-            "\n{} records, checkpoint every {} ms, {} injected fault(s){}; reference digest {}",
+            "\n{} records, checkpoint every {} ms, {} fault(s) planned{} (see faults fired); \
+             reference digest {}",
             self.records,
             self.checkpoint_interval_ms,
             self.faults,
@@ -282,6 +287,7 @@ mod tests {
             checkpoints_completed: 3,
             checkpoints_aborted: 0,
             restarts: 0,
+            faults_fired: 0,
             threads: 4,
             throughput_series: vec![(0.1, 100.0)],
             checkpoint_series: vec![(0.1, 5)],

@@ -400,3 +400,218 @@ fn tolerable_failed_checkpoints_is_an_option_of_every_run() {
     ));
     assert_eq!(code(&out), 2, "{}", stderr(&out));
 }
+
+#[test]
+fn a_work_dir_that_is_a_file_or_under_one_is_a_usage_error_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    fs::write(&file, "not a directory").unwrap();
+    let under = file.join("work");
+    for (work_dir, named) in [(&file, &file), (&under, &file)] {
+        let out = streamtask(&run_args("mailbox", work_dir, &[]));
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("is a file, not a directory"), "{err}");
+        assert!(err.contains(&named.display().to_string()), "{err}");
+    }
+}
+
+/// A savepoint of the usual run's data, stopped at half of it; its path.
+fn take_savepoint(work: &Path, savepoints: &Path) -> String {
+    let out = streamtask(&run_args(
+        "mailbox",
+        work,
+        &[
+            "--stop-with-savepoint",
+            savepoints.to_str().unwrap(),
+            "--stop-with-savepoint-after-records",
+            "6000",
+        ],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint: "))
+        .unwrap_or_else(|| panic!("no savepoint printed: {}", stdout(&out)))
+        .to_string()
+}
+
+#[test]
+fn a_savepoint_path_that_is_a_file_or_missing_is_refused_before_data_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    fs::write(&file, "not a savepoint").unwrap();
+    let missing = dir.path().join("no-such-savepoint");
+    let work = dir.path().join("work");
+    for (path, needle) in [
+        (&file, "is a file, not a savepoint directory"),
+        (&missing, "is not a savepoint"),
+    ] {
+        let out = streamtask(&run_args(
+            "mailbox",
+            &work,
+            &["--from-savepoint", path.to_str().unwrap()],
+        ));
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(needle), "{err}");
+        assert!(!err.contains("writable"), "{err}");
+        assert!(
+            !work.join("orders.csv").exists(),
+            "{path:?}: data generated"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_savepoint_names_another_savepoint_as_the_fix_not_an_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let path = take_savepoint(&work, &dir.path().join("savepoints"));
+    let state = fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "state"))
+        .expect("a state file");
+    let len = fs::metadata(&state).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&state)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    fs::remove_file(work.join("orders.csv")).unwrap();
+    let out = streamtask(&run_args("mailbox", &work, &["--from-savepoint", &path]));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    assert!(err.contains("is damaged"), "{err}");
+    assert!(err.contains("another savepoint"), "{err}");
+    assert!(!err.contains("older"), "{err}");
+    assert!(
+        !work.join("orders.csv").exists(),
+        "refused before generating data"
+    );
+}
+
+#[test]
+fn a_fallback_past_every_damaged_checkpoint_says_they_are_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    damage_newest(dir.path(), "mailbox");
+    let checkpoints = dir.path().join("mailbox/checkpoints");
+    let storage = CheckpointStorage::directory(&checkpoints, 3).unwrap();
+    for id in storage.completed_ids().unwrap() {
+        let manifest = storage.checkpoint_path(id).unwrap().join("_manifest");
+        fs::write(&manifest, b"").unwrap();
+    }
+    let out = streamtask(&run_args(
+        "mailbox",
+        dir.path(),
+        &["--resume", "--fallback-to-older-checkpoint"],
+    ));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(!err.contains("completed no checkpoint"), "{err}");
+    assert!(err.contains("every checkpoint"), "{err}");
+    assert!(err.contains("is damaged"), "{err}");
+    assert_exactly_once(dir.path(), "mailbox", "after falling back to the beginning");
+}
+
+#[test]
+fn interrupting_soak_does_not_suggest_resume_which_soak_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = work(dir.path());
+    let mut child = Paused::spawn(&args(&[
+        "soak",
+        "--seeds",
+        "50",
+        "--model",
+        "mailbox",
+        "--records",
+        "2000",
+        "--quiet",
+        "--work-dir",
+        &w,
+    ]));
+    // The signal arrives while the data is generated (after the check for it, at order 0), so
+    // the first seed's run is the one that stops.
+    assert_eq!(child.next_phase().as_deref(), Some("generate"));
+    let (code, log) = child.terminate();
+    assert_eq!(code, 1, "{log:?}");
+    assert!(
+        log.iter().any(|l| l.contains("soak stopped by a signal")),
+        "{log:?}"
+    );
+    assert!(!log.iter().any(|l| l.contains("--resume")), "{log:?}");
+}
+
+#[test]
+fn the_report_says_how_many_planned_faults_fired() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = streamtask(&run_args("mailbox", dir.path(), &["--faults", "12"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let table = stdout(&out);
+    let row = |label: &str| -> u32 {
+        table
+            .lines()
+            .find_map(|l| l.strip_prefix(label))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {label:?} row: {table}"))
+    };
+    let fired = row("faults fired");
+    // Every restart is an injected fault's; one attempt may hit two.
+    assert!(row("restarts") <= fired && fired <= 12, "{table}");
+    assert!(table.contains("12 fault(s) planned"), "{table}");
+    assert!(!table.contains("12 injected fault(s)"), "{table}");
+}
+
+#[test]
+fn a_second_run_in_a_work_dir_in_use_is_refused_naming_the_holder_until_it_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_args("mailbox", dir.path(), &[]);
+    let mut first = Paused::spawn(&run);
+    let holder = format!("process {}", first.child.id());
+    let refused = |when: &str| {
+        for extra in [&[][..], &["--resume"][..], &["--discard-state"][..]] {
+            let out = streamtask(&run_args("mailbox", dir.path(), extra));
+            let err = stderr(&out);
+            assert_eq!(code(&out), 2, "{when} {extra:?}: {err}");
+            assert!(err.contains("in use by another run"), "{when}: {err}");
+            assert!(err.contains(&holder), "{when}: names the holder: {err}");
+        }
+    };
+    // While the first run generates the data, and while its job runs.
+    assert_eq!(first.next_phase().as_deref(), Some("generate"));
+    refused("generating");
+    loop {
+        first.resume();
+        match first.next_phase() {
+            Some(p) if p.starts_with("trigger") => break,
+            Some(_) => {}
+            None => panic!("the first run ended before its first checkpoint"),
+        }
+    }
+    refused("running");
+    // A SIGKILL leaves no lock behind: the kernel drops it with the process.
+    first.kill();
+    let out = streamtask(&run_args("mailbox", dir.path(), &["--resume"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_exactly_once(dir.path(), "mailbox", "resumed after the holder was killed");
+}
+
+#[test]
+fn an_output_dir_that_is_a_file_is_a_usage_error_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    fs::write(&file, "x").unwrap();
+    let work = dir.path().join("work");
+    let out = streamtask(&run_args(
+        "mailbox",
+        &work,
+        &["--output-dir", file.to_str().unwrap()],
+    ));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(err.contains("--output-dir"), "{err}");
+    assert!(err.contains("is a file, not a directory"), "{err}");
+    assert!(!work.join("orders.csv").exists(), "data generated");
+}

@@ -159,3 +159,52 @@ fn the_fairness_set_on_the_job_reaches_every_legacy_task() {
         }
     }
 }
+
+/// Bytes the files under `dir` take on the disk (allocated blocks, as `du`).
+fn disk_usage(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                disk_usage(&p)
+            } else {
+                meta.blocks() * 512
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn the_space_estimate_covers_a_finished_run_and_a_rerun_counts_only_what_it_still_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Beyond the estimate's sample of 10,000 orders: the rest is extrapolated.
+    let data = DemoData {
+        orders: 30_000,
+        customers: 500,
+        seed: 3,
+    };
+    let job = DemoJob::new(data, dir.path());
+    let estimate = job.bytes_to_write(&[Model::Mailbox]);
+    job.prepare().unwrap();
+    assert!(run(Model::Mailbox, &job).exactly_once);
+    let used = disk_usage(dir.path());
+    assert!(
+        estimate >= used,
+        "estimated {estimate} bytes, the finished run uses {used}"
+    );
+    assert!(
+        estimate <= used * 3 / 2,
+        "estimated {estimate} bytes, far above the {used} the run uses"
+    );
+    // The data is generated and the output committed: a rerun writes little new (a fresh
+    // start deletes the output it rewrites first).
+    let rerun = job.bytes_to_write(&[Model::Mailbox]);
+    assert!(
+        rerun < estimate / 4,
+        "a rerun counted {rerun} bytes of {estimate}"
+    );
+    assert!(job.is_generated());
+}

@@ -233,6 +233,59 @@ fn a_job_that_ends_before_the_savepoint_reports_none() {
     assert_eq!(committed(dir.path()), reference());
 }
 
+/// The counting job with its source declaring `identity`.
+fn build_reading(
+    work: &Path,
+    identity: &str,
+    pause_at: Option<u64>,
+    handle: &SavepointHandle,
+) -> JobGraph {
+    let source_handle = handle.clone();
+    let env = StreamEnvironment::new(Model::Mailbox);
+    env.add_reader("numbers", move |_| {
+        counting::Numbers::new(pause_at, source_handle.clone())
+    })
+    .source_identity(identity)
+    .key_by(|(k, _): &(u64, u64)| *k)
+    .process("totals", 2, |_| counting::RunningTotal)
+    .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
+    env.build().unwrap()
+}
+
+#[test]
+fn a_savepoint_restored_into_a_source_over_other_input_is_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    let handle = SavepointHandle::new();
+    let first = build_reading(work, "numbers 0..3000", Some(100), &handle)
+        .run(&config(work, Restore::Fresh, &handle))
+        .unwrap();
+    let path = first.savepoint.expect("stopped with a savepoint");
+    let before = committed(work);
+
+    let handle = SavepointHandle::new();
+    let other = build_reading(work, "numbers 0..2000", None, &handle);
+    match other.run(&config(work, Restore::Savepoint(path.clone()), &handle)) {
+        Err(JobError::SourceMismatch {
+            operator,
+            savepoint,
+            job,
+            ..
+        }) => {
+            assert_eq!(operator, "numbers");
+            assert_eq!(savepoint, "numbers 0..3000");
+            assert_eq!(job, "numbers 0..2000");
+        }
+        other => panic!("expected a source mismatch, got {other:?}"),
+    }
+    assert_eq!(committed(work), before, "nothing was committed");
+
+    let same = build_reading(work, "numbers 0..3000", None, &handle);
+    same.run(&config(work, Restore::Savepoint(path), &handle))
+        .unwrap();
+    assert_eq!(committed(work), reference());
+}
+
 // ---- the CLI flow ----------------------------------------------------------------------------
 
 const ORDERS: u64 = 6_000;
@@ -551,4 +604,85 @@ fn no_record_read_after_the_barrier_is_emitted_under_the_mailbox_model() {
 #[test]
 fn no_record_read_after_the_barrier_is_emitted_under_the_bridge_model() {
     no_record_read_after_the_barrier_is_emitted(Model::Bridge);
+}
+
+/// A savepoint of the CLI's job stopped at half of its input, into `savepoints`; its path.
+fn cli_savepoint(work: &Path, out: &Path, savepoints: &Path) -> String {
+    let half = (ORDERS / 2).to_string();
+    let stopped = streamtask(&cli_args(
+        "mailbox",
+        work,
+        out,
+        &[
+            "--stop-with-savepoint",
+            savepoints.to_str().unwrap(),
+            "--stop-with-savepoint-after-records",
+            &half,
+        ],
+    ));
+    assert_eq!(code(&stopped), 0, "{}", stderr(&stopped));
+    stdout(&stopped)
+        .lines()
+        .find_map(|l| l.strip_prefix("savepoint: "))
+        .expect("a savepoint printed")
+        .to_string()
+}
+
+#[test]
+fn cli_a_savepoint_restored_into_other_data_is_refused_before_anything_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let out = dir.path().join("out");
+    let path = cli_savepoint(&work, &out, &dir.path().join("savepoints"));
+    let committed_before = streamtask::sink::read_committed(&out).unwrap();
+    let fewer = (ORDERS / 3 * 2).to_string();
+    for other in [
+        &["--seed", "8"][..],
+        &["--customers", "499"][..],
+        &["--records", &fewer][..],
+    ] {
+        let mut args = cli_args("mailbox", &work, &out, &["--from-savepoint", &path]);
+        let at = args.iter().position(|a| a == other[0]).unwrap() + 1;
+        args[at] = other[1].to_string();
+        let refused = streamtask(&args);
+        let err = stderr(&refused);
+        assert_eq!(code(&refused), 2, "{other:?}: {err}");
+        assert!(
+            err.contains("seed 7"),
+            "{other:?} names the savepoint's data: {err}"
+        );
+        assert!(
+            err.contains("same --records, --customers and --seed"),
+            "{other:?}: {err}"
+        );
+        assert_eq!(
+            streamtask::sink::read_committed(&out).unwrap(),
+            committed_before,
+            "{other:?}: nothing committed"
+        );
+    }
+}
+
+#[test]
+fn cli_a_transaction_lost_to_another_output_dir_fails_at_once_without_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let path = cli_savepoint(
+        &work,
+        &dir.path().join("out"),
+        &dir.path().join("savepoints"),
+    );
+    let elsewhere = dir.path().join("elsewhere");
+    let out = common::streamtask_default_log(&cli_args(
+        "mailbox",
+        &work,
+        &elsewhere,
+        &["--from-savepoint", &path],
+    ));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    assert!(err.contains("is lost"), "{err}");
+    assert!(err.contains("a restart cannot fix"), "{err}");
+    let attempts = err.lines().filter(|l| l.contains("WARN")).count();
+    assert_eq!(attempts, 1, "one attempt, no restarts: {err}");
 }

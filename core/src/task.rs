@@ -355,10 +355,10 @@ impl CheckpointResponder {
     }
 
     fn send(&self, report: TaskReport) {
-        if let Some(tx) = &self.reports {
-            if tx.send(report).is_err() {
-                log::debug!("{}: coordinator gone, checkpoint report dropped", self.task);
-            }
+        if let Some(tx) = &self.reports
+            && tx.send(report).is_err()
+        {
+            log::debug!("{}: coordinator gone, checkpoint report dropped", self.task);
         }
     }
 }

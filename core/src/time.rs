@@ -947,10 +947,10 @@ mod tests {
             Clock::Manual(clock.clone()),
             move |t: Timer| -> Result<(), ()> {
                 let _ = tx.send(t.tag);
-                if t.tag < 3 {
-                    if let Some(s) = slot2.lock().as_ref().and_then(|w| w.upgrade()) {
-                        s.register_timer(timer(t.timestamp, t.tag + 1)).unwrap();
-                    }
+                if t.tag < 3
+                    && let Some(s) = slot2.lock().as_ref().and_then(|w| w.upgrade())
+                {
+                    s.register_timer(timer(t.timestamp, t.tag + 1)).unwrap();
                 }
                 Ok(())
             },

@@ -170,10 +170,10 @@ impl TriggerSlot {
         }
         ring();
         fence(Ordering::SeqCst);
-        if !accepting() {
-            if let Some((barrier, _)) = self.take() {
-                return Offered::TakenBack(barrier);
-            }
+        if !accepting()
+            && let Some((barrier, _)) = self.take()
+        {
+            return Offered::TakenBack(barrier);
         }
         Offered::Slotted
     }

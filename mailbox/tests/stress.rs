@@ -94,7 +94,7 @@ fn a_loop_under_many_producers_runs_every_action_once_in_per_producer_order() {
             steps += 1;
             if v.len() as u64 == PRODUCERS * EACH {
                 c.all_actions_completed();
-            } else if steps % 64 == 0 {
+            } else if steps.is_multiple_of(64) {
                 // Suspend now and then; resume from this very thread (a batch-head mail).
                 c.suspend_default_action().resume();
             }

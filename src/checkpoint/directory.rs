@@ -209,10 +209,10 @@ impl DirectoryStorage {
             .and_then(|()| sync_dir(&self.root));
         if let Err(err) = written {
             // Best effort: whatever is left is a leftover the next open removes anyway.
-            if let Err(e) = fs::remove_dir_all(&temp) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    log::warn!("cannot remove {}: {e}", temp.display());
-                }
+            if let Err(e) = fs::remove_dir_all(&temp)
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                log::warn!("cannot remove {}: {e}", temp.display());
             }
             return Err(err);
         }
@@ -248,10 +248,10 @@ impl DirectoryStorage {
                 Err(err) => log::warn!("cannot remove checkpoint {id}: {err}"),
             }
         }
-        if excess > 0 {
-            if let Err(err) = sync_dir(&self.root) {
-                log::warn!("{err}");
-            }
+        if excess > 0
+            && let Err(err) = sync_dir(&self.root)
+        {
+            log::warn!("{err}");
         }
     }
 

@@ -54,6 +54,11 @@ pub struct VertexShape {
     pub parallelism: usize,
     /// The state entries its tasks may hold.
     pub states: Vec<StateEntry>,
+    /// What its source read, as the source declared it (`DataStream::source_identity`): a
+    /// source's state is a position in that input, so a restore into a job whose source
+    /// declares another identity is refused. `None`: not a source, or none declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_identity: Option<String>,
 }
 
 /// One state file of a savepoint.
@@ -131,10 +136,17 @@ impl Savepoint {
     ///
     /// # Errors
     ///
-    /// [`StorageError::NotASavepoint`] if `path` holds no `_metadata`;
+    /// [`StorageError::NotASavepoint`] if `path` holds no `_metadata`,
+    /// [`StorageError::SavepointIsAFile`] if it is a file;
     /// [`StorageError::Corrupted`] or [`StorageError::Truncated`] for a damaged file,
     /// [`StorageError::MissingFile`] for a missing one, [`StorageError::Io`] if reading fails.
     pub fn load(path: &Path) -> Result<Savepoint, StorageError> {
+        // Reading `<file>/_metadata` would fail with "not a directory", which names no fix.
+        if fs::metadata(path).is_ok_and(|m| !m.is_dir()) {
+            return Err(StorageError::SavepointIsAFile {
+                path: path.to_path_buf(),
+            });
+        }
         let meta_path = path.join(METADATA);
         let bytes = match fs::read(&meta_path) {
             Ok(bytes) => bytes,
@@ -332,6 +344,7 @@ mod tests {
                 key: "source".into(),
                 operator_id: "orders".into(),
             }],
+            source_identity: None,
         }]
     }
 

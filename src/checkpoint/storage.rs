@@ -387,6 +387,16 @@ pub enum StorageError {
         /// The path.
         path: PathBuf,
     },
+    /// A path given to restore a savepoint from is a file: a savepoint is a directory.
+    #[error(
+        "{} is a file, not a savepoint directory; give the directory `--stop-with-savepoint` \
+         printed (`savepoint-<id>-<millis>`), not a file in it",
+        path.display()
+    )]
+    SavepointIsAFile {
+        /// The path.
+        path: PathBuf,
+    },
     /// Reading or writing a path failed.
     #[error(
         "i/o error on {}: {source}; check that the checkpoint directory exists, is writable and \

@@ -319,10 +319,10 @@ impl Operator for SplitReader {
         };
         match event.downcast::<ThreadEvent>() {
             Ok(event) => {
-                if let Some(credits) = self.thread.as_ref().and_then(|t| t.credits.as_ref()) {
-                    if matches!(*event, ThreadEvent::Line(..)) {
-                        let _ = credits.try_recv();
-                    }
+                if let Some(credits) = self.thread.as_ref().and_then(|t| t.credits.as_ref())
+                    && matches!(*event, ThreadEvent::Line(..))
+                {
+                    let _ = credits.try_recv();
                 }
                 match *event {
                     ThreadEvent::Line(line, after) => self.apply_line(line, after, ctx),

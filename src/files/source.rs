@@ -458,13 +458,13 @@ impl SplitEnumerator {
                 current.claimed.insert(split.clone());
             }
         }
-        if let Discovery::Static(splits) = &self.discovery {
-            if let Some(split) = held.iter().find(|s| !splits.contains(s)) {
-                return Err(SplitError::UnknownSplit {
-                    split: split.clone(),
-                    dir: self.dir.clone(),
-                });
-            }
+        if let Discovery::Static(splits) = &self.discovery
+            && let Some(split) = held.iter().find(|s| !splits.contains(s))
+        {
+            return Err(SplitError::UnknownSplit {
+                split: split.clone(),
+                dir: self.dir.clone(),
+            });
         }
         let mut state = self.state.lock();
         state.current = Some(current);

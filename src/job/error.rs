@@ -104,6 +104,18 @@ pub enum JobError {
         /// failures in a row.
         last: AttemptFailure,
     },
+    /// An attempt failed in a way no restart can fix (see
+    /// [`NonRecoverable`](crate::NonRecoverable)), so the job was not restarted.
+    #[error(
+        "the job failed in attempt {attempts} with an error a restart cannot fix, so it was not \
+         restarted: {last}"
+    )]
+    NonRecoverable {
+        /// Attempts made.
+        attempts: u32,
+        /// The failure, naming the task and operator where one ran user code.
+        last: AttemptFailure,
+    },
     /// A start with no earlier run in the checkpoint directory found committed output in a
     /// sink's directory: output no run of this checkpoint directory accounts for (another
     /// work directory's, or one whose checkpoints were deleted). Counted with this run's, it
@@ -158,6 +170,21 @@ pub enum JobError {
         /// The checkpoint's id.
         id: u64,
         /// Its directory.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: StorageError,
+    },
+    /// A savepoint to restore is damaged (a file truncated, corrupted or missing). Unlike a
+    /// checkpoint directory, a savepoint has no older checkpoint to fall back to.
+    #[error(
+        "savepoint {} is damaged: {}. Nothing was restored or committed; restore another \
+         savepoint, or take a new one from the job it came from",
+        path.display(),
+        damage(source)
+    )]
+    DamagedSavepoint {
+        /// The savepoint's directory.
         path: std::path::PathBuf,
         /// What is wrong with it.
         #[source]
@@ -225,6 +252,9 @@ pub enum JobError {
         /// What is wrong with it.
         problem: SavepointDirProblem,
     },
+    /// A directory the run writes (checkpoints, a sink's output) is held by another run.
+    #[error(transparent)]
+    Lock(#[from] super::LockError),
     /// I/O on the work directory failed.
     #[error("work directory {path}: {source}")]
     Io {
@@ -265,6 +295,25 @@ pub enum JobError {
         path: std::path::PathBuf,
         /// The operator ids without an operator in the job.
         operators: Vec<String>,
+    },
+    /// A source reads other input than the source with its operator id read when the
+    /// savepoint was taken (see `DataStream::source_identity`): its position would point into
+    /// other data.
+    #[error(
+        "savepoint {} was taken while source {operator:?} read {savepoint}, but this job's \
+         source reads {job}; restore it into a job that reads the same input (the demo: the \
+         same --records, --customers and --seed), or start without the savepoint",
+        path.display()
+    )]
+    SourceMismatch {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// The source's operator id.
+        operator: String,
+        /// What the source read when the savepoint was taken.
+        savepoint: String,
+        /// What this job's source reads.
+        job: String,
     },
     /// The job's max parallelism differs from the savepoint's.
     #[error(
@@ -403,5 +452,25 @@ impl std::fmt::Display for AttemptFailure {
             AttemptFailure::Task(task) => task.fmt(f),
             AttemptFailure::Checkpoints(failures) => failures.fmt(f),
         }
+    }
+}
+
+/// What is wrong with a damaged file, without the advice a checkpoint's own message gives (to
+/// fall back to an older checkpoint), which a savepoint cannot follow.
+fn damage(source: &StorageError) -> String {
+    match source {
+        StorageError::Truncated {
+            path,
+            expected,
+            actual,
+        } => format!(
+            "{} is truncated ({actual} of {expected} bytes)",
+            path.display()
+        ),
+        StorageError::Corrupted { path, reason } => {
+            format!("{} is corrupted ({reason})", path.display())
+        }
+        StorageError::MissingFile { path } => format!("{} is missing", path.display()),
+        other => other.to_string(),
     }
 }

@@ -42,10 +42,11 @@ use streamtask_legacy::Fairness;
 use super::error::{AttemptFailure, TaskFailed};
 use super::from_source::enumerators_on_action;
 use super::graph::{JobGraph, SpawnCtx};
+use super::non_recoverable::restart_cannot_fix;
 use super::restore::{Restore, write_marker};
 use super::savepoint::StopWithSavepoint;
 use super::wiring::Wiring;
-use super::{JobError, RunningTask};
+use super::{DirLock, JobError, RunningTask};
 
 /// How often a failed job is restarted, and after how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +198,8 @@ impl JobConfig {
     ///
     /// [`JobError::UnfinishedRun`] for a fresh start over an unfinished run,
     /// [`JobError::NothingToResume`] for a resume of a finished run, [`JobError::Storage`] if
-    /// the directory cannot be read.
+    /// the directory cannot be read; for [`Restore::Savepoint`], the savepoint is read:
+    /// [`JobError::DamagedSavepoint`], or [`JobError::Storage`] if it is not one.
     pub fn check_restore(&self) -> Result<(), JobError> {
         super::restore::check(
             &self.restore,
@@ -338,6 +340,8 @@ struct AttemptEnd {
     failure: Option<AttemptFailure>,
     /// Tasks that ignored cancellation (each left its stuck thread behind).
     left_behind: Vec<TaskFailed>,
+    /// Whether the failure is one no restart can fix (see `non_recoverable.rs`).
+    non_recoverable: bool,
     /// The savepoint this attempt stopped with.
     savepoint: Option<PathBuf>,
     /// The stop-with-savepoint that failed and ended this attempt.
@@ -354,13 +358,15 @@ impl JobGraph {
     ///
     /// # Errors
     ///
-    /// [`JobError::Failed`] when no restart is left, [`JobError::Cancelled`] when
-    /// `config.cancel` was set, [`JobError::SavepointFailed`] when a stop-with-savepoint's
-    /// savepoint failed ([`JobError::SavepointDirectory`] before anything runs if its
-    /// directory is unusable); before anything runs, [`JobError::UnfinishedRun`],
+    /// [`JobError::Failed`] when no restart is left, [`JobError::NonRecoverable`] at once for a
+    /// failure no restart can fix (see [`NonRecoverable`](crate::NonRecoverable)),
+    /// [`JobError::Cancelled`] when `config.cancel` was set, [`JobError::SavepointFailed`] when a
+    /// stop-with-savepoint's savepoint failed ([`JobError::SavepointDirectory`] before anything
+    /// runs if its directory is unusable); before anything runs, [`JobError::UnfinishedRun`],
     /// [`JobError::NothingToResume`], [`JobError::DamagedCheckpoint`] and
-    /// [`JobError::ShapeMismatch`] from the restore setting; and configuration, storage or sink
-    /// errors.
+    /// [`JobError::ShapeMismatch`] from the restore setting; [`JobError::Lock`] if another run
+    /// holds the checkpoint directory or a sink's output directory; and configuration, storage
+    /// or sink errors.
     pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
         if config.channel_capacity == 0 {
             return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
@@ -381,6 +387,8 @@ impl JobGraph {
                 stop.check_dir()?;
             }
         }
+        // Before anything in them is read or written; held until the run returns.
+        let _locks = self.lock_dirs(&config.checkpoint_dir)?;
         let storage =
             CheckpointStorage::directory(&config.checkpoint_dir, config.retained_checkpoints)?;
         let mut restored = self.first_restore(
@@ -494,6 +502,12 @@ impl JobGraph {
                 Some(failure) => {
                     log::warn!("attempt {} failed: {failure}", restarts + 1);
                     failures.push(failure.to_string());
+                    if end.non_recoverable {
+                        return Err(JobError::NonRecoverable {
+                            attempts: restarts + 1,
+                            last: failure,
+                        });
+                    }
                     if restarts >= config.restart.attempts {
                         return Err(JobError::Failed {
                             attempts: restarts + 1,
@@ -527,6 +541,21 @@ impl JobGraph {
                 }
             }
         }
+    }
+
+    /// Locks the checkpoint directory and every sink's output directory for this run: one
+    /// run at a time per directory (see [`DirLock`]).
+    fn lock_dirs(&self, checkpoint_dir: &Path) -> Result<Vec<DirLock>, JobError> {
+        let mut dirs: Vec<&Path> = vec![checkpoint_dir];
+        for dir in &self.sink_dirs {
+            if !dirs.contains(&dir.as_path()) {
+                dirs.push(dir);
+            }
+        }
+        Ok(dirs
+            .into_iter()
+            .map(DirLock::acquire)
+            .collect::<Result<_, _>>()?)
     }
 
     fn is_source_task(&self, task: &str) -> bool {
@@ -779,6 +808,7 @@ impl JobGraph {
         } else {
             Vec::new()
         };
+        let mut non_recoverable = false;
         let failure = if cancelled {
             None
         } else if taken.is_some() || savepoint_failure.is_some() {
@@ -786,7 +816,10 @@ impl JobGraph {
             // or is the cancel that ended the failed stop.
             None
         } else {
-            let cause = first_cause(&outcomes, &cancelled_by_us);
+            let cause = first_cause(&outcomes, &cancelled_by_us).map(|(cause, cannot_fix)| {
+                non_recoverable = cannot_fix;
+                cause
+            });
             match checkpoints_failed.lock().take() {
                 // A task that failed by itself (its snapshot, say) is the cause; one left
                 // behind when the attempt was stopped for the failed checkpoints (a task stuck
@@ -821,6 +854,7 @@ impl JobGraph {
         Ok(AttemptEnd {
             failure,
             left_behind,
+            non_recoverable,
             savepoint: taken,
             savepoint_failure,
             last_checkpoint_id,
@@ -890,27 +924,36 @@ fn outcomes_of(
         .collect()
 }
 
-/// The failure that ended an attempt. Once one task fails, its neighbours fail too (their
-/// channels close under them) and the rest are cancelled; which of them the executor saw
-/// first is a race. So the cause is chosen after every task was joined: the first failure that
-/// is not a consequence of another, else the first consequence, else an unexpected cancel.
-fn first_cause(outcomes: &[Ended], cancelled_by_us: &[bool]) -> Option<TaskFailed> {
+/// The failure that ended an attempt, and whether no restart can fix it. Once one task fails,
+/// its neighbours fail too (their channels close under them) and the rest are cancelled; which
+/// of them the executor saw first is a race. So the cause is chosen after every task was
+/// joined: the first failure no restart can fix (restarting is pointless if any task has one),
+/// else the first that is not a consequence of another, else the first consequence, else an
+/// unexpected cancel.
+fn first_cause(outcomes: &[Ended], cancelled_by_us: &[bool]) -> Option<(TaskFailed, bool)> {
     let failed = || outcomes.iter().filter_map(|o| o.failed.as_ref());
+    let cannot_fix = |f: &&TaskFailed| f.failure.as_deref().is_some_and(|f| restart_cannot_fix(f));
+    if let Some(f) = failed().find(cannot_fix) {
+        return Some((f.clone(), true));
+    }
     let is_consequence = |f: &&TaskFailed| f.error().is_some_and(TaskError::is_consequence);
     if let Some(f) = failed().find(|f| !is_consequence(f)) {
-        return Some(f.clone());
+        return Some((f.clone(), false));
     }
     if let Some(f) = failed().next() {
-        return Some(f.clone());
+        return Some((f.clone(), false));
     }
     outcomes
         .iter()
         .enumerate()
         .find(|(i, o)| o.cancelled && !cancelled_by_us[*i])
-        .map(|(i, _)| TaskFailed {
-            task: outcomes[i].task.clone(),
-            operator: None,
-            failure: None,
+        .map(|(i, _)| {
+            let cancelled = TaskFailed {
+                task: outcomes[i].task.clone(),
+                operator: None,
+                failure: None,
+            };
+            (cancelled, false)
         })
 }
 

@@ -36,6 +36,9 @@ pub(crate) struct StateIds {
     pub(crate) uids: BTreeMap<(String, Option<usize>), String>,
     /// The iteration heads: vertices whose snapshots hold a feedback log.
     pub(crate) feedback_logs: BTreeSet<String>,
+    /// What each source vertex's source reads, as declared with
+    /// [`DataStream::source_identity`]; a savepoint records it and a restore compares it.
+    pub(crate) source_identities: BTreeMap<String, String>,
 }
 
 impl Default for StateIds {
@@ -44,6 +47,7 @@ impl Default for StateIds {
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             uids: BTreeMap::new(),
             feedback_logs: BTreeSet::new(),
+            source_identities: BTreeMap::new(),
         }
     }
 }
@@ -150,6 +154,45 @@ impl<T: Send + 'static> DataStream<T> {
     }
 }
 
+impl<T: Send + 'static> DataStream<T> {
+    /// Declares what the source just added reads: an identity of its input (a file's size and
+    /// checksum, the parameters it was generated with, a topic and partition set). A source's
+    /// state is a position in that input, so a savepoint records the identity and a restore
+    /// into a job whose source (found by operator id) declares another one is refused with
+    /// [`JobError::SourceMismatch`] before anything runs. A source that declares none is not
+    /// checked.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let out = CollectHandle::new();
+    /// env.from_sequence("numbers", 0..100)
+    ///     .source_identity("numbers 0..100")
+    ///     .collect_sink("out", &out);
+    /// assert!(env.build().is_ok());
+    /// ```
+    pub fn source_identity(self, identity: impl Into<String>) -> DataStream<T> {
+        // Only right after the source: the chain holds the source alone.
+        if !self.is_source || self.plan.chain.len() != 1 {
+            self.env.graph.borrow_mut().errors.push(JobError::Config(format!(
+                "source_identity follows no source of {:?}; call it right after adding the source",
+                self.vertex
+            )));
+            return self;
+        }
+        self.env
+            .graph
+            .borrow_mut()
+            .ids
+            .source_identities
+            .insert(self.vertex.clone(), identity.into());
+        self
+    }
+}
+
 impl JobGraph {
     /// The job's max parallelism.
     pub fn max_parallelism(&self) -> u32 {
@@ -225,6 +268,7 @@ impl JobGraph {
                 name: v.name.clone(),
                 parallelism: v.parallelism,
                 states,
+                source_identity: self.ids.source_identities.get(&v.name).cloned(),
             });
         }
         Ok(shapes)

@@ -208,15 +208,15 @@ where
 
 impl<T> Drop for IterativeStream<T> {
     fn drop(&mut self) {
-        if !self.closed {
-            if let Ok(mut g) = self.env.graph.try_borrow_mut() {
-                g.errors.push(
-                    IterationError::NotClosed {
-                        iteration: self.name.clone(),
-                    }
-                    .into(),
-                );
-            }
+        if !self.closed
+            && let Ok(mut g) = self.env.graph.try_borrow_mut()
+        {
+            g.errors.push(
+                IterationError::NotClosed {
+                    iteration: self.name.clone(),
+                }
+                .into(),
+            );
         }
     }
 }

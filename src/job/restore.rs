@@ -170,6 +170,10 @@ fn found(dir: &Path, storage: &CheckpointStorage) -> Result<Found, JobError> {
 /// What [`JobConfig::check_restore`](crate::JobConfig::check_restore) checks: the refusals
 /// of [`Restore`] that need no job to decide.
 pub(crate) fn check(restore: &Restore, dir: &Path, retained: usize) -> Result<(), JobError> {
+    if let Restore::Savepoint(path) = restore {
+        // A savepoint that cannot be read is refused before the caller prepares anything.
+        load_savepoint(path)?;
+    }
     if !dir.exists() {
         return Ok(());
     }
@@ -186,6 +190,20 @@ pub(crate) fn check(restore: &Restore, dir: &Path, retained: usize) -> Result<()
     }
 }
 
+/// Reads the savepoint at `path`, a damaged one as [`JobError::DamagedSavepoint`].
+fn load_savepoint(path: &Path) -> Result<Savepoint, JobError> {
+    Savepoint::load(path).map_err(|source| {
+        if source.is_damage() {
+            JobError::DamagedSavepoint {
+                path: path.to_path_buf(),
+                source,
+            }
+        } else {
+            JobError::Storage(source)
+        }
+    })
+}
+
 impl JobGraph {
     /// Decides where the first attempt starts, clearing an earlier run's state when the
     /// setting says so. Returns the checkpoint to restore, if any.
@@ -200,7 +218,7 @@ impl JobGraph {
         if let Restore::Savepoint(path) = restore {
             // The same path as a checkpoint from here on: the savepoint becomes a checkpoint
             // of this job's tasks.
-            let savepoint = Savepoint::load(path)?;
+            let savepoint = load_savepoint(path)?;
             let checkpoint = self.restore_savepoint(&savepoint, allow_non_restored)?;
             self.check_shape(&checkpoint)?;
             // The checkpoints an earlier run left here belong to the job the savepoint
@@ -269,11 +287,22 @@ impl JobGraph {
                         Some(checkpoint)
                     }
                     None => {
-                        log::info!(
-                            "the earlier run in {} completed no checkpoint; resuming from the \
-                             beginning",
-                            dir.display()
-                        );
+                        // Only a fallback gets here with checkpoints stored: all are damaged.
+                        let damaged = storage.completed_ids()?.len();
+                        if damaged == 0 {
+                            log::info!(
+                                "the earlier run in {} completed no checkpoint; resuming from \
+                                 the beginning",
+                                dir.display()
+                            );
+                        } else {
+                            log::warn!(
+                                "every checkpoint of the earlier run in {} is damaged ({damaged} \
+                                 stored); falling back to the beginning as asked: its sink \
+                                 output is deleted and written again",
+                                dir.display()
+                            );
+                        }
                         self.start_over(storage)?;
                         None
                     }
@@ -312,14 +341,14 @@ impl JobGraph {
         if fallback {
             let newest = storage.completed_ids()?.last().copied();
             let restored = storage.latest()?;
-            if let (Some(newest), Some(c)) = (newest, &restored) {
-                if c.id != newest {
-                    log::warn!(
-                        "fell back from damaged checkpoint {newest} to checkpoint {} as asked; the \
+            if let (Some(newest), Some(c)) = (newest, &restored)
+                && c.id != newest
+            {
+                log::warn!(
+                    "fell back from damaged checkpoint {newest} to checkpoint {} as asked; the \
                      sinks rewind the output committed after it",
-                        c.id
-                    );
-                }
+                    c.id
+                );
             }
             return Ok(restored);
         }

@@ -437,6 +437,38 @@ impl AttemptSavepoint {
 }
 
 impl JobGraph {
+    /// A source's state is a position in what it read: every source of this job that declares
+    /// an identity must read what its namesake (by operator id) in the savepoint read, if that
+    /// one declared an identity too.
+    fn check_source_identities(&self, savepoint: &Savepoint) -> Result<(), JobError> {
+        let source_of = |v: &VertexShape| {
+            v.states
+                .iter()
+                .find(|s| s.key == TaskSnapshot::SOURCE)
+                .map(|s| s.operator_id.clone())
+        };
+        for vertex in self.shape()? {
+            let (Some(job), Some(operator)) = (&vertex.source_identity, source_of(&vertex)) else {
+                continue;
+            };
+            let taken = savepoint
+                .metadata
+                .vertices
+                .iter()
+                .filter(|v| source_of(v).as_ref() == Some(&operator))
+                .find_map(|v| v.source_identity.as_ref());
+            if let Some(taken) = taken.filter(|t| *t != job) {
+                return Err(JobError::SourceMismatch {
+                    path: savepoint.path.clone(),
+                    operator,
+                    savepoint: taken.clone(),
+                    job: job.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Turns `savepoint` into a checkpoint of this job's tasks: every state entry found by its
     /// operator id and redistributed to this job's parallelism (see the module docs).
     pub(crate) fn restore_savepoint(
@@ -452,6 +484,7 @@ impl JobGraph {
                 job: self.max_parallelism(),
             });
         }
+        self.check_source_identities(savepoint)?;
         // operator id -> (old vertex, entry key, old parallelism)
         let mut old: BTreeMap<String, (&str, &str, usize)> = BTreeMap::new();
         for v in &meta.vertices {

@@ -197,6 +197,26 @@ pub enum SinkError {
 }
 
 impl SinkError {
+    /// Whether a restart may fix this. A restart restores the same state into the same
+    /// directory, so a lost transaction, a formatter's line break, another subtask's state and
+    /// a directory that cannot be written (no permission, a read-only or full file system, a
+    /// file in its place) fail the same way again; other I/O errors may be passing.
+    pub fn is_recoverable(&self) -> bool {
+        use io::ErrorKind::{
+            NotADirectory, PermissionDenied, QuotaExceeded, ReadOnlyFilesystem, StorageFull,
+        };
+        match self {
+            SinkError::Io { source, .. } => !matches!(
+                source.kind(),
+                NotADirectory | PermissionDenied | QuotaExceeded | ReadOnlyFilesystem | StorageFull
+            ),
+            SinkError::MissingTransaction { .. }
+            | SinkError::LineBreak { .. }
+            | SinkError::SubtaskMismatch { .. } => false,
+            SinkError::Lifecycle { .. } => true,
+        }
+    }
+
     /// The offending line of a [`SinkError::LineBreak`], handed back.
     pub fn into_line(self) -> Option<String> {
         match self {

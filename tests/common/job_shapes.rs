@@ -144,7 +144,7 @@ pub fn time_a(n: u64) -> i64 {
 
 /// Event time of the second input's `n`: out of order by 10 ms (the strategy allows 50).
 pub fn time_b(n: u64) -> i64 {
-    n as i64 * 20 + if n % 2 == 0 { 30 } else { 0 }
+    n as i64 * 20 + if n.is_multiple_of(2) { 30 } else { 0 }
 }
 
 /// The end of the one-second event-time window holding `ts`.
@@ -207,7 +207,7 @@ impl CoProcessFunction for Join {
         n: u64,
         ctx: &mut KeyedContext<'_, '_, u64, JoinState, String>,
     ) -> Result<(), OperatorError> {
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             ctx.output(&self.sevens, n)?;
         }
         Self::add(ctx, 0, 1);

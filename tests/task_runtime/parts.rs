@@ -80,7 +80,7 @@ impl Log {
     fn hot(&self) {
         // Relaxed: a counter read only by `wait_hot`, which takes the events lock afterwards.
         let n = self.0.hot.fetch_add(1, Ordering::Relaxed);
-        if n % 64 == 0 {
+        if n.is_multiple_of(64) {
             let _guard = self.events();
             self.0.changed.notify_all();
         }
@@ -288,10 +288,10 @@ impl Operator for Probe {
         ctx: &mut Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         // Before the record is logged, so a test that saw it knows the cancel is done.
-        if self.faults.cancel_periodic_on == Some(record.value) {
-            if let Some(handle) = self.periodic.take() {
-                ctx.cancel_timer(handle);
-            }
+        if self.faults.cancel_periodic_on == Some(record.value)
+            && let Some(handle) = self.periodic.take()
+        {
+            ctx.cancel_timer(handle);
         }
         if record.value < HOT {
             self.log.push(Ev::Record(self.name, record.value));
@@ -299,11 +299,11 @@ impl Operator for Probe {
         if self.faults.fail_on == Some(record.value) {
             return Err(OperatorError::user(self.name, "failed on purpose"));
         }
-        if let Some((value, latch)) = &self.faults.stuck_on {
-            if *value == record.value {
-                self.log.push(Ev::Stuck);
-                latch.wait();
-            }
+        if let Some((value, latch)) = &self.faults.stuck_on
+            && *value == record.value
+        {
+            self.log.push(Ev::Stuck);
+            latch.wait();
         }
         self.processed += 1;
         ctx.collect(record)
@@ -626,17 +626,17 @@ pub(crate) fn threads_named(prefix: &str) -> Vec<String> {
 /// Whether `error` is, or was caused by, the operator error `pick` accepts. Walks the typed
 /// cause chain (`Error::source`); never reads a message.
 pub(crate) fn caused_by(error: &TaskError, pick: impl Fn(&OperatorError) -> bool) -> bool {
-    if let TaskError::Operator(op) = error {
-        if pick(op) {
-            return true;
-        }
+    if let TaskError::Operator(op) = error
+        && pick(op)
+    {
+        return true;
     }
     let mut cause = std::error::Error::source(error);
     while let Some(e) = cause {
-        if let Some(op) = e.downcast_ref::<OperatorError>() {
-            if pick(op) {
-                return true;
-            }
+        if let Some(op) = e.downcast_ref::<OperatorError>()
+            && pick(op)
+        {
+            return true;
         }
         cause = e.source();
     }

@@ -143,6 +143,16 @@ impl DemoData {
         })
     }
 
+    /// The identity of the orders file these parameters generate (the generator is
+    /// deterministic: equal parameters, equal file), which the orders source declares so a
+    /// savepoint is restored only into a job over the same file.
+    pub fn identity(&self) -> String {
+        format!(
+            "orders.csv of {} orders, {} customers, seed {}",
+            self.orders, self.customers, self.seed
+        )
+    }
+
     /// Writes the orders file at `path` atomically (temporary file, fsync, rename).
     ///
     /// # Errors
@@ -166,6 +176,24 @@ impl DemoData {
         .sum();
         // Ids grow longer than the sample's; round up generously.
         bytes.div_ceil(sample) + self.orders.to_string().len() as u64
+    }
+
+    /// Bytes of the committed output a run writes (the [`expected_output`] lines, each with
+    /// its line break), estimated from the first orders: measured exactly on a sample, scaled
+    /// to every order, plus the digits the order ids and running totals gain after the sample.
+    pub fn estimated_output_bytes(&self) -> u64 {
+        const SAMPLE: u64 = 10_000;
+        let sample = self.orders.clamp(1, SAMPLE);
+        let bytes: u64 = expected_output(&DemoData {
+            orders: sample,
+            ..*self
+        })
+        .iter()
+        .map(|l| l.len() as u64 + 1)
+        .sum();
+        // Totals grow with the orders per customer, as ids grow with the orders.
+        let longer = 2 * (self.orders.to_string().len() - sample.to_string().len()) as u64;
+        (bytes.div_ceil(sample) + longer).saturating_mul(self.orders)
     }
 
     /// [`write_orders_file`](Self::write_orders_file), stopping with
@@ -226,7 +254,9 @@ impl WatermarkPolicy {
     pub fn after(&mut self, order: &Order) -> Option<i64> {
         self.count += 1;
         self.max_timestamp = self.max_timestamp.max(order.timestamp);
-        (self.count % WATERMARK_EVERY == 0).then(|| self.max_timestamp - MAX_OUT_OF_ORDER_MS - 1)
+        self.count
+            .is_multiple_of(WATERMARK_EVERY)
+            .then(|| self.max_timestamp - MAX_OUT_OF_ORDER_MS - 1)
     }
 }
 

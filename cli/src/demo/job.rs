@@ -29,6 +29,22 @@ use super::totals::RunningTotals;
 use streamtask::fault::FaultPlan;
 use streamtask::{JobConfig, JobError, JobGraph, JobResult, Model, StreamEnvironment};
 
+/// The margin [`DemoJob::bytes_to_write`] adds, in percent: line lengths are measured on a
+/// sample of the orders (ids and running totals grow longer after it), and the file system's
+/// blocks, the sinks' in-progress files and the database's journal come on top.
+pub const SPACE_MARGIN_PERCENT: u64 = 20;
+
+/// The customer database, estimated: a row per customer and SQLite's pages and journal.
+fn database_bytes(customers: u32) -> u64 {
+    u64::from(customers) * 64 + (256 << 10)
+}
+
+/// The checkpoints one model's run keeps (three retained): per customer a running total,
+/// open windows and timers, and the sinks' transaction lists.
+fn checkpoint_bytes(customers: u32) -> u64 {
+    3 * (u64::from(customers) * 256 + (64 << 10))
+}
+
 /// Parallelism of the keyed totals and everything after them.
 pub const KEYED_PARALLELISM: usize = 2;
 
@@ -141,19 +157,90 @@ impl DemoJob {
         self.prepare_with(&AtomicBool::new(false), || {})
     }
 
-    /// Bytes the orders file and one model's output take, estimated.
-    pub fn estimated_bytes(&self) -> u64 {
-        // One output line per order plus window lines, each longer than an order line (the
-        // enriched customer fields): about three order lines per order.
-        self.data
-            .orders
-            .saturating_mul(self.data.estimated_bytes_per_order())
-            .saturating_mul(4)
+    /// The file that records which data the work directory's orders file and database were
+    /// generated from, written after both are complete.
+    fn generated_marker(&self) -> PathBuf {
+        self.work_dir.join("orders.identity")
     }
 
-    /// [`prepare`](Self::prepare), checking free space first, stopping soon after `cancel` is
-    /// set (the half-written file is removed), and calling `midway` once when half the orders
-    /// are written.
+    /// What the marker holds once the orders file of [`data`](Self::data) is complete.
+    fn marker_text(&self, file_len: u64) -> String {
+        format!("{}\n{file_len} bytes\n", self.data.identity())
+    }
+
+    /// Whether the orders file and database of [`data`](Self::data) are already generated (a
+    /// resume, or a rerun in the same work directory): the marker names this data and the
+    /// orders file's length.
+    pub fn is_generated(&self) -> bool {
+        let Ok(file) = std::fs::metadata(self.orders_file()) else {
+            return false;
+        };
+        self.database().is_file()
+            && std::fs::read_to_string(self.generated_marker())
+                .is_ok_and(|text| text == self.marker_text(file.len()))
+    }
+
+    /// Bytes the runs of `models` will still write into the work directory, estimated: the
+    /// orders file and the database unless [generated](Self::is_generated) already, and for
+    /// each output directory the reference output not committed there yet (a resume continues
+    /// it; a fresh start deletes the old output first, freeing as much) plus its retained
+    /// checkpoints; then [`SPACE_MARGIN_PERCENT`] on top.
+    pub fn bytes_to_write(&self, models: &[Model]) -> u64 {
+        let data = if self.is_generated() {
+            0
+        } else {
+            self.data
+                .orders
+                .saturating_mul(self.data.estimated_bytes_per_order())
+                .saturating_add(database_bytes(self.data.customers))
+        };
+        let output = self.data.estimated_output_bytes();
+        let mut dirs: Vec<PathBuf> = models.iter().map(|&m| self.output_dir(m)).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        let outputs = dirs.iter().fold(0u64, |sum, dir| {
+            let committed: u64 = streamtask::sink::committed_files(dir)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|f| std::fs::metadata(f).ok())
+                .map(|m| m.len())
+                .sum();
+            sum.saturating_add(output.saturating_sub(committed))
+                .saturating_add(checkpoint_bytes(self.data.customers))
+        });
+        let needed = data.saturating_add(outputs);
+        needed.saturating_add(needed / 100 * SPACE_MARGIN_PERCENT)
+    }
+
+    /// Refuses runs of `models` whose writes ([`bytes_to_write`](Self::bytes_to_write)) do not
+    /// fit the work directory's disk.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::NotEnoughSpace`]; [`JobError::Io`] if the free space cannot be read.
+    pub fn check_space(&self, models: &[Model]) -> Result<(), JobError> {
+        std::fs::create_dir_all(&self.work_dir).map_err(|source| JobError::Io {
+            path: self.work_dir.clone(),
+            source,
+        })?;
+        let needed = self.bytes_to_write(models);
+        let available = fs4::available_space(&self.work_dir).map_err(|source| JobError::Io {
+            path: self.work_dir.clone(),
+            source,
+        })?;
+        if needed > available {
+            return Err(JobError::NotEnoughSpace {
+                path: self.work_dir.clone(),
+                needed,
+                available,
+            });
+        }
+        Ok(())
+    }
+
+    /// [`prepare`](Self::prepare), checking free space for the data first, stopping soon after
+    /// `cancel` is set (the half-written file is removed), and calling `midway` once when half
+    /// the orders are written. Data already [generated](Self::is_generated) is kept as it is.
     ///
     /// # Errors
     ///
@@ -164,21 +251,31 @@ impl DemoJob {
             path: path.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
-        let needed = self.estimated_bytes();
-        let available = fs4::available_space(&self.work_dir).map_err(|e| io(&self.work_dir, e))?;
-        if needed > available {
-            return Err(JobError::NotEnoughSpace {
-                path: self.work_dir.clone(),
-                needed,
-                available,
-            });
+        if self.is_generated() {
+            return Ok(());
+        }
+        self.check_space(&[])?;
+        // The marker goes first, so a generation cut short is never taken for a complete one.
+        match std::fs::remove_file(self.generated_marker()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io(&self.generated_marker(), e));
+            }
+            _ => {}
         }
         self.data
             .write_orders_file_with(&self.orders_file(), cancel, midway)
             .map_err(|e| io(&self.orders_file(), e))?;
         create_customer_db(&self.database(), self.data.customers)
             .map_err(|e| io(&self.database(), std::io::Error::other(e)))?;
+        let len = std::fs::metadata(self.orders_file())
+            .map_err(|e| io(&self.orders_file(), e))?
+            .len();
+        let marker = self.generated_marker();
+        let tmp = marker.with_extension("tmp");
+        std::fs::write(&tmp, self.marker_text(len))
+            .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &marker))
+            .map_err(|e| io(&marker, e))?;
         Ok(())
     }
 
@@ -192,6 +289,7 @@ impl DemoJob {
         let orders = self.orders_file();
         let faults = Arc::clone(&self.faults);
         let stop_at = self.stop_at.clone();
+        let identity = self.data.identity();
         let source = match model {
             Model::Legacy | Model::Bridge => env.add_source("orders", move |_| {
                 OrdersFileSource::new(orders.clone(), Arc::clone(&faults))
@@ -205,7 +303,8 @@ impl DemoJob {
                         .with_stop_at(stop_at.clone()),
                 )
             }),
-        };
+        }
+        .source_identity(identity);
         let faults = Arc::clone(&self.faults);
         let probe_faults = Arc::clone(&self.faults);
         let totals = source

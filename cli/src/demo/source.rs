@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use serde::{Deserialize, Serialize};
-use streamtask::SavepointHandle;
+use streamtask::{NonRecoverable, SavepointHandle};
 use streamtask_core::state::{decode, encode};
 use streamtask_core::{OperatorError, Watermark};
 use streamtask_legacy::{SourceContext, SourceFunction};
@@ -42,11 +42,21 @@ pub struct StopAt {
 }
 
 fn io_error(path: &std::path::Path, e: std::io::Error) -> OperatorError {
-    OperatorError::user("orders", format!("cannot read {}: {e}", path.display()))
+    let message = format!("cannot read {}: {e}", path.display());
+    // A missing or unreadable file stays so across a restart.
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+    ) {
+        OperatorError::user("orders", NonRecoverable::new(message))
+    } else {
+        OperatorError::user("orders", message)
+    }
 }
 
+/// A line that is not an order is in the file every attempt reads again: no restart fixes it.
 fn parse(line: &str) -> Result<Order, OperatorError> {
-    Order::parse(line).map_err(|e| OperatorError::user("orders", e))
+    Order::parse(line).map_err(|e| OperatorError::user("orders", NonRecoverable::new(e)))
 }
 
 /// The legacy orders source: loops over the file on the task thread; each record's emit and

@@ -294,13 +294,14 @@ where
         if call.attempt != attempt || call.retry.is_some() {
             return Ok(()); // an attempt that is no longer current
         }
-        if !call.last_attempt && self.phase == Phase::Open {
-            if let Some(delay) = self.retry.next_delay(attempt, &outcome) {
-                let at = ctx.processing_time().saturating_add(millis_ceil(delay));
-                let handle = ctx.register_timer(at, timer_tag(key, RETRY_TIMER))?;
-                call.retry = Some(SetTimer { at, handle });
-                return Ok(());
-            }
+        if !call.last_attempt
+            && self.phase == Phase::Open
+            && let Some(delay) = self.retry.next_delay(attempt, &outcome)
+        {
+            let at = ctx.processing_time().saturating_add(millis_ceil(delay));
+            let handle = ctx.register_timer(at, timer_tag(key, RETRY_TIMER))?;
+            call.retry = Some(SetTimer { at, handle });
+            return Ok(());
         }
         let Some(mut call) = self.calls.remove(key) else {
             unreachable!("looked up above");
@@ -1128,7 +1129,7 @@ mod tests {
         let config =
             AsyncConfig::new(OutputMode::Unordered, 100).with_timeout(Duration::from_millis(50));
         let mut rig = Rig::with(function, config, None);
-        let completes = |x: u32| x % 3 == 0 || x % 7 == 1;
+        let completes = |x: u32| x.is_multiple_of(3) || x % 7 == 1;
         for x in 0..100 {
             rig.record(x);
             if x == 0 {

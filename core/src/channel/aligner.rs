@@ -180,15 +180,15 @@ impl BarrierAligner {
         now: Instant,
     ) -> AlignerAction {
         self.expect_open(channel, "a barrier");
-        if let Some(pending) = &mut self.pending {
-            if barrier.id == pending.barrier.id {
-                pending.arrived += 1;
-                self.channels[channel] = ChannelState::Blocked;
-                return match self.complete_if_aligned(now) {
-                    Some(aligned) => AlignerAction::Trigger(aligned),
-                    None => AlignerAction::Block,
-                };
-            }
+        if let Some(pending) = &mut self.pending
+            && barrier.id == pending.barrier.id
+        {
+            pending.arrived += 1;
+            self.channels[channel] = ChannelState::Blocked;
+            return match self.complete_if_aligned(now) {
+                Some(aligned) => AlignerAction::Trigger(aligned),
+                None => AlignerAction::Block,
+            };
         }
         if self.newest.is_some_and(|newest| barrier.id <= newest) {
             return AlignerAction::Ignore;

@@ -718,10 +718,10 @@ impl GateCore {
     }
 
     fn triggered(&mut self, aligned: Aligned) {
-        if let Some(metrics) = &self.metrics {
-            if self.aligner.channels() > 1 {
-                metrics.alignment.record(aligned.alignment_duration());
-            }
+        if let Some(metrics) = &self.metrics
+            && self.aligner.channels() > 1
+        {
+            metrics.alignment.record(aligned.alignment_duration());
         }
         self.pending.push_back(Signal::Checkpoint(aligned.barrier));
     }

@@ -204,10 +204,11 @@ where
     /// on the chain if it now accepts input.
     fn after_mail(&mut self) {
         self.body.publish_after_mail(self.resting);
-        if self.parked.is_some() && self.body.accepts_input() {
-            if let Some(suspension) = self.parked.take() {
-                suspension.resume();
-            }
+        if self.parked.is_some()
+            && self.body.accepts_input()
+            && let Some(suspension) = self.parked.take()
+        {
+            suspension.resume();
         }
     }
 

@@ -339,10 +339,10 @@ impl<T: Send> SourceReader<T> for FeedReader<T> {
     fn register_waker(&mut self, waker: &Waker) {
         *self.waker.lock().unwrap() = Some(waker.clone());
         // Data that arrived between poll_next and now: wake at once (the lost-wakeup window).
-        if !self.rx.is_empty() {
-            if let Some(waker) = self.waker.lock().unwrap().take() {
-                waker.wake();
-            }
+        if !self.rx.is_empty()
+            && let Some(waker) = self.waker.lock().unwrap().take()
+        {
+            waker.wake();
         }
     }
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
