@@ -3,7 +3,7 @@
 use crate::checkpoint::{ConfigError, CoordinatorError, StorageError};
 use crate::sink::SinkError;
 use streamtask_core::async_io::AsyncConfigError;
-use streamtask_core::channel::{ChannelError, GateError, WriterError};
+use streamtask_runtime::channel::{ChannelError, GateError, WriterError};
 
 use crate::Model;
 
@@ -74,7 +74,7 @@ pub enum JobError {
     Chaining(#[from] streamtask_bridge::ChainingError),
     /// An iteration is built or restored wrongly.
     #[error(transparent)]
-    Iteration(#[from] streamtask_core::runtime::IterationError),
+    Iteration(#[from] streamtask_runtime::IterationError),
     /// A zero restart delay or other bad executor setting.
     #[error("{0}")]
     Config(String),

@@ -343,7 +343,7 @@ impl JobGraph {
     /// errors.
     pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
         if config.channel_capacity == 0 {
-            return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
+            return Err(streamtask_runtime::channel::ChannelError::ZeroCapacity.into());
         }
         if let Some(cp) = &config.checkpoint {
             cp.validate()?;

@@ -60,7 +60,7 @@ use crate::sync::{Arc, Condvar, Mutex, MutexGuard, unlocked};
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicBool, Ordering};
 /// use std::task::{Wake, Waker};
-/// use streamtask_core::channel::{TryRecvError, bounded};
+/// use streamtask_runtime::channel::{TryRecvError, bounded};
 ///
 /// struct Flag(AtomicBool);
 /// impl Wake for Flag {
