@@ -11,7 +11,7 @@
 //! | [`demo`] | the demo job: generated orders, keyed running totals, async enrichment, exactly-once file sink |
 //! | [`report`] | the side-by-side table `compare` prints, and its JSON |
 //! | [`plot`] | the SVG plot of a comparison |
-//! | [`bench`] | the rows of `streamtask bench` and the harnesses the benches share |
+//! | [`bench`](mod@bench) | the rows of `streamtask bench` and the harnesses the benches share |
 
 #![forbid(unsafe_code)]
 
