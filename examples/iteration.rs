@@ -16,7 +16,7 @@ use std::time::Duration;
 use streamtask::checkpoint::CheckpointStorage;
 use streamtask::fault::{FaultKind, FaultPlan, quiet_injected_panics};
 use streamtask::prelude::*;
-use streamtask_core::runtime::feedback_log;
+use streamtask_runtime::feedback_log;
 
 const RECORDS: u64 = 2_000;
 const BOUND: u64 = 10;

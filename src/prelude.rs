@@ -24,7 +24,6 @@ pub use crate::job::{
 pub use crate::model::Model;
 pub use crate::sink::{CollectHandle, TwoPhaseCommitFileSink};
 pub use streamtask_core::async_io::AsyncConfig;
-pub use streamtask_core::channel::Partitioner;
 pub use streamtask_core::function::{
     AsyncFunction, CoProcessFunction, KeyedProcessFunction, ResultFuture, TimeDomain,
 };
@@ -34,3 +33,4 @@ pub use streamtask_core::operator::{
 pub use streamtask_core::{Clock, Context, Operator, OperatorError, StreamRecord, Watermark};
 pub use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
 pub use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+pub use streamtask_runtime::channel::Partitioner;

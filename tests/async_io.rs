@@ -21,10 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
-use streamtask_core::async_io::{
-    AsyncConfig, AsyncConfigError, FutureAsyncFunction, OutputMode, RetryPolicy, TokioRuntime,
-};
-use streamtask_core::channel::{InputGate, Sender, bounded};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, OutputMode, RetryPolicy};
 use streamtask_core::function::{AsyncError, AsyncFunction};
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
@@ -33,6 +30,8 @@ use streamtask_core::{
     CheckpointBarrier, Clock, ManualClock, OperatorError, Output, StreamElement, StreamRecord,
     StreamStatus, TaskError, TaskOutcome, TaskOutput, TaskSnapshot, Watermark,
 };
+use streamtask_runtime::channel::{InputGate, Sender, bounded};
+use streamtask_runtime::{FutureAsyncFunction, TokioRuntime};
 
 /// A guard against hangs only.
 const GUARD: Duration = Duration::from_secs(60);

@@ -15,7 +15,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
-use streamtask_core::channel::{InputGate, Sender, bounded};
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::{
@@ -23,6 +22,7 @@ use streamtask_core::{
     StreamStatus, TaskError, TaskOutcome, TaskOutput, TaskSnapshot, Watermark,
 };
 use streamtask_mailbox::{AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask};
+use streamtask_runtime::channel::{InputGate, Sender, bounded};
 use tokio::sync::oneshot;
 
 /// A guard against hangs only.
@@ -809,7 +809,7 @@ fn public_types_are_send() {
     fn send_sync<T: Send + Sync>() {}
     send::<AsyncOperatorTask<Enrich>>();
     send_sync::<AsyncOperatorError>();
-    send_sync::<streamtask_core::async_io::TokioRuntime>();
+    send_sync::<streamtask_runtime::TokioRuntime>();
 }
 
 // ---- awaiting a mailbox executor's submit ------------------------------------------------------

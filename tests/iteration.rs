@@ -18,8 +18,8 @@ use streamtask::checkpoint::{CheckpointStorage, Savepoint};
 use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 use streamtask::{JobPhase, SavepointHandle};
-use streamtask_core::runtime::{IterationError, feedback_log};
 use streamtask_core::state::{decode, encode};
+use streamtask_runtime::{IterationError, feedback_log};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 const RECORDS: u64 = 1_500;

@@ -41,13 +41,13 @@ mod parts;
 
 use std::time::{Duration, Instant};
 
-use streamtask_core::async_io::QueuedInput;
 use streamtask_core::operator::Emitted;
-use streamtask_core::runtime::{FEEDBACK_LOG, feedback_log};
 use streamtask_core::state::decode;
 use streamtask_core::task::TaskReport;
 use streamtask_core::time::Period;
 use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskSnapshot};
+use streamtask_runtime::QueuedInput;
+use streamtask_runtime::{FEEDBACK_LOG, feedback_log};
 
 use adapter::{KINDS, Kind, MODELS, Model, Spec, Task, Waited, cases, each, start};
 use parts::{

@@ -19,9 +19,8 @@ use std::time::Duration;
 use streamtask::Model;
 use streamtask_cli::bench::async_io::{Chain, median, rate, run};
 use streamtask_cli::bench::benching;
-use streamtask_core::async_io::{
-    BlockingAsyncFunction, BlockingPool, FutureAsyncFunction, OutputMode, TokioRuntime,
-};
+use streamtask_core::async_io::{BlockingAsyncFunction, BlockingPool, OutputMode};
+use streamtask_runtime::{FutureAsyncFunction, TokioRuntime};
 
 #[derive(Debug, Clone, Copy)]
 enum Client {

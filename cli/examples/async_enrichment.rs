@@ -27,12 +27,13 @@ use streamtask::sink::{CollectHandle, CollectSink};
 use streamtask_cli::demo::customer_service::{CustomerService, remote_enrichment};
 use streamtask_cli::demo::data::TotalEvent;
 use streamtask_cli::demo::enrich::{create_customer_db, enrichment};
-use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, TokioRuntime};
-use streamtask_core::channel::{InputGate, bounded};
+use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode};
 use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Discard, OperatorExt};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord, TaskOutcome};
+use streamtask_runtime::TokioRuntime;
+use streamtask_runtime::channel::{InputGate, bounded};
 
 const CUSTOMERS: u32 = 200;
 const EVENTS: u64 = 2_000;

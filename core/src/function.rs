@@ -366,7 +366,10 @@ impl<O> ResultFuture<O> {
     /// can appear but by cloning this one (borrowed mutably here). The `Acquire` fence pairs
     /// with the `Release` decrement of the last other handle's drop: what that holder did
     /// (its completion's reads of the fields) happens before the writes below.
-    pub(crate) fn renew(&mut self, entry: u64, attempt: u32) -> bool {
+    ///
+    /// For the async engine of the runtime crate (`streamtask-runtime`); a function never
+    /// needs it.
+    pub fn renew(&mut self, entry: u64, attempt: u32) -> bool {
         if crate::sync::Arc::strong_count(&self.shared) != 1 {
             return false;
         }

@@ -1,13 +1,29 @@
-//! The vocabulary every streamtask model shares: stream elements, operators and chains, user
-//! functions, state snapshots, what a task reports for a checkpoint, channels between tasks,
-//! processing time, metrics, the task-runtime kit every model's tasks are built on (`runtime`),
-//! and the synchronization facade.
+//! What a user's operator and function are written against, the same under every model: stream
+//! elements, operators and chains, user functions, state and key groups, what a task reports for
+//! a checkpoint, processing time and the timer service, async I/O as a user configures it,
+//! metrics, traces, the synchronization facade and the test harnesses.
 //!
-//! Core keeps what every model runs on. Job-level machinery that no model needs (the checkpoint
-//! coordinator, checkpoint storage and the sinks) lives in the root crate `streamtask`.
+//! Nothing here knows about checkpoint locks, mailboxes, threads of a task or tokio: an operator
+//! written against this crate runs unchanged under `streamtask-legacy`, `streamtask-mailbox` and
+//! `streamtask-bridge`, and compiles without them. What a model builds its tasks from (the task
+//! body, lifecycle and handle, channels and input gates, the async engine and its tokio runtime,
+//! the timer thread) is `streamtask-runtime`; job-level machinery (the checkpoint coordinator,
+//! checkpoint storage, the sinks) is the root crate `streamtask`.
 //!
-//! Nothing here knows about checkpoint locks or mailboxes: an operator written against this crate
-//! runs unchanged under `streamtask-legacy`, `streamtask-mailbox` and `streamtask-bridge`.
+//! # Contents
+//!
+//! | part | what | Flink |
+//! |---|---|---|
+//! | [`StreamRecord`], [`Watermark`], [`StreamStatus`], [`CheckpointBarrier`], [`StreamElement`] | what flows between operators and tasks | `StreamElement` and its kinds |
+//! | [`operator`]: [`Operator`], [`Context`], [`Output`], chains, ready-made and keyed operators, side outputs | an operator's lifecycle and what it emits to | `StreamOperator`, `OperatorChain`, `KeyedProcessOperator` |
+//! | [`function`] | the user functions: keyed process, co-process, async | `KeyedProcessFunction`, `CoProcessFunction`, `AsyncFunction` |
+//! | [`state`], [`keygroup`] | snapshots and their encoding; key groups, key-grouped, list and union state | `KeyGroupRange`, `ListState` |
+//! | [`task`] | a task's config, outcome, failure, state and checkpoint report | `Task`'s `ExecutionState`, `CheckpointResponder` |
+//! | [`time`] | the clock and the timer service an operator registers with | `ProcessingTimeService` |
+//! | [`async_io`] | the async operator's config, retry policies, the blocking pool | `AsyncDataStream`'s options, `AsyncRetryStrategy` |
+//! | [`metrics`], [`trace`] | a task's counters and latency histograms; spans of who ran what | `TaskIOMetricGroup` |
+//! | [`sync`] | the one place that names locks, atomics and threads (loom under `cfg(loom)`) | - |
+//! | [`testing`] | operator and two-input harnesses, a manual timer service, `Send`/`Sync` checks | `OneInputStreamOperatorTestHarness` |
 //!
 //! # Name families
 //!
@@ -41,12 +57,10 @@ mod element;
 mod error;
 
 pub mod async_io;
-pub mod channel;
 pub mod function;
 pub mod keygroup;
 pub mod metrics;
 pub mod operator;
-pub mod runtime;
 pub mod state;
 pub mod sync;
 pub mod task;
@@ -61,6 +75,4 @@ pub use crate::error::{BoxError, OperatorError, catch_panic};
 pub use crate::operator::{Context, Operator, Output, TaskOutput};
 pub use crate::state::{StateError, TaskSnapshot};
 pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome, TriggerError};
-pub use crate::time::{
-    Clock, ManualClock, Period, Rearm, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
-};
+pub use crate::time::{Clock, ManualClock, Period, Timer, TimerError, TimerHandle, TimerService};

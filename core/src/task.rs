@@ -28,6 +28,10 @@ use crate::state::TaskSnapshot;
 use crate::time::Clock;
 use crate::trace::Tracer;
 
+/// How long a stopping task may take before `join` gives up on it (unless the task's config
+/// says otherwise).
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(30);
+
 /// What every model's task needs besides its source, inputs, chain and output.
 ///
 /// # Examples
@@ -70,7 +74,7 @@ impl TaskConfig {
             clock: Clock::System,
             restore: None,
             tracer: Tracer::off(),
-            cancel_grace: crate::runtime::DEFAULT_CANCEL_GRACE,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -104,9 +108,8 @@ impl TaskConfig {
         self
     }
 
-    /// Waits `grace` for a stopping task (see [`TaskHandle`](crate::runtime::TaskHandle) for
-    /// the cancel/join contract); [`DEFAULT_CANCEL_GRACE`](crate::runtime::DEFAULT_CANCEL_GRACE)
-    /// unless set.
+    /// Waits `grace` for a stopping task (see the runtime's `TaskHandle` for the cancel/join
+    /// contract); [`DEFAULT_CANCEL_GRACE`] unless set.
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
@@ -213,7 +216,7 @@ pub enum TaskError {
     )]
     Ended {
         /// The state it ended in.
-        state: crate::runtime::TaskState,
+        state: TaskState,
     },
 }
 
@@ -369,6 +372,103 @@ impl fmt::Debug for CheckpointResponder {
             .field("task", &self.task)
             .field("connected", &self.reports.is_some())
             .finish()
+    }
+}
+
+/// Where a task is in its life:
+///
+/// | state | meaning | moves to | by |
+/// |---|---|---|---|
+/// | `Initializing` | restoring and opening the chain; triggers are declined | `Running`; `Cancelling`, `Failing` | the task thread once the chain is open; `cancel`; a failure |
+/// | `Running` | processing input (or running the source); triggers snapshot | `Finishing`, `Suspending`; `Cancelling`, `Failing` | the task thread at end of input; the body at a stop-with-savepoint barrier; `cancel`; a failure |
+/// | `Suspending` | took a stop-with-savepoint barrier: a source emits nothing more; triggers are declined, notices delivered | `Suspended` (the savepoint completed), `Running` (it was aborted); `Cancelling`, `Failing` | the body at the savepoint's notice; `cancel`; a failure |
+/// | `Suspended` | the savepoint completed: the task's threads are stopping, without end of input (Flink's stop without `--drain`) | `Finished` | the task thread after teardown |
+/// | `Finishing` | input ended: the chain drains and finishes; triggers are declined, notices still delivered | `Finished` (terminal); `Cancelling`, `Failing` | the task thread after teardown; `cancel`; a failure |
+/// | `Cancelling` | `cancel()` was called; the task's threads are stopping | `Cancelled`; `Failed` (a thread was left behind) | the task thread after teardown |
+/// | `Failing` | the first failure is kept; the task's threads are stopping | `Failed` | the task thread after teardown |
+/// | `Finished`, `Cancelled`, `Failed` | every thread the task started has ended, but one left behind stuck in user code (see the runtime's `TaskHandle`) | - | - |
+///
+/// A failure or a cancel while `Suspended` is only logged too (the savepoint holds everything
+/// the task did up to its barrier; whatever failed after it is not part of the job's output).
+/// A failure while `Cancelling` is only logged (Flink ignores a cancelled task's errors,
+/// FLINK-15811); a second failure while `Failing` too (the first wins). Every move into
+/// `Cancelling` or `Failing` runs the task's stop hook once (cancel the source's token, put a
+/// poison mail: whatever wakes that model's threads) and starts the grace period; so does the
+/// move into `Suspended`, which is how a suspended task's threads learn to end.
+///
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TaskState {
+    /// Restoring and opening the chain; triggers are declined.
+    Initializing = 0,
+    /// Processing input (or running the source); triggers snapshot.
+    Running = 1,
+    /// Input ended: the chain drains and finishes; triggers are declined, notices delivered.
+    Finishing = 2,
+    /// `cancel()` was called; the task's threads are stopping.
+    Cancelling = 3,
+    /// A thread failed; the others are stopping.
+    Failing = 4,
+    /// Every thread ended after the chain finished.
+    Finished = 5,
+    /// Every thread ended after a cancellation.
+    Cancelled = 6,
+    /// The task ended after a failure (or left a thread behind that ignored cancellation).
+    Failed = 7,
+    /// Took a stop-with-savepoint barrier; waits for the savepoint (notices delivered).
+    Suspending = 8,
+    /// The stop-with-savepoint's savepoint completed; the task's threads are stopping, without
+    /// end of input. Ends `Finished`.
+    Suspended = 9,
+}
+
+impl TaskState {
+    /// The state stored as `state as u8`: for the runtime's lifecycle, which keeps the state
+    /// in an atomic byte.
+    ///
+    /// # Panics
+    ///
+    /// Panics on a byte no state is stored as.
+    #[doc(hidden)]
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            0 => TaskState::Initializing,
+            1 => TaskState::Running,
+            2 => TaskState::Finishing,
+            3 => TaskState::Cancelling,
+            4 => TaskState::Failing,
+            5 => TaskState::Finished,
+            6 => TaskState::Cancelled,
+            7 => TaskState::Failed,
+            8 => TaskState::Suspending,
+            9 => TaskState::Suspended,
+            // Only `TaskState as u8` is ever stored.
+            other => panic!("impossible task state byte {other}"),
+        }
+    }
+
+    /// Whether the task ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Finished | TaskState::Cancelled | TaskState::Failed
+        )
+    }
+
+    /// Whether the task is still doing its work (neither stopping nor ended).
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            TaskState::Initializing
+                | TaskState::Running
+                | TaskState::Finishing
+                | TaskState::Suspending
+        )
+    }
+
+    /// Whether the task was cancelled or failed and its threads are stopping.
+    pub fn is_stopping(self) -> bool {
+        matches!(self, TaskState::Cancelling | TaskState::Failing)
     }
 }
 

@@ -13,14 +13,7 @@ fn smoke() {
 }
 
 use streamtask_core::async_io::{
-    AsyncConfigError, Backoff, BlockingPool, OutputMode, PoolError, QueueFull, QueueOutput,
-    QueuedInput, RetryConfigError,
-};
-use streamtask_core::channel::{
-    Aligned, AlignerAction, BarrierAligner, ChannelError, GateError, GateEvent, InputClosed,
-    InputGate, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender,
-    TryRecvError, TrySendError, TwoInputEvent, TwoInputGate, ValveOutput, ValveUpdate,
-    WatermarkValve, WriterError,
+    AsyncConfigError, Backoff, BlockingPool, OutputMode, PoolError, RetryConfigError,
 };
 use streamtask_core::function::{AsyncError, AsyncOutcome, Completion, ResultFuture, TimeDomain};
 use streamtask_core::metrics::{
@@ -33,7 +26,7 @@ use streamtask_core::trace::{TraceEvent, TraceLog, Tracer};
 use streamtask_core::{
     CheckpointBarrier, CheckpointKind, Clock, ManualClock, OperatorError, StateError,
     StreamElement, StreamRecord, StreamStatus, TaskConfig, TaskError, TaskFailure, TaskOutcome,
-    TaskSnapshot, Timer, TimerError, TimerHandle, TimerScheduler, TriggerError, Watermark,
+    TaskSnapshot, Timer, TimerError, TimerHandle, TriggerError, Watermark,
 };
 
 // Elements and their vocabulary.
@@ -46,42 +39,13 @@ assert_send_sync!(
     CheckpointKind,
 );
 
-// Channels: handles move to the producing and consuming threads; the errors carry payloads.
-assert_send_sync!(
-    Sender<u64>,
-    Receiver<u64>,
-    InputGate<u64>,
-    TwoInputGate<u64, String>,
-    BarrierAligner,
-    Aligned,
-    AlignerAction,
-    WatermarkValve,
-    ValveOutput,
-    ValveUpdate,
-    GateEvent<u64>,
-    TwoInputEvent<u64, String>,
-    InputClosed,
-);
-assert_send_sync!(
-    ChannelError,
-    GateError,
-    SendError<u64>,
-    TrySendError<u64>,
-    SendTimeoutError<u64>,
-    RecvError,
-    TryRecvError,
-    RecvTimeoutError,
-    WriterError,
-);
-
-// Time: the clock and the timer scheduler are shared by the timer thread and the task.
+// Time: the clock is shared by the timer thread and the task.
 assert_send_sync!(
     Clock,
     ManualClock,
     Timer,
     TimerHandle,
     TimerError,
-    TimerScheduler,
     ManualTimerService,
 );
 
@@ -116,9 +80,6 @@ assert_send_sync!(
     BlockingPool,
     PoolError,
     OutputMode,
-    QueuedInput<u64>,
-    QueueOutput<u64>,
-    QueueFull<u64>,
     AsyncConfigError,
     RetryConfigError,
     Backoff,
@@ -186,17 +147,3 @@ mod issue_13 {
     assert_not_sync!(SideOutputs);
     assert_not_sync!(KeyedCoProcessOperator<Key, Key, Co>);
 }
-
-// Iterations: the feedback edge's ends cross from the tail's task to the head's.
-use streamtask_core::runtime::{
-    FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
-    IterationInput,
-};
-assert_send_sync!(
-    FeedbackSender<u64>,
-    FeedbackReceiver<u64>,
-    FeedbackWriter<u64>,
-    FeedbackOutput<u64>,
-    IterationError,
-);
-assert_send_only!(IterationInput<u64>);

@@ -17,13 +17,13 @@
 //! | [`CancellationToken`], [`CancelHook`] | cancellation that reaches a source blocked in a wait or I/O |
 //! | [`SystemProcessingTimeService`] | the timer thread; every timer fires under the lock |
 //! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] ([`InputStreamTask`]), [`SourceTaskParts`] | the tasks (builders ending in `spawn`) |
-//! | [`TaskHandle`], [`TaskState`] | the kit's one handle and lifecycle (`streamtask_core::runtime`), as every model's tasks return them |
+//! | [`TaskHandle`], [`TaskState`] | the kit's one handle and lifecycle (`streamtask_runtime`), as every model's tasks return them |
 //! | [`AsyncWaitStreamTask`], [`AsyncHead`], [`NoChain`], [`AsyncChainError`] | async I/O: an input task headed by an async operator, with its emitter thread (always the head: FLINK-13063) |
 //! | [`testing`] | test support: the bounded hand-over's section probe, hot source and snapshot probe (this crate's and the bridge's tests) |
 //!
 //! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]). What every task
 //! does (the checkpoint order, end of input with drains, close, the lifecycle on [`TaskState`]
-//! and the cancel/join contract on [`TaskHandle`]) is the kit's, `streamtask_core::runtime`;
+//! and the cancel/join contract on [`TaskHandle`]) is the kit's, `streamtask_runtime`;
 //! this crate supplies who holds the state (the checkpoint lock, around the kit's `ChainBody`)
 //! and how calls reach it:
 //!

@@ -9,9 +9,9 @@ use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::task::{TaskConfig, TaskError};
 use streamtask_core::trace::Tracer;
 use streamtask_core::{
-    Clock, OperatorError, Period, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
-    catch_panic,
+    Clock, OperatorError, Period, Timer, TimerError, TimerHandle, TimerService, catch_panic,
 };
+use streamtask_runtime::TimerScheduler;
 
 use crate::lock::{CheckpointGuard, CheckpointLock, LockId};
 
@@ -193,7 +193,7 @@ impl SystemProcessingTimeService {
     /// for a task giving up on a thread that holds the checkpoint lock a timer may wait for.
     /// Idempotent; [`shutdown`](Self::shutdown) still joins.
     ///
-    /// [`TimerScheduler::stop`]: streamtask_core::TimerScheduler::stop
+    /// [`TimerScheduler::stop`]: streamtask_runtime::TimerScheduler::stop
     pub fn stop(&self) {
         self.status
             .store(TimerStatus::ShutDown as u8, Ordering::Release);

@@ -10,7 +10,6 @@ use std::thread;
 use std::time::Duration;
 
 use common::{HANG_GUARD, SharedOutput, responder, wait_running};
-use streamtask_core::channel::{InputGate, bounded};
 use streamtask_core::operator::{Discard, Map};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError, TaskOutcome, TaskReport};
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamElement};
@@ -18,6 +17,7 @@ use streamtask_legacy::{
     CancellationToken, OneInputStreamTask, SourceContext, SourceFunction, SourceStreamTask,
     TaskState,
 };
+use streamtask_runtime::channel::{InputGate, bounded};
 
 #[test]
 fn smoke() {

@@ -9,7 +9,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{HANG_GUARD, SharedOutput, responder, values, wait_running};
-use streamtask_core::channel::{InputGate, Sender, TwoInputGate, bounded};
 use streamtask_core::operator::{
     Context, Emitted, Map, Operator, OperatorEvent, TwoInputChain, TwoInputOperator,
 };
@@ -19,6 +18,7 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamElement, StreamRecord, TaskSnapshot, Watermark,
 };
 use streamtask_legacy::{OneInputStreamTask, TwoInputStreamTask};
+use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};
 
 fn record<T>(value: T) -> StreamElement<T> {
     StreamElement::Record(StreamRecord::new(value))
@@ -470,7 +470,7 @@ impl Operator for FailsOnFirst {
 /// executor's cancel cannot turn the cause into an ignored failure while cancelling.
 #[test]
 fn a_failing_chain_is_recorded_before_the_input_channels_close() {
-    use streamtask_core::runtime::TaskState;
+    use streamtask_core::task::TaskState;
     for panics in [false, true] {
         let (tx, rx) = bounded(1).unwrap();
         let task = OneInputStreamTask::new(

@@ -155,10 +155,9 @@ fn quiesce_racing_a_timer_waiting_for_the_lock_fires_nothing_after_it() {
 /// inbox the task gives its head. The model's own thread is the task thread, taking the lock
 /// per record and waiting on the lock's condition for room as `Parts::lock_with_room` does.
 mod async_wait {
-    use streamtask_core::async_io::{AsyncConfig, AsyncWaitOperator, OutputMode, QueuedInput};
+    use streamtask_core::async_io::{AsyncConfig, OutputMode};
     use streamtask_core::function::{AsyncFunction, ResultFuture};
     use streamtask_core::operator::{Chain, Emitted};
-    use streamtask_core::runtime::{ChainBody, Drain, TaskEnv, TaskParts, TaskSetup};
     use streamtask_core::state::decode;
     use streamtask_core::sync::{Arc, Mutex};
     use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
@@ -169,6 +168,8 @@ mod async_wait {
         AsyncBody, AsyncCallsThread, EmitterInbox, EmitterThread, emitter_channel,
     };
     use streamtask_legacy::{CheckpointLock, Fairness, NoChain};
+    use streamtask_runtime::{AsyncWaitOperator, QueuedInput};
+    use streamtask_runtime::{ChainBody, Drain, TaskEnv, TaskParts, TaskSetup};
 
     /// Completes every call at once, on the calling thread (the task thread, under the lock),
     /// with its input: the completion reaches the emitter through its inbox. With `parked`, it

@@ -390,7 +390,7 @@ type Running<I> = (CallInput<I>, Option<Vec<u8>>);
 /// #     async fn process_element(&mut self, r: StreamRecord<u64>, cx: &mut AsyncContext<u64>)
 /// #         -> Result<(), OperatorError> { cx.yield_now().await; cx.collect(r); Ok(()) }
 /// # }
-/// use streamtask_core::channel::{InputGate, bounded};
+/// use streamtask_runtime::channel::{InputGate, bounded};
 /// use streamtask_core::operator::Discard;
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::StreamElement;

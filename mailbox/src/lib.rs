@@ -13,7 +13,7 @@
 //! | [`MailboxExecutor`], [`SubmitHandle`] | execute and submit from any thread; yield on the owner | `MailboxExecutorImpl` |
 //! | [`MailboxTimerService`], [`MailboxEvents`], [`OperatorMails`] | timers and operator events as mails at the operator's priority | `ProcessingTimeServiceImpl` |
 //! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
-//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks on the kit (`streamtask_core::runtime`) behind the one handle every model shares | `StreamTask` |
+//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks on the kit (`streamtask_runtime`) behind the one handle every model shares | `StreamTask` |
 //!
 //! Protocols are written out where they live: the mailbox states and the lost-wakeup argument in
 //! [`TaskMailbox`]'s module, the loop, suspension and poison protocols in
@@ -130,4 +130,4 @@ pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
 pub use crate::task::TaskHandle;
 pub use crate::task::{IterationHeadTask, OneInputTask, SourceTask, TwoInputTask};
 #[doc = include_str!("async_wait.md")]
-pub use streamtask_core::async_io::AsyncWaitOperator;
+pub use streamtask_runtime::AsyncWaitOperator;

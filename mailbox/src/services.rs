@@ -12,9 +12,8 @@ use streamtask_core::operator::{EventSink, OperatorEvent};
 use streamtask_core::sync::atomic::{AtomicBool, Ordering};
 use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::trace::Tracer;
-use streamtask_core::{
-    Clock, Period, Rearm, Timer, TimerError, TimerHandle, TimerScheduler, TimerService,
-};
+use streamtask_core::{Clock, Period, Timer, TimerError, TimerHandle, TimerService};
+use streamtask_runtime::{Rearm, TimerScheduler};
 
 use crate::executor::Rejected;
 use crate::letter::MailAction;

@@ -7,13 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use streamtask_core::async_io::{AsyncConfig, OutputMode, QueuedInput};
+use streamtask_core::async_io::{AsyncConfig, OutputMode};
 use streamtask_core::operator::{FlatMap, Map, OperatorExt};
 use streamtask_core::state::decode;
 use streamtask_core::task::{TaskConfig, TaskReport};
 use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_core::{CheckpointBarrier, Clock, ManualClock, StreamRecord, TaskSnapshot};
 use streamtask_mailbox::{AsyncWaitOperator, SourceTask};
+use streamtask_runtime::QueuedInput;
 
 use common::{CountingReader, SharedOutput, log, next_report, responder};
 
@@ -167,9 +168,9 @@ impl streamtask_core::function::AsyncFunction for Answering {
 /// emitted and the mails the task ran.
 fn answered_at_once(inline: bool, mode: OutputMode) -> (Vec<u64>, u64) {
     use streamtask_core::StreamElement;
-    use streamtask_core::channel::{InputGate, bounded};
     use streamtask_core::operator::Emitted;
     use streamtask_mailbox::OneInputTask;
+    use streamtask_runtime::channel::{InputGate, bounded};
 
     let op = AsyncWaitOperator::new("async", Answering, AsyncConfig::new(mode, 2))
         .unwrap()
@@ -221,8 +222,8 @@ fn completions_arriving_while_the_task_waits_for_input_are_published() {
     // suspended (between input steps the steps' own publication takes it along): here the
     // task waits for input, so the counts must move with each completion, before the end.
     use streamtask_core::StreamElement;
-    use streamtask_core::channel::{InputGate, bounded};
     use streamtask_mailbox::OneInputTask;
+    use streamtask_runtime::channel::{InputGate, bounded};
 
     let function = ManualAsyncFunction::new();
     let calls = function.calls();

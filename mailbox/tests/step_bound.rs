@@ -129,7 +129,7 @@ fn back_to_back_triggers_are_snapshotted_in_order_hot_or_idle() {
             Discard,
         );
         // Wait until the task runs (a trigger before that is declined as not running).
-        while task.state() != streamtask_core::runtime::TaskState::Running {
+        while task.state() != streamtask_core::task::TaskState::Running {
             std::thread::yield_now();
         }
         const TRIGGERS: u64 = 300;

@@ -1,4 +1,4 @@
-//! One- and two-input tasks: core's input gates read without blocking, suspension on `Nothing`
+//! One- and two-input tasks: the runtime's input gates read without blocking, suspension on `Nothing`
 //! and resume by the channel's notice, barrier-aligned checkpoints inside input processing, end
 //! of input, and an upstream that vanishes.
 
@@ -7,7 +7,6 @@ mod common;
 use std::sync::Arc;
 
 use common::{Log, Probe, SharedOutput, entries, log, next_report, responder, wait_for};
-use streamtask_core::channel::{InputGate, Sender, TwoInputGate, bounded};
 use streamtask_core::operator::{Context, Emitted, Map, TwoInputChain, TwoInputOperator};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskReport};
 use streamtask_core::{
@@ -15,6 +14,7 @@ use streamtask_core::{
     TaskSnapshot, TriggerError, Watermark,
 };
 use streamtask_mailbox::{OneInputTask, TwoInputTask};
+use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};
 
 fn record<T>(value: T) -> StreamElement<T> {
     StreamElement::Record(StreamRecord::new(value))
@@ -26,7 +26,7 @@ fn barrier<T>(id: u64) -> StreamElement<T> {
 
 fn channel<T>() -> (
     Sender<StreamElement<T>>,
-    streamtask_core::channel::Receiver<StreamElement<T>>,
+    streamtask_runtime::channel::Receiver<StreamElement<T>>,
 ) {
     bounded(64).unwrap()
 }

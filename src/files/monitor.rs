@@ -22,7 +22,7 @@
 //!
 //! # Timing
 //!
-//! The listing runs on a periodic timer of core's scheduler with a *fixed delay*: the next
+//! The listing runs on a periodic timer of the runtime's scheduler with a *fixed delay*: the next
 //! listing is due `interval` after the previous one was forwarded (the run completes when the
 //! source calls [`Rearm::done`]), which is Flink's `Thread.sleep(interval)` after each listing.
 
@@ -33,8 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use streamtask_core::{Clock, OperatorError, Period, Rearm, Timer, TimerScheduler, TimerService};
+use streamtask_core::{Clock, OperatorError, Period, Timer, TimerService};
 use streamtask_legacy::{SourceContext, SourceFunction};
+use streamtask_runtime::{Rearm, TimerScheduler};
 
 use super::split::FileSplit;
 use crate::fault::{FaultKind, FaultPlan};
@@ -184,7 +185,7 @@ impl SourceFunction for FileMonitor {
         let _hook = ctx.on_cancel(move || {
             let _ = cancel_ticks.send(Tick::Cancelled);
         });
-        // The listing timer: core's scheduler, fixed delay, re-armed when a listing is done.
+        // The listing timer: the runtime's scheduler, fixed delay, re-armed when a listing is done.
         let timers = TimerScheduler::spawn_deferred(
             &format!("{}-listing", self.name),
             Clock::System,

@@ -9,8 +9,8 @@ use crate::checkpoint::{
 use crate::sink::SinkError;
 use streamtask_core::TaskError;
 use streamtask_core::async_io::AsyncConfigError;
-use streamtask_core::channel::{ChannelError, GateError, WriterError};
 use streamtask_core::task::TaskFailure;
+use streamtask_runtime::channel::{ChannelError, GateError, WriterError};
 
 use crate::Model;
 
@@ -81,7 +81,7 @@ pub enum JobError {
     Chaining(#[from] streamtask_bridge::ChainingError),
     /// An iteration is built or restored wrongly.
     #[error(transparent)]
-    Iteration(#[from] streamtask_core::runtime::IterationError),
+    Iteration(#[from] streamtask_runtime::IterationError),
     /// A zero restart delay or other bad executor setting.
     #[error("{0}")]
     Config(String),

@@ -156,7 +156,7 @@ impl JobConfig {
             fallback_to_older: false,
             stop_with_savepoint: None,
             allow_non_restored_state: false,
-            cancel_grace: streamtask_core::runtime::DEFAULT_CANCEL_GRACE,
+            cancel_grace: streamtask_core::task::DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -369,7 +369,7 @@ impl JobGraph {
     /// or sink errors.
     pub fn run(&self, config: &JobConfig) -> Result<JobResult, JobError> {
         if config.channel_capacity == 0 {
-            return Err(streamtask_core::channel::ChannelError::ZeroCapacity.into());
+            return Err(streamtask_runtime::channel::ChannelError::ZeroCapacity.into());
         }
         if let Some(cp) = &config.checkpoint {
             cp.validate()?;

@@ -27,7 +27,6 @@ use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::AsyncConfig;
-use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::keygroup::StableKey;
 use streamtask_core::operator::{
@@ -38,6 +37,7 @@ use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
+use streamtask_runtime::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 
 use super::identity::StateIds;
 use super::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};

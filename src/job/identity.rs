@@ -11,7 +11,7 @@
 //! once state moves through a savepoint; names of chained operators need not be otherwise.
 //!
 //! An iteration head (see `iterate.rs`) has one more entry: its feedback log
-//! (`streamtask_core::runtime::FEEDBACK_LOG`), the records that were in the loop at the cut,
+//! (`streamtask_runtime::FEEDBACK_LOG`), the records that were in the loop at the cut,
 //! with the id `<iteration>/feedback-log` (or the uid given right after `iterate`). Without it
 //! a restore from a savepoint would drop the records in the loop. The log is list state: on a
 //! rescale the old heads' logs are concatenated and split evenly over the new heads.
@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use streamtask_core::TaskSnapshot;
 use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, check_parallelism};
-use streamtask_core::runtime::FEEDBACK_LOG;
+use streamtask_runtime::FEEDBACK_LOG;
 
 use super::JobError;
 use super::graph::{DataStream, JobGraph, StreamEnvironment};

@@ -14,7 +14,7 @@
 //! feedback stream must have the head's parallelism (as Flink demands). The checkpoint
 //! coordinator needs nothing special for the cycle: the head is not a source (it is never
 //! triggered), the tail acknowledges like any task, and the head acknowledges once its barrier
-//! came back with the feedback log (see `streamtask_core::runtime::IterationInput`).
+//! came back with the feedback log (see `streamtask_runtime::IterationInput`).
 
 use std::fmt;
 use std::rc::Rc;
@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::channel::Partitioner;
 use streamtask_core::operator::{BoxOperator, TaskOutput};
-use streamtask_core::runtime::{FeedbackOutput, FeedbackWriter, IterationError, IterationInput};
+use streamtask_runtime::channel::Partitioner;
+use streamtask_runtime::{FeedbackOutput, FeedbackWriter, IterationError, IterationInput};
 
 use super::graph::{
     DataStream, EdgeSpec, Head, Segment, Spawner, StreamEnvironment, Tail, input_gate,

@@ -12,9 +12,9 @@ use streamtask_core::keygroup::StableKey;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::channel::Partitioner;
 use streamtask_core::function::CoProcessFunction;
 use streamtask_core::operator::KeyedCoProcessOperator;
+use streamtask_runtime::channel::Partitioner;
 
 use super::graph::{ConnectedStreams, DataStream, KeyFn, SpawnCtx};
 use super::wiring::EdgePattern;

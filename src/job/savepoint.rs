@@ -10,7 +10,7 @@
 //!    `checkpoint/savepoint.rs`) and only then do its completion notices go out.
 //!    [`SavepointHandle::wait_written`] returns its path from here on.
 //! 4. The savepoint is synchronous, as Flink's: from its barrier on a source emits nothing
-//!    (the one check is `ChainBody::source_may_emit` in core's runtime kit: a legacy source's
+//!    (the one check is `ChainBody::source_may_emit` in the runtime kit (`streamtask-runtime`): a legacy source's
 //!    next locked section waits on the lock's condition, a reader is not polled, its task only
 //!    runs mails), and every task that took the barrier is `Suspending` (triggers declined,
 //!    notices delivered). The savepoint's completion notice commits the two-phase sinks'

@@ -16,10 +16,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::Waker;
 
-use streamtask_core::channel::{Partitioner, RecordWriter};
 use streamtask_core::operator::{BoxOperator, Chain, OutputTag, SideOutputs, TaskOutput};
 use streamtask_core::sync::Mutex;
 use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+use streamtask_runtime::channel::{Partitioner, RecordWriter};
 
 use super::graph::{DataStream, EdgeSpec, Segment, SpawnCtx, Spawner, Tail};
 use super::plan::PlannedInput;

@@ -13,12 +13,12 @@ use std::any::Any;
 use std::fmt;
 use std::task::Waker;
 
-use streamtask_core::channel::{Partitioner, Receiver, RecordWriter, Sender, bounded};
 use streamtask_core::operator::{Context, Operator, Output, TaskOutput};
 use streamtask_core::sync::Mutex;
 use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamElement, StreamRecord, StreamStatus, Watermark,
 };
+use streamtask_runtime::channel::{Partitioner, Receiver, RecordWriter, Sender, bounded};
 
 use super::JobError;
 
@@ -120,11 +120,11 @@ impl EdgeChannels {
 
 impl EdgeChannels {
     /// The feedback edges of an iteration with `parallelism` subtasks: tail subtask `i` feeds
-    /// head subtask `i` through an unbounded [`feedback_edge`](streamtask_core::runtime::feedback_edge).
+    /// head subtask `i` through an unbounded [`feedback_edge`](streamtask_runtime::feedback_edge).
     pub(crate) fn feedback<T: Send + 'static>(parallelism: usize) -> EdgeChannels {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..parallelism)
             .map(|_| {
-                let (tx, rx) = streamtask_core::runtime::feedback_edge::<T>();
+                let (tx, rx) = streamtask_runtime::feedback_edge::<T>();
                 (
                     Some(Box::new(tx) as Box<dyn Any + Send>),
                     Some(Box::new(rx) as Box<dyn Any + Send>),
@@ -209,7 +209,7 @@ impl Wiring {
         &self,
         edge: usize,
         subtask: usize,
-    ) -> streamtask_core::runtime::FeedbackSender<T> {
+    ) -> streamtask_runtime::FeedbackSender<T> {
         let taken = self.edges[edge].lock().senders[subtask].take();
         *taken
             .expect("each feedback sender is taken once per attempt")
@@ -226,7 +226,7 @@ impl Wiring {
         &self,
         edge: usize,
         subtask: usize,
-    ) -> streamtask_core::runtime::FeedbackReceiver<T> {
+    ) -> streamtask_runtime::FeedbackReceiver<T> {
         let taken = self.edges[edge].lock().receivers[subtask].take();
         *taken
             .expect("each feedback receiver is taken once per attempt")

@@ -12,20 +12,20 @@
 //!
 //! Only [`Handle`] and [`start`] name a model's types; everything below them is
 //! model-agnostic test plumbing; every model returns the kit's one
-//! [`TaskHandle`](streamtask_core::runtime::TaskHandle).
+//! [`TaskHandle`](streamtask_runtime::TaskHandle).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use crossbeam::channel::{Receiver, unbounded};
 use streamtask_core::async_io::{AsyncConfig, OutputMode};
-use streamtask_core::channel::{InputGate, Sender, TwoInputGate, bounded};
 use streamtask_core::operator::{Chain, CoMap, TwoInputChain};
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
 use streamtask_core::{
     CheckpointBarrier, Clock, ManualClock, StreamElement, StreamRecord, TaskOutcome, TaskSnapshot,
 };
+use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};
 
 use super::parts::{
     Cmd, Ev, Faults, GUARD, Latch, Log, Probe, Recorder, Script, ScriptedReader, ScriptedSource,
@@ -130,7 +130,7 @@ impl Spec {
 }
 
 /// Every model's task is the kit's one handle.
-type Handle = streamtask_core::runtime::TaskHandle;
+type Handle = streamtask_runtime::TaskHandle;
 
 /// A started task of one model and kind, with its scripted inputs and its log.
 pub(crate) struct Task {
@@ -145,7 +145,7 @@ pub(crate) struct Task {
     pub(crate) clock: ManualClock,
     reports: Receiver<TaskReport>,
     /// The tail's end of an iteration head's feedback edge.
-    feedback: Option<streamtask_core::runtime::FeedbackSender<u64>>,
+    feedback: Option<streamtask_runtime::FeedbackSender<u64>>,
     /// Opened when the task is dropped, so a failing test never leaves user code blocked.
     latches: Vec<Latch>,
     handle: Option<Handle>,
@@ -262,9 +262,9 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         }
         (model, Kind::IterationHead) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
-            let (tail, edge) = streamtask_core::runtime::feedback_edge();
+            let (tail, edge) = streamtask_runtime::feedback_edge();
             feedback = Some(tail);
-            let input = streamtask_core::runtime::IterationInput::new(
+            let input = streamtask_runtime::IterationInput::new(
                 "loop",
                 gate,
                 edge,
@@ -418,7 +418,7 @@ impl Task {
             }
         }
         if let Some(sender) = self.feedback.clone() {
-            let mut tail = streamtask_core::runtime::FeedbackOutput::new(sender);
+            let mut tail = streamtask_runtime::FeedbackOutput::new(sender);
             streamtask_core::TaskOutput::end_of_input(&mut tail).expect("the tail ends");
         }
     }
@@ -427,7 +427,7 @@ impl Task {
     pub(crate) fn feed_back(&self, value: u64) {
         let sender = self.feedback.clone().expect("an iteration head");
         let mut tail = streamtask_core::testing::OperatorHarness::new(
-            streamtask_core::runtime::FeedbackWriter::new("loop", LONG_GRACE, sender),
+            streamtask_runtime::FeedbackWriter::new("loop", LONG_GRACE, sender),
         );
         tail.process(value).expect("the head takes feedback");
     }
@@ -435,7 +435,7 @@ impl Task {
     /// Barrier `id` comes back on an iteration head's feedback edge.
     pub(crate) fn return_barrier(&self, id: u64) {
         let sender = self.feedback.clone().expect("an iteration head");
-        let mut tail = streamtask_core::runtime::FeedbackOutput::new(sender);
+        let mut tail = streamtask_runtime::FeedbackOutput::new(sender);
         streamtask_core::TaskOutput::broadcast_barrier(&mut tail, CheckpointBarrier::new(id, 0))
             .expect("the tail sends barriers");
     }

@@ -21,14 +21,14 @@ use streamtask_core::sync::{Arc, Mutex, thread};
 use streamtask_core::task::TaskError;
 use streamtask_core::trace::Tracer;
 use streamtask_core::{
-    Clock, OperatorError, TaskSnapshot, Timer, TimerError, TimerHandle, TimerScheduler,
-    TimerService, catch_panic,
+    Clock, OperatorError, TaskSnapshot, Timer, TimerError, TimerHandle, TimerService, catch_panic,
 };
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, DEFAULT_CANCEL_GRACE, Emission, Fairness, SourceCell,
     SourceContextConfig, SourceEnd, SourceFunction, TimeCharacteristic, run_source,
 };
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+use streamtask_runtime::TimerScheduler;
 
 use self::buffer::{
     Chunk, Handoff, HandoffEnd, HandoffItem, Pending, Published, Restored, SnapshotRef,

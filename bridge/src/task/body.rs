@@ -17,11 +17,11 @@ use std::time::Instant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::operator::{OperatorEvent, TaskOutput};
-use streamtask_core::runtime::ChainBody;
 use streamtask_core::task::{TaskError, TaskFailure};
 use streamtask_core::{CheckpointBarrier, Operator, Timer};
 use streamtask_legacy::SourceCell;
 use streamtask_mailbox::OperatorMails;
+use streamtask_runtime::ChainBody;
 
 use super::trigger::PendingTriggers;
 
@@ -41,7 +41,7 @@ pub(crate) type BridgeCell<S, C, W> = SourceCell<S, ChainBody<C, W>>;
 
 fn failure<C, W>(body: &ChainBody<C, W>, error: impl Into<TaskError>) -> MailFailure
 where
-    C: streamtask_core::runtime::TaskChain,
+    C: streamtask_core::operator::TaskChain,
     W: TaskOutput<C::Out>,
 {
     MailFailure(TaskFailure::new(body.name(), error))

@@ -90,10 +90,10 @@ use super::runtime::{self, Options};
 ///
 /// # Lifecycle
 ///
-/// The kit's [`TaskState`](streamtask_core::runtime::TaskState) machine, as every model's task:
+/// The kit's [`TaskState`](streamtask_core::task::TaskState) machine, as every model's task:
 /// `Running` while the source runs and mails run, `Finishing` from the moment the source ended
 /// the chain's input, and the one cancel/join contract of
-/// [`TaskHandle`](streamtask_core::runtime::TaskHandle). A failure while `Cancelling` is
+/// [`TaskHandle`](streamtask_runtime::TaskHandle). A failure while `Cancelling` is
 /// ignored, as are a cancelled source's errors (FLINK-15811).
 ///
 /// # Cancellation
@@ -109,7 +109,7 @@ use super::runtime::{self, Options};
 /// [`TaskError::CancellationIgnored`](streamtask_core::TaskError::CancellationIgnored) instead of
 /// hanging, leaving that one thread behind, which closes the chain itself if it ever returns;
 /// the rest of the grace is for the task thread's teardown, so
-/// [`TaskHandle::join`](streamtask_core::runtime::TaskHandle::join) returns within the grace, as
+/// [`TaskHandle::join`](streamtask_runtime::TaskHandle::join) returns within the grace, as
 /// in every model.
 ///
 /// # Examples

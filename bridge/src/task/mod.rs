@@ -3,7 +3,7 @@
 //! and the [`TaskHandle`] it returns. The threads, mails, protocol and lifecycle are written out
 //! on [`LegacySourceStreamTask`]; `body` has what each mail does under the lock, `runtime` the
 //! threads, `shared` the source-exit latch, `trigger` the triggers waiting for the lock; the lifecycle and the handle are the kit's
-//! ([`streamtask_core::runtime`]).
+//! ([`streamtask_runtime`]).
 
 mod body;
 mod builder;
@@ -21,4 +21,4 @@ pub(crate) use self::shared::SourceExit;
 pub use self::trigger::PendingTriggers;
 
 pub use self::builder::{ChainingError, LegacySourceStreamTask};
-pub use streamtask_core::runtime::TaskHandle;
+pub use streamtask_runtime::TaskHandle;

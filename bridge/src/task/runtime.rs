@@ -8,11 +8,8 @@ use std::time::Instant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::operator::{TaskOutput, TaskServices};
-use streamtask_core::runtime::{
-    ChainBody, Drain, TaskControl, TaskEnv, TaskHandle, TaskParts, TaskSetup, TaskState,
-    TriggerMode,
-};
 use streamtask_core::sync::{Arc, spawn_named, thread};
+use streamtask_core::task::TaskState;
 use streamtask_core::task::{TaskConfig, TaskError, TaskFailure};
 use streamtask_core::{CheckpointBarrier, Operator, TaskSnapshot, TimerService, catch_panic};
 use streamtask_legacy::{
@@ -22,6 +19,9 @@ use streamtask_legacy::{
 use streamtask_mailbox::{
     Controller, LoopError, MailboxEvents, MailboxExecutor, MailboxProcessor, MailboxTimerService,
     Priority, ProcessorBuilder, ProcessorHandle, TaskMailbox,
+};
+use streamtask_runtime::{
+    ChainBody, Drain, TaskControl, TaskEnv, TaskHandle, TaskParts, TaskSetup, TriggerMode,
 };
 
 use super::SourceExit;

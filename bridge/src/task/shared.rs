@@ -1,6 +1,6 @@
 //! The latch between a source thread and the thread that waits for it (the bridge's task
 //! thread, a handoff reader's `close`). The task's own lifecycle is the kit's
-//! ([`Lifecycle`](streamtask_core::runtime::Lifecycle)).
+//! ([`Lifecycle`](streamtask_runtime::Lifecycle)).
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use streamtask::Model;
 use streamtask_core::async_io::{AsyncConfig, OutputMode};
-use streamtask_core::channel::{InputGate, bounded};
 use streamtask_core::function::{AsyncFunction, ResultFuture};
 use streamtask_core::operator::{Discard, Map};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{StreamElement, StreamRecord};
+use streamtask_runtime::channel::{InputGate, bounded};
 
 /// What a task runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ where
 }
 
 /// [`run`] with the async operator's inline completions on or off
-/// ([`AsyncWaitOperator::with_inline_completions`](streamtask_core::async_io::AsyncWaitOperator::with_inline_completions)):
+/// ([`AsyncWaitOperator::with_inline_completions`](streamtask_runtime::AsyncWaitOperator::with_inline_completions)):
 /// off, a completion made inside `invoke` takes the model's route (a completion mail, or the
 /// emitter thread) like one from another thread.
 ///

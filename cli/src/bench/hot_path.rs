@@ -6,7 +6,7 @@
 //! of 5M records, so the ratio is the per-record cost. What a record costs the task beyond the
 //! bare loop is the mailbox flag (one load after every record: a mail waits for at most the
 //! record in flight) and the step's budget; the counts stay in registers (see
-//! `streamtask_core::runtime::Burst`).
+//! `streamtask_runtime::Burst`).
 
 use std::hint::black_box;
 use std::sync::Arc;

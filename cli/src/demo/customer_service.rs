@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use streamtask_core::async_io::{FutureAsyncFunction, TokioRuntime};
 use streamtask_core::function::{AsyncError, AsyncFunction};
 use streamtask_core::sync::Mutex;
+use streamtask_runtime::{FutureAsyncFunction, TokioRuntime};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

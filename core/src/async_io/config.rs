@@ -3,8 +3,18 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::queue::OutputMode;
+use serde::{Deserialize, Serialize};
+
 use super::retry::RetryPolicy;
+
+/// Ordered or unordered results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OutputMode {
+    /// Results leave in input order.
+    Ordered,
+    /// Results leave as they complete, but never across a watermark.
+    Unordered,
+}
 
 /// An async operator was configured wrongly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

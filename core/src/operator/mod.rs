@@ -49,6 +49,7 @@ mod keyed_backend;
 mod keyed_co;
 mod process;
 mod side_output;
+mod task_chain;
 mod two_input;
 mod watermark;
 
@@ -70,6 +71,7 @@ pub use self::keyed_backend::{EndOfInputContext, KeyedContext};
 pub use self::keyed_co::KeyedCoProcessOperator;
 pub use self::process::{MapWithContext, RecordContext};
 pub use self::side_output::{OutputTag, SideOutputTypeError, SideOutputs};
+pub use self::task_chain::TaskChain;
 pub use self::two_input::{CoFlatMap, CoMap, TwoInputChain, TwoInputOperator};
 pub use self::watermark::{TimestampsAndWatermarks, WatermarkStrategy};
 

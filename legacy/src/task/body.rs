@@ -1,5 +1,5 @@
 //! What the checkpoint lock owns in each kind of task, over the kit's
-//! [`ChainBody`](streamtask_core::runtime::ChainBody):
+//! [`ChainBody`](streamtask_runtime::ChainBody):
 //!
 //! | task | the lock owns |
 //! |---|---|
@@ -13,10 +13,11 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::operator::Operator;
-use streamtask_core::runtime::{BodyPhase, ChainBody, TaskChain};
+use streamtask_core::operator::TaskChain;
 use streamtask_core::{
     CheckpointBarrier, OperatorError, TaskError, TaskOutput, TaskSnapshot, Timer,
 };
+use streamtask_runtime::{BodyPhase, ChainBody};
 
 use std::time::Instant;
 

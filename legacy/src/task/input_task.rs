@@ -4,12 +4,11 @@
 use std::fmt;
 use std::sync::Arc as StdArc;
 
-use streamtask_core::channel::{InputGate, TwoInputGate};
+use streamtask_core::operator::TaskChain;
 use streamtask_core::operator::{Operator, TaskOutput, TwoInputChain, TwoInputOperator};
-use streamtask_core::runtime::{
-    ChainBody, InputRecord, TaskChain, TaskHandle, TaskInput, TriggerMode,
-};
 use streamtask_core::task::TaskConfig;
+use streamtask_runtime::channel::{InputGate, TwoInputGate};
+use streamtask_runtime::{ChainBody, InputRecord, TaskHandle, TaskInput, TriggerMode};
 
 use super::runtime::{self, process_input};
 use crate::lock::Fairness;
@@ -31,7 +30,7 @@ use crate::lock::Fairness;
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::{InputGate, bounded};
+/// use streamtask_runtime::channel::{InputGate, bounded};
 /// use streamtask_core::operator::{Discard, Map};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{StreamElement, StreamRecord};
@@ -57,7 +56,7 @@ pub type OneInputStreamTask<C, O> = InputStreamTask<InputGate<<C as Operator>::I
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::{TwoInputGate, bounded};
+/// use streamtask_runtime::channel::{TwoInputGate, bounded};
 /// use streamtask_core::operator::{CoMap, Discard, Map, TwoInputChain};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{StreamElement, StreamRecord};

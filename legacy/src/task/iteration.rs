@@ -6,10 +6,10 @@
 //! lock, parks while neither has anything (with a timeout of the iteration's deadline once the
 //! regular input ended), and takes the lock once per record to push it through the chain.
 //! Barrier alignment, the feedback log and the held-back acknowledgement are the kit's
-//! ([`streamtask_core::runtime::IterationInput`]).
+//! ([`streamtask_runtime::IterationInput`]).
 
 use streamtask_core::Operator;
-use streamtask_core::runtime::IterationInput;
+use streamtask_runtime::IterationInput;
 
 use super::input_task::InputStreamTask;
 
@@ -23,9 +23,9 @@ use super::input_task::InputStreamTask;
 ///
 /// ```
 /// use std::time::Duration;
-/// use streamtask_core::channel::{InputGate, bounded};
+/// use streamtask_runtime::channel::{InputGate, bounded};
 /// use streamtask_core::operator::{Discard, Map};
-/// use streamtask_core::runtime::{IterationInput, feedback_edge};
+/// use streamtask_runtime::{IterationInput, feedback_edge};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{StreamElement, StreamRecord};
 /// use streamtask_legacy::IterationHeadStreamTask;

@@ -15,12 +15,13 @@ use std::time::Instant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::CheckpointBarrier;
-use streamtask_core::async_io::AsyncWaitOperator;
 use streamtask_core::function::{AsyncFunction, CompletionSink};
+use streamtask_core::operator::TaskChain;
 use streamtask_core::operator::{Chain, Operator, TaskOutput};
-use streamtask_core::runtime::{ChainBody, TaskChain, TaskParts};
 use streamtask_core::sync::channel::{Sender, unbounded};
 use streamtask_core::sync::{Arc, thread};
+use streamtask_runtime::AsyncWaitOperator;
+use streamtask_runtime::{ChainBody, TaskParts};
 
 use super::async_wait::emitter::{self, Emitter, Inbox};
 use super::runtime::BeforeWait;

@@ -9,17 +9,17 @@ use std::sync::{Arc as StdArc, OnceLock};
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
-use streamtask_core::channel::InputClosed;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
-use streamtask_core::runtime::{
-    Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
-    TaskInput, TaskParts, TaskSetup, TriggerMode,
-};
 use streamtask_core::sync::channel::{Receiver, SendError, Sender, unbounded};
 use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
 use streamtask_core::{CheckpointBarrier, OperatorError, TaskOutput, catch_panic};
+use streamtask_runtime::channel::InputClosed;
+use streamtask_runtime::{
+    Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
+    TaskInput, TaskParts, TaskSetup, TriggerMode,
+};
 
 use super::body::LockedBody;
 use crate::cancel::CancellationToken;
@@ -473,7 +473,7 @@ pub(crate) fn process_input<G, C, W>(
 where
     G: TaskInput,
     G::Record: InputRecord<C>,
-    C: streamtask_core::runtime::TaskChain + 'static,
+    C: streamtask_core::operator::TaskChain + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
     let failed = match catch_panic(|| read_input(parts, &mut gate)) {
@@ -492,7 +492,7 @@ fn read_input<G, C, W>(parts: &Parts<ChainBody<C, W>>, gate: &mut G) -> Result<(
 where
     G: TaskInput,
     G::Record: InputRecord<C>,
-    C: streamtask_core::runtime::TaskChain + 'static,
+    C: streamtask_core::operator::TaskChain + 'static,
     W: TaskOutput<C::Out> + 'static,
 {
     let reader = GateReader::new(&parts.cancel, &parts.aborts, &parts.task.metrics);

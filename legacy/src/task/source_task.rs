@@ -6,8 +6,8 @@ use std::sync::Arc as StdArc;
 
 use streamtask_core::TimerService;
 use streamtask_core::operator::{Operator, TaskOutput};
-use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
 use streamtask_core::task::TaskConfig;
+use streamtask_runtime::{ChainBody, TaskHandle, TriggerMode};
 
 use super::runtime;
 use crate::lock::Fairness;

@@ -5,8 +5,9 @@ use std::fmt;
 use std::time::Instant;
 
 use streamtask_core::operator::OperatorEvent;
-use streamtask_core::runtime::{BodyPhase, ChainBody, Drain, TaskChain};
+use streamtask_core::operator::TaskChain;
 use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, TaskOutput, TaskSnapshot, Timer};
+use streamtask_runtime::{BodyPhase, ChainBody, Drain};
 
 use super::input::{Input, Step};
 use crate::processor::{Controller, SuspendCause, Suspension};
@@ -14,7 +15,7 @@ use crate::services::OperatorMails;
 
 /// Input steps one default-action step runs at most while no mail waits (it returns earlier
 /// when one does): bounds the time between the processor's own checks and between two
-/// publications of a reader's record counts (its [`Burst`](streamtask_core::runtime::Burst)
+/// publications of a reader's record counts (its [`Burst`](streamtask_runtime::Burst)
 /// adds them when the step ends).
 const RECORDS_PER_STEP: u32 = 1024;
 
@@ -199,7 +200,7 @@ where
     /// After each mail: publish the records counted so far if the default action may be
     /// suspended (no step would publish what the mail emitted: async completions arriving
     /// while the task waits for input, say) or a count is due; while steps run, their own
-    /// publication (every [`PUBLISH_EVERY`](streamtask_core::runtime::PUBLISH_EVERY) records,
+    /// publication (every [`PUBLISH_EVERY`](streamtask_runtime::PUBLISH_EVERY) records,
     /// and on suspending) takes the mail's records along. Then resume a default action parked
     /// on the chain if it now accepts input.
     fn after_mail(&mut self) {

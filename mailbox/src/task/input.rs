@@ -4,10 +4,11 @@
 use std::task::Waker;
 
 use streamtask_core::operator::Operator;
-use streamtask_core::runtime::{Applied, ChainBody, InputEvent, InputRecord, TaskChain, TaskInput};
+use streamtask_core::operator::TaskChain;
 use streamtask_core::{
     CheckpointBarrier, OperatorError, TaskError, TaskOutput, TaskSnapshot, Watermark,
 };
+use streamtask_runtime::{Applied, ChainBody, InputEvent, InputRecord, TaskInput};
 
 use crate::mailbox::MailHint;
 use crate::source::{InputStatus, ReaderOutput, SourceReader};
@@ -115,7 +116,7 @@ where
 
     /// The reader's own loop: the checks of [`step`](Input::step) that only a mail can change
     /// (a pending stop-with-savepoint) once, the others (the mailbox flag, the chain's and the
-    /// output's room) after every poll; the records go into a [`Burst`](streamtask_core::runtime::Burst), so the counts and the
+    /// output's room) after every poll; the records go into a [`Burst`](streamtask_runtime::Burst), so the counts and the
     /// stream status stay in locals until the loop ends.
     #[inline]
     fn steps(
@@ -210,8 +211,8 @@ where
     })
 }
 
-/// A task's input gate ([`InputGate`](streamtask_core::channel::InputGate) or
-/// [`TwoInputGate`](streamtask_core::channel::TwoInputGate)), and the one record or watermark
+/// A task's input gate ([`InputGate`](streamtask_runtime::channel::InputGate) or
+/// [`TwoInputGate`](streamtask_runtime::channel::TwoInputGate)), and the one record or watermark
 /// it read but the chain could not take yet.
 ///
 /// The gate is read even while the chain refuses input, so a barrier that comes next is

@@ -7,13 +7,13 @@
 //! ended the input's alarm resumes it at the iteration's deadline (the mailbox loop has no timed
 //! wait of its own). No busy loop: a suspended head runs only mails. The feedback log, the
 //! held-back acknowledgement and the end by timeout are the kit's
-//! ([`streamtask_core::runtime::IterationInput`]).
+//! ([`streamtask_runtime::IterationInput`]).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::runtime::{IterationInput, TaskInput, TriggerMode};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{Operator, TaskOutput};
+use streamtask_runtime::{IterationInput, TaskInput, TriggerMode};
 
 use super::input::GateInput;
 use super::{TaskHandle, spawn_task};
@@ -29,9 +29,9 @@ use super::{TaskHandle, spawn_task};
 ///
 /// ```
 /// use std::time::Duration;
-/// use streamtask_core::channel::{InputGate, bounded};
+/// use streamtask_runtime::channel::{InputGate, bounded};
 /// use streamtask_core::operator::{Discard, Map};
-/// use streamtask_core::runtime::{IterationInput, feedback_edge};
+/// use streamtask_runtime::{IterationInput, feedback_edge};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{StreamElement, StreamRecord};
 /// use streamtask_mailbox::IterationHeadTask;

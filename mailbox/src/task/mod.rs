@@ -13,12 +13,11 @@ mod two_input;
 use std::time::Instant;
 
 use streamtask_core::TaskOutput;
-use streamtask_core::runtime::{
-    ChainBody, TaskChain, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode,
-};
+use streamtask_core::operator::TaskChain;
 use streamtask_core::sync::spawn_named;
 use streamtask_core::task::{DeclineReason, TaskConfig};
 use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
+use streamtask_runtime::{ChainBody, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode};
 
 use crate::action::Immediate;
 use crate::executor::MailboxExecutor;
@@ -34,7 +33,7 @@ pub use self::iteration::IterationHeadTask;
 pub use self::one_input::OneInputTask;
 pub use self::source::SourceTask;
 pub use self::two_input::TwoInputTask;
-pub use streamtask_core::runtime::TaskHandle;
+pub use streamtask_runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
@@ -330,7 +329,7 @@ where
             .responder
             .decline(barrier.id, DeclineReason::NotRunning);
     }
-    if finished && lifecycle.state() == streamtask_core::runtime::TaskState::Finishing {
+    if finished && lifecycle.state() == streamtask_core::task::TaskState::Finishing {
         match catch_panic(|| processor.drain()) {
             Ok(Ok(())) => {}
             Ok(Err(failure)) => {

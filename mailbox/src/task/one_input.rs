@@ -1,9 +1,9 @@
 //! One-input tasks: an [`InputGate`] and the chain behind it, on the mailbox thread.
 
-use streamtask_core::channel::InputGate;
-use streamtask_core::runtime::TriggerMode;
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{Operator, TaskOutput};
+use streamtask_runtime::TriggerMode;
+use streamtask_runtime::channel::InputGate;
 
 use super::input::GateInput;
 use super::{TaskHandle, spawn_task};
@@ -14,7 +14,7 @@ use super::{TaskHandle, spawn_task};
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::{InputGate, Partitioner, RecordWriter, bounded};
+/// use streamtask_runtime::channel::{InputGate, Partitioner, RecordWriter, bounded};
 /// use streamtask_core::operator::{Emitted, Map};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{Output, StreamRecord, TaskOutput};

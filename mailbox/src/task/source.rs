@@ -1,8 +1,8 @@
 //! Source tasks: a [`SourceReader`] and the chain behind it, on the mailbox thread.
 
-use streamtask_core::runtime::TriggerMode;
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{Operator, TaskOutput};
+use streamtask_runtime::TriggerMode;
 
 use super::input::ReaderInput;
 use super::{TaskHandle, spawn_task};

@@ -1,10 +1,10 @@
 //! Two-input tasks: a [`TwoInputGate`] and a [`TwoInputChain`], on the mailbox thread.
 
-use streamtask_core::channel::TwoInputGate;
 use streamtask_core::operator::{TwoInputChain, TwoInputOperator};
-use streamtask_core::runtime::TriggerMode;
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{Operator, TaskOutput};
+use streamtask_runtime::TriggerMode;
+use streamtask_runtime::channel::TwoInputGate;
 
 use super::input::GateInput;
 use super::{TaskHandle, spawn_task};
@@ -15,7 +15,7 @@ use super::{TaskHandle, spawn_task};
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::{TwoInputGate, bounded};
+/// use streamtask_runtime::channel::{TwoInputGate, bounded};
 /// use streamtask_core::operator::{CoMap, Discard, Map, TwoInputChain};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{StreamElement, StreamRecord};

@@ -78,8 +78,8 @@ use serde::de::DeserializeOwned;
 use streamtask_core::OperatorError;
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Operator, TaskOutput};
-use streamtask_core::runtime::TaskParts;
 use streamtask_core::sync::{Arc, Condvar, Mutex, spawn_named, thread};
+use streamtask_runtime::TaskParts;
 
 use super::Body;
 use crate::lock::CheckpointLock;

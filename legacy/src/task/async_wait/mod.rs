@@ -7,12 +7,13 @@ use std::sync::Arc as StdArc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncWaitOperator};
-use streamtask_core::channel::InputGate;
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
 use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Chain, Map, Operator, TaskOutput};
-use streamtask_core::runtime::{ChainBody, TaskHandle, TriggerMode};
 use streamtask_core::task::TaskConfig;
+use streamtask_runtime::AsyncWaitOperator;
+use streamtask_runtime::channel::InputGate;
+use streamtask_runtime::{ChainBody, TaskHandle, TriggerMode};
 
 use self::emitter::Emitter;
 use super::runtime::{self, process_input};
@@ -103,7 +104,7 @@ pub enum AsyncChainError {
 ///
 /// ```
 /// use streamtask_core::async_io::{AsyncConfig, OutputMode};
-/// use streamtask_core::channel::{InputGate, bounded};
+/// use streamtask_runtime::channel::{InputGate, bounded};
 /// use streamtask_core::function::{AsyncFunction, ResultFuture};
 /// use streamtask_core::operator::{Emitted, Map};
 /// use streamtask_core::task::TaskConfig;
@@ -270,8 +271,7 @@ mod tests {
     //! while the task thread waits (FLINK-7949), and that snapshot, with more elements than the
     //! capacity, restores. The rest is the cross-model suite's (`tests/async_io.rs`).
 
-    use streamtask_core::async_io::{OutputMode, QueuedInput};
-    use streamtask_core::channel::bounded;
+    use streamtask_core::async_io::OutputMode;
     use streamtask_core::operator::{Emitted, OperatorExt};
     use streamtask_core::state::decode;
     use streamtask_core::task::{CheckpointResponder, TaskReport};
@@ -279,6 +279,8 @@ mod tests {
     use streamtask_core::{
         CheckpointBarrier, OperatorError, StreamElement, StreamRecord, TaskSnapshot,
     };
+    use streamtask_runtime::QueuedInput;
+    use streamtask_runtime::channel::bounded;
 
     use super::*;
 

@@ -36,7 +36,7 @@ pub enum TokioRuntimeError {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::async_io::TokioRuntime;
+/// use streamtask_runtime::TokioRuntime;
 ///
 /// let runtime = TokioRuntime::new("doc-io", 2).unwrap();
 /// let task = runtime.handle().spawn(async { 6 * 7 });

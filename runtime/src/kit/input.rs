@@ -4,11 +4,13 @@
 use std::task::Waker;
 
 use crate::channel::{GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
-use crate::operator::{Operator, TwoInputChain, TwoInputOperator};
-use crate::{CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, TaskOutput, Watermark};
+use streamtask_core::operator::{Operator, TwoInputChain, TwoInputOperator};
+use streamtask_core::{
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, TaskOutput, Watermark,
+};
 
 use super::body::ChainBody;
-use super::chain::TaskChain;
+use streamtask_core::operator::TaskChain;
 
 /// One event of a task's input, whatever the number of inputs.
 #[derive(Debug)]
@@ -110,7 +112,7 @@ pub trait TaskInput: Send + 'static {
     /// whether any were (their data was already there: no data waker will announce it).
     fn abort_checkpoint(&mut self, id: u64) -> bool;
     /// Records alignment and input metrics into `metrics`.
-    fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self
+    fn with_metrics(self, metrics: std::sync::Arc<streamtask_core::metrics::TaskMetrics>) -> Self
     where
         Self: Sized;
     /// When a task waiting for this input must poll again even if no waker fired (an
@@ -148,7 +150,7 @@ impl<T: Send + 'static> TaskInput for InputGate<T> {
         InputGate::abort_checkpoint(self, id).is_some()
     }
 
-    fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self {
+    fn with_metrics(self, metrics: std::sync::Arc<streamtask_core::metrics::TaskMetrics>) -> Self {
         InputGate::with_metrics(self, metrics)
     }
 }
@@ -180,7 +182,7 @@ impl<A: Send + 'static, B: Send + 'static> TaskInput for TwoInputGate<A, B> {
         TwoInputGate::abort_checkpoint(self, id).is_some()
     }
 
-    fn with_metrics(self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self {
+    fn with_metrics(self, metrics: std::sync::Arc<streamtask_core::metrics::TaskMetrics>) -> Self {
         TwoInputGate::with_metrics(self, metrics)
     }
 }

@@ -1,10 +1,6 @@
-//! Processing time: the [`Clock`] (system or manual), timers, and the timer scheduler thread
-//! both models build their timer services on.
-//!
-//! Processing time is milliseconds as an `i64`. A timer registered for time `t` fires once the
-//! clock has passed `t` (at `t + 1` or later), which matches watermark semantics: a timer at `t`
-//! sees everything up to and including `t`. A timer registered for a time already passed fires at
-//! once; several such timers fire in registration order.
+//! The timer scheduler thread both models build their timer services on ([`TimerScheduler`]):
+//! it fires due timers in deadline order and runs periodic series by the rules of
+//! [`streamtask_core::time`].
 //!
 //! # The scheduler's states
 //!
@@ -14,330 +10,24 @@
 //! | `Quiesced` | a handle that never fires | dropped | `ShutDown` |
 //! | `ShutDown` | [`TimerError::ShutDown`] | dropped | - |
 //!
-//! # Periodic timers
+//! # When a periodic run completed
 //!
-//! Flink's `scheduleAtFixedRate` / `scheduleWithFixedDelay`, written once here for every model:
-//! [`TimerService::register_periodic`] takes the first [`Timer`] and a [`Period`]; each run hands
-//! the operator a `Timer` with the same operator and tag and the run's scheduled `timestamp`.
-//! The handle stays the same for every run, so [`TimerService::cancel_timer`] with it ends the
-//! series whether or not a run is in flight.
-//!
-//! | period | the next run is due | after a stall (the callback or the task was busy) |
-//! |---|---|---|
-//! | [`Period::FixedRate`]`(p)` | `p` after the previous run was *due* | runs that fell due meanwhile fire back to back, in order (catch up) |
-//! | [`Period::FixedDelay`]`(d)` | `d` after the previous run *completed* | one run, then `d` after it |
-//!
-//! "Completed" is the model's to say: the legacy model's callback runs on the timer thread, so
-//! it completes when `fire` returns ([`TimerScheduler::spawn`]); the mailbox model's run is a mail,
-//! so it completes when the mail ran and calls [`Rearm::done`] ([`TimerScheduler::spawn_deferred`]);
-//! a run whose mail never runs (the task ended) ends the series. A fixed-rate series never waits
-//! for a completion (as Flink's mailbox model, each due run is handed over at once).
+//! The legacy model's callback runs on the timer thread, so it completes when `fire` returns
+//! ([`TimerScheduler::spawn`]); the mailbox model's run is a mail, so it completes when the mail
+//! ran and calls [`Rearm::done`] ([`TimerScheduler::spawn_deferred`]); a run whose mail never
+//! runs (the task ended) ends the series.
 //!
 //! A failing run (an error from `fire`) stops the scheduler thread, so no later run of any timer
-//! fires; the task fails (`on_error`). This is stricter than Flink 1.9, whose repeated trigger
-//! task kept running until the failed task was cancelled.
+//! fires; the task fails (`on_error`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::task::Waker;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use crate::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, Condvar, Mutex, thread};
-
-/// Where processing time comes from.
-///
-/// A closed set, so an enum: the system clock for real runs, a [`ManualClock`] for deterministic
-/// tests.
-///
-/// # Examples
-///
-/// ```
-/// use streamtask_core::{Clock, ManualClock};
-///
-/// let manual = ManualClock::new(1_000);
-/// let clock = Clock::Manual(manual.clone());
-/// assert_eq!(clock.now_millis(), 1_000);
-/// manual.advance(5);
-/// assert_eq!(clock.now_millis(), 1_005);
-/// assert!(Clock::System.now_millis() > 1_600_000_000_000);
-/// ```
-#[derive(Debug, Clone, Default)]
-pub enum Clock {
-    /// Wall-clock time in milliseconds since the Unix epoch.
-    #[default]
-    System,
-    /// A clock that moves only when told to.
-    Manual(ManualClock),
-}
-
-impl Clock {
-    /// The current processing time in milliseconds.
-    #[inline]
-    pub fn now_millis(&self) -> i64 {
-        match self {
-            Clock::System => system_millis(),
-            Clock::Manual(manual) => manual.now_millis(),
-        }
-    }
-
-    /// Asks to be woken whenever a manual clock moves; the system clock never calls.
-    ///
-    /// Timer threads use this to re-check their deadlines when a test advances time. The
-    /// subscription ends when the returned value is dropped.
-    pub fn subscribe(&self, waker: Waker) -> ClockSubscription {
-        match self {
-            Clock::System => ClockSubscription { inner: None },
-            Clock::Manual(manual) => manual.subscribe(waker),
-        }
-    }
-
-    /// Whether this is a manual clock.
-    pub fn is_manual(&self) -> bool {
-        matches!(self, Clock::Manual(_))
-    }
-}
-
-fn system_millis() -> i64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// A clock for tests: starts where it is told and moves only by [`advance`](Self::advance) or
-/// [`set`](Self::set). Clones share the same time.
-#[derive(Clone)]
-pub struct ManualClock {
-    shared: Arc<ManualShared>,
-}
-
-struct ManualShared {
-    now: AtomicI64,
-    next_subscriber: AtomicU64,
-    subscribers: Mutex<Vec<(u64, Waker)>>,
-}
-
-impl ManualClock {
-    /// A manual clock reading `start` milliseconds.
-    pub fn new(start: i64) -> Self {
-        ManualClock {
-            shared: Arc::new(ManualShared {
-                now: AtomicI64::new(start),
-                next_subscriber: AtomicU64::new(0),
-                subscribers: Mutex::new(Vec::new()),
-            }),
-        }
-    }
-
-    /// The current time in milliseconds.
-    #[inline]
-    pub fn now_millis(&self) -> i64 {
-        // Acquire pairs with the Release in `set`: whoever sees the new time also sees what the
-        // advancing thread did before moving it.
-        self.shared.now.load(Ordering::Acquire)
-    }
-
-    /// Moves the clock forward by `millis` and wakes every subscriber.
-    pub fn advance(&self, millis: i64) {
-        let now = self.shared.now.fetch_add(millis, Ordering::AcqRel) + millis;
-        self.wake_subscribers(now);
-    }
-
-    /// Sets the clock to `millis` and wakes every subscriber.
-    ///
-    /// # Panics
-    ///
-    /// Panics if `millis` is earlier than the current time: processing time never goes back.
-    pub fn set(&self, millis: i64) {
-        let before = self.shared.now.swap(millis, Ordering::AcqRel);
-        assert!(
-            millis >= before,
-            "a manual clock cannot go back in time (from {before} to {millis})"
-        );
-        self.wake_subscribers(millis);
-    }
-
-    fn wake_subscribers(&self, _now: i64) {
-        let wakers: Vec<Waker> = self
-            .shared
-            .subscribers
-            .lock()
-            .iter()
-            .map(|(_, w)| w.clone())
-            .collect();
-        for waker in wakers {
-            waker.wake();
-        }
-    }
-
-    fn subscribe(&self, waker: Waker) -> ClockSubscription {
-        let id = self.shared.next_subscriber.fetch_add(1, Ordering::Relaxed);
-        self.shared.subscribers.lock().push((id, waker));
-        ClockSubscription {
-            inner: Some((Arc::clone(&self.shared), id)),
-        }
-    }
-}
-
-impl fmt::Debug for ManualClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ManualClock")
-            .field("now", &self.now_millis())
-            .finish()
-    }
-}
-
-/// Keeps a [`Clock::subscribe`] registration alive; dropping it unsubscribes.
-pub struct ClockSubscription {
-    inner: Option<(Arc<ManualShared>, u64)>,
-}
-
-impl Drop for ClockSubscription {
-    fn drop(&mut self) {
-        if let Some((shared, id)) = self.inner.take() {
-            shared.subscribers.lock().retain(|(i, _)| *i != id);
-        }
-    }
-}
-
-impl fmt::Debug for ClockSubscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClockSubscription")
-            .field("manual", &self.inner.is_some())
-            .finish()
-    }
-}
-
-/// A processing-time timer: which operator of the chain it is for, when, and a tag the operator
-/// chose to tell its timers apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Timer {
-    /// Index of the operator in its chain (0 = head).
-    pub operator: usize,
-    /// Processing time in milliseconds at which it fires (once the clock passed it).
-    pub timestamp: i64,
-    /// The operator's own tag.
-    pub tag: u64,
-}
-
-/// Identifies a registered timer, to cancel it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TimerHandle {
-    deadline: i64,
-    seq: u64,
-}
-
-impl TimerHandle {
-    /// A handle that refers to no timer (what registering on a quiesced service gives).
-    pub const NEVER: TimerHandle = TimerHandle {
-        deadline: i64::MIN,
-        seq: u64::MAX,
-    };
-
-    /// A handle for a service's own bookkeeping: `deadline` and a per-service unique `seq`.
-    pub fn new(deadline: i64, seq: u64) -> Self {
-        TimerHandle { deadline, seq }
-    }
-
-    /// The deadline the handle was registered with.
-    pub fn deadline(self) -> i64 {
-        self.deadline
-    }
-
-    /// The service's sequence number for the timer.
-    pub fn seq(self) -> u64 {
-        self.seq
-    }
-}
-
-/// Registering a timer failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TimerError {
-    /// The timer service is shut down (the task is over).
-    #[error("the timer service is shut down; register timers only while the task is running")]
-    ShutDown,
-    /// A periodic timer was given a period of zero or less.
-    #[error("a periodic timer needs a period of at least 1 ms, got {0}; pass a positive period")]
-    NonPositivePeriod(i64),
-}
-
-/// How a periodic timer repeats (see the [module doc](self#periodic-timers)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum Period {
-    /// The next run is due this many milliseconds after the previous one was due (Flink's
-    /// `scheduleAtFixedRate`); late runs catch up.
-    FixedRate(i64),
-    /// The next run is due this many milliseconds after the previous one completed (Flink's
-    /// `scheduleWithFixedDelay`).
-    FixedDelay(i64),
-}
-
-impl Period {
-    /// The period or delay in milliseconds.
-    pub fn millis(self) -> i64 {
-        match self {
-            Period::FixedRate(p) | Period::FixedDelay(p) => p,
-        }
-    }
-
-    /// Checks that the period is positive.
-    ///
-    /// # Errors
-    ///
-    /// [`TimerError::NonPositivePeriod`] for a period of zero or less (it would fire without end
-    /// at one instant).
-    pub fn validate(self) -> Result<Self, TimerError> {
-        if self.millis() > 0 {
-            Ok(self)
-        } else {
-            Err(TimerError::NonPositivePeriod(self.millis()))
-        }
-    }
-
-    /// The timestamp of the run after one scheduled for `previous` that completed at
-    /// `completed` (it fires once processing time passed it, as any timer). The one rule both
-    /// models follow.
-    pub fn next_timestamp(self, previous: i64, completed: i64) -> i64 {
-        match self {
-            Period::FixedRate(p) => previous.saturating_add(p),
-            Period::FixedDelay(d) => completed.saturating_add(d),
-        }
-    }
-}
-
-/// What an operator uses to read processing time and register timers.
-///
-/// Each model implements it: the legacy model fires timers on its timer thread under the
-/// checkpoint lock, the mailbox model turns each due timer into a mail at the operator's
-/// priority, and test harnesses fire them by hand.
-pub trait TimerService: Send + Sync {
-    /// The current processing time in milliseconds.
-    fn current_processing_time(&self) -> i64;
-
-    /// Registers `timer`; it fires once processing time has passed `timer.timestamp`.
-    ///
-    /// # Errors
-    ///
-    /// [`TimerError::ShutDown`] once the service is shut down. A quiesced service accepts the
-    /// registration and returns a handle that never fires.
-    fn register_timer(&self, timer: Timer) -> Result<TimerHandle, TimerError>;
-
-    /// Registers a periodic timer: the first run fires once processing time has passed
-    /// `first.timestamp`, later ones as `period` says (see the [module doc](self#periodic-timers)).
-    /// Each run is a `Timer` like `first` with the run's scheduled timestamp. The handle cancels
-    /// the whole series.
-    ///
-    /// # Errors
-    ///
-    /// [`TimerError::NonPositivePeriod`] for a period below 1 ms; [`TimerError::ShutDown`] once
-    /// the service is shut down (a quiesced one returns a handle that never fires).
-    fn register_periodic(&self, first: Timer, period: Period) -> Result<TimerHandle, TimerError>;
-
-    /// Cancels a timer, or every later run of a periodic one; cancelling one that fired or never
-    /// existed does nothing.
-    fn cancel_timer(&self, handle: TimerHandle);
-}
+use streamtask_core::time::{Clock, Period, Timer, TimerError, TimerHandle, TimerService};
 
 /// The lifecycle state of a [`TimerScheduler`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,7 +68,8 @@ impl SchedulerState {
 ///
 /// ```
 /// use std::sync::mpsc;
-/// use streamtask_core::{Clock, ManualClock, Timer, TimerScheduler, TimerService};
+/// use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+/// use streamtask_runtime::TimerScheduler;
 ///
 /// let clock = ManualClock::new(0);
 /// let (tx, rx) = mpsc::channel();
@@ -596,16 +287,16 @@ impl TimerService for TimerScheduler {
         let mut queue = self.shared.queue.lock();
         // A periodic series is known by its sequence number; its next run (if armed) is removed
         // with it, and a run in flight finds no entry when it completes, so nothing follows.
-        match queue.periodic.remove(&handle.seq) {
+        match queue.periodic.remove(&handle.seq()) {
             Some(PeriodicEntry {
                 armed: Some(deadline),
                 ..
             }) => {
-                queue.timers.remove(&(deadline, handle.seq));
+                queue.timers.remove(&(deadline, handle.seq()));
             }
             Some(PeriodicEntry { armed: None, .. }) => {}
             None => {
-                queue.timers.remove(&(handle.deadline, handle.seq));
+                queue.timers.remove(&(handle.deadline(), handle.seq()));
             }
         }
     }
@@ -798,6 +489,7 @@ impl std::task::Wake for EpochWaker {
 mod tests {
     use super::*;
     use std::sync::mpsc;
+    use streamtask_core::ManualClock;
 
     fn collecting(clock: &ManualClock) -> (TimerScheduler, mpsc::Receiver<Timer>) {
         let (tx, rx) = mpsc::channel();

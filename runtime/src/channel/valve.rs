@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::element::{StreamStatus, Watermark};
+use streamtask_core::{StreamStatus, Watermark};
 
 /// Something the valve emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,7 @@ struct Channel {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::WatermarkValve;
+/// use streamtask_runtime::channel::WatermarkValve;
 /// use streamtask_core::{StreamStatus, Watermark};
 ///
 /// let mut valve = WatermarkValve::new(2);

@@ -19,8 +19,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use streamtask_core::channel::{AlignerAction, BarrierAligner, GateEvent, InputGate, bounded};
 use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord};
+use streamtask_runtime::channel::{AlignerAction, BarrierAligner, GateEvent, InputGate, bounded};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Item {

@@ -18,16 +18,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::element::{StreamRecord, Watermark};
-
-/// Ordered or unordered results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum OutputMode {
-    /// Results leave in input order.
-    Ordered,
-    /// Results leave as they complete, but never across a watermark.
-    Unordered,
-}
+use streamtask_core::async_io::OutputMode;
+use streamtask_core::{StreamRecord, Watermark};
 
 /// An element waiting in the queue: a record's input or a watermark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -307,8 +299,9 @@ impl<I, O> UnorderedQueue<I, O> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::async_io::{ElementQueue, OutputMode, QueueOutput};
+/// use streamtask_core::async_io::OutputMode;
 /// use streamtask_core::{StreamRecord, Watermark};
+/// use streamtask_runtime::{ElementQueue, QueueOutput};
 ///
 /// let mut q: ElementQueue<&str, usize> = ElementQueue::new(OutputMode::Unordered, 4);
 /// let a = q.try_put_record(StreamRecord::with_timestamp("a", 1)).unwrap();
@@ -340,7 +333,7 @@ impl<I, O> ElementQueue<I, O> {
     /// # Panics
     ///
     /// If `capacity` is 0; operators validate their configuration first
-    /// ([`AsyncConfig::validate`](crate::async_io::AsyncConfig::validate)).
+    /// ([`AsyncConfig::validate`](streamtask_core::async_io::AsyncConfig::validate)).
     pub fn new(mode: OutputMode, capacity: usize) -> Self {
         assert!(
             capacity > 0,

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use streamtask_core::channel::{
-    GateEvent, InputGate, Partitioner, RecordWriter, TryRecvError, TrySendError, bounded,
-};
 use streamtask_core::sync::atomic::{AtomicBool, Ordering};
 use streamtask_core::sync::thread::{self, Thread};
 use streamtask_core::{CheckpointBarrier, Output, StreamRecord, TaskOutput};
+use streamtask_runtime::channel::{
+    GateEvent, InputGate, Partitioner, RecordWriter, TryRecvError, TrySendError, bounded,
+};
 
 /// How long a suspended party may wait for a notice before the test calls it a lost wakeup.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -88,7 +88,7 @@ fn smoke() {
 }
 
 /// Sends `values` with the polling protocol: try; on Full register, try again, suspend.
-fn send_polling(tx: &streamtask_core::channel::Sender<(usize, u32)>, values: Vec<(usize, u32)>) {
+fn send_polling(tx: &streamtask_runtime::channel::Sender<(usize, u32)>, values: Vec<(usize, u32)>) {
     let (resume, waker) = Resume::for_current_thread();
     for value in values {
         let mut value = value;

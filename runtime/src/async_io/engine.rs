@@ -7,16 +7,18 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::config::{AsyncConfig, AsyncConfigError};
 use super::queue::{ElementQueue, QueueOutput, QueuedInput};
-use super::retry::RetryPolicy;
-use crate::element::{StreamRecord, Watermark};
-use crate::error::OperatorError;
-use crate::function::{AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture};
-use crate::keygroup::{ListState, StateKind, state_kind};
-use crate::operator::Context;
-use crate::state::{decode, encode};
-use crate::time::{Timer, TimerHandle};
+use streamtask_core::OperatorError;
+use streamtask_core::async_io::RetryPolicy;
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
+use streamtask_core::function::{
+    AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture,
+};
+use streamtask_core::keygroup::{ListState, StateKind, state_kind};
+use streamtask_core::operator::Context;
+use streamtask_core::state::{decode, encode};
+use streamtask_core::time::{Timer, TimerHandle};
+use streamtask_core::{StreamRecord, Watermark};
 
 /// Timer tags: the low bit says which timer; a retry timer carries its call's key above it. The
 /// engine's one timeout timer carries no key (its tag is [`TIMEOUT_TIMER`]).
@@ -81,7 +83,8 @@ struct Call<I, O> {
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
-/// use streamtask_core::async_io::{AsyncConfig, AsyncWaitEngine, OutputMode};
+/// use streamtask_core::async_io::{AsyncConfig, OutputMode};
+/// use streamtask_runtime::AsyncWaitEngine;
 /// use streamtask_core::function::{AsyncFunction, Completion, CompletionSink, ResultFuture};
 /// use streamtask_core::operator::{Context, Emitted};
 /// use streamtask_core::testing::HarnessServices;
@@ -849,10 +852,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::async_io::OutputMode;
-    use crate::function::AsyncError;
-    use crate::operator::Emitted;
-    use crate::testing::{HarnessServices, ManualAsyncFunction, ManualCalls};
+    use streamtask_core::async_io::OutputMode;
+    use streamtask_core::function::AsyncError;
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::testing::{HarnessServices, ManualAsyncFunction, ManualCalls};
 
     /// A sink that keeps completions until the test applies them.
     #[derive(Default)]
@@ -956,7 +959,7 @@ mod tests {
         }
 
         fn snapshot(&self) -> Vec<QueuedInput<u32>> {
-            crate::keygroup::ListState::decode(&self.engine.snapshot().unwrap())
+            streamtask_core::keygroup::ListState::decode(&self.engine.snapshot().unwrap())
                 .unwrap()
                 .items
         }

@@ -66,12 +66,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::channel::{InputClosed, InputGate};
-use crate::keygroup::ListState;
-use crate::operator::{Context, Operator};
-use crate::state::StateError;
 use crate::sync::{Arc, Condvar, Mutex, spawn_named, thread};
-use crate::task::{CheckpointResponder, TaskConfig, TaskReport};
-use crate::{
+use streamtask_core::keygroup::ListState;
+use streamtask_core::operator::{Context, Operator};
+use streamtask_core::state::StateError;
+use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
+use streamtask_core::{
     CheckpointBarrier, OperatorError, Output, StreamRecord, StreamStatus, TaskOutput, TaskSnapshot,
     Watermark,
 };
@@ -329,7 +329,7 @@ pub struct IterationInput<T> {
     deadline: Option<Instant>,
     alarm: Option<Alarm>,
     /// Where the alarm thread is counted.
-    metrics: Option<std::sync::Arc<crate::metrics::TaskMetrics>>,
+    metrics: Option<std::sync::Arc<streamtask_core::metrics::TaskMetrics>>,
     ended: bool,
 }
 
@@ -442,7 +442,7 @@ where
                 }
                 Err(e) => self.responder.decline(
                     id,
-                    crate::task::DeclineReason::Failed(format!(
+                    streamtask_core::task::DeclineReason::Failed(format!(
                         "the feedback log of iteration {:?}: {e}",
                         self.iteration
                     )),
@@ -534,7 +534,10 @@ where
         !self.input_ended && self.gate.abort_checkpoint(id).is_some()
     }
 
-    fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::TaskMetrics>) -> Self {
+    fn with_metrics(
+        mut self,
+        metrics: std::sync::Arc<streamtask_core::metrics::TaskMetrics>,
+    ) -> Self {
         self.gate = self.gate.with_metrics(std::sync::Arc::clone(&metrics));
         self.metrics = Some(metrics);
         self
@@ -591,7 +594,12 @@ impl Alarm {
         }
     }
 
-    fn arm(&self, at: Instant, waker: &Waker, metrics: Option<&crate::metrics::TaskMetrics>) {
+    fn arm(
+        &self,
+        at: Instant,
+        waker: &Waker,
+        metrics: Option<&streamtask_core::metrics::TaskMetrics>,
+    ) {
         {
             let mut thread = self.thread.lock();
             if thread.is_none() {
@@ -773,7 +781,7 @@ impl<T> fmt::Debug for FeedbackOutput<T> {
 mod tests {
     use super::*;
     use crate::channel::bounded;
-    use crate::{StreamElement, TaskSnapshot};
+    use streamtask_core::{StreamElement, TaskSnapshot};
 
     fn head(
         config: &mut TaskConfig,
@@ -897,7 +905,7 @@ mod tests {
         assert_eq!(input.pending_checkpoints(), 0);
         config
             .responder
-            .decline(2, crate::task::DeclineReason::Superseded);
+            .decline(2, streamtask_core::task::DeclineReason::Superseded);
         feedback.send(Feedback::Record(StreamRecord::new(3))).ok();
         let _ = input.poll_event().unwrap();
         assert!(matches!(
@@ -916,7 +924,7 @@ mod tests {
             past_watermarks(&mut input),
             InputEvent::EndOfInput
         ));
-        let mut tail = crate::testing::OperatorHarness::new(FeedbackWriter::new(
+        let mut tail = streamtask_core::testing::OperatorHarness::new(FeedbackWriter::new(
             "loop",
             Duration::ZERO,
             feedback,
@@ -934,7 +942,7 @@ mod tests {
         let mut config = TaskConfig::new("head");
         let (_tx, feedback, input, _reports) = head(&mut config);
         drop(input);
-        let mut tail = crate::testing::OperatorHarness::new(FeedbackWriter::new(
+        let mut tail = streamtask_core::testing::OperatorHarness::new(FeedbackWriter::new(
             "loop",
             Duration::ZERO,
             feedback,

@@ -14,10 +14,10 @@ use super::aligner::{Aligned, AlignerAction, BarrierAligner};
 use super::backoff::Backoff;
 use super::bounded::{Receiver, TryRecvError};
 use super::valve::{ValveOutput, ValveUpdate, WatermarkValve};
-use crate::element::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
-use crate::metrics::TaskMetrics;
 use crate::sync::thread;
-use crate::task::TaskError;
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::task::TaskError;
+use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
 
 /// An input channel disconnected without end of input: its upstream task failed or was
 /// cancelled, so this task must fail too.
@@ -147,7 +147,7 @@ pub enum TwoInputEvent<A, B> {
 /// Channel 0 delivers barrier 1 first; it is held back until channel 1 delivers it too:
 ///
 /// ```
-/// use streamtask_core::channel::{GateEvent, InputGate, bounded};
+/// use streamtask_runtime::channel::{GateEvent, InputGate, bounded};
 /// use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord};
 ///
 /// let (tx0, rx0) = bounded(8).unwrap();
@@ -312,7 +312,7 @@ impl<T> fmt::Debug for InputGate<T> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::{TwoInputEvent, TwoInputGate, bounded};
+/// use streamtask_runtime::channel::{TwoInputEvent, TwoInputGate, bounded};
 /// use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, Watermark};
 ///
 /// let (numbers, rx1) = bounded::<StreamElement<u32>>(8).unwrap();

@@ -16,21 +16,22 @@ use std::sync::Arc as StdArc;
 use std::time::Instant;
 
 use crate::channel::InputClosed;
-use crate::metrics::TaskMetrics;
-use crate::operator::{
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::operator::{
     Context, Operator, OperatorEvent, TaskServices, TwoInputChain, TwoInputOperator,
 };
-use crate::task::{DeclineReason, TaskError};
-use crate::trace::{RecordRun, Tracer};
-use crate::{
+use streamtask_core::task::{DeclineReason, TaskError};
+use streamtask_core::trace::{RecordRun, Tracer};
+use streamtask_core::{
     CheckpointBarrier, OperatorError, Output, StreamRecord, StreamStatus, TaskOutput, TaskSnapshot,
     Timer, Watermark, catch_panic,
 };
 
 use super::TaskParts;
-use super::chain::TaskChain;
 use super::input::{InputEvent, InputRecord};
-use super::lifecycle::{Lifecycle, TaskState};
+use super::lifecycle::Lifecycle;
+use streamtask_core::operator::TaskChain;
+use streamtask_core::task::TaskState;
 
 /// Records counted locally before they are added to the task's metrics.
 pub const PUBLISH_EVERY: u64 = 1 << 10;

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::element::CheckpointBarrier;
+use streamtask_core::CheckpointBarrier;
 
 /// What the caller does after delivering a barrier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +108,7 @@ struct Pending {
 /// ```
 /// use std::time::Instant;
 /// use streamtask_core::CheckpointBarrier;
-/// use streamtask_core::channel::{AlignerAction, BarrierAligner};
+/// use streamtask_runtime::channel::{AlignerAction, BarrierAligner};
 ///
 /// let now = Instant::now();
 /// let mut aligner = BarrierAligner::new(3);
@@ -138,7 +138,7 @@ struct Pending {
 /// ```
 /// use std::time::Instant;
 /// use streamtask_core::CheckpointBarrier;
-/// use streamtask_core::channel::{AlignerAction, BarrierAligner};
+/// use streamtask_runtime::channel::{AlignerAction, BarrierAligner};
 ///
 /// let mut single = BarrierAligner::new(1);
 /// let b = CheckpointBarrier::new(7, 0);

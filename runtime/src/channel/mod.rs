@@ -8,12 +8,12 @@
 //! | [`BarrierAligner`] | the exactly-once barrier alignment state machine (pure, no I/O) | the gates |
 //! | [`WatermarkValve`] | combines per-channel watermarks and stream status (pure, no I/O) | the gates |
 //! | [`InputGate`], [`TwoInputGate`] | read N channels fairly, align barriers, combine watermarks | a task's input |
-//! | [`RecordWriter`] | a task's [`TaskOutput`](crate::TaskOutput) into downstream channels | a task's output |
+//! | [`RecordWriter`] | a task's [`TaskOutput`](streamtask_core::TaskOutput) into downstream channels | a task's output |
 //!
 //! Both threading models use the same pieces. The legacy model's input task blocks
 //! ([`InputGate::next_blocking`]) and its writer blocks on a full channel; the mailbox model polls
 //! ([`InputGate::poll_next`]) and feeds input only while its writer
-//! [is available](crate::TaskOutput::is_available), and otherwise registers a
+//! [is available](streamtask_core::TaskOutput::is_available), and otherwise registers a
 //! [`Waker`](std::task::Waker) whose wake enqueues a resume mail, then suspends its default
 //! action.
 //!
@@ -29,7 +29,7 @@
 //!
 //! A producer that polls does the same with [`Sender::try_send`] (on `Full`),
 //! [`Sender::register_space_waker`] (or [`RecordWriter`]'s
-//! [`register_availability_waker`](crate::TaskOutput::register_availability_waker), which
+//! [`register_availability_waker`](streamtask_core::TaskOutput::register_availability_waker), which
 //! registers on every full channel), a second try, then suspends until a receive frees a slot or
 //! the receiver is gone.
 //!
@@ -53,7 +53,7 @@
 //! every round, because a sleep and its wake cost microseconds; then they wait: the channel's on
 //! condition variables under the same lock, the gate by registering a waker that unparks its
 //! thread and polling once more before parking. The protocol is model-checked with loom
-//! (`core/tests/loom.rs`) and stress-tested (`core/tests/channel_stress.rs`).
+//! (`runtime/tests/loom.rs`) and stress-tested (`runtime/tests/channel_stress.rs`).
 //!
 //! # Examples
 //!
@@ -61,7 +61,7 @@
 //! [`InputGate`]:
 //!
 //! ```
-//! use streamtask_core::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
+//! use streamtask_runtime::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
 //! use streamtask_core::{CheckpointBarrier, Output, StreamRecord, TaskOutput, Watermark};
 //!
 //! let (tx, rx) = bounded(16).unwrap();

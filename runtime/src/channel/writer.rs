@@ -8,13 +8,13 @@ use std::time::Instant;
 use std::sync::Arc;
 
 use super::bounded::{Sender, TrySendError};
-use crate::element::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
-use crate::error::OperatorError;
-use crate::keygroup::{
+use streamtask_core::OperatorError;
+use streamtask_core::keygroup::{
     DEFAULT_MAX_PARALLELISM, StableKey, key_group_of, operator_index_for_key_group,
 };
-use crate::metrics::TaskMetrics;
-use crate::operator::{Output, TaskOutput};
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::operator::{Output, TaskOutput};
+use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
 
 /// How records are spread over the downstream channels.
 pub enum Partitioner<T> {
@@ -66,7 +66,7 @@ impl<T> Partitioner<T> {
     /// # Examples
     ///
     /// ```
-    /// use streamtask_core::channel::Partitioner;
+    /// use streamtask_runtime::channel::Partitioner;
     ///
     /// let p = Partitioner::by_key_with_max_parallelism(128, |v: &(u64, &str)| v.0);
     /// assert_eq!(format!("{p:?}"), "KeyGroups(128)");
@@ -172,7 +172,7 @@ pub enum WriterError {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::{Partitioner, RecordWriter, bounded};
+/// use streamtask_runtime::channel::{Partitioner, RecordWriter, bounded};
 /// use streamtask_core::{Output, StreamElement, StreamRecord, TaskOutput, Watermark};
 ///
 /// let (tx0, rx0) = bounded(8).unwrap();

@@ -6,17 +6,17 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::Duration;
 
-use streamtask_core::channel::{
-    ChannelError, GateError, GateEvent, InputClosed, InputGate, Partitioner, RecordWriter,
-    RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
-    TwoInputEvent, TwoInputGate, WriterError, bounded,
-};
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
 use streamtask_core::sync::thread;
 use streamtask_core::{
     CheckpointBarrier, OperatorError, Output, StreamElement, StreamRecord, StreamStatus, TaskError,
     TaskOutput, Watermark,
+};
+use streamtask_runtime::channel::{
+    ChannelError, GateError, GateEvent, InputClosed, InputGate, Partitioner, RecordWriter,
+    RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
+    TwoInputEvent, TwoInputGate, WriterError, bounded,
 };
 
 /// Counts how often it was woken.
@@ -65,7 +65,7 @@ fn record<T>(value: T) -> GateEvent<T> {
 fn gate<T>(
     n: usize,
 ) -> (
-    Vec<streamtask_core::channel::Sender<StreamElement<T>>>,
+    Vec<streamtask_runtime::channel::Sender<StreamElement<T>>>,
     InputGate<T>,
 ) {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(16).unwrap()).unzip();
@@ -365,13 +365,13 @@ fn errors_print_without_the_payload_being_debug() {
 fn public_types_can_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
-    send_sync::<streamtask_core::channel::Sender<StreamElement<String>>>();
-    send_sync::<streamtask_core::channel::Receiver<StreamElement<String>>>();
+    send_sync::<streamtask_runtime::channel::Sender<StreamElement<String>>>();
+    send_sync::<streamtask_runtime::channel::Receiver<StreamElement<String>>>();
     send_sync::<InputGate<String>>();
     send_sync::<TwoInputGate<String, u8>>();
     send::<RecordWriter<String>>();
-    send_sync::<streamtask_core::channel::BarrierAligner>();
-    send_sync::<streamtask_core::channel::WatermarkValve>();
+    send_sync::<streamtask_runtime::channel::BarrierAligner>();
+    send_sync::<streamtask_runtime::channel::WatermarkValve>();
 }
 
 // ---- the input gate ----
@@ -700,8 +700,8 @@ fn the_gate_records_alignment_time_for_several_channels() {
 // ---- the two-input gate ----
 
 type Two = (
-    Vec<streamtask_core::channel::Sender<StreamElement<u32>>>,
-    Vec<streamtask_core::channel::Sender<StreamElement<String>>>,
+    Vec<streamtask_runtime::channel::Sender<StreamElement<u32>>>,
+    Vec<streamtask_runtime::channel::Sender<StreamElement<String>>>,
     TwoInputGate<u32, String>,
 );
 
@@ -805,7 +805,9 @@ fn the_two_input_gate_reports_each_input_ending() {
 // ---- the record writer ----
 
 /// Everything queued in `rx` now.
-fn queued<T>(rx: &streamtask_core::channel::Receiver<StreamElement<T>>) -> Vec<StreamElement<T>> {
+fn queued<T>(
+    rx: &streamtask_runtime::channel::Receiver<StreamElement<T>>,
+) -> Vec<StreamElement<T>> {
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
 

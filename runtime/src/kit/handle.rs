@@ -4,14 +4,17 @@ use std::fmt;
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
-use crate::CheckpointBarrier;
-use crate::metrics::TaskMetrics;
-use crate::operator::RunningOperator;
 use crate::sync::{Arc, Mutex, thread};
-use crate::task::TriggerError;
-use crate::task::{CheckpointResponder, DeclineReason, TaskError, TaskFailure, TaskOutcome};
+use streamtask_core::CheckpointBarrier;
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::operator::RunningOperator;
+use streamtask_core::task::TriggerError;
+use streamtask_core::task::{
+    CheckpointResponder, DeclineReason, TaskError, TaskFailure, TaskOutcome,
+};
 
-use super::lifecycle::{Lifecycle, TaskState, duration_ms};
+use super::lifecycle::{Lifecycle, duration_ms};
+use streamtask_core::task::TaskState;
 
 /// How a model's handle reaches its task: the calls that differ per model (a channel to the
 /// async-calls thread under the checkpoint lock, or a mail). Everything else a handle does (the
@@ -47,7 +50,7 @@ pub enum TriggerMode {
 ///   stop hook wakes every thread it started (the source's cancellation token, a poison mail).
 /// - [`join`](Self::join) waits as long as the task runs while it is live; once it is stopping
 ///   (cancelled, or failed) it waits at most the task's cancel grace
-///   ([`TaskConfig::with_cancel_grace`](crate::task::TaskConfig::with_cancel_grace), 30 s by
+///   ([`TaskConfig::with_cancel_grace`](streamtask_core::task::TaskConfig::with_cancel_grace), 30 s by
 ///   default) counted from the stop. A task that has not ended by then is reported as
 ///   [`TaskError::CancellationIgnored`]: its stuck thread (a source that ignores cancellation,
 ///   user code in an endless loop) is left behind and cleans up after itself if it ever returns;

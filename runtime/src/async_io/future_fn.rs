@@ -20,9 +20,9 @@ use std::sync::Arc;
 use tokio::task::AbortHandle;
 
 use super::TokioRuntime;
-use crate::OperatorError;
-use crate::function::{AsyncError, AsyncFunction, ResultFuture};
 use crate::sync::Mutex;
+use streamtask_core::OperatorError;
+use streamtask_core::function::{AsyncError, AsyncFunction, ResultFuture};
 
 /// The in-flight calls, by (queue entry, attempt), so a timeout or `close` can abort them.
 type InFlight = Arc<Mutex<HashMap<(u64, u32), AbortHandle>>>;
@@ -32,7 +32,7 @@ type InFlight = Arc<Mutex<HashMap<(u64, u32), AbortHandle>>>;
 ///
 /// `call` takes the input by value and returns a future of `Result<Vec<Out>, AsyncError>`: `Ok`
 /// emits the values (each with the input's timestamp), `Err` completes exceptionally (which a
-/// [`RetryPolicy`](super::RetryPolicy) may retry). A future that panics completes
+/// [`RetryPolicy`](streamtask_core::async_io::RetryPolicy) may retry). A future that panics completes
 /// exceptionally naming the panic. The future must be `Send` (it runs on the runtime's
 /// workers), the closure `Send` (the operator calls it on the task thread).
 ///
@@ -40,7 +40,7 @@ type InFlight = Arc<Mutex<HashMap<(u64, u32), AbortHandle>>>;
 ///
 /// ```
 /// use std::sync::{Arc, mpsc};
-/// use streamtask_core::async_io::{FutureAsyncFunction, TokioRuntime};
+/// use streamtask_runtime::{FutureAsyncFunction, TokioRuntime};
 /// use streamtask_core::function::{AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture};
 ///
 /// struct Channel(std::sync::Mutex<mpsc::Sender<Completion<u64>>>);
@@ -205,9 +205,9 @@ impl<O> Drop for CompleteOnDrop<O> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::{AsyncOutcome, Completion};
+    use streamtask_core::function::{AsyncOutcome, Completion};
 
-    use crate::testing::completion_channel as sink;
+    use streamtask_core::testing::completion_channel as sink;
 
     #[test]
     fn results_errors_and_panics_complete_the_future() {

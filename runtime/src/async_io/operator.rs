@@ -7,24 +7,25 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{AsyncConfig, AsyncConfigError, AsyncWaitEngine};
-use crate::function::{AsyncFunction, Completion, CompletionSink};
-use crate::operator::{Context, EventSender, Operator, OperatorEvent};
+use super::AsyncWaitEngine;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, thread};
-use crate::{OperatorError, StreamRecord, Timer, Watermark};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
+use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
+use streamtask_core::operator::{Context, EventSender, Operator, OperatorEvent};
+use streamtask_core::{OperatorError, StreamRecord, Timer, Watermark};
 
 /// Async I/O (Flink's `AsyncWaitOperator`), the same operator in every model; only the way its
 /// completions come back differs.
 ///
 /// The output timestamp is the input's; results leave in input order
-/// ([`OutputMode::Ordered`](super::OutputMode::Ordered)) or as they complete, never across a
+/// ([`OutputMode::Ordered`](streamtask_core::async_io::OutputMode::Ordered)) or as they complete, never across a
 /// watermark (`Unordered`). Each batch of completions emits every element that became ready
 /// (Flink emits one per mail and enqueues another mail for the rest).
 ///
 /// | what | how |
 /// |---|---|
-/// | a completion (default) | [`ResultFuture`](crate::function::ResultFuture) on any thread -> a list the operator shares with its sink, and an event for this operator only when the list was empty (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies the whole list and emits what became ready: a burst of completions costs one event |
+/// | a completion (default) | [`ResultFuture`](streamtask_core::function::ResultFuture) on any thread -> a list the operator shares with its sink, and an event for this operator only when the list was empty (a mail at its priority in the mailbox model, the async-calls thread under the lock in the lock model) -> `on_event` applies the whole list and emits what became ready: a burst of completions costs one event |
 /// | a completion made on the task thread outside the operator's calls' catching (a function answering inside `invoke` with inline completions off) | an event of its own carrying it (a mail at its priority): nothing else runs on that thread meanwhile, so there is no burst to coalesce, and the list's lock is skipped |
 /// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
 /// | a completion made during the operator's own call (a function that answers at once; [`with_inline_completions`](Self::with_inline_completions), on by default) | caught by the list and applied as soon as the call returns, on the thread that made it: no event, no emitter hand-off |

@@ -59,7 +59,7 @@ use crate::sync::{Arc, Condvar, Mutex, MutexGuard, unlocked};
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicBool, Ordering};
 /// use std::task::{Wake, Waker};
-/// use streamtask_core::channel::{TryRecvError, bounded};
+/// use streamtask_runtime::channel::{TryRecvError, bounded};
 ///
 /// struct Flag(AtomicBool);
 /// impl Wake for Flag {
@@ -684,7 +684,7 @@ impl<T> Receiver<T> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::channel::bounded;
+/// use streamtask_runtime::channel::bounded;
 ///
 /// let (tx, rx) = bounded(1).unwrap();
 /// tx.send(1).unwrap();

@@ -3,10 +3,10 @@
 //! | piece | what it is |
 //! |---|---|
 //! | [`ChainBody`] | the operator chain with its counted output, services and tracing, and the operations every task runs on it: restore and open, records in, Flink's checkpoint order with its metrics and trace span, complete and abort notices, timers and events, end of input head to tail with a drain between operators, finish, close |
-//! | [`TaskChain`] | what those operations need of a chain: any [`Operator`](crate::Operator) (one input) or a [`TwoInputChain`](crate::operator::TwoInputChain) |
+//! | [`TaskChain`](streamtask_core::operator::TaskChain) | what those operations need of a chain: any [`Operator`](streamtask_core::Operator) (one input) or a [`TwoInputChain`](streamtask_core::operator::TwoInputChain) |
 //! | [`TaskInput`], [`InputEvent`] | a task's input gate read the same way for one or two inputs; [`ChainBody::apply`] puts an event through the chain |
 //! | [`IterationInput`], [`FeedbackWriter`], [`FeedbackOutput`] | an iteration's head input and tail, with the cyclic-graph snapshot (the feedback log) of Carbone et al. 2015 |
-//! | [`Lifecycle`] | one task state machine ([`TaskState`]) with the first failure, the stop hook and the done latch |
+//! | [`Lifecycle`] | one task state machine ([`TaskState`](streamtask_core::task::TaskState)) with the first failure, the stop hook and the done latch |
 //! | [`TaskHandle`] | one control surface, with one cancel/join contract, over a model's [`TaskControl`] |
 //! | [`TaskParts`] | a task's identity, split from its [`TaskConfig`]: name, metrics, lifecycle, responder, grace |
 //!
@@ -31,18 +31,17 @@
 //!
 //! # Stop with a savepoint (suspend, not end of input)
 //!
-//! A barrier whose kind [is synchronous](crate::CheckpointKind::is_synchronous) suspends the
+//! A barrier whose kind [is synchronous](streamtask_core::CheckpointKind::is_synchronous) suspends the
 //! body once acknowledged ([`ChainBody::is_suspended`]) and moves the task to
-//! [`TaskState::Suspending`]. From then on [`ChainBody::source_may_emit`] is false: the one
+//! [`TaskState::Suspending`](streamtask_core::task::TaskState::Suspending). From then on [`ChainBody::source_may_emit`] is false: the one
 //! check every model's source makes (a legacy source before each locked section, waiting on the
 //! lock's condition; a mailbox reader before each poll, its task then only running mails), so
 //! a source emits nothing after its barrier. The savepoint's completion notice
-//! ([`ChainBody::notify_checkpoint`]) moves the task to [`TaskState::Suspended`], whose stop
+//! ([`ChainBody::notify_checkpoint`]) moves the task to [`TaskState::Suspended`](streamtask_core::task::TaskState::Suspended), whose stop
 //! hook ends it without end of input; an abort resumes it. A task whose upstream already ended
 //! this way waits for its own notice ([`ChainBody::input_closed`]).
 
 mod body;
-mod chain;
 mod handle;
 mod input;
 mod iteration;
@@ -51,29 +50,24 @@ mod lifecycle;
 use std::sync::Arc as StdArc;
 use std::time::Duration;
 
-use crate::TaskSnapshot;
-use crate::metrics::TaskMetrics;
-use crate::operator::RunningOperator;
 use crate::sync::Arc;
-use crate::task::{CheckpointResponder, TaskConfig};
-use crate::time::Clock;
-use crate::trace::Tracer;
+use streamtask_core::TaskSnapshot;
+use streamtask_core::metrics::TaskMetrics;
+use streamtask_core::operator::RunningOperator;
+use streamtask_core::task::{CheckpointResponder, TaskConfig};
+use streamtask_core::time::Clock;
+use streamtask_core::trace::Tracer;
 
 pub use self::body::{
     Applied, BodyPhase, Burst, ChainBody, Counted, Drain, PUBLISH_EVERY, TaskEnv,
 };
-pub use self::chain::TaskChain;
 pub use self::handle::{TaskControl, TaskHandle, TriggerMode};
 pub use self::input::{InputEvent, InputRecord, TaskInput, TwoInputRecord};
 pub use self::iteration::{
     FEEDBACK_LOG, FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
     IterationInput, feedback_edge, feedback_log,
 };
-pub use self::lifecycle::{Lifecycle, TaskState};
-
-/// How long a stopping task may take before `join` gives up on it (unless the task's config
-/// says otherwise).
-pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(30);
+pub use self::lifecycle::Lifecycle;
 
 /// A task's identity and shared state, split from its [`TaskConfig`]: what its handle, its body
 /// and its threads all hold.

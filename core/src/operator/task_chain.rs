@@ -1,12 +1,19 @@
 //! [`TaskChain`]: what a task does to its chain, whatever its number of inputs.
+//!
+//! For the task-runtime kit (`streamtask-runtime`), whose task body drives a chain through it; an
+//! operator never implements it. It lives beside [`Operator`] and [`TwoInputChain`] because it is
+//! implemented for both (every `Operator`, and the two-input chain), which only the crate that
+//! defines them may do.
 
-use crate::operator::{Context, Operator, OperatorEvent, TwoInputChain, TwoInputOperator};
-use crate::{OperatorError, StreamStatus, TaskSnapshot, Timer, Watermark};
+use super::{Context, Operator, OperatorEvent, TwoInputChain, TwoInputOperator};
+use crate::element::{StreamStatus, Watermark};
+use crate::error::OperatorError;
+use crate::state::TaskSnapshot;
+use crate::time::Timer;
 
 /// The calls every task makes on its operator chain, the same for a one-input chain (any
 /// [`Operator`], chained or not) and a [`TwoInputChain`]; records go in through the kind's own
-/// methods ([`ChainBody::process`](super::ChainBody::process),
-/// [`process1`](super::ChainBody::process1), [`process2`](super::ChainBody::process2)).
+/// methods (the runtime's `ChainBody::process`, `process1`, `process2`).
 ///
 /// Operators are numbered head first from 0; `end_input_at` takes one index at a time so a
 /// runtime can let each operator drain before the next one's input ends.
