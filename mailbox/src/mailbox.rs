@@ -480,7 +480,8 @@ impl<T> TaskMailbox<T> {
     }
 
     /// Puts `mail` ahead of everything else; from any thread. On the owner thread it goes to the
-    /// head of the batch (it runs next, before the rest of the batch); from another thread, to
+    /// head of the batch (it runs next, before the rest of the batch, behind only an urgent
+    /// round the owner already took out of the queue); from another thread, to
     /// the head of the queue (it runs first in the next batch). An urgent mail goes to the head
     /// of the urgent mails, from any thread (so the fairness rule applies to it as to every
     /// urgent mail).
