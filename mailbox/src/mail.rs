@@ -17,6 +17,7 @@ use std::fmt;
 /// assert!(Priority::MIN < Priority::operator(0));
 /// assert!(Priority::operator(0) < Priority::operator(1));
 /// assert!(Priority::operator(1_000) < Priority::MAX);
+/// assert!(Priority::MAX < Priority::URGENT);
 /// assert_eq!(Priority::operator(3).get(), 3);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -25,14 +26,27 @@ pub struct Priority(i32);
 impl Priority {
     /// Task-level mails, with no operator: visible only to the main loop and `MIN` takes.
     pub const MIN: Priority = Priority(-1);
-    /// Visible to every take: control mails and checkpoint notices.
-    pub const MAX: Priority = Priority(i32::MAX);
+    /// Visible to every take but [`URGENT`](Self::URGENT)'s: control mails and checkpoint
+    /// notices.
+    pub const MAX: Priority = Priority(i32::MAX - 1);
+    /// Urgent mails (Flink 2.1's urgent mails, FLINK-35051): visible to every take, and taken
+    /// before the rest of the batch being run and before every other mail a take would find,
+    /// within the fairness rule that keeps a stream of them from starving the other mails
+    /// (FLINK-39898; see [`TaskMailbox`](crate::TaskMailbox), "Urgent mails"). For what must
+    /// not wait behind a batch of mails already taken: a checkpoint trigger.
+    pub const URGENT: Priority = Priority(i32::MAX);
 
     /// The priority of the operator at chain index `index` (0 = head). Indices too large for an
     /// `i32` saturate just below [`MAX`](Self::MAX).
     #[inline]
     pub fn operator(index: usize) -> Priority {
-        Priority(i32::try_from(index).unwrap_or(i32::MAX).min(i32::MAX - 1))
+        Priority(i32::try_from(index).unwrap_or(i32::MAX).min(i32::MAX - 2))
+    }
+
+    /// Whether this is [`URGENT`](Self::URGENT).
+    #[inline]
+    pub fn is_urgent(self) -> bool {
+        self == Priority::URGENT
     }
 
     /// The raw value (`-1` for [`MIN`](Self::MIN)).
@@ -42,11 +56,11 @@ impl Priority {
     }
 
     /// The chain index [`operator`](Self::operator) made this priority of, where that is
-    /// exact: `None` for [`MIN`](Self::MIN), [`MAX`](Self::MAX) and the largest value, which
-    /// every index from `i32::MAX - 1` on is capped to.
+    /// exact: `None` for [`MIN`](Self::MIN), [`MAX`](Self::MAX), [`URGENT`](Self::URGENT) and
+    /// the largest operator value, which every index from `i32::MAX - 2` on is capped to.
     #[inline]
     pub(crate) fn operator_index(self) -> Option<usize> {
-        if (0..i32::MAX - 1).contains(&self.0) {
+        if (0..i32::MAX - 2).contains(&self.0) {
             usize::try_from(self.0).ok()
         } else {
             None
@@ -116,7 +130,8 @@ mod tests {
         }
         assert_eq!(Priority::MIN.operator_index(), None);
         assert_eq!(Priority::MAX.operator_index(), None);
-        let capped = usize::try_from(i32::MAX - 1).unwrap();
+        assert_eq!(Priority::URGENT.operator_index(), None);
+        let capped = usize::try_from(i32::MAX - 2).unwrap();
         assert_eq!(Priority::operator(capped).operator_index(), None);
         assert_eq!(Priority::operator(usize::MAX).operator_index(), None);
     }

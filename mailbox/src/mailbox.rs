@@ -144,6 +144,10 @@ const HEAD: u8 = 8;
 /// any thread without a lock, cleared by the owner; it counts as mail for the one-load checks,
 /// so the loop looks before its next record.
 const DOORBELL: u8 = 4;
+/// The queue's urgent mails ([`Queue::urgent`]) are not empty. Changed only under the queue
+/// lock; kept apart from `NEW_MAIL` so that the owner's fast paths see an urgent mail in the
+/// load they make anyway, and take a lock for it only when one waits.
+const URGENT: u8 = 16;
 
 /// Whether a mailbox holds mail: its flag word, without the mailbox's type parameter. Exact on
 /// the owner thread (as [`TaskMailbox::has_mail`]); a hint elsewhere.
@@ -174,7 +178,7 @@ struct Hot {
     /// in bytes the alignment pads anyway). The mailbox thread writes it and the flags in the
     /// same places (it takes the trigger as it answers the doorbell), so the two share a line.
     trigger: TriggerSlot,
-    /// `NEW_MAIL`, `BATCH`, `HEAD` and `DOORBELL`.
+    /// `NEW_MAIL`, `URGENT`, `BATCH`, `HEAD` and `DOORBELL`.
     flags: AtomicU8,
     /// A [`MailboxState`] as `u8`; changed only under the queue lock.
     state: AtomicU8,
@@ -190,17 +194,27 @@ const _: () = assert!(std::mem::size_of::<TriggerSlot>() + 3 <= 64);
 
 /// The queue, under its lock, with what `put` needs to know of the hot line: a producer
 /// holding the lock reads it from the line it just locked, not from the line the owner writes.
-/// `NEW_MAIL` is set exactly while `mails` is not empty (both change only under this lock).
+/// `NEW_MAIL` is set exactly while `mails` is not empty, `URGENT` exactly while `urgent` is not
+/// empty (each changes only under this lock).
 struct Queue<T> {
     mails: VecDeque<Mail<T>>,
+    /// The urgent mails ([`Priority::URGENT`]), oldest first; never in `mails`.
+    urgent: VecDeque<Mail<T>>,
     /// The state, as in `Hot::state` (both change only under this lock).
     state: MailboxState,
 }
 
-/// What the owner's lock guards: the batch and the queue's head.
+/// What the owner's lock guards: the batch, the urgent round and the queue's head.
 struct Owned<T> {
     /// The batch ([`TaskMailbox::create_batch`]).
     batch: VecDeque<Mail<T>>,
+    /// The urgent round: the urgent mails the owner moved out of the queue at once, oldest
+    /// first, taken before anything else (see "Urgent mails" in [`TaskMailbox`]). Part of the
+    /// batch for the flag word (`BATCH`).
+    round: VecDeque<Mail<T>>,
+    /// Whether the owner's last mail came from an urgent round: then the next round waits until
+    /// a non-urgent mail was taken (the fairness rule).
+    last_urgent: bool,
     /// The oldest queued mails, which a `take` moved out of the queue all at once (one lock of
     /// the queue for all of them, not one per mail); logically still queued, ahead of
     /// `Queue::mails`. An off-thread `put_first` goes to its front.
@@ -211,7 +225,7 @@ impl<T> Owned<T> {
     /// The flag bits that describe these containers.
     fn bits(&self) -> u8 {
         let mut bits = 0;
-        if !self.batch.is_empty() {
+        if !self.batch.is_empty() || !self.round.is_empty() {
             bits |= BATCH;
         }
         if !self.head.is_empty() {
@@ -222,12 +236,63 @@ impl<T> Owned<T> {
 
     /// Moves the head behind the batch (the head's mails are newer than the batch's).
     fn head_into_batch(&mut self) {
-        let Owned { batch, head } = self;
+        let Owned { batch, head, .. } = self;
         if batch.is_empty() {
             std::mem::swap(head, batch);
         } else {
             batch.append(head);
         }
+    }
+
+    /// Whether the batch (its urgent round included) holds a mail.
+    fn holds_batch(&self) -> bool {
+        !self.batch.is_empty() || !self.round.is_empty()
+    }
+
+    /// Starts an urgent round: every urgent mail queued moves behind the round's (older) mails,
+    /// all at once under the queue lock the caller holds.
+    fn start_round(&mut self, urgent: &mut VecDeque<Mail<T>>) {
+        if self.round.is_empty() {
+            std::mem::swap(&mut self.round, urgent);
+        } else {
+            self.round.append(urgent);
+        }
+    }
+
+    /// The fairness rule for the batch being run: queued urgent mails start a round only while
+    /// no round is running, the owner's last mail was not urgent, and the batch still holds a
+    /// mail (urgent mails jump a batch, they do not prolong it).
+    fn may_jump_batch(&self) -> bool {
+        self.round.is_empty() && !self.last_urgent && !self.batch.is_empty()
+    }
+
+    /// The next mail of the batch: the urgent round's first, else the batch's.
+    #[inline]
+    fn pop_batch(&mut self) -> Option<Mail<T>> {
+        if let Some(mail) = self.round.pop_front() {
+            self.last_urgent = true;
+            return Some(mail);
+        }
+        let mail = self.batch.pop_front();
+        if mail.is_some() {
+            self.last_urgent = false;
+        }
+        mail
+    }
+
+    /// The first mail of `priority` (every urgent mail is visible): the urgent round's first,
+    /// then the batch's, then the head's.
+    fn take_first(&mut self, priority: Priority) -> Option<Mail<T>> {
+        if let Some(mail) = self.round.pop_front() {
+            self.last_urgent = true;
+            return Some(mail);
+        }
+        let mail =
+            take_first(&mut self.batch, priority).or_else(|| take_first(&mut self.head, priority));
+        if mail.is_some() {
+            self.last_urgent = false;
+        }
+        mail
     }
 }
 
@@ -290,11 +355,14 @@ impl<T> TaskMailbox<T> {
             owner,
             queue: CachePadded::new(Mutex::new(Queue {
                 mails: VecDeque::new(),
+                urgent: VecDeque::new(),
                 state: MailboxState::Open,
             })),
             not_empty: Condvar::new(),
             owned: CachePadded::new(Mutex::new(Owned {
                 batch: VecDeque::new(),
+                round: VecDeque::new(),
+                last_urgent: false,
                 head: VecDeque::new(),
             })),
             spin_before_park: true,
@@ -395,8 +463,9 @@ impl<T> TaskMailbox<T> {
         if !state.is_accepting_mails() {
             return Err(PutError { state, mail });
         }
-        // Acquire: pairs with the Release raise of a put that happened before this one.
-        if self.hot.flags.load(Ordering::Acquire) & NEW_MAIL != 0 {
+        // Acquire: pairs with the Release raise of a put that happened before this one. An
+        // urgent mail goes to the queue's urgent mails, as from any thread.
+        if self.hot.flags.load(Ordering::Acquire) & NEW_MAIL != 0 || mail.priority().is_urgent() {
             let mut queue = self.queue.lock();
             return self.put_locked(&mut queue, mail, false);
         }
@@ -411,14 +480,17 @@ impl<T> TaskMailbox<T> {
     }
 
     /// Puts `mail` ahead of everything else; from any thread. On the owner thread it goes to the
-    /// head of the batch (it runs next, before the rest of the batch); from another thread, to
-    /// the head of the queue (it runs first in the next batch).
+    /// head of the batch (it runs next, before the rest of the batch, behind only an urgent
+    /// round the owner already took out of the queue); from another thread, to
+    /// the head of the queue (it runs first in the next batch). An urgent mail goes to the head
+    /// of the urgent mails, from any thread (so the fairness rule applies to it as to every
+    /// urgent mail).
     ///
     /// # Errors
     ///
     /// [`PutError`] with the mail when the mailbox is not [`Open`](MailboxState::Open).
     pub fn put_first(&self, mail: Mail<T>) -> Result<(), PutError<T>> {
-        if self.is_owner_thread() {
+        if self.is_owner_thread() && !mail.priority().is_urgent() {
             // Only the owner changes the state, so reading it without the queue lock is exact.
             let state = self.state();
             if !state.is_accepting_mails() {
@@ -444,7 +516,9 @@ impl<T> TaskMailbox<T> {
         if !state.is_accepting_mails() {
             return Err(PutError { state, mail });
         }
-        if first {
+        if mail.priority().is_urgent() {
+            self.put_urgent(queue, mail, first);
+        } else if first {
             self.put_first_queued(mail);
         } else {
             let was_empty = queue.mails.is_empty();
@@ -463,6 +537,22 @@ impl<T> TaskMailbox<T> {
         // checks the queue and the head under this lock).
         self.not_empty.notify_one();
         Ok(())
+    }
+
+    /// An urgent mail, under the queue lock: to the tail of the urgent mails (the head for a
+    /// `put_first`). `URGENT` is set exactly while they are not empty; Release, as every flag
+    /// change (the lock publishes the mail).
+    #[cold]
+    fn put_urgent(&self, queue: &mut Queue<T>, mail: Mail<T>, first: bool) {
+        let was_empty = queue.urgent.is_empty();
+        if first {
+            queue.urgent.push_front(mail);
+        } else {
+            queue.urgent.push_back(mail);
+        }
+        if was_empty {
+            self.hot.flags.fetch_or(URGENT, Ordering::Release);
+        }
     }
 
     /// An off-thread `put_first`, under the queue lock: ahead of every queued mail, so at the
@@ -585,11 +675,16 @@ impl<T> TaskMailbox<T> {
         priority: Priority,
     ) -> Result<Option<Mail<T>>, TakeError> {
         self.check_not_closed()?;
-        if let Some(mail) = self.take_owned(priority) {
-            return Ok(Some(mail));
-        }
-        if self.hot.flags.load(Ordering::Acquire) & NEW_MAIL == 0 {
-            return Ok(None);
+        // One load decides: without an urgent mail, the batch and the head first (no queue
+        // lock); with one, everything under the queue lock (the fairness rule).
+        let flags = self.hot.flags.load(Ordering::Acquire);
+        if flags & URGENT == 0 {
+            if let Some(mail) = self.take_owned(flags, priority) {
+                return Ok(Some(mail));
+            }
+            if self.hot.flags.load(Ordering::Acquire) & (NEW_MAIL | URGENT) == 0 {
+                return Ok(None);
+            }
         }
         let mut queue = self.queue.lock();
         Ok(self.take_from_queue(&mut queue, priority))
@@ -610,13 +705,17 @@ impl<T> TaskMailbox<T> {
 
     pub(crate) fn take_unchecked(&self, priority: Priority) -> Result<Mail<T>, TakeError> {
         self.check_not_closed()?;
-        if let Some(mail) = self.take_owned(priority) {
+        // As `try_take`: an urgent mail sends the take to the queue lock at once.
+        let flags = self.hot.flags.load(Ordering::Acquire);
+        if flags & URGENT == 0
+            && let Some(mail) = self.take_owned(flags, priority)
+        {
             return Ok(mail);
         }
         // Nothing queued: wait for a put on the flag word first (bounded), not on the queue's
         // lock, whose line the producers write. Relaxed: only a hint, the lock decides.
         if self.spin_before_park
-            && self.hot.flags.load(Ordering::Relaxed) & NEW_MAIL == 0
+            && self.hot.flags.load(Ordering::Relaxed) & (NEW_MAIL | URGENT) == 0
             && self.state() == MailboxState::Open
         {
             // Parking costs a futex round trip on both sides; a producer that is putting right
@@ -626,10 +725,11 @@ impl<T> TaskMailbox<T> {
         self.take_queued(priority)
     }
 
-    /// The blocking part of [`take`](Self::take): the queue (and the head, which an off-thread
-    /// `put_first` writes) under the queue lock, then wait on it. Every `put` and `put_first`
-    /// pushes and notifies under that same lock, so nothing slips in between the check and the
-    /// wait. The batch cannot grow meanwhile: only the owner (this thread) adds to it.
+    /// The blocking part of [`take`](Self::take): the queue, its urgent mails (and the head,
+    /// which an off-thread `put_first` writes) under the queue lock, then wait on it. Every
+    /// `put` and `put_first`, urgent or not, pushes and notifies under that same lock, so
+    /// nothing slips in between the check and the wait. The batch cannot grow meanwhile: only
+    /// the owner (this thread) adds to it.
     fn take_queued(&self, priority: Priority) -> Result<Mail<T>, TakeError> {
         let mut queue = self.queue.lock();
         loop {
@@ -649,7 +749,7 @@ impl<T> TaskMailbox<T> {
     /// queued.
     #[cfg(not(loom))]
     fn spin_for_mail(&self) {
-        let queued = || self.hot.flags.load(Ordering::Relaxed) & (NEW_MAIL | HEAD) != 0;
+        let queued = || self.hot.flags.load(Ordering::Relaxed) & (NEW_MAIL | URGENT | HEAD) != 0;
         for step in 0..SPIN_STEPS {
             if queued() {
                 return;
@@ -680,43 +780,57 @@ impl<T> TaskMailbox<T> {
         }
     }
 
-    /// The first mail of `priority` in the batch, then in the queue's head; never looks at the
-    /// queue. One load and no lock when both are empty.
+    /// The first mail of `priority` in the urgent round, the batch, then the queue's head;
+    /// never looks at the queue. `flags` is the caller's load: no lock when all are empty.
     #[inline]
-    fn take_owned(&self, priority: Priority) -> Option<Mail<T>> {
-        if self.hot.flags.load(Ordering::Acquire) & (BATCH | HEAD) == 0 {
+    fn take_owned(&self, flags: u8, priority: Priority) -> Option<Mail<T>> {
+        if flags & (BATCH | HEAD) == 0 {
             return None;
         }
         let mut owned = self.owned.lock();
         let before = owned.bits();
-        let mail = match take_first(&mut owned.batch, priority) {
-            Some(mail) => Some(mail),
-            None => take_first(&mut owned.head, priority),
-        };
+        let mail = owned.take_first(priority);
         self.update_bits(before, owned.bits());
         mail
     }
 
     /// Under the queue lock: moves every queued mail to the tail of the head (one lock of the
     /// queue for all of them; the next takes find them without it), then takes the first mail
-    /// of `priority` there. The head is older than the queue, so the order is kept.
+    /// of `priority`, urgent mails first within the fairness rule. The head is older than the
+    /// queue, so the order is kept.
     fn take_from_queue(&self, queue: &mut Queue<T>, priority: Priority) -> Option<Mail<T>> {
         // Exact under the queue lock: an off-thread `put_first` raises HEAD under it too, and
-        // the owner (this thread) makes every other change to the head.
-        if queue.mails.is_empty() && self.hot.flags.load(Ordering::Relaxed) & HEAD == 0 {
+        // the owner (this thread) makes every other change to the head. (Without an urgent
+        // mail, the caller looked at the batch and the head already.)
+        if queue.mails.is_empty()
+            && queue.urgent.is_empty()
+            && self.hot.flags.load(Ordering::Relaxed) & HEAD == 0
+        {
             return None;
         }
         let mut owned = self.owned.lock();
-        let before = owned.bits() | queued_bit(&queue.mails);
+        let before = owned.bits() | queued_bits(queue);
         if owned.head.is_empty() {
             // Swap the buffers instead of moving every mail (see `create_batch`).
             std::mem::swap(&mut queue.mails, &mut owned.head);
         } else {
             owned.head.append(&mut queue.mails);
         }
-        let mail = take_first(&mut owned.head, priority);
-        // The queue is empty now: NEW_MAIL goes with it.
-        self.update_bits(before, owned.bits());
+        // The fairness rule for takes: queued urgent mails start a round unless the owner's
+        // last mail was urgent and a non-urgent mail visible at `priority` waits (that one goes
+        // first); a round already running goes on first either way (`take_first`).
+        let jump = !queue.urgent.is_empty() && owned.round.is_empty() && !owned.last_urgent;
+        if jump {
+            owned.start_round(&mut queue.urgent);
+        }
+        let mut mail = owned.take_first(priority);
+        if mail.is_none() && !queue.urgent.is_empty() {
+            // Nothing else is visible: the urgent mails wait for nobody.
+            owned.start_round(&mut queue.urgent);
+            mail = owned.take_first(priority);
+        }
+        // The queue is empty now: NEW_MAIL goes with it (URGENT too, if a round started).
+        self.update_bits(before, owned.bits() | queued_bits(queue));
         mail
     }
 
@@ -733,8 +847,9 @@ impl<T> TaskMailbox<T> {
     }
 
     /// Moves every queued mail to the tail of the owner's batch (behind what is left of the
-    /// previous batch); returns whether the batch holds anything. Without queued mail this is
-    /// one atomic load and no lock. Owner only.
+    /// previous batch), the urgent mails waiting to its front (an urgent round); returns
+    /// whether the batch holds anything. Without queued mail this is one atomic load and no
+    /// lock. Owner only.
     ///
     /// Only the processor's main loop should create batches: a batch must not grow while it is
     /// being run (inside a yield, say), or the loop loses its bounded-work guarantee.
@@ -749,16 +864,20 @@ impl<T> TaskMailbox<T> {
 
     pub(crate) fn create_batch_unchecked(&self) -> bool {
         let flags = self.hot.flags.load(Ordering::Acquire);
-        if flags & (NEW_MAIL | HEAD) == 0 {
+        if flags & (NEW_MAIL | URGENT | HEAD) == 0 {
             return flags & BATCH != 0;
         }
-        if flags & NEW_MAIL == 0 {
+        if flags & (NEW_MAIL | URGENT) == 0 {
             return self.create_batch_from_head();
         }
         let mut queue = self.queue.lock();
         let mut owned = self.owned.lock();
-        let before = owned.bits() | queued_bit(&queue.mails);
-        let Owned { batch, head } = &mut *owned;
+        let before = owned.bits() | queued_bits(&queue);
+        // The fairness rule: a new batch takes every queued mail, non-urgent ones included, so
+        // urgent mails arriving back to back cannot keep a queued mail out of the batches.
+        // The urgent mails waiting run first, as a round.
+        owned.start_round(&mut queue.urgent);
+        let Owned { batch, head, .. } = &mut *owned;
         // The head is older than the queue: it goes first. Where the batch ran out (the usual
         // case), swap the buffers instead of moving every mail: O(1) under the lock producers
         // wait for, and the buffers take turns, so a steady stream of mails allocates (and
@@ -774,7 +893,7 @@ impl<T> TaskMailbox<T> {
         // them (the queue and the head are empty now; a `drain` on another thread may have
         // emptied everything meanwhile).
         self.update_bits(before, owned.bits());
-        !owned.batch.is_empty()
+        owned.holds_batch()
     }
 
     /// [`create_batch`](Self::create_batch) when only the head holds mail (the owner's own
@@ -787,7 +906,7 @@ impl<T> TaskMailbox<T> {
         let before = owned.bits();
         owned.head_into_batch();
         self.update_bits(before, owned.bits());
-        !owned.batch.is_empty()
+        owned.holds_batch()
     }
 
     /// [`create_batch`](Self::create_batch), then [`try_take_from_batch`](Self::try_take_from_batch):
@@ -795,7 +914,7 @@ impl<T> TaskMailbox<T> {
     /// the owner's and one flag update do both, not two of each. Owner only.
     pub(crate) fn create_batch_and_take_unchecked(&self) -> Result<Option<Mail<T>>, TakeError> {
         let flags = self.hot.flags.load(Ordering::Acquire);
-        if flags & (NEW_MAIL | HEAD) != HEAD {
+        if flags & (NEW_MAIL | URGENT | HEAD) != HEAD {
             self.create_batch_unchecked();
             return self.try_take_from_batch_unchecked();
         }
@@ -804,12 +923,16 @@ impl<T> TaskMailbox<T> {
         let mut owned = self.owned.lock();
         let before = owned.bits();
         owned.head_into_batch();
-        let mail = owned.batch.pop_front();
+        let mail = owned.pop_batch();
         self.update_bits(before, owned.bits());
         Ok(mail)
     }
 
-    /// Takes the head of the batch, whatever its priority; never looks at the queue. Owner only.
+    /// Takes the head of the batch, whatever its priority; never looks at the queue's
+    /// non-urgent mails. Urgent mails put since the batch was made come first, within the
+    /// fairness rule: they start a round only while the batch still holds a mail and the last
+    /// mail taken was not urgent, so they jump the batch being run but never prolong it (see
+    /// "Urgent mails" above). Owner only.
     ///
     /// # Errors
     ///
@@ -821,19 +944,43 @@ impl<T> TaskMailbox<T> {
 
     pub(crate) fn try_take_from_batch_unchecked(&self) -> Result<Option<Mail<T>>, TakeError> {
         self.check_not_closed()?;
-        if self.hot.flags.load(Ordering::Acquire) & BATCH == 0 {
+        // One load: an urgent mail waiting sends the take to the slow path.
+        let flags = self.hot.flags.load(Ordering::Acquire);
+        if flags & URGENT != 0 {
+            return Ok(self.take_from_batch_urgent());
+        }
+        if flags & BATCH == 0 {
             return Ok(None);
         }
         let mut owned = self.owned.lock();
-        let mail = owned.batch.pop_front();
-        if owned.batch.is_empty() {
+        let mail = owned.pop_batch();
+        if !owned.holds_batch() {
             self.hot.flags.fetch_and(!BATCH, Ordering::Release);
         }
         Ok(mail)
     }
 
-    /// Removes and returns every mail, the batch's first, then the queue's, in order. Does not
-    /// change the state. From any thread (Flink does not check either).
+    /// [`try_take_from_batch`](Self::try_take_from_batch) while urgent mails wait: under the
+    /// queue lock, they start a round ahead of the batch's rest if the fairness rule lets them
+    /// (`Owned::may_jump_batch`); otherwise the batch's next mail, or nothing once the batch is
+    /// exhausted (the urgent mails then wait for the next `create_batch`, with every queued
+    /// mail).
+    #[cold]
+    fn take_from_batch_urgent(&self) -> Option<Mail<T>> {
+        let mut queue = self.queue.lock();
+        let mut owned = self.owned.lock();
+        let before = owned.bits() | queued_bits(&queue);
+        if owned.may_jump_batch() {
+            owned.start_round(&mut queue.urgent);
+        }
+        let mail = owned.pop_batch();
+        self.update_bits(before, owned.bits() | queued_bits(&queue));
+        mail
+    }
+
+    /// Removes and returns every mail: the urgent ones first (the owner's round, then the
+    /// queue's), then the batch's, then the queue's, in order. Does not change the state. From
+    /// any thread (Flink does not check either).
     pub fn drain(&self) -> Vec<Mail<T>> {
         let mut queue = self.queue.lock();
         self.drain_locked(&mut queue)
@@ -841,10 +988,12 @@ impl<T> TaskMailbox<T> {
 
     fn drain_locked(&self, queue: &mut Queue<T>) -> Vec<Mail<T>> {
         let mut owned = self.owned.lock();
-        let mut mails: Vec<Mail<T>> = owned.batch.drain(..).collect();
+        let mut mails: Vec<Mail<T>> = owned.round.drain(..).collect();
+        mails.extend(queue.urgent.drain(..));
+        mails.extend(owned.batch.drain(..));
         mails.extend(owned.head.drain(..));
         mails.extend(queue.mails.drain(..));
-        // Both containers are empty and locked; the doorbell is cleared too.
+        // Every container is empty and locked; the doorbell is cleared too.
         self.hot.flags.store(0, Ordering::Release);
         mails
     }
@@ -864,7 +1013,7 @@ impl<T> TaskMailbox<T> {
         Ok(())
     }
 
-    /// Closes the mailbox and returns the mails it held (batch first, then queue, in order);
+    /// Closes the mailbox and returns the mails it held (in [`drain`](Self::drain)'s order);
     /// a second close returns none. Owner only.
     ///
     /// # Errors
@@ -894,11 +1043,15 @@ impl<T> TaskMailbox<T> {
         })
     }
 
-    /// Number of mails held (batch and queue); from any thread.
+    /// Number of mails held (batch and queue, urgent or not); from any thread.
     pub fn len(&self) -> usize {
         let queue = self.queue.lock();
         let owned = self.owned.lock();
-        queue.mails.len() + owned.head.len() + owned.batch.len()
+        queue.mails.len()
+            + queue.urgent.len()
+            + owned.head.len()
+            + owned.batch.len()
+            + owned.round.len()
     }
 
     /// Whether no mail is held.
@@ -949,7 +1102,7 @@ impl<T> Exclusive<'_, T> {
     ///
     /// [`PutError`] with the mail when the mailbox is not open.
     pub fn put_first(&mut self, mail: Mail<T>) -> Result<(), PutError<T>> {
-        if self.mailbox.is_owner_thread() {
+        if self.mailbox.is_owner_thread() && !mail.priority().is_urgent() {
             let state = self.state();
             if !state.is_accepting_mails() {
                 return Err(PutError { state, mail });
@@ -964,7 +1117,7 @@ impl<T> Exclusive<'_, T> {
 
     /// Number of queued mails (the batch not counted: it belongs to the owner).
     pub fn queued(&self) -> usize {
-        self.queue.mails.len() + self.mailbox.owned.lock().head.len()
+        self.queue.mails.len() + self.queue.urgent.len() + self.mailbox.owned.lock().head.len()
     }
 }
 
@@ -977,9 +1130,16 @@ impl<T> fmt::Debug for Exclusive<'_, T> {
     }
 }
 
-/// `NEW_MAIL` if `mails` (the queue, under its lock) is not empty: the bit as it is.
-fn queued_bit<T>(mails: &VecDeque<Mail<T>>) -> u8 {
-    if mails.is_empty() { 0 } else { NEW_MAIL }
+/// `NEW_MAIL` and `URGENT` of the queue (under its lock): the bits as they are.
+fn queued_bits<T>(queue: &Queue<T>) -> u8 {
+    let mut bits = 0;
+    if !queue.mails.is_empty() {
+        bits |= NEW_MAIL;
+    }
+    if !queue.urgent.is_empty() {
+        bits |= URGENT;
+    }
+    bits
 }
 
 /// Removes the first mail whose priority is `>= priority`; the others keep their places.

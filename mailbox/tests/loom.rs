@@ -302,6 +302,93 @@ fn a_put_first_into_the_head_wakes_a_blocked_take() {
     });
 }
 
+fn urgent(n: u32) -> Mail<u32> {
+    Mail::new(Priority::URGENT, n)
+}
+
+/// An urgent mail put while the owner runs a built batch: it runs before the batch's remainder
+/// (once the put happened before the owner's next take, at the latest right after it), exactly
+/// once, and nothing is left flagged.
+#[test]
+fn an_urgent_mail_put_during_a_batch_jumps_its_rest() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(1)).unwrap();
+        mailbox.put(mail(2)).unwrap();
+        assert!(mailbox.create_batch().unwrap());
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put(urgent(9)).unwrap())
+        };
+        let mut next = || mailbox.try_take_from_batch().unwrap().map(Mail::into_body);
+        // Racing the put: the batch's first mail, or the urgent one if its put came first.
+        let mut got = vec![next().unwrap()];
+        producer.join().unwrap();
+        while let Some(body) = next() {
+            got.push(body);
+        }
+        assert!(got == [1, 9, 2] || got == [9, 1, 2], "{got:?}");
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
+/// The owner blocks in a take at an operator's priority with nothing visible; an urgent mail
+/// from another thread wakes it (the blocking take checks the urgent mails under the queue
+/// lock the put notifies under).
+#[test]
+fn an_urgent_mail_wakes_a_blocked_take() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        // Not visible at operator 0's priority.
+        mailbox.put(mail(0)).unwrap();
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put(urgent(9)).unwrap())
+        };
+        assert_eq!(mailbox.take(Priority::operator(0)).unwrap().into_body(), 9);
+        producer.join().unwrap();
+        assert_eq!(mailbox.take(Priority::MIN).unwrap().into_body(), 0);
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
+/// An urgent mail racing the owner's whole batch path (run the batch to its end, then the next
+/// batch if `has_mail` says so): it runs exactly once, in this batch or flagged for the next,
+/// and the batch keeps its order.
+#[test]
+fn an_urgent_mail_racing_the_batch_runs_once() {
+    loom::model(|| {
+        let mailbox = Arc::new(TaskMailbox::new());
+        mailbox.put(mail(1)).unwrap();
+        mailbox.put(mail(2)).unwrap();
+        let producer = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.put(urgent(9)).unwrap())
+        };
+        let run_batch = |got: &mut Vec<u32>| {
+            if mailbox.create_batch().unwrap() {
+                while let Some(m) = mailbox.try_take_from_batch().unwrap() {
+                    got.push(m.into_body());
+                }
+            }
+        };
+        let mut got = Vec::new();
+        run_batch(&mut got);
+        producer.join().unwrap();
+        if got.len() < 3 {
+            assert!(
+                mailbox.has_mail().unwrap(),
+                "a waiting urgent mail is flagged"
+            );
+            run_batch(&mut got);
+        }
+        assert_eq!(got.iter().filter(|&&n| n == 9).count(), 1, "{got:?}");
+        got.retain(|&n| n != 9);
+        assert_eq!(got, vec![1, 2]);
+        assert!(!mailbox.has_mail().unwrap(), "nothing is left flagged");
+    });
+}
+
 /// The default action suspends; another thread resumes it while the loop is about to block.
 /// The loop must see the resume and run the default action again.
 #[test]

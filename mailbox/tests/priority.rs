@@ -103,9 +103,11 @@ fn operator_priorities_follow_the_chain_index() {
     assert!(Priority::MIN < Priority::operator(0));
     assert!(Priority::operator(0) < Priority::operator(1));
     assert!(Priority::operator(usize::MAX) < Priority::MAX);
+    assert!(Priority::MAX < Priority::URGENT);
     assert_eq!(Priority::MIN.get(), -1);
-    assert_eq!(Priority::MAX.get(), i32::MAX);
-    assert_eq!(Priority::operator(usize::MAX).get(), i32::MAX - 1);
+    assert_eq!(Priority::URGENT.get(), i32::MAX);
+    assert_eq!(Priority::MAX.get(), i32::MAX - 1);
+    assert_eq!(Priority::operator(usize::MAX).get(), i32::MAX - 2);
 }
 
 /// Flink's `testOperatorYieldExecutesSelectedTimers`: a yield at an operator's priority runs its

@@ -35,7 +35,7 @@ use super::runtime::{self, Options};
 ///
 /// | mail | priority | under the lock | does |
 /// |---|---|---|---|
-/// | checkpoint trigger | `MIN` | only if a trigger still waits (it takes the lock itself, not through the executor) | every trigger still waiting (see below): prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
+/// | checkpoint trigger | `URGENT`: overtakes a batch already built | only if a trigger still waits (it takes the lock itself, not through the executor) | every trigger still waiting (see below): prepare, broadcast the barrier, snapshot source state + chain, acknowledge |
 /// | timer of operator `i` | `operator(i)` | yes | the chain's `dispatch_timer`; context timers go to the source's context |
 /// | event for operator `i` | `operator(i)` | yes | the chain's `dispatch_event` |
 /// | checkpoint complete / aborted | `MAX` | yes | the chain's notices (never to a closed chain, FLINK-16383) |

@@ -66,7 +66,8 @@ where
         self.lock.post_errand();
         // ... or the mailbox thread, for a source that emits no section soon (blocked outside
         // the lock, waiting for room, sleeping). Not through the executor: the mail looks at
-        // the queue first and asks for the lock only if the errand left a trigger.
+        // the queue first and asks for the lock only if the errand left a trigger. Urgent: it
+        // overtakes a batch of mails already built (see `trigger`'s module docs).
         let pending = StdArc::clone(&self.pending);
         let lock = Arc::clone(&self.lock);
         let mail = move || {
@@ -76,7 +77,7 @@ where
         };
         if self
             .handle
-            .execute_unlocked(Priority::MIN, "checkpoint trigger", mail)
+            .execute_unlocked(Priority::URGENT, "checkpoint trigger", mail)
             .is_err()
         {
             // Refused: the task is ending and no mail runs any more; what waits declines

@@ -21,6 +21,15 @@
 //! and runs what is left (possibly nothing, if the errand came first after all). Modelled in
 //! `tests/loom.rs` (`a_trigger_runs_once_whoever_takes_it`).
 //!
+//! The mail is urgent ([`Priority::URGENT`](streamtask_mailbox::Priority::URGENT)): it
+//! overtakes the rest of a batch the mailbox thread has already built (timer and event mails,
+//! each of which takes the checkpoint lock from the source in turn), so a source that takes no
+//! section soon does not make a trigger wait for that batch. It cannot reorder triggers: the
+//! mail carries none, it runs whatever this queue holds, oldest first, so the order is the
+//! queue's whichever mail runs first; and running ahead of mails queued earlier is what a
+//! trigger run by the source's errand does anyway. The mailbox's fairness rule keeps the
+//! mails from being starved (a trigger per checkpoint is no stream of urgent mails anyway).
+//!
 //! The responder is the queue's, not each trigger's: a trigger call clones nothing (a
 //! responder clone is a `String` allocation).
 //!

@@ -60,6 +60,14 @@ where
 {
     /// The slot is taken (or trigger mails wait): the trigger goes as a mail. Out of line, so
     /// the fast path's code stays small.
+    ///
+    /// The mail is urgent ([`Priority::URGENT`]): it overtakes a batch the loop has already
+    /// built (timer mails, say) instead of waiting for its end. Triggers still run oldest
+    /// first: urgent mails are taken in the order they were put (the queue's urgent mails and
+    /// the owner's round are both FIFO, and no trigger mail is put first), a trigger mail is
+    /// put only while the slot is taken or older trigger mails wait (so the one trigger that
+    /// can be older than it and not queued ahead of it is the slot's), and a trigger mail runs
+    /// an older slot trigger before its own (`TriggerMail::run`).
     #[cold]
     #[inline(never)]
     fn trigger_by_mail(&self, barrier: CheckpointBarrier, requested: Instant) {
@@ -74,7 +82,7 @@ where
         let _ = self
             .processor
             .core()
-            .enqueue(Priority::MIN, "checkpoint trigger", trigger);
+            .enqueue(Priority::URGENT, "checkpoint trigger", trigger);
     }
 }
 
