@@ -102,7 +102,7 @@ assert_send_sync!(
 // A tag and a strategy are shared by every task of a job; the side outputs of an
 // operator move with it to its task thread (they hold `Send` outputs) but are never shared; a
 // record's context lends the task's services for one call.
-mod issue_13 {
+mod shapes {
     use streamtask_core::function::CoProcessFunction;
     use streamtask_core::operator::{
         KeyedCoProcessOperator, KeyedContext, MapWithContext, OutputTag, RecordContext,
