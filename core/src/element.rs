@@ -136,17 +136,52 @@ pub struct CheckpointBarrier {
     pub timestamp: i64,
     /// Checkpoint or savepoint.
     pub kind: CheckpointKind,
+    /// How tasks with inputs align this barrier.
+    pub alignment: Alignment,
 }
 
 impl CheckpointBarrier {
-    /// A barrier for checkpoint `id` triggered at `timestamp`.
+    /// An aligned barrier for checkpoint `id` triggered at `timestamp`.
     pub fn new(id: u64, timestamp: i64) -> Self {
         CheckpointBarrier {
             id,
             timestamp,
             kind: CheckpointKind::Checkpoint,
+            alignment: Alignment::Aligned,
         }
     }
+
+    /// The same barrier, aligned as `alignment` says.
+    pub fn with_alignment(mut self, alignment: Alignment) -> Self {
+        self.alignment = alignment;
+        self
+    }
+
+    /// Whether a task takes this barrier ahead of the records queued before it (and stores
+    /// those records as channel state) as soon as it arrives.
+    pub fn is_unaligned(&self) -> bool {
+        self.alignment == Alignment::Unaligned
+    }
+}
+
+/// How a checkpoint's barriers pass a task with inputs (Flink's alignment type with its
+/// `aligned-checkpoint-timeout`). Savepoints are always aligned.
+///
+/// | alignment | where the barrier travels | when the task snapshots | channel state |
+/// |---|---|---|---|
+/// | `Aligned` | behind the records sent before it | once every input delivered it; inputs that did are held back until then | none |
+/// | `Unaligned` | ahead of the records queued in each channel | at its first arrival on any input | the records it overtook, and those read from inputs whose barrier is still on its way |
+/// | `AlignedTimeout(t)` | as `Aligned` until `t` after the trigger, then as `Unaligned` | once aligned, or at `t` | only if it timed out |
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Alignment {
+    /// Exactly-once alignment behind the backlog (the default, as in Flink).
+    #[default]
+    Aligned,
+    /// Unaligned from the start (Flink's `execution.checkpointing.unaligned.enabled`).
+    Unaligned,
+    /// Aligned, switching to unaligned once this long has passed since the trigger (Flink's
+    /// `execution.checkpointing.aligned-checkpoint-timeout`).
+    AlignedTimeout(std::time::Duration),
 }
 
 /// Everything a channel between tasks carries.

@@ -69,7 +69,8 @@ pub mod time;
 pub mod trace;
 
 pub use crate::element::{
-    CheckpointBarrier, CheckpointKind, StreamElement, StreamRecord, StreamStatus, Watermark,
+    Alignment, CheckpointBarrier, CheckpointKind, StreamElement, StreamRecord, StreamStatus,
+    Watermark,
 };
 pub use crate::error::{BoxError, OperatorError, catch_panic};
 pub use crate::operator::{Context, Operator, Output, TaskOutput};

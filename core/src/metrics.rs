@@ -243,6 +243,13 @@ pub struct TaskMetrics {
     pub checkpoint_duration: LatencyHistogram,
     /// From the first to the last barrier of a checkpoint on a multi-input task.
     pub alignment: LatencyHistogram,
+    /// Checkpoints this task took unaligned (from the start, or after its aligned timeout).
+    pub unaligned_checkpoints: Counter,
+    /// Elements stored as channel state (records and watermarks a barrier overtook), over all
+    /// checkpoints.
+    pub channel_state_records: Counter,
+    /// Encoded bytes of that channel state.
+    pub channel_state_bytes: Counter,
     /// Mailbox model: from a mail's enqueue to the start of its run, sampled (one mail in
     /// `streamtask_mailbox::MAILBOX_LATENCY_SAMPLE` per putting thread; checkpoint triggers
     /// that came without a mail always, see [`count_trigger_as_mail`](Self::count_trigger_as_mail)).
@@ -293,6 +300,9 @@ impl TaskMetrics {
             checkpoint_delay_us: self.checkpoint_delay.summary(),
             checkpoint_duration_us: self.checkpoint_duration.summary(),
             alignment_us: self.alignment.summary(),
+            unaligned_checkpoints: self.unaligned_checkpoints.get(),
+            channel_state_records: self.channel_state_records.get(),
+            channel_state_bytes: self.channel_state_bytes.get(),
             mailbox_latency_us: self.mailbox_latency.summary(),
             mails: self.mails.get(),
             lock_wait_us: self.lock_wait.summary(),
@@ -317,6 +327,12 @@ pub struct MetricsSummary {
     pub checkpoint_delay_us: LatencySummary,
     pub checkpoint_duration_us: LatencySummary,
     pub alignment_us: LatencySummary,
+    #[serde(default)]
+    pub unaligned_checkpoints: u64,
+    #[serde(default)]
+    pub channel_state_records: u64,
+    #[serde(default)]
+    pub channel_state_bytes: u64,
     pub mailbox_latency_us: LatencySummary,
     pub mails: u64,
     pub lock_wait_us: LatencySummary,

@@ -31,8 +31,8 @@
 
 use std::time::{Duration, Instant};
 
-use streamtask_core::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
-use streamtask_core::{CheckpointBarrier, CheckpointKind};
+use streamtask_core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+use streamtask_core::{Alignment, CheckpointBarrier, CheckpointKind};
 
 /// What [`TriggerSlot::trigger`] did with a trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,8 @@ pub(crate) struct TriggerSlot {
     /// Nanoseconds from `base` to the trigger call.
     requested: AtomicU64,
     kind: AtomicU8,
+    /// The barrier's [`Alignment`], as [`encode_alignment`] writes it.
+    alignment: AtomicU32,
     base: Instant,
 }
 
@@ -93,6 +95,27 @@ fn decode(kind: u8) -> CheckpointKind {
     }
 }
 
+/// 0 aligned, `u32::MAX` unaligned, otherwise the aligned timeout in whole milliseconds (at
+/// least 1) plus one: four bytes keep the slot on its cache line.
+fn encode_alignment(alignment: Alignment) -> u32 {
+    match alignment {
+        Alignment::Aligned => 0,
+        Alignment::Unaligned => u32::MAX,
+        Alignment::AlignedTimeout(timeout) => {
+            let millis = timeout.as_micros().div_ceil(1000).max(1);
+            u32::try_from(millis).map_or(u32::MAX - 1, |m| m.min(u32::MAX - 2) + 1)
+        }
+    }
+}
+
+fn decode_alignment(word: u32) -> Alignment {
+    match word {
+        0 => Alignment::Aligned,
+        u32::MAX => Alignment::Unaligned,
+        millis => Alignment::AlignedTimeout(Duration::from_millis(u64::from(millis - 1))),
+    }
+}
+
 impl TriggerSlot {
     pub(crate) fn new() -> Self {
         TriggerSlot {
@@ -102,6 +125,7 @@ impl TriggerSlot {
             timestamp: AtomicU64::new(0),
             requested: AtomicU64::new(0),
             kind: AtomicU8::new(0),
+            alignment: AtomicU32::new(0),
             base: Instant::now(),
         }
     }
@@ -141,6 +165,8 @@ impl TriggerSlot {
         self.timestamp
             .store(barrier.timestamp as u64, Ordering::Relaxed);
         self.kind.store(encode(barrier.kind), Ordering::Relaxed);
+        self.alignment
+            .store(encode_alignment(barrier.alignment), Ordering::Relaxed);
         self.requested.store(requested, Ordering::Relaxed);
         // Published: a store, as only the claim holder sets `full` (a mail counted meanwhile
         // changes `state`, not this word). Release: a taker that loads it reads the fields.
@@ -208,6 +234,7 @@ impl TriggerSlot {
             id,
             timestamp: self.timestamp.load(Ordering::Relaxed) as i64,
             kind: decode(self.kind.load(Ordering::Relaxed)),
+            alignment: decode_alignment(self.alignment.load(Ordering::Relaxed)),
         };
         let requested = self.base + Duration::from_nanos(self.requested.load(Ordering::Relaxed));
         // Whoever wins this (the owner, or a triggerer taking its trigger back) has it, and

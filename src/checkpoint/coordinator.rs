@@ -31,11 +31,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use streamtask_core::CheckpointBarrier;
 use streamtask_core::TaskSnapshot;
 use streamtask_core::metrics::{Counter, LatencyHistogram, LatencySummary};
 use streamtask_core::sync::Arc;
 use streamtask_core::task::{DeclineReason, TaskReport};
+use streamtask_core::{Alignment, CheckpointBarrier};
 
 use super::{CheckpointStorage, CompletedCheckpoint, StorageError};
 
@@ -76,6 +76,10 @@ pub struct CheckpointConfig {
     /// [`UNLIMITED_FAILURES`](Self::UNLIMITED_FAILURES) never fails it. Which failures count:
     /// see [`AbortReason::counts_as_failure`].
     pub tolerable_failures: u32,
+    /// How checkpoint barriers pass tasks with inputs: aligned (the default, as Flink's),
+    /// unaligned, or aligned until a timeout. Savepoints are always aligned. The legacy model
+    /// aligns every barrier (see MIGRATION.md, "Checkpoints under backpressure").
+    pub alignment: Alignment,
 }
 
 impl CheckpointConfig {
@@ -95,7 +99,28 @@ impl CheckpointConfig {
             max_concurrent: 1,
             timeout: interval.max(Self::DEFAULT_TIMEOUT),
             tolerable_failures: 0,
+            alignment: Alignment::Aligned,
         }
+    }
+
+    /// Unaligned checkpoints (Flink's `execution.checkpointing.unaligned.enabled`): a barrier
+    /// overtakes the records queued ahead of it, and the records it overtook are stored with
+    /// the checkpoint as channel state.
+    pub fn with_unaligned(mut self) -> Self {
+        self.alignment = Alignment::Unaligned;
+        self
+    }
+
+    /// Aligned checkpoints that switch to unaligned once `timeout` has passed since their
+    /// trigger (Flink's `execution.checkpointing.aligned-checkpoint-timeout`); a zero timeout
+    /// is unaligned from the start.
+    pub fn with_aligned_timeout(mut self, timeout: Duration) -> Self {
+        self.alignment = if timeout.is_zero() {
+            Alignment::Unaligned
+        } else {
+            Alignment::AlignedTimeout(timeout)
+        };
+        self
     }
 
     /// Tolerates `failures` checkpoint failures in a row before the job fails (see
@@ -537,6 +562,7 @@ struct Timing {
     timeout: i64,
     max_concurrent: usize,
     tolerable_failures: u32,
+    alignment: Alignment,
 }
 
 impl Timing {
@@ -548,6 +574,7 @@ impl Timing {
             timeout: millis(config.timeout),
             max_concurrent: config.max_concurrent,
             tolerable_failures: config.tolerable_failures,
+            alignment: config.alignment,
         }
     }
 }
@@ -724,7 +751,9 @@ impl CheckpointCoordinator {
             self.last_trigger = Some(now);
             self.stats.triggered.inc();
             log::debug!("triggering checkpoint {id} at {now}");
-            actions.push(CoordinatorAction::Trigger(CheckpointBarrier::new(id, now)));
+            actions.push(CoordinatorAction::Trigger(
+                CheckpointBarrier::new(id, now).with_alignment(self.timing.alignment),
+            ));
         }
         actions
     }
