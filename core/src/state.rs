@@ -85,6 +85,11 @@ impl TaskSnapshot {
     /// under every model; written only when elements are in flight.
     pub const SOURCE_IN_FLIGHT: &'static str = "source-in-flight";
 
+    /// The key of a task's channel state: the elements an unaligned checkpoint overtook in
+    /// the task's input channels, in the runtime's channel-state format; written only when
+    /// there are any.
+    pub const CHANNEL_STATE: &'static str = "channel-state";
+
     /// An empty snapshot.
     pub fn new() -> Self {
         TaskSnapshot::default()

@@ -85,6 +85,28 @@ pub enum JobError {
     /// A zero restart delay or other bad executor setting.
     #[error("{0}")]
     Config(String),
+    /// Unaligned checkpoints (or a restored channel state) need to encode the records that
+    /// cross into a task, and their type has no encoding registered.
+    #[error(
+        "task {task:?} reads records of type {type_name} and the job's checkpoints are \
+         unaligned (or the checkpoint it restores holds channel state), so those records must \
+         be stored: register the type with `StreamEnvironment::register_channel_type::<{type_name}>()` \
+         (it needs serde's Serialize and Deserialize), or keep checkpoints aligned"
+    )]
+    ChannelStateType {
+        /// The task reading the records.
+        task: String,
+        /// The record type.
+        type_name: &'static str,
+    },
+    /// A checkpoint's channel state could not be read back.
+    #[error("task {task:?}: {source}")]
+    ChannelState {
+        /// The task restoring it.
+        task: String,
+        /// What was wrong.
+        source: streamtask_runtime::channel::ChannelStateError,
+    },
     /// The model cannot run this part of the job.
     #[error("{what} cannot run under the {model} model: {fix}")]
     Unsupported {

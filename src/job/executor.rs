@@ -373,6 +373,13 @@ impl JobGraph {
         }
         if let Some(cp) = &config.checkpoint {
             cp.validate()?;
+            if self.has_iteration && cp.alignment != streamtask_core::Alignment::Aligned {
+                return Err(JobError::Config(
+                    "unaligned checkpoints do not cover an iteration's feedback edge (Flink \
+                     does not offer them there either); keep this job's checkpoints aligned"
+                        .into(),
+                ));
+            }
         }
         if config.stop_with_savepoint.is_some() {
             if config.checkpoint.is_none() {
@@ -683,6 +690,11 @@ impl JobGraph {
                 subtask: *subtask,
                 wiring: &wiring,
                 fairness: config.fairness,
+                codecs: &self.codecs,
+                alignment: config
+                    .checkpoint
+                    .as_ref()
+                    .map_or(streamtask_core::Alignment::Aligned, |c| c.alignment),
             };
             match (self.vertices[*vi].spawn)(&ctx, task_config) {
                 Ok(task) => handles.lock().push(Some(task)),

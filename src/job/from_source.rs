@@ -76,6 +76,7 @@ impl StreamEnvironment {
         parallelism: usize,
     ) -> DataStream<String> {
         let parallelism = parallelism.max(1);
+        self.register_channel_type::<String>();
         let enumerator =
             SplitEnumerator::of_source(name, &source, parallelism).unwrap_or_else(|e| {
                 self.fail(JobError::Config(format!("{name}: {e}")));

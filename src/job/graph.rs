@@ -39,6 +39,7 @@ use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 use streamtask_runtime::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
 
+use super::channel_state::{Codecs, decode_range, gate_codec};
 use super::identity::StateIds;
 use super::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 use super::side_output::SideRegistry;
@@ -53,6 +54,10 @@ pub(crate) struct SpawnCtx<'a> {
     pub(crate) subtask: usize,
     pub(crate) wiring: &'a Wiring,
     pub(crate) fairness: Fairness,
+    /// The record types' channel-state encodings.
+    pub(crate) codecs: &'a Codecs,
+    /// How the job's checkpoints align.
+    pub(crate) alignment: streamtask_core::Alignment,
 }
 
 pub(crate) type Spawner =
@@ -102,6 +107,10 @@ pub(crate) struct GraphBuilder {
     sink_dirs: Vec<PathBuf>,
     names: HashSet<String>,
     pub(crate) errors: Vec<JobError>,
+    /// The channel-state encodings of the record types that cross between tasks.
+    pub(crate) codecs: Codecs,
+    /// Whether the job has an iteration (its feedback edge has no channel state).
+    pub(crate) has_iteration: bool,
 }
 
 /// Where a job is built: add sources, transform the streams, end them in sinks, then
@@ -169,6 +178,8 @@ impl StreamEnvironment {
                 sink_dirs: Vec::new(),
                 names: HashSet::new(),
                 errors: Vec::new(),
+                codecs: Codecs::default(),
+                has_iteration: false,
             })),
         }
     }
@@ -222,6 +233,7 @@ impl StreamEnvironment {
         FF: Fn(usize) -> F + Send + Sync + 'static,
     {
         self.claim_name(name);
+        self.graph.borrow().codecs.register::<F::Out>();
         let (runtime, adapter) = match self.model {
             Model::Legacy => ("legacy SourceStreamTask", None),
             Model::Bridge => ("bridge LegacySourceStreamTask", None),
@@ -373,7 +385,21 @@ impl StreamEnvironment {
             finalizers: graph.finalizers,
             enumerators: graph.enumerators,
             sink_dirs: graph.sink_dirs,
+            codecs: graph.codecs,
+            has_iteration: graph.has_iteration,
         })
+    }
+
+    /// Lets records of type `T` be stored as channel state, which unaligned checkpoints need
+    /// for every record type that crosses from one task into another (the job refuses to
+    /// start otherwise, naming the type). Types the job API already asks serde of (a source's
+    /// output, an async function's input, a collecting sink's input) are registered by it.
+    pub fn register_channel_type<T>(&self) -> &Self
+    where
+        T: Serialize + DeserializeOwned + 'static,
+    {
+        self.graph.borrow().codecs.register::<T>();
+        self
     }
 }
 
@@ -400,6 +426,10 @@ pub struct JobGraph {
     pub(crate) enumerators: Vec<Arc<crate::files::SplitEnumerator>>,
     /// The output directories of the two-phase file sinks (cleared when a run starts over).
     pub(crate) sink_dirs: Vec<PathBuf>,
+    /// The channel-state encodings of the record types that cross between tasks.
+    pub(crate) codecs: Codecs,
+    /// Whether the job has an iteration (its feedback edge has no channel state).
+    pub(crate) has_iteration: bool,
 }
 
 impl JobGraph {
@@ -568,6 +598,7 @@ impl<T: Send + 'static> DataStream<T> {
         if let Err(e) = config.validate() {
             self.env.fail(e.into());
         }
+        self.env.graph.borrow().codecs.register::<T>();
         let name_owned = name.to_string();
         match self.env.model {
             Model::Legacy => {
@@ -952,6 +983,7 @@ where
     /// [committed](CollectHandle::committed) when a checkpoint completes, and the rest when
     /// the whole job has finished.
     pub fn collect_sink(self, name: &str, handle: &CollectHandle<T>) {
+        self.env.graph.borrow().codecs.register::<T>();
         let finalize = handle.clone();
         self.env
             .graph
@@ -1441,11 +1473,20 @@ pub(crate) fn input_gate<T: Send + 'static>(
     edges: &[usize],
     config: &TaskConfig,
 ) -> Result<InputGate<T>, JobError> {
-    let receivers = edges
+    let receivers: Vec<_> = edges
         .iter()
         .flat_map(|&edge| ctx.wiring.take_receivers::<T>(edge, ctx.subtask))
         .collect();
-    Ok(InputGate::new(receivers)?.with_metrics(Arc::clone(&config.metrics)))
+    let channels = receivers.len();
+    let mut gate = InputGate::new(receivers)?.with_metrics(Arc::clone(&config.metrics));
+    let (codec, state) = gate_codec::<T>(ctx.codecs, ctx.alignment, config)?;
+    if let Some(codec) = codec {
+        if let Some(state) = &state {
+            gate = gate.with_channel_state(decode_range(state, &codec, 0..channels, &config.name)?);
+        }
+        gate = gate.with_codec(codec);
+    }
+    Ok(gate)
 }
 
 struct LegacyAsyncSegment<F: AsyncFunction, FF> {
@@ -1523,7 +1564,21 @@ where
             let chain = TwoInputChain::new(head(ctx, side_outputs), rest);
             let first = ctx.wiring.take_receivers::<H::In1>(edge1, ctx.subtask);
             let second = ctx.wiring.take_receivers::<H::In2>(edge2, ctx.subtask);
-            let gate = TwoInputGate::new(first, second)?.with_metrics(Arc::clone(&config.metrics));
+            let n1 = first.len();
+            let total = n1 + second.len();
+            let mut gate =
+                TwoInputGate::new(first, second)?.with_metrics(Arc::clone(&config.metrics));
+            let (codec1, state) = gate_codec::<H::In1>(ctx.codecs, ctx.alignment, &config)?;
+            let (codec2, _) = gate_codec::<H::In2>(ctx.codecs, ctx.alignment, &config)?;
+            if let (Some(codec1), Some(codec2)) = (codec1, codec2) {
+                if let Some(state) = &state {
+                    gate = gate.with_channel_state(
+                        decode_range(state, &codec1, 0..n1, &config.name)?,
+                        decode_range(state, &codec2, n1..total, &config.name)?,
+                    );
+                }
+                gate = gate.with_codecs(codec1, codec2);
+            }
             Ok(match ctx.model {
                 Model::Legacy => {
                     streamtask_legacy::TwoInputStreamTask::new(config, gate, chain, output)

@@ -85,6 +85,7 @@ where
             Arc::new(|_| Partitioner::Forward),
         );
         env.claim_name(name);
+        env.graph.borrow_mut().has_iteration = true;
         let feedback = {
             let mut graph = env.graph.borrow_mut();
             // The head's feedback log is part of the savepoint's shape (see `identity.rs`).

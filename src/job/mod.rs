@@ -1,5 +1,6 @@
 //! Jobs: the DataStream-like builder, the local executor, and how a model's tasks are started.
 
+mod channel_state;
 mod error;
 mod executor;
 mod files;

@@ -35,6 +35,7 @@ impl StreamEnvironment {
         parallelism: usize,
     ) -> DataStream<u64> {
         let reader_name = name.to_string();
+        self.register_channel_type::<u64>();
         self.add_reader_parallel(name, parallelism, move |subtask| {
             SequenceReader::new(reader_name.clone(), range.clone(), subtask, parallelism)
         })

@@ -83,6 +83,9 @@ where
                 return Ok(());
             }
         }
+        if self.input.has_priority() {
+            self.priority_input()?;
+        }
         if !self.body.output_available() {
             self.suspend_backpressured(controller);
             return Ok(());
@@ -146,6 +149,23 @@ where
             input.snapshot_state(id, into)
         });
         taken.map_err(|e| self.fail(e))?;
+        self.after_mail();
+        Ok(())
+    }
+
+    /// Takes the unaligned checkpoints waiting at the input, ahead of the records queued
+    /// before their barriers and whether or not the output has room: the urgent mail the
+    /// input's priority waker puts, and each step before it reads.
+    pub(crate) fn priority_input(&mut self) -> Result<(), TaskFailure> {
+        while let Some(step) = self
+            .input
+            .priority_step(&mut self.body)
+            .map_err(|e| self.fail(e))?
+        {
+            if let Step::Barrier(barrier) = step {
+                self.checkpoint(barrier, Instant::now())?;
+            }
+        }
         self.after_mail();
         Ok(())
     }

@@ -64,6 +64,19 @@ pub(crate) trait Input<C: TaskChain, W: TaskOutput<C::Out>>: Send + 'static {
     }
     /// Asks to be woken once input may be available.
     fn register_waker(&mut self, waker: &Waker);
+    /// Wakes `waker` whenever an unaligned barrier may be taken early (see
+    /// [`TaskInput::set_priority_waker`](streamtask_runtime::TaskInput::set_priority_waker)).
+    fn set_priority_waker(&mut self, _waker: Waker) {}
+    /// Whether [`priority_step`](Self::priority_step) may find something: one load.
+    #[inline]
+    fn has_priority(&self) -> bool {
+        false
+    }
+    /// Takes what unaligned checkpoints produce, without reading records: returns the barrier
+    /// of one to snapshot now (`Step::Barrier`), or `None` once there is nothing.
+    fn priority_step(&mut self, _body: &mut ChainBody<C, W>) -> Result<Option<Step>, TaskError> {
+        Ok(None)
+    }
     /// The input's state for checkpoint `id` (a reader's position).
     fn snapshot_state(&mut self, _id: u64, _into: &mut TaskSnapshot) -> Result<(), OperatorError> {
         Ok(())
@@ -212,12 +225,14 @@ where
 }
 
 /// A task's input gate ([`InputGate`](streamtask_runtime::channel::InputGate) or
-/// [`TwoInputGate`](streamtask_runtime::channel::TwoInputGate)), and the one record or watermark
-/// it read but the chain could not take yet.
+/// [`TwoInputGate`](streamtask_runtime::channel::TwoInputGate)), and the one watermark it read
+/// but the chain could not take yet.
 ///
 /// The gate is read even while the chain refuses input, so a barrier that comes next is
 /// snapshotted at once (the chain's in-flight work is in its snapshot, as an async operator's
-/// queue is); only a record or watermark waits, held here, until the chain takes it.
+/// queue is). A record the chain cannot take yet goes back in front of its channel
+/// ([`TaskInput::unread`]), so an unaligned barrier that overtakes it stores it as channel
+/// state; a watermark waits, held here, until the chain takes it.
 pub(crate) struct GateInput<G: TaskInput> {
     gate: G,
     held: Option<InputEvent<G::Record>>,
@@ -251,7 +266,12 @@ where
             },
         };
         if event.needs_room() && !body.accepts_input() {
-            self.held = Some(event);
+            self.held = match event {
+                InputEvent::Record(record) => {
+                    self.gate.unread(record).err().map(InputEvent::Record)
+                }
+                other => Some(other),
+            };
             return Ok(Step::Backpressured);
         }
         if matches!(event, InputEvent::EndOfInput) && !body.may_end_input() {
@@ -271,6 +291,24 @@ where
 
     fn register_waker(&mut self, waker: &Waker) {
         self.gate.register_waker(waker);
+    }
+
+    fn set_priority_waker(&mut self, waker: Waker) {
+        self.gate.set_priority_waker(waker);
+    }
+
+    #[inline]
+    fn has_priority(&self) -> bool {
+        self.gate.has_priority()
+    }
+
+    fn priority_step(&mut self, body: &mut ChainBody<C, W>) -> Result<Option<Step>, TaskError> {
+        while let Some(event) = self.gate.poll_priority() {
+            if let Applied::Barrier(barrier) = body.apply(event)? {
+                return Ok(Some(Step::Barrier(barrier)));
+            }
+        }
+        Ok(None)
     }
 
     fn notify_checkpoint(&mut self, id: u64, completed: bool) -> Result<bool, OperatorError> {

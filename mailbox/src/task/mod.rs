@@ -136,6 +136,29 @@ where
 /// mailbox that no longer accepts mails, or dropped when the mailbox closes after a failure or a
 /// cancel) declines the checkpoint as not running when it is dropped, so the coordinator hears
 /// about every trigger.
+/// Puts the mail that takes unaligned barriers early ([`MailboxBody::priority_input`]).
+struct PriorityMail<B>(MailboxExecutor<B, TaskFailure>);
+
+impl<I, C, W> std::task::Wake for PriorityMail<MailboxBody<I, C, W>>
+where
+    C: TaskChain + 'static,
+    W: TaskOutput<C::Out> + 'static,
+    I: Input<C, W>,
+{
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        // Refused once the task is ending: nothing is left to checkpoint.
+        let _ = self
+            .0
+            .execute("unaligned barrier", |body: &mut MailboxBody<I, C, W>| {
+                body.priority_input()
+            });
+    }
+}
+
 struct TriggerMail<B> {
     barrier: CheckpointBarrier,
     requested: Instant,
@@ -231,6 +254,12 @@ where
     ));
     let events = std::sync::Arc::new(MailboxEvents::new(&handle));
     let services = streamtask_core::operator::TaskServices::new(name, timers.clone(), events);
+    let mut input = input;
+    // An unaligned barrier reaches the task as an urgent mail, also while the default action
+    // is suspended on a full output.
+    input.set_priority_waker(std::task::Waker::from(std::sync::Arc::new(PriorityMail(
+        builder.mailbox_executor(Priority::URGENT),
+    ))));
     let body = MailboxBody::new(
         input,
         ChainBody::new(chain, output, TaskEnv::new(parts.clone(), services, tracer)),

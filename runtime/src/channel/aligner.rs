@@ -286,6 +286,12 @@ impl BarrierAligner {
         self.pending.map(|p| p.barrier)
     }
 
+    /// The newest checkpoint id started, triggered or aborted, if any: barriers of it and
+    /// older ones are ignored (except the pending one's).
+    pub fn newest(&self) -> Option<u64> {
+        self.newest
+    }
+
     /// When the pending alignment started (the `now` of its first barrier), if any.
     pub fn alignment_started_at(&self) -> Option<Instant> {
         self.pending.map(|p| p.started_at)

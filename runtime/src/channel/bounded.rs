@@ -18,6 +18,19 @@
 //! sees the first: the take sees the bit and locks to tell the sender, or the sender sees the take
 //! and does not wait. A sender is told one freed slot at a time; a take locks only while a sender
 //! wants space.
+//!
+//! # The priority lane
+//!
+//! [`Sender::send_priority`] puts an element (an unaligned checkpoint barrier) beside the
+//! queue, outside the capacity, with the count of pushes made before it: its *position*. The
+//! elements pushed before it are the ones it overtakes. The receiver never hands out an
+//! element pushed after a pending priority element before that element itself: while one is
+//! pending, a refill moves only the elements pushed before it (the fence), and once those are
+//! taken, [`Receiver::try_recv`] returns the priority element, in order. A reader that wants it
+//! early takes it with [`Receiver::take_priority`], which shows it the elements it overtook
+//! (to store them as channel state) and leaves them queued. Every priority send rings the
+//! receiver's [`PriorityBell`] and wakes its waker, so a task that is not reading its input (its
+//! output is full) still learns of it.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -27,7 +40,7 @@ use std::time::{Duration, Instant};
 use super::backoff::Backoff;
 use crossbeam::utils::CachePadded;
 
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, unlocked};
 
 /// Creates a bounded channel holding at most `capacity` elements.
@@ -94,6 +107,8 @@ pub fn bounded<T>(capacity: usize) -> Result<(Sender<T>, Receiver<T>), ChannelEr
             senders_waiting: 0,
             data_waker: None,
             space_wakers: Vec::new(),
+            priority: VecDeque::new(),
+            bell: None,
         }),
         data_ready: Condvar::new(),
         space_ready: Condvar::new(),
@@ -166,6 +181,100 @@ struct State<T> {
     data_waker: Option<Waker>,
     /// Producers' notices: woken by the next receive or the receiver's drop.
     space_wakers: Vec<Waker>,
+    /// Elements sent ahead of the queue, oldest first, each with its position: the count of
+    /// pushes made before it (see the module docs).
+    priority: VecDeque<(T, usize)>,
+    /// Rung by every priority send; shared by the channels of one reader.
+    bell: Option<Arc<PriorityBell>>,
+}
+
+/// Tells a reader of several channels that one of them received a priority element
+/// ([`Sender::send_priority`]): a flag it can test in one load between records, and a waker
+/// for a reader that is not reading (see the [module docs](self)).
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_runtime::channel::{PriorityBell, bounded};
+///
+/// let (tx, mut rx) = bounded::<u32>(4).unwrap();
+/// let bell = PriorityBell::new();
+/// rx.set_priority_bell(bell.clone());
+/// tx.send(1).unwrap();
+/// tx.send(2).unwrap();
+/// tx.send_priority(99).unwrap();
+/// tx.send(3).unwrap();
+/// assert!(bell.take());
+///
+/// // Taken early, the priority element shows what it overtook, which stays queued.
+/// let mut overtaken = Vec::new();
+/// assert_eq!(rx.take_priority(|_| true, |e| overtaken.push(*e)), Some(99));
+/// assert_eq!(overtaken, [1, 2]);
+/// assert_eq!(rx.try_recv(), Ok(1));
+/// assert_eq!(rx.try_recv(), Ok(2));
+/// assert_eq!(rx.try_recv(), Ok(3));
+///
+/// // Not taken early, it comes in order: after 4, before 5.
+/// tx.send(4).unwrap();
+/// tx.send_priority(100).unwrap();
+/// tx.send(5).unwrap();
+/// assert_eq!(rx.try_recv(), Ok(4));
+/// assert_eq!(rx.try_recv(), Ok(100));
+/// assert_eq!(rx.try_recv(), Ok(5));
+/// ```
+pub struct PriorityBell {
+    rung: CachePadded<AtomicBool>,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl PriorityBell {
+    /// A bell not rung, with no waker.
+    pub fn new() -> Arc<Self> {
+        Arc::new(PriorityBell {
+            rung: CachePadded::new(AtomicBool::new(false)),
+            waker: Mutex::new(None),
+        })
+    }
+
+    /// Whether a priority element arrived since the last [`take`](Self::take); one load.
+    #[inline]
+    pub fn is_rung(&self) -> bool {
+        self.rung.load(Ordering::Acquire)
+    }
+
+    /// Whether a priority element arrived since the last call; clears the flag. Take it
+    /// *before* looking at the channels: an element sent after the look rings again.
+    #[inline]
+    pub fn take(&self) -> bool {
+        self.is_rung() && self.rung.swap(false, Ordering::AcqRel)
+    }
+
+    /// Wakes `waker` on every ring from now on (it is kept, not taken); wakes it at once if
+    /// the bell is rung.
+    pub fn set_waker(&self, waker: Waker) {
+        *self.waker.lock() = Some(waker);
+        if self.is_rung()
+            && let Some(waker) = self.waker.lock().clone()
+        {
+            waker.wake();
+        }
+    }
+
+    fn ring(&self) {
+        self.rung.store(true, Ordering::Release);
+        let waker = self.waker.lock().clone();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl fmt::Debug for PriorityBell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PriorityBell")
+            .field("rung", &self.is_rung())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<T> Shared<T> {
@@ -265,6 +374,16 @@ impl<T> Shared<T> {
     }
 }
 
+/// What a receive under the lock found.
+enum Next<T> {
+    /// The buffer was refilled: take from it.
+    Refilled,
+    /// A priority element whose turn it is.
+    Priority(T),
+    /// Nothing.
+    Nothing,
+}
+
 /// The sending half; cloneable.
 ///
 /// Dropping the last sender disconnects the channel: the receiver takes what is left, then gets
@@ -292,6 +411,38 @@ impl<T> Sender<T> {
             return Err(TrySendError::Full(value));
         }
         self.shared.push(state, value);
+        Ok(())
+    }
+
+    /// Sends `value` ahead of the queued elements, outside the capacity: never blocks. The
+    /// receiver gets it in order unless it takes it early with [`Receiver::take_priority`];
+    /// see the [module docs](self). Rings the receiver's [`PriorityBell`] and wakes its data
+    /// waker.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError`] with `value` when the receiver is gone.
+    pub fn send_priority(&self, value: T) -> Result<(), SendError<T>> {
+        let mut state = self.shared.state.lock();
+        if !state.receiver_alive {
+            return Err(SendError(value));
+        }
+        // Only lock holders write `pushed`: the count of pushes before this element.
+        let position = self.shared.pushed.load(Ordering::Relaxed);
+        state.priority.push_back((value, position));
+        let bell = state.bell.clone();
+        let notify = state.receiver_waiting;
+        let waker = state.data_waker.take();
+        drop(state);
+        if notify {
+            self.shared.data_ready.notify_one();
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        if let Some(bell) = bell {
+            bell.ring();
+        }
         Ok(())
     }
 
@@ -489,16 +640,115 @@ impl<T> Receiver<T> {
         Some(value)
     }
 
-    /// Moves what is queued into the (empty) buffer; whether anything was.
+    /// Moves what is queued into the (empty) buffer, up to a pending priority element's
+    /// fence; whether anything was.
     #[inline]
-    fn refill(state: &mut State<T>, buffer: &mut VecDeque<T>) -> bool {
+    fn refill(shared: &Shared<T>, state: &mut State<T>, buffer: &mut VecDeque<T>) -> bool {
         debug_assert!(buffer.is_empty());
         if state.queue.is_empty() {
             return false;
         }
+        if let Some(&(_, position)) = state.priority.front() {
+            return Self::refill_fenced(shared, state, buffer, position);
+        }
         // Swap, not move: the two buffers take turns, so a steady stream allocates nothing.
         std::mem::swap(&mut state.queue, buffer);
         true
+    }
+
+    /// Moves only the queued elements pushed before `position`.
+    #[cold]
+    fn refill_fenced(
+        shared: &Shared<T>,
+        state: &mut State<T>,
+        buffer: &mut VecDeque<T>,
+        position: usize,
+    ) -> bool {
+        let pushed = shared.pushed.load(Ordering::Relaxed);
+        let first = pushed.wrapping_sub(state.queue.len()) & COUNT;
+        // Elements before the fence; "negative" (all of them moved already) wraps to a count
+        // beyond the queue's length.
+        let before = position.wrapping_sub(first) & COUNT;
+        if before == 0 || before > state.queue.len() {
+            return false;
+        }
+        buffer.extend(state.queue.drain(..before));
+        true
+    }
+
+    /// Under the lock with the buffer empty: the next element, from the queue (up to the
+    /// fence) or the priority element whose turn it is.
+    #[inline]
+    fn next_locked(shared: &Shared<T>, state: &mut State<T>, buffer: &mut VecDeque<T>) -> Next<T> {
+        if Self::refill(shared, state, buffer) {
+            return Next::Refilled;
+        }
+        if let Some((value, _)) = state.priority.pop_front() {
+            // Everything pushed before it was taken: its turn, in order.
+            return Next::Priority(value);
+        }
+        Next::Nothing
+    }
+
+    /// Sets the bell every priority send rings from now on; rings it at once if a priority
+    /// element is pending.
+    pub fn set_priority_bell(&self, bell: Arc<PriorityBell>) {
+        let mut state = self.shared.state.lock();
+        let pending = !state.priority.is_empty();
+        state.bell = Some(Arc::clone(&bell));
+        drop(state);
+        if pending {
+            bell.ring();
+        }
+    }
+
+    /// Whether a priority element is pending.
+    pub fn has_priority(&self) -> bool {
+        !self.shared.state.lock().priority.is_empty()
+    }
+
+    /// `look` at the oldest pending priority element, if any.
+    pub fn peek_priority<R>(&self, look: impl FnOnce(&T) -> R) -> Option<R> {
+        self.shared
+            .state
+            .lock()
+            .priority
+            .front()
+            .map(|(value, _)| look(value))
+    }
+
+    /// Takes the oldest pending priority element early, ahead of the elements sent before it,
+    /// if `accept` accepts it: first `overtaken` sees each element it overtakes (sent before
+    /// it and not yet taken, oldest first), which stay queued. With several pending, only the
+    /// oldest is looked at. `None` when none is pending or `accept` declined.
+    ///
+    /// Runs under the channel's lock: `overtaken` should be quick (encoding a few elements).
+    pub fn take_priority(
+        &mut self,
+        accept: impl FnOnce(&T) -> bool,
+        mut overtaken: impl FnMut(&T),
+    ) -> Option<T> {
+        let buffer = self.buffer.get_mut();
+        let mut state = self.shared.state.lock();
+        let (value, position) = state.priority.front()?;
+        if !accept(value) {
+            return None;
+        }
+        let position = *position;
+        // The receiver alone raises the count of takes: exact here.
+        let taken = self.shared.taken.load(Ordering::Relaxed) & COUNT;
+        let ahead = position.wrapping_sub(taken) & COUNT;
+        let ahead = if ahead > buffer.len() + state.queue.len() {
+            0
+        } else {
+            ahead
+        };
+        buffer
+            .iter()
+            .chain(state.queue.iter())
+            .take(ahead)
+            .for_each(&mut overtaken);
+        state.priority.pop_front().map(|(value, _)| value)
     }
 
     /// Takes the next element if there is one, without blocking.
@@ -533,9 +783,13 @@ impl<T> Receiver<T> {
         }
         // Empty: move everything queued under one lock, and take after unlocking.
         let mut state = shared.state.lock();
-        if Self::refill(&mut state, buffer) {
-            drop(state);
-            return Ok(Self::take_from(shared, buffer).expect("refilled"));
+        match Self::next_locked(shared, &mut state, buffer) {
+            Next::Refilled => {
+                drop(state);
+                return Ok(Self::take_from(shared, buffer).expect("refilled"));
+            }
+            Next::Priority(value) => return Ok(value),
+            Next::Nothing => {}
         }
         // Disconnected only once nothing is queued: what the senders sent is delivered first.
         if state.senders == 0 {
@@ -560,9 +814,13 @@ impl<T> Receiver<T> {
         let mut state = self.shared.state.lock();
         loop {
             // 2. Try again under the lock every push takes: move everything queued.
-            if Self::refill(&mut state, &mut buffer) {
-                drop(state);
-                return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
+            match Self::next_locked(&self.shared, &mut state, &mut buffer) {
+                Next::Refilled => {
+                    drop(state);
+                    return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
+                }
+                Next::Priority(value) => return Ok(value),
+                Next::Nothing => {}
             }
             // Empty, and no sender left: nothing will come.
             if state.senders == 0 {
@@ -602,9 +860,13 @@ impl<T> Receiver<T> {
         // The steps of `recv` (try under the lock, back off, register interest, park), the park
         // bounded by the deadline.
         loop {
-            if Self::refill(&mut state, &mut buffer) {
-                drop(state);
-                return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
+            match Self::next_locked(&self.shared, &mut state, &mut buffer) {
+                Next::Refilled => {
+                    drop(state);
+                    return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
+                }
+                Next::Priority(value) => return Ok(value),
+                Next::Nothing => {}
             }
             if state.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
@@ -633,7 +895,7 @@ impl<T> Receiver<T> {
         let mut state = self.shared.state.lock();
         // Try again: anything buffered or queued, or no sender left, wakes at once. Otherwise the
         // waker is stored under the lock every push takes, so the next push finds it.
-        if buffered || !state.queue.is_empty() || state.senders == 0 {
+        if buffered || !state.queue.is_empty() || !state.priority.is_empty() || state.senders == 0 {
             drop(state);
             waker.wake_by_ref();
             return;
@@ -649,10 +911,11 @@ impl<T> Receiver<T> {
         self.shared.state.lock().senders == 0
     }
 
-    /// Elements queued now (not yet received).
+    /// Elements queued now (not yet received), priority elements included.
     pub fn len(&self) -> usize {
         let buffered = self.buffer.lock().len();
-        buffered + self.shared.state.lock().queue.len()
+        let state = self.shared.state.lock();
+        buffered + state.queue.len() + state.priority.len()
     }
 
     /// Whether nothing is queued now.
@@ -721,6 +984,7 @@ impl<T> Shared<T> {
         let pushed = self.pushed.load(Ordering::Relaxed);
         self.taken.store(pushed, Ordering::Release);
         let queued = std::mem::take(&mut state.queue);
+        let priority = std::mem::take(&mut state.priority);
         let wakers = std::mem::take(&mut state.space_wakers);
         let data_waker = state.data_waker.take();
         let notify = state.senders_waiting > 0;
@@ -734,6 +998,7 @@ impl<T> Shared<T> {
         // Outside the lock: dropping elements or a waker runs foreign code.
         drop(data_waker);
         drop(queued);
+        drop(priority);
     }
 }
 

@@ -10,14 +10,19 @@ use std::time::{Duration, Instant};
 // `TaskConfig`), and `Waker::from` needs std's `Arc`; neither is a protocol loom should model.
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
 use super::aligner::{Aligned, AlignerAction, BarrierAligner};
 use super::backoff::Backoff;
-use super::bounded::{Receiver, TryRecvError};
+use super::bounded::{PriorityBell, Receiver, TryRecvError};
+use super::state::{ChannelCodec, ChannelState};
 use super::valve::{ValveOutput, ValveUpdate, WatermarkValve};
 use crate::sync::thread;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::task::TaskError;
-use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{
+    Alignment, CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark,
+};
 
 /// An input channel disconnected without end of input: its upstream task failed or was
 /// cancelled, so this task must fail too.
@@ -66,6 +71,19 @@ pub enum GateEvent<T> {
     Status(StreamStatus),
     /// Every channel delivered this barrier (or ended): snapshot now, then forward the barrier.
     Checkpoint(CheckpointBarrier),
+    /// The first barrier of an unaligned checkpoint overtook the records before it: snapshot
+    /// now and forward the barrier, but acknowledge only with its
+    /// [`ChannelState`](GateEvent::ChannelState), which follows.
+    UnalignedCheckpoint(CheckpointBarrier),
+    /// Every channel delivered the barrier of unaligned checkpoint `id` (or ended): its
+    /// channel state is complete (`Err` with the reason when an element could not be
+    /// encoded: decline the checkpoint).
+    ChannelState {
+        /// The checkpoint.
+        id: u64,
+        /// What its barriers overtook, per channel.
+        state: Result<ChannelState, String>,
+    },
     /// A newer barrier superseded this checkpoint during alignment; decline it.
     CheckpointAborted {
         /// The aborted checkpoint.
@@ -90,6 +108,15 @@ pub enum TwoInputEvent<A, B> {
     Status(StreamStatus),
     /// Every channel of both inputs delivered this barrier (or ended): snapshot now.
     Checkpoint(CheckpointBarrier),
+    /// As [`GateEvent::UnalignedCheckpoint`].
+    UnalignedCheckpoint(CheckpointBarrier),
+    /// As [`GateEvent::ChannelState`].
+    ChannelState {
+        /// The checkpoint.
+        id: u64,
+        /// What its barriers overtook, per channel (input 1's channels first).
+        state: Result<ChannelState, String>,
+    },
     /// A newer barrier superseded this checkpoint during alignment; decline it.
     CheckpointAborted {
         /// The aborted checkpoint.
@@ -166,7 +193,7 @@ pub enum TwoInputEvent<A, B> {
 /// assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
 /// ```
 pub struct InputGate<T> {
-    channels: Vec<Receiver<StreamElement<T>>>,
+    lanes: Lanes<T>,
     core: GateCore,
 }
 
@@ -181,7 +208,84 @@ impl<T> InputGate<T> {
             return Err(GateError::NoChannels);
         }
         let core = GateCore::new(&[channels.len()]);
-        Ok(InputGate { channels, core })
+        let lanes = Lanes::new(channels, &core.bell);
+        Ok(InputGate { lanes, core })
+    }
+
+    /// Lets the gate take unaligned barriers early, storing what they overtook with `codec`
+    /// (without one, every barrier is aligned).
+    pub fn with_codec(mut self, codec: ChannelCodec<T>) -> Self {
+        self.lanes.codec = Some(codec);
+        self
+    }
+
+    /// Puts a restored checkpoint's channel state back in front of the channels (channel
+    /// index to its elements, oldest first): they are read before anything the channels
+    /// deliver.
+    ///
+    /// # Panics
+    ///
+    /// If a channel index is out of range (a checkpoint of another parallelism: the job
+    /// refuses those before it builds a gate).
+    pub fn with_channel_state(mut self, elements: BTreeMap<usize, Vec<StreamElement<T>>>) -> Self {
+        for (channel, elements) in elements {
+            self.lanes.restore(channel, elements);
+        }
+        self
+    }
+
+    /// Wakes `waker` whenever a priority element arrives on any channel, also while nothing
+    /// reads the gate (a task whose output is full); see [`PriorityBell`].
+    pub fn set_priority_waker(&self, waker: Waker) {
+        self.core.bell.set_waker(waker);
+    }
+
+    /// Whether an unaligned barrier may be waiting to be taken early: a priority element
+    /// arrived, or an aligned timeout is due. One load in the common case.
+    #[inline]
+    pub fn has_priority(&self) -> bool {
+        self.core.has_priority()
+    }
+
+    /// Only what unaligned checkpoints produce, taking waiting barriers early: the events
+    /// [`UnalignedCheckpoint`](GateEvent::UnalignedCheckpoint),
+    /// [`ChannelState`](GateEvent::ChannelState) and
+    /// [`CheckpointAborted`](GateEvent::CheckpointAborted) of a superseded one; `None` when
+    /// there are none. For a task that does not read its input now (its output is full).
+    pub fn poll_priority(&mut self) -> Option<GateEvent<T>> {
+        self.core.poll_priority(&mut self.lanes).map(|signal| {
+            match Self::event(Polled::Signal(signal)) {
+                GateEvent::Nothing => unreachable!("a priority signal is an event"),
+                event => event,
+            }
+        })
+    }
+
+    /// Puts `record`, the last one [`poll_next`](Self::poll_next) returned, back in front of
+    /// its channel: the next poll of that channel returns it again. For a task whose chain
+    /// cannot take it yet: in the channel, an unaligned barrier that overtakes it stores it
+    /// as channel state.
+    pub fn unread(&mut self, record: StreamRecord<T>) {
+        let ch = self.core.last;
+        self.core.forget_captured(ch);
+        self.lanes.unread(ch, StreamElement::Record(record));
+    }
+
+    fn event(polled: Polled<StreamRecord<T>>) -> GateEvent<T> {
+        match polled {
+            Polled::Record(r) => GateEvent::Record(r),
+            Polled::Signal(Signal::Watermark(w)) => GateEvent::Watermark(w),
+            Polled::Signal(Signal::Status(s)) => GateEvent::Status(s),
+            Polled::Signal(Signal::Checkpoint(b)) => GateEvent::Checkpoint(b),
+            Polled::Signal(Signal::Unaligned(b)) => GateEvent::UnalignedCheckpoint(b),
+            Polled::Signal(Signal::ChannelState(id, state)) => {
+                GateEvent::ChannelState { id, state }
+            }
+            Polled::Signal(Signal::Aborted(id)) => GateEvent::CheckpointAborted { id },
+            // A one-input core reports no per-input ends; all-ended follows.
+            Polled::Signal(Signal::InputEnded(_)) | Polled::AllEnded => GateEvent::EndOfInput,
+            Polled::Nothing => GateEvent::Nothing,
+        }
     }
 
     /// Records alignment durations into `metrics.alignment` (when there are several channels).
@@ -196,28 +300,21 @@ impl<T> InputGate<T> {
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
     pub fn poll_next(&mut self) -> Result<GateEvent<T>, InputClosed> {
-        let channels = &mut self.channels;
-        let polled = self
-            .core
-            .poll(|ch| channels[ch].try_recv_mut().map(|e| split(e, |r| r)))?;
-        Ok(match polled {
-            Polled::Record(r) => GateEvent::Record(r),
-            Polled::Signal(Signal::Watermark(w)) => GateEvent::Watermark(w),
-            Polled::Signal(Signal::Status(s)) => GateEvent::Status(s),
-            Polled::Signal(Signal::Checkpoint(b)) => GateEvent::Checkpoint(b),
-            Polled::Signal(Signal::Aborted(id)) => GateEvent::CheckpointAborted { id },
-            // A one-input core reports no per-input ends; all-ended follows.
-            Polled::Signal(Signal::InputEnded(_)) | Polled::AllEnded => GateEvent::EndOfInput,
-            Polled::Nothing => GateEvent::Nothing,
-        })
+        let polled = self.core.poll(&mut self.lanes)?;
+        Ok(Self::event(polled))
     }
 
     /// Asks to be woken through `waker` when a readable channel (not blocked, not ended) receives
     /// data or disconnects; wakes at once if an event is already waiting. Call it after
     /// [`poll_next`](Self::poll_next) returned `Nothing`, then poll once more before suspending.
     pub fn register_waker(&self, waker: &Waker) {
-        self.core
-            .register_waker(waker, |ch, w| self.channels[ch].register_data_waker(w));
+        if self.lanes.replaying > 0 {
+            waker.wake_by_ref();
+            return;
+        }
+        self.core.register_waker(waker, |ch, w| {
+            self.lanes.channels[ch].register_data_waker(w)
+        });
     }
 
     /// The next event, parking the calling thread while there is none (never `Nothing`).
@@ -251,12 +348,12 @@ impl<T> InputGate<T> {
     /// The coordinator aborted checkpoint `id`: if it (or an older one) is being aligned, every
     /// channel is released and its barrier returned. Late barriers of `id` are ignored.
     pub fn abort_checkpoint(&mut self, id: u64) -> Option<CheckpointBarrier> {
-        self.core.aligner.abort(id)
+        self.core.abort(id)
     }
 
     /// Number of channels.
     pub fn channels(&self) -> usize {
-        self.channels.len()
+        self.lanes.channels.len()
     }
 
     /// Whether `channel` is held back for alignment.
@@ -296,7 +393,7 @@ impl<T> InputGate<T> {
 impl<T> fmt::Debug for InputGate<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InputGate")
-            .field("channels", &self.channels.len())
+            .field("channels", &self.lanes.channels.len())
             .field("core", &self.core)
             .finish()
     }
@@ -330,8 +427,7 @@ impl<T> fmt::Debug for InputGate<T> {
 /// assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Watermark(Watermark(5)));
 /// ```
 pub struct TwoInputGate<A, B> {
-    input1: Vec<Receiver<StreamElement<A>>>,
-    input2: Vec<Receiver<StreamElement<B>>>,
+    lanes: Pair<A, B>,
     core: GateCore,
 }
 
@@ -352,11 +448,91 @@ impl<A, B> TwoInputGate<A, B> {
             return Err(GateError::EmptyInput { input: 2 });
         }
         let core = GateCore::new(&[input1.len(), input2.len()]);
-        Ok(TwoInputGate {
-            input1,
-            input2,
-            core,
-        })
+        let lanes = Pair {
+            one: Lanes::new(input1, &core.bell),
+            two: Lanes::new(input2, &core.bell),
+        };
+        Ok(TwoInputGate { lanes, core })
+    }
+
+    /// As [`InputGate::with_codec`], with a codec per input.
+    pub fn with_codecs(mut self, codec1: ChannelCodec<A>, codec2: ChannelCodec<B>) -> Self {
+        self.lanes.one.codec = Some(codec1);
+        self.lanes.two.codec = Some(codec2);
+        self
+    }
+
+    /// As [`InputGate::with_channel_state`], per input (channel indices within each input).
+    ///
+    /// # Panics
+    ///
+    /// If a channel index is out of range.
+    pub fn with_channel_state(
+        mut self,
+        input1: BTreeMap<usize, Vec<StreamElement<A>>>,
+        input2: BTreeMap<usize, Vec<StreamElement<B>>>,
+    ) -> Self {
+        for (channel, elements) in input1 {
+            self.lanes.one.restore(channel, elements);
+        }
+        for (channel, elements) in input2 {
+            self.lanes.two.restore(channel, elements);
+        }
+        self
+    }
+
+    /// As [`InputGate::set_priority_waker`].
+    pub fn set_priority_waker(&self, waker: Waker) {
+        self.core.bell.set_waker(waker);
+    }
+
+    /// As [`InputGate::has_priority`].
+    #[inline]
+    pub fn has_priority(&self) -> bool {
+        self.core.has_priority()
+    }
+
+    /// As [`InputGate::poll_priority`].
+    pub fn poll_priority(&mut self) -> Option<TwoInputEvent<A, B>> {
+        self.core
+            .poll_priority(&mut self.lanes)
+            .map(|signal| Self::event(Polled::Signal(signal)))
+    }
+
+    /// As [`InputGate::unread`], for the last record of input 1.
+    pub fn unread1(&mut self, record: StreamRecord<A>) {
+        let ch = self.core.last;
+        self.core.forget_captured(ch);
+        self.lanes.one.unread(ch, StreamElement::Record(record));
+    }
+
+    /// As [`InputGate::unread`], for the last record of input 2.
+    pub fn unread2(&mut self, record: StreamRecord<B>) {
+        let ch = self.core.last;
+        self.core.forget_captured(ch);
+        let n1 = self.lanes.one.channels.len();
+        self.lanes
+            .two
+            .unread(ch - n1, StreamElement::Record(record));
+    }
+
+    fn event(polled: Polled<Either<A, B>>) -> TwoInputEvent<A, B> {
+        match polled {
+            Polled::Record(Either::One(r)) => TwoInputEvent::Record1(r),
+            Polled::Record(Either::Two(r)) => TwoInputEvent::Record2(r),
+            Polled::Signal(Signal::Watermark(w)) => TwoInputEvent::Watermark(w),
+            Polled::Signal(Signal::Status(s)) => TwoInputEvent::Status(s),
+            Polled::Signal(Signal::Checkpoint(b)) => TwoInputEvent::Checkpoint(b),
+            Polled::Signal(Signal::Unaligned(b)) => TwoInputEvent::UnalignedCheckpoint(b),
+            Polled::Signal(Signal::ChannelState(id, state)) => {
+                TwoInputEvent::ChannelState { id, state }
+            }
+            Polled::Signal(Signal::Aborted(id)) => TwoInputEvent::CheckpointAborted { id },
+            Polled::Signal(Signal::InputEnded(0)) => TwoInputEvent::EndOfInput1,
+            Polled::Signal(Signal::InputEnded(_)) => TwoInputEvent::EndOfInput2,
+            Polled::AllEnded => TwoInputEvent::EndOfInput,
+            Polled::Nothing => TwoInputEvent::Nothing,
+        }
     }
 
     /// Records alignment durations into `metrics.alignment`.
@@ -371,41 +547,24 @@ impl<A, B> TwoInputGate<A, B> {
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
     pub fn poll_next(&mut self) -> Result<TwoInputEvent<A, B>, InputClosed> {
-        let (input1, input2) = (&mut self.input1, &mut self.input2);
-        let n1 = input1.len();
-        let polled = self.core.poll(|ch| {
-            if ch < n1 {
-                input1[ch].try_recv_mut().map(|e| split(e, Either::One))
-            } else {
-                input2[ch - n1]
-                    .try_recv_mut()
-                    .map(|e| split(e, Either::Two))
-            }
-        })?;
-        Ok(match polled {
-            Polled::Record(Either::One(r)) => TwoInputEvent::Record1(r),
-            Polled::Record(Either::Two(r)) => TwoInputEvent::Record2(r),
-            Polled::Signal(Signal::Watermark(w)) => TwoInputEvent::Watermark(w),
-            Polled::Signal(Signal::Status(s)) => TwoInputEvent::Status(s),
-            Polled::Signal(Signal::Checkpoint(b)) => TwoInputEvent::Checkpoint(b),
-            Polled::Signal(Signal::Aborted(id)) => TwoInputEvent::CheckpointAborted { id },
-            Polled::Signal(Signal::InputEnded(0)) => TwoInputEvent::EndOfInput1,
-            Polled::Signal(Signal::InputEnded(_)) => TwoInputEvent::EndOfInput2,
-            Polled::AllEnded => TwoInputEvent::EndOfInput,
-            Polled::Nothing => TwoInputEvent::Nothing,
-        })
+        let polled = self.core.poll(&mut self.lanes)?;
+        Ok(Self::event(polled))
     }
 
     /// Asks to be woken through `waker` when a readable channel of either input receives data or
     /// disconnects; wakes at once if an event is already waiting. Same protocol as
     /// [`InputGate::register_waker`].
     pub fn register_waker(&self, waker: &Waker) {
-        let n1 = self.input1.len();
+        if self.lanes.one.replaying > 0 || self.lanes.two.replaying > 0 {
+            waker.wake_by_ref();
+            return;
+        }
+        let n1 = self.lanes.one.channels.len();
         self.core.register_waker(waker, |ch, w| {
             if ch < n1 {
-                self.input1[ch].register_data_waker(w);
+                self.lanes.one.channels[ch].register_data_waker(w);
             } else {
-                self.input2[ch - n1].register_data_waker(w);
+                self.lanes.two.channels[ch - n1].register_data_waker(w);
             }
         });
     }
@@ -438,7 +597,7 @@ impl<A, B> TwoInputGate<A, B> {
 
     /// The coordinator aborted checkpoint `id`; as [`InputGate::abort_checkpoint`].
     pub fn abort_checkpoint(&mut self, id: u64) -> Option<CheckpointBarrier> {
-        self.core.aligner.abort(id)
+        self.core.abort(id)
     }
 
     /// Whether channel `channel` (input 1's first) is held back for alignment.
@@ -487,8 +646,8 @@ impl<A, B> TwoInputGate<A, B> {
 impl<A, B> fmt::Debug for TwoInputGate<A, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TwoInputGate")
-            .field("input1", &self.input1.len())
-            .field("input2", &self.input2.len())
+            .field("input1", &self.lanes.one.channels.len())
+            .field("input2", &self.lanes.two.channels.len())
             .field("core", &self.core)
             .finish()
     }
@@ -540,6 +699,8 @@ enum Signal {
     Watermark(Watermark),
     Status(StreamStatus),
     Checkpoint(CheckpointBarrier),
+    Unaligned(CheckpointBarrier),
+    ChannelState(u64, Result<ChannelState, String>),
     Aborted(u64),
     /// Every channel of this input (0-based) ended; only for gates with several inputs.
     InputEnded(usize),
@@ -550,6 +711,251 @@ enum Polled<R> {
     Signal(Signal),
     Nothing,
     AllEnded,
+}
+
+/// The channels of one element type in a gate, with what was put back in front of them and
+/// the codec their channel state is written with.
+struct Lanes<T> {
+    channels: Vec<Receiver<StreamElement<T>>>,
+    /// Read before the channel itself: a restored checkpoint's channel state, and records the
+    /// task read but could not take yet (oldest first).
+    replay: Vec<VecDeque<StreamElement<T>>>,
+    /// How many replay queues hold elements: none, the common case, costs one test per read.
+    replaying: usize,
+    codec: Option<ChannelCodec<T>>,
+}
+
+impl<T> Lanes<T> {
+    fn new(channels: Vec<Receiver<StreamElement<T>>>, bell: &Arc<PriorityBell>) -> Self {
+        for channel in &channels {
+            channel.set_priority_bell(Arc::clone(bell));
+        }
+        let replay = channels.iter().map(|_| VecDeque::new()).collect();
+        Lanes {
+            channels,
+            replay,
+            replaying: 0,
+            codec: None,
+        }
+    }
+
+    /// The next element of channel `ch` (its replay first); into `capture` too when given.
+    #[inline]
+    fn try_recv(
+        &mut self,
+        ch: usize,
+        capture: Option<&mut Capture>,
+        flat: usize,
+    ) -> Result<StreamElement<T>, TryRecvError> {
+        let element = match self.replayed(ch) {
+            Some(element) => element,
+            None => self.channels[ch].try_recv_mut()?,
+        };
+        if let Some(capture) = capture {
+            capture.add(flat, &element, self.codec.as_ref());
+        }
+        Ok(element)
+    }
+
+    #[inline]
+    fn replayed(&mut self, ch: usize) -> Option<StreamElement<T>> {
+        if self.replaying == 0 {
+            return None;
+        }
+        let element = self.replay[ch].pop_front()?;
+        if self.replay[ch].is_empty() {
+            self.replaying -= 1;
+        }
+        Some(element)
+    }
+
+    fn peek_priority(&self, ch: usize) -> Option<CheckpointBarrier> {
+        self.channels[ch]
+            .peek_priority(|e| match e {
+                StreamElement::Barrier(b) => Some(*b),
+                _ => None,
+            })
+            .flatten()
+    }
+
+    /// Takes channel `ch`'s oldest priority barrier early; `capture`, when given, stores what
+    /// it overtook: the replayed elements, then the channel's own.
+    fn overtake(
+        &mut self,
+        ch: usize,
+        capture: Option<&mut Capture>,
+        flat: usize,
+    ) -> Option<CheckpointBarrier> {
+        let element = match capture {
+            Some(capture) => {
+                let codec = self.codec.as_ref();
+                for element in &self.replay[ch] {
+                    capture.add(flat, element, codec);
+                }
+                self.channels[ch].take_priority(|_| true, |e| capture.add(flat, e, codec))?
+            }
+            None => self.channels[ch].take_priority(|_| true, |_| {})?,
+        };
+        match element {
+            StreamElement::Barrier(barrier) => Some(barrier),
+            _ => None,
+        }
+    }
+
+    fn unread(&mut self, ch: usize, element: StreamElement<T>) {
+        if self.replay[ch].is_empty() {
+            self.replaying += 1;
+        }
+        self.replay[ch].push_front(element);
+    }
+
+    fn restore(&mut self, ch: usize, elements: Vec<StreamElement<T>>) {
+        assert!(
+            ch < self.channels.len(),
+            "channel state for channel {ch} of a gate with {} channels",
+            self.channels.len()
+        );
+        if elements.is_empty() {
+            return;
+        }
+        if self.replay[ch].is_empty() {
+            self.replaying += 1;
+        }
+        self.replay[ch].extend(elements);
+    }
+}
+
+/// The two inputs' lanes of a two-input gate, seen as one flat list of channels.
+struct Pair<A, B> {
+    one: Lanes<A>,
+    two: Lanes<B>,
+}
+
+/// How the engine reaches a gate's typed channels.
+trait GateChannels {
+    type Record;
+    fn try_recv(
+        &mut self,
+        ch: usize,
+        capture: Option<&mut Capture>,
+    ) -> Result<Item<Self::Record>, TryRecvError>;
+    fn peek_priority(&self, ch: usize) -> Option<CheckpointBarrier>;
+    fn overtake(&mut self, ch: usize, capture: Option<&mut Capture>) -> Option<CheckpointBarrier>;
+    /// Whether every channel has a codec: only then are barriers taken early.
+    fn can_capture(&self) -> bool;
+}
+
+impl<T> GateChannels for Lanes<T> {
+    type Record = StreamRecord<T>;
+
+    #[inline]
+    fn try_recv(
+        &mut self,
+        ch: usize,
+        capture: Option<&mut Capture>,
+    ) -> Result<Item<StreamRecord<T>>, TryRecvError> {
+        Lanes::try_recv(self, ch, capture, ch).map(|e| split(e, |r| r))
+    }
+
+    fn peek_priority(&self, ch: usize) -> Option<CheckpointBarrier> {
+        Lanes::peek_priority(self, ch)
+    }
+
+    fn overtake(&mut self, ch: usize, capture: Option<&mut Capture>) -> Option<CheckpointBarrier> {
+        Lanes::overtake(self, ch, capture, ch)
+    }
+
+    fn can_capture(&self) -> bool {
+        self.codec.is_some()
+    }
+}
+
+impl<A, B> GateChannels for Pair<A, B> {
+    type Record = Either<A, B>;
+
+    #[inline]
+    fn try_recv(
+        &mut self,
+        ch: usize,
+        capture: Option<&mut Capture>,
+    ) -> Result<Item<Either<A, B>>, TryRecvError> {
+        let n1 = self.one.channels.len();
+        if ch < n1 {
+            self.one
+                .try_recv(ch, capture, ch)
+                .map(|e| split(e, Either::One))
+        } else {
+            self.two
+                .try_recv(ch - n1, capture, ch)
+                .map(|e| split(e, Either::Two))
+        }
+    }
+
+    fn peek_priority(&self, ch: usize) -> Option<CheckpointBarrier> {
+        let n1 = self.one.channels.len();
+        if ch < n1 {
+            self.one.peek_priority(ch)
+        } else {
+            self.two.peek_priority(ch - n1)
+        }
+    }
+
+    fn overtake(&mut self, ch: usize, capture: Option<&mut Capture>) -> Option<CheckpointBarrier> {
+        let n1 = self.one.channels.len();
+        if ch < n1 {
+            self.one.overtake(ch, capture, ch)
+        } else {
+            self.two.overtake(ch - n1, capture, ch)
+        }
+    }
+
+    fn can_capture(&self) -> bool {
+        self.one.codec.is_some() && self.two.codec.is_some()
+    }
+}
+
+/// The channel state of the unaligned checkpoint being taken.
+struct Capture {
+    /// Its barrier, as forwarded (unaligned).
+    barrier: CheckpointBarrier,
+    /// Channels whose barrier has not arrived (and that have not ended): what they deliver
+    /// until it does is channel state.
+    open: Vec<bool>,
+    open_count: usize,
+    state: ChannelState,
+    /// Why an element could not be stored: the checkpoint is declined.
+    failure: Option<String>,
+    /// When the first barrier arrived.
+    started: Instant,
+}
+
+impl Capture {
+    /// Stores `element` as channel `ch`'s (barriers and ends are not state).
+    fn add<T>(&mut self, ch: usize, element: &StreamElement<T>, codec: Option<&ChannelCodec<T>>) {
+        if matches!(
+            element,
+            StreamElement::Barrier(_) | StreamElement::EndOfInput
+        ) {
+            return;
+        }
+        match codec.map(|codec| codec.encode(element)) {
+            Some(Ok(bytes)) => self.state.push(ch, bytes),
+            Some(Err(message)) => {
+                self.failure.get_or_insert(message);
+            }
+            None => {
+                self.failure
+                    .get_or_insert_with(|| format!("input channel {ch} has no codec"));
+            }
+        }
+    }
+
+    fn close(&mut self, ch: usize) {
+        if self.open[ch] {
+            self.open[ch] = false;
+            self.open_count -= 1;
+        }
+    }
 }
 
 /// Alignment, watermark combination, the round-robin cursor and queued signals: everything but
@@ -565,7 +971,20 @@ struct GateCore {
     /// The channel read first by the next poll.
     cursor: usize,
     pending: VecDeque<Signal>,
+    /// What unaligned checkpoints produce; returned before `pending`.
+    urgent: VecDeque<Signal>,
     metrics: Option<Arc<TaskMetrics>>,
+    /// Rung by a priority element on any channel.
+    bell: Arc<PriorityBell>,
+    /// The unaligned checkpoint whose channel state is being taken.
+    capture: Option<Capture>,
+    /// The checkpoint whose barrier this gate saw first, and when: an aligned timeout counts
+    /// from then.
+    first_seen: Option<(u64, Instant)>,
+    /// When an aligned timeout falls due: a poll then looks at the priority lanes again.
+    recheck_at: Option<Instant>,
+    /// The channel the last record came from.
+    last: usize,
 }
 
 impl GateCore {
@@ -584,17 +1003,33 @@ impl GateCore {
             starts,
             cursor: 0,
             pending: VecDeque::new(),
+            urgent: VecDeque::new(),
             metrics: None,
+            bell: PriorityBell::new(),
+            capture: None,
+            first_seen: None,
+            recheck_at: None,
+            last: 0,
         }
     }
 
-    /// Polls readable channels round robin until one yields an event or a full turn finds
-    /// nothing.
     #[inline]
-    fn poll<R>(
-        &mut self,
-        mut try_recv: impl FnMut(usize) -> Result<Item<R>, TryRecvError>,
-    ) -> Result<Polled<R>, InputClosed> {
+    fn has_priority(&self) -> bool {
+        !self.urgent.is_empty()
+            || self.bell.is_rung()
+            || self.recheck_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Polls readable channels round robin until one yields an event or a full turn finds
+    /// nothing. Unaligned barriers waiting in the priority lanes go first.
+    #[inline]
+    fn poll<G: GateChannels>(&mut self, io: &mut G) -> Result<Polled<G::Record>, InputClosed> {
+        if self.bell.is_rung() || self.recheck_at.is_some() {
+            self.on_priority(io);
+        }
+        if let Some(signal) = self.urgent.pop_front() {
+            return Ok(Polled::Signal(signal));
+        }
         if let Some(signal) = self.pending.pop_front() {
             return Ok(Polled::Signal(signal));
         }
@@ -608,10 +1043,17 @@ impl GateCore {
                 quiet += 1;
                 continue;
             }
-            match try_recv(ch) {
-                Ok(Item::Record(record)) => return Ok(Polled::Record(record)),
+            let capture = self.capture.as_mut().filter(|c| c.open[ch]);
+            match io.try_recv(ch, capture) {
+                Ok(Item::Record(record)) => {
+                    self.last = ch;
+                    return Ok(Polled::Record(record));
+                }
                 Ok(Item::Control(control)) => {
                     self.on_control(ch, control);
+                    if let Some(signal) = self.urgent.pop_front() {
+                        return Ok(Polled::Signal(signal));
+                    }
                     if let Some(signal) = self.pending.pop_front() {
                         return Ok(Polled::Signal(signal));
                     }
@@ -630,8 +1072,248 @@ impl GateCore {
         })
     }
 
+    /// Only what unaligned checkpoints produce (see [`InputGate::poll_priority`]).
+    fn poll_priority<G: GateChannels>(&mut self, io: &mut G) -> Option<Signal> {
+        if self.bell.is_rung() || self.recheck_at.is_some() {
+            self.on_priority(io);
+        }
+        self.urgent.pop_front()
+    }
+
+    /// Takes early every priority barrier that may go early, and switches an alignment whose
+    /// timeout passed to unaligned.
+    #[cold]
+    fn on_priority<G: GateChannels>(&mut self, io: &mut G) {
+        let now = Instant::now();
+        if self.recheck_at.is_some_and(|at| now < at) && !self.bell.is_rung() {
+            return;
+        }
+        self.bell.take();
+        self.recheck_at = None;
+        if !io.can_capture() {
+            // Barriers stay in their lanes and arrive in order: aligned.
+            return;
+        }
+        if let Some(pending) = self.aligner.pending()
+            && let Alignment::AlignedTimeout(timeout) = pending.alignment
+            && self.capture.is_none()
+        {
+            if self.timed_out(pending.id, timeout, now) {
+                self.start_capture(io, pending, None, now);
+            } else {
+                self.recheck(pending.id, timeout, now);
+            }
+        }
+        for ch in 0..self.aligner.channels() {
+            if self.aligner.is_ended(ch) {
+                continue;
+            }
+            while let Some(barrier) = io.peek_priority(ch) {
+                if !self.goes_early(barrier, now) {
+                    break;
+                }
+                self.overtake(io, ch, barrier, now);
+            }
+        }
+    }
+
+    /// Whether `barrier`, waiting in a priority lane, is taken now rather than in order.
+    fn goes_early(&mut self, barrier: CheckpointBarrier, now: Instant) -> bool {
+        if let Some(capture) = &self.capture
+            && barrier.id <= capture.barrier.id
+        {
+            // The checkpoint being taken unaligned, or a late barrier of an older one.
+            return true;
+        }
+        match barrier.alignment {
+            Alignment::Unaligned => true,
+            Alignment::Aligned => false,
+            Alignment::AlignedTimeout(timeout) => {
+                if self.timed_out(barrier.id, timeout, now) {
+                    true
+                } else {
+                    self.recheck(barrier.id, timeout, now);
+                    false
+                }
+            }
+        }
+    }
+
+    /// Whether checkpoint `id`'s aligned timeout passed, counted from this gate's first sight
+    /// of its barrier (which this call may be).
+    fn timed_out(&mut self, id: u64, timeout: Duration, now: Instant) -> bool {
+        let seen = match self.first_seen {
+            Some((seen_id, at)) if seen_id == id => at,
+            _ => {
+                self.first_seen = Some((id, now));
+                now
+            }
+        };
+        now.saturating_duration_since(seen) >= timeout
+    }
+
+    /// Looks at the priority lanes again once checkpoint `id`'s aligned timeout falls due.
+    fn recheck(&mut self, id: u64, timeout: Duration, now: Instant) {
+        let seen = match self.first_seen {
+            Some((seen_id, at)) if seen_id == id => at,
+            _ => now,
+        };
+        let due = seen + timeout;
+        self.recheck_at = Some(self.recheck_at.map_or(due, |at| at.min(due)));
+    }
+
+    /// Takes channel `ch`'s priority `barrier` early.
+    fn overtake<G: GateChannels>(
+        &mut self,
+        io: &mut G,
+        ch: usize,
+        barrier: CheckpointBarrier,
+        now: Instant,
+    ) {
+        match &mut self.capture {
+            Some(capture) if capture.barrier.id == barrier.id => {
+                // This channel's barrier of the checkpoint being taken: what it overtook
+                // completes the channel's state.
+                let open = capture.open[ch];
+                io.overtake(ch, open.then_some(&mut *capture));
+                capture.close(ch);
+                self.complete_if_done(now);
+                return;
+            }
+            Some(capture) if capture.barrier.id > barrier.id => {
+                // Late: its checkpoint was superseded.
+                io.overtake(ch, None);
+                return;
+            }
+            Some(_) => {
+                let superseded = self.capture.take().expect("matched");
+                self.urgent
+                    .push_back(Signal::Aborted(superseded.barrier.id));
+            }
+            None => {}
+        }
+        let stale = self
+            .aligner
+            .newest()
+            .is_some_and(|newest| barrier.id <= newest)
+            && self.aligner.pending().is_none_or(|p| p.id != barrier.id);
+        if stale {
+            io.overtake(ch, None);
+            return;
+        }
+        self.start_capture(io, barrier, Some(ch), now);
+    }
+
+    /// Starts unaligned checkpoint `barrier`: the task snapshots now. `ch` delivered the
+    /// barrier early (its overtaken elements are stored); `None` when an alignment timed out.
+    fn start_capture<G: GateChannels>(
+        &mut self,
+        io: &mut G,
+        barrier: CheckpointBarrier,
+        ch: Option<usize>,
+        now: Instant,
+    ) {
+        let n = self.aligner.channels();
+        // An alignment of this checkpoint in progress (it timed out): the channels it blocked
+        // delivered the barrier in order already.
+        let aligning = self.aligner.pending().filter(|p| p.id == barrier.id);
+        let started = match aligning {
+            Some(_) => self.aligner.alignment_started_at().unwrap_or(now),
+            None => now,
+        };
+        let open: Vec<bool> = (0..n)
+            .map(|c| {
+                !self.aligner.is_ended(c) && !(aligning.is_some() && self.aligner.is_blocked(c))
+            })
+            .collect();
+        // Releases every blocked channel; barriers of this checkpoint and older ones that
+        // arrive in order from now on are ignored by the aligner.
+        if let Some(aborted) = self.aligner.abort(barrier.id)
+            && aborted.id != barrier.id
+        {
+            self.urgent.push_back(Signal::Aborted(aborted.id));
+        }
+        let forwarded = barrier.with_alignment(Alignment::Unaligned);
+        let mut capture = Capture {
+            barrier: forwarded,
+            open_count: open.iter().filter(|&&o| o).count(),
+            open,
+            state: ChannelState::new(),
+            failure: None,
+            started,
+        };
+        if let Some(ch) = ch {
+            io.overtake(ch, Some(&mut capture));
+            capture.close(ch);
+        }
+        self.urgent.push_back(Signal::Unaligned(forwarded));
+        self.capture = Some(capture);
+        self.complete_if_done(now);
+    }
+
+    /// Hands over the channel state once every channel's barrier arrived (or it ended).
+    fn complete_if_done(&mut self, now: Instant) {
+        if self.capture.as_ref().is_none_or(|c| c.open_count > 0) {
+            return;
+        }
+        let capture = self.capture.take().expect("checked");
+        let id = capture.barrier.id;
+        if self.first_seen.is_some_and(|(seen, _)| seen <= id) {
+            self.first_seen = None;
+        }
+        if let Some(metrics) = &self.metrics {
+            if self.aligner.channels() > 1 {
+                metrics
+                    .alignment
+                    .record(now.saturating_duration_since(capture.started));
+            }
+            if capture.failure.is_none() {
+                metrics
+                    .channel_state_records
+                    .add(capture.state.elements() as u64);
+                metrics
+                    .channel_state_bytes
+                    .add(capture.state.bytes() as u64);
+            }
+        }
+        let state = match capture.failure {
+            None => Ok(capture.state),
+            Some(failure) => Err(format!(
+                "channel state of checkpoint {id} could not be stored: {failure}"
+            )),
+        };
+        self.urgent.push_back(Signal::ChannelState(id, state));
+    }
+
+    /// The task put back the last record of channel `ch`: if it was stored as channel state,
+    /// it is stored again when read again.
+    fn forget_captured(&mut self, ch: usize) {
+        if let Some(capture) = &mut self.capture
+            && capture.open[ch]
+        {
+            capture.state.pop(ch);
+        }
+    }
+
+    /// The coordinator aborted checkpoint `id`: an unaligned one being taken stops storing,
+    /// an aligned one releases its channels.
+    fn abort(&mut self, id: u64) -> Option<CheckpointBarrier> {
+        if let Some(capture) = &self.capture
+            && capture.barrier.id <= id
+        {
+            let capture = self.capture.take().expect("checked");
+            self.aligner.abort(id);
+            return Some(capture.barrier);
+        }
+        self.aligner.abort(id)
+    }
+
     fn register_waker(&self, waker: &Waker, mut register: impl FnMut(usize, &Waker)) {
-        if !self.pending.is_empty() || self.aligner.all_ended() {
+        if !self.pending.is_empty()
+            || !self.urgent.is_empty()
+            || self.bell.is_rung()
+            || self.aligner.all_ended()
+        {
             waker.wake_by_ref();
             return;
         }
@@ -665,17 +1347,15 @@ impl GateCore {
                     self.forward(input, output);
                 }
             }
-            Control::Barrier(b) => match self.aligner.on_barrier(ch, b, Instant::now()) {
-                AlignerAction::Block | AlignerAction::Ignore => {}
-                AlignerAction::Trigger(aligned) => self.triggered(aligned),
-                AlignerAction::Superseded { aborted, .. } => {
-                    self.pending.push_back(Signal::Aborted(aborted.id));
-                }
-            },
+            Control::Barrier(b) => self.on_barrier(ch, b),
             Control::End => {
                 let update = self.inputs[input].on_end_of_input(local);
                 for output in update {
                     self.forward(input, output);
+                }
+                if let Some(capture) = &mut self.capture {
+                    capture.close(ch);
+                    self.complete_if_done(Instant::now());
                 }
                 // Snapshot before the operators hear of the end: after a restore from this
                 // checkpoint they hear it again.
@@ -688,6 +1368,44 @@ impl GateCore {
                     if self.inputs.len() > 1 {
                         self.pending.push_back(Signal::InputEnded(input));
                     }
+                }
+            }
+        }
+    }
+
+    /// A barrier read in order.
+    fn on_barrier(&mut self, ch: usize, b: CheckpointBarrier) {
+        if let Some(capture) = &mut self.capture {
+            if capture.barrier.id == b.id {
+                // Came in order before the gate took it early: the channel's state is complete.
+                capture.close(ch);
+                self.complete_if_done(Instant::now());
+                return;
+            }
+            if capture.barrier.id > b.id {
+                return;
+            }
+            // A newer aligned barrier (a savepoint) supersedes the unaligned checkpoint.
+            let superseded = self.capture.take().expect("checked");
+            self.urgent
+                .push_back(Signal::Aborted(superseded.barrier.id));
+        }
+        let now = Instant::now();
+        match self.aligner.on_barrier(ch, b, now) {
+            AlignerAction::Block => {
+                if let Alignment::AlignedTimeout(timeout) = b.alignment {
+                    // Counts from this first sight; the next poll after it switches.
+                    self.timed_out(b.id, timeout, now);
+                    self.recheck(b.id, timeout, now);
+                }
+            }
+            AlignerAction::Ignore => {}
+            AlignerAction::Trigger(aligned) => self.triggered(aligned),
+            AlignerAction::Superseded { aborted, current } => {
+                self.pending.push_back(Signal::Aborted(aborted.id));
+                if let Alignment::AlignedTimeout(timeout) = current.alignment {
+                    self.timed_out(current.id, timeout, now);
+                    self.recheck(current.id, timeout, now);
                 }
             }
         }
@@ -718,6 +1436,13 @@ impl GateCore {
     }
 
     fn triggered(&mut self, aligned: Aligned) {
+        if self
+            .first_seen
+            .is_some_and(|(seen, _)| seen <= aligned.barrier.id)
+        {
+            self.first_seen = None;
+            self.recheck_at = None;
+        }
         if let Some(metrics) = &self.metrics
             && self.aligner.channels() > 1
         {
@@ -734,6 +1459,7 @@ impl fmt::Debug for GateCore {
             .field("watermark", &self.combined.watermark())
             .field("status", &self.combined.status())
             .field("queued", &self.pending.len())
+            .field("unaligned", &self.capture.as_ref().map(|c| c.barrier.id))
             .finish_non_exhaustive()
     }
 }

@@ -9,6 +9,23 @@
 //! | [`WatermarkValve`] | combines per-channel watermarks and stream status (pure, no I/O) | the gates |
 //! | [`InputGate`], [`TwoInputGate`] | read N channels fairly, align barriers, combine watermarks | a task's input |
 //! | [`RecordWriter`] | a task's [`TaskOutput`](streamtask_core::TaskOutput) into downstream channels | a task's output |
+//! | [`ChannelState`], [`ChannelCodec`] | what an unaligned checkpoint overtook, its format and codec | the gates, the job's restore |
+//!
+//! # Unaligned checkpoints
+//!
+//! A barrier of an unaligned checkpoint ([`Alignment::Unaligned`](streamtask_core::Alignment))
+//! leaves a writer through the channels' priority lane ([`Sender::send_priority`]): ahead of
+//! the records queued before it, outside the capacity, so it never waits for room. A gate
+//! whose channels all have a [`ChannelCodec`] takes it at once ([`Receiver::take_priority`]),
+//! however many records are queued before it, and stores those records as channel state; the
+//! task snapshots its operators at once and forwards the barrier the same way. Until the same
+//! barrier arrived on every other channel, what the gate reads from them also goes into the
+//! channel state. Then the gate hands the task the channel state, and the task acknowledges
+//! the checkpoint with it. A restore puts each channel's state back in front of the channel
+//! ([`InputGate::with_channel_state`]), so every record is processed once. A gate without a
+//! codec takes a priority barrier in order, aligned. With
+//! [`Alignment::AlignedTimeout`](streamtask_core::Alignment), a gate aligns until the
+//! timeout has passed since it first saw the checkpoint's barrier, then switches.
 //!
 //! Both threading models use the same pieces. The legacy model's input task blocks
 //! ([`InputGate::next_blocking`]) and its writer blocks on a full channel; the mailbox model polls
@@ -81,14 +98,16 @@ mod aligner;
 mod backoff;
 mod bounded;
 mod gate;
+mod state;
 mod valve;
 mod writer;
 
 pub use self::aligner::{Aligned, AlignerAction, BarrierAligner};
 pub use self::bounded::{
-    ChannelError, Receiver, RecvError, RecvTimeoutError, Release, SendError, SendTimeoutError,
-    Sender, TryRecvError, TrySendError, bounded,
+    ChannelError, PriorityBell, Receiver, RecvError, RecvTimeoutError, Release, SendError,
+    SendTimeoutError, Sender, TryRecvError, TrySendError, bounded,
 };
 pub use self::gate::{GateError, GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
+pub use self::state::{ChannelCodec, ChannelState, ChannelStateError};
 pub use self::valve::{ValveOutput, ValveUpdate, WatermarkValve};
 pub use self::writer::{Partitioner, PickChannel, RecordWriter, WriterError};

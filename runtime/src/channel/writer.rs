@@ -342,8 +342,19 @@ impl<T> Output<T> for RecordWriter<T> {
 }
 
 impl<T: Send> TaskOutput<T> for RecordWriter<T> {
+    /// An aligned barrier goes behind the records queued before it; any other one through
+    /// the priority lane, ahead of them and never waiting for room (a gate takes it early or,
+    /// without a codec, in order; see the [module docs](super)).
     fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
-        self.send_to_all(|| StreamElement::Barrier(barrier))
+        if barrier.alignment == streamtask_core::Alignment::Aligned {
+            return self.send_to_all(|| StreamElement::Barrier(barrier));
+        }
+        for channel in &self.channels {
+            channel
+                .send_priority(StreamElement::Barrier(barrier))
+                .map_err(|_| OperatorError::OutputClosed)?;
+        }
+        Ok(())
     }
 
     fn end_of_input(&mut self) -> Result<(), OperatorError> {

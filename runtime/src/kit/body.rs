@@ -185,6 +185,11 @@ pub struct ChainBody<C, W> {
     /// triggered"): a stop-with-savepoint barrier among them must not suspend the task, as
     /// no notice would ever end or resume it.
     aborted_ahead: Vec<u64>,
+    /// The unaligned checkpoint whose barrier the input just handed over: its snapshot waits
+    /// for the channel state.
+    unaligned_barrier: Option<u64>,
+    /// The snapshot of an unaligned checkpoint, waiting for its channel state.
+    awaiting_channel_state: Option<(u64, TaskSnapshot)>,
 }
 
 /// The counting, which needs nothing of the chain or the output (a [`Burst`] drops into it).
@@ -256,6 +261,8 @@ where
             suspended: Suspension::None,
             newest_barrier: 0,
             aborted_ahead: Vec::new(),
+            unaligned_barrier: None,
+            awaiting_channel_state: None,
         }
     }
 
@@ -386,6 +393,7 @@ where
         source: impl FnOnce(u64, &mut TaskSnapshot) -> Result<(), OperatorError>,
     ) -> Result<(), TaskError> {
         let id = barrier.id;
+        let unaligned = self.unaligned_barrier.take() == Some(id);
         self.newest_barrier = self.newest_barrier.max(id);
         let aborted_ahead = self.aborted_ahead.contains(&id);
         if !self.aborted_ahead.is_empty() {
@@ -433,6 +441,13 @@ where
         let failure = match taken {
             Ok(Ok(snapshot)) => {
                 metrics.checkpoints.inc();
+                if unaligned {
+                    // Acknowledged with the records the barrier overtook, once every input's
+                    // barrier arrived (`complete_channel_state`).
+                    metrics.unaligned_checkpoints.inc();
+                    self.awaiting_channel_state = Some((id, snapshot));
+                    return Ok(());
+                }
                 if barrier.kind.is_synchronous()
                     && !aborted_ahead
                     && self.env.parts.lifecycle.suspend()
@@ -453,6 +468,41 @@ where
         Err(failure)
     }
 
+    /// The channel state of unaligned checkpoint `id` is complete: acknowledges its snapshot
+    /// with it (declines with the reason when it could not be stored). Nothing happens when
+    /// the checkpoint was declined or aborted meanwhile.
+    pub fn complete_channel_state(
+        &mut self,
+        id: u64,
+        state: Result<crate::channel::ChannelState, String>,
+    ) {
+        let Some((_, mut snapshot)) = self.awaiting_channel_state.take_if(|(held, _)| *held == id)
+        else {
+            return;
+        };
+        let responder = &self.env.parts.responder;
+        match state {
+            Ok(state) => {
+                if !state.is_empty() {
+                    snapshot.put(TaskSnapshot::CHANNEL_STATE, state.encode());
+                }
+                responder.acknowledge(id, snapshot);
+            }
+            Err(reason) => responder.decline(id, DeclineReason::Failed(reason)),
+        }
+    }
+
+    /// Forgets a snapshot waiting for the channel state of checkpoint `id` or an older one.
+    fn drop_awaiting(&mut self, id: u64) {
+        if self
+            .awaiting_channel_state
+            .as_ref()
+            .is_some_and(|(held, _)| *held <= id)
+        {
+            self.awaiting_channel_state = None;
+        }
+    }
+
     /// A checkpoint-complete (`completed`) or -aborted notice for the chain; never delivered to
     /// a closed chain (FLINK-16383) or one that never opened.
     ///
@@ -467,6 +517,7 @@ where
         if completed {
             self.chain.notify_checkpoint_complete(id)?;
         } else {
+            self.drop_awaiting(id);
             if id > self.newest_barrier && !self.aborted_ahead.contains(&id) {
                 self.aborted_ahead.push(id);
             }
@@ -658,7 +709,13 @@ where
                 chain.end_input_of(input, &mut ctx)?;
             }
             InputEvent::Barrier(barrier) => return Ok(Applied::Barrier(barrier)),
+            InputEvent::UnalignedBarrier(barrier) => {
+                self.unaligned_barrier = Some(barrier.id);
+                return Ok(Applied::Barrier(barrier));
+            }
+            InputEvent::ChannelState(id, state) => self.complete_channel_state(id, state),
             InputEvent::Superseded(id) => {
+                self.drop_awaiting(id);
                 self.decline(id, DeclineReason::Superseded);
             }
             InputEvent::Nothing => return Ok(Applied::Nothing),

@@ -3,7 +3,9 @@
 
 use std::task::Waker;
 
-use crate::channel::{GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
+use crate::channel::{
+    ChannelState, GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate,
+};
 use streamtask_core::operator::{Operator, TwoInputChain, TwoInputOperator};
 use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, TaskOutput, Watermark,
@@ -23,6 +25,12 @@ pub enum InputEvent<R> {
     Status(StreamStatus),
     /// Every channel delivered this barrier: snapshot now.
     Barrier(CheckpointBarrier),
+    /// The first barrier of an unaligned checkpoint, ahead of the records before it: snapshot
+    /// now; the acknowledgement waits for its [`ChannelState`](InputEvent::ChannelState).
+    UnalignedBarrier(CheckpointBarrier),
+    /// The channel state of unaligned checkpoint `id` is complete (or could not be stored):
+    /// acknowledge (or decline) with it.
+    ChannelState(u64, Result<ChannelState, String>),
     /// A newer barrier superseded checkpoint `id` during alignment: decline it.
     Superseded(u64),
     /// Input `n` (of two) ended; the other may still deliver.
@@ -124,6 +132,60 @@ pub trait TaskInput: Send + 'static {
     /// joined here); the task calls it before it reports that it ended. The default does
     /// nothing.
     fn close(&mut self) {}
+    /// Wakes `waker` whenever an unaligned barrier may be taken early, also while the task
+    /// does not read its input (its output is full). The default does nothing.
+    fn set_priority_waker(&mut self, _waker: Waker) {}
+    /// Whether [`poll_priority`](Self::poll_priority) may return something: one load. The
+    /// default: never.
+    fn has_priority(&self) -> bool {
+        false
+    }
+    /// Only the events of unaligned checkpoints, taking waiting barriers early (see
+    /// [`InputGate::poll_priority`]); the default: none.
+    fn poll_priority(&mut self) -> Option<InputEvent<Self::Record>> {
+        None
+    }
+    /// Puts back the last record read, which the chain could not take yet: the next read of its
+    /// channel returns it again, and an unaligned barrier that overtakes it stores it as channel
+    /// state. Hands it back when the input cannot (the caller holds it).
+    ///
+    /// # Errors
+    ///
+    /// The record, when this input keeps no place for it.
+    fn unread(&mut self, record: Self::Record) -> Result<(), Self::Record> {
+        Err(record)
+    }
+}
+
+fn gate_event<T>(event: GateEvent<T>) -> InputEvent<StreamRecord<T>> {
+    match event {
+        GateEvent::Record(record) => InputEvent::Record(record),
+        GateEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
+        GateEvent::Status(status) => InputEvent::Status(status),
+        GateEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
+        GateEvent::UnalignedCheckpoint(barrier) => InputEvent::UnalignedBarrier(barrier),
+        GateEvent::ChannelState { id, state } => InputEvent::ChannelState(id, state),
+        GateEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
+        GateEvent::Nothing => InputEvent::Nothing,
+        GateEvent::EndOfInput => InputEvent::EndOfInput,
+    }
+}
+
+fn two_input_event<A, B>(event: TwoInputEvent<A, B>) -> InputEvent<TwoInputRecord<A, B>> {
+    match event {
+        TwoInputEvent::Record1(record) => InputEvent::Record(TwoInputRecord::First(record)),
+        TwoInputEvent::Record2(record) => InputEvent::Record(TwoInputRecord::Second(record)),
+        TwoInputEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
+        TwoInputEvent::Status(status) => InputEvent::Status(status),
+        TwoInputEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
+        TwoInputEvent::UnalignedCheckpoint(barrier) => InputEvent::UnalignedBarrier(barrier),
+        TwoInputEvent::ChannelState { id, state } => InputEvent::ChannelState(id, state),
+        TwoInputEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
+        TwoInputEvent::EndOfInput1 => InputEvent::InputEnded(1),
+        TwoInputEvent::EndOfInput2 => InputEvent::InputEnded(2),
+        TwoInputEvent::Nothing => InputEvent::Nothing,
+        TwoInputEvent::EndOfInput => InputEvent::EndOfInput,
+    }
 }
 
 impl<T: Send + 'static> TaskInput for InputGate<T> {
@@ -131,15 +193,25 @@ impl<T: Send + 'static> TaskInput for InputGate<T> {
 
     #[inline]
     fn poll_event(&mut self) -> Result<InputEvent<StreamRecord<T>>, InputClosed> {
-        Ok(match self.poll_next()? {
-            GateEvent::Record(record) => InputEvent::Record(record),
-            GateEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
-            GateEvent::Status(status) => InputEvent::Status(status),
-            GateEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
-            GateEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
-            GateEvent::Nothing => InputEvent::Nothing,
-            GateEvent::EndOfInput => InputEvent::EndOfInput,
-        })
+        Ok(gate_event(self.poll_next()?))
+    }
+
+    fn set_priority_waker(&mut self, waker: Waker) {
+        InputGate::set_priority_waker(self, waker);
+    }
+
+    #[inline]
+    fn has_priority(&self) -> bool {
+        InputGate::has_priority(self)
+    }
+
+    fn poll_priority(&mut self) -> Option<InputEvent<StreamRecord<T>>> {
+        InputGate::poll_priority(self).map(gate_event)
+    }
+
+    fn unread(&mut self, record: StreamRecord<T>) -> Result<(), StreamRecord<T>> {
+        InputGate::unread(self, record);
+        Ok(())
     }
 
     fn register_waker(&self, waker: &Waker) {
@@ -160,18 +232,28 @@ impl<A: Send + 'static, B: Send + 'static> TaskInput for TwoInputGate<A, B> {
 
     #[inline]
     fn poll_event(&mut self) -> Result<InputEvent<TwoInputRecord<A, B>>, InputClosed> {
-        Ok(match self.poll_next()? {
-            TwoInputEvent::Record1(record) => InputEvent::Record(TwoInputRecord::First(record)),
-            TwoInputEvent::Record2(record) => InputEvent::Record(TwoInputRecord::Second(record)),
-            TwoInputEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
-            TwoInputEvent::Status(status) => InputEvent::Status(status),
-            TwoInputEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
-            TwoInputEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
-            TwoInputEvent::EndOfInput1 => InputEvent::InputEnded(1),
-            TwoInputEvent::EndOfInput2 => InputEvent::InputEnded(2),
-            TwoInputEvent::Nothing => InputEvent::Nothing,
-            TwoInputEvent::EndOfInput => InputEvent::EndOfInput,
-        })
+        Ok(two_input_event(self.poll_next()?))
+    }
+
+    fn set_priority_waker(&mut self, waker: Waker) {
+        TwoInputGate::set_priority_waker(self, waker);
+    }
+
+    #[inline]
+    fn has_priority(&self) -> bool {
+        TwoInputGate::has_priority(self)
+    }
+
+    fn poll_priority(&mut self) -> Option<InputEvent<TwoInputRecord<A, B>>> {
+        TwoInputGate::poll_priority(self).map(two_input_event)
+    }
+
+    fn unread(&mut self, record: TwoInputRecord<A, B>) -> Result<(), TwoInputRecord<A, B>> {
+        match record {
+            TwoInputRecord::First(record) => self.unread1(record),
+            TwoInputRecord::Second(record) => self.unread2(record),
+        }
+        Ok(())
     }
 
     fn register_waker(&self, waker: &Waker) {
