@@ -396,6 +396,9 @@ proptest! {
                     aborted.push(id);
                 }
                 GateEvent::Watermark(_) | GateEvent::Status(_) => {}
+                GateEvent::UnalignedCheckpoint(_) | GateEvent::ChannelState { .. } => {
+                    prop_assert!(false, "aligned barriers only")
+                }
                 GateEvent::Nothing | GateEvent::EndOfInput => break,
             }
         }

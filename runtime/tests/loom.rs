@@ -719,3 +719,137 @@ mod future_renewal {
         });
     }
 }
+
+/// The priority lane: a barrier sent ahead of the queued records while the producer keeps
+/// writing, and the bell that tells a reader that does not read.
+mod priority_lane {
+    use streamtask_core::sync::thread;
+    use streamtask_runtime::channel::{PriorityBell, TryRecvError, bounded};
+
+    use super::support::Notice;
+
+    const BARRIER: u8 = 100;
+
+    /// What the consumer saw: records taken in order, the barrier, and what the barrier
+    /// overtook (stored, still delivered after it).
+    #[derive(Default)]
+    struct Seen {
+        before: Vec<u8>,
+        barrier: bool,
+        overtaken: Vec<u8>,
+        after: Vec<u8>,
+    }
+
+    impl Seen {
+        /// One step of a reader that takes the barrier early whenever it is there.
+        fn step(&mut self, rx: &mut streamtask_runtime::channel::Receiver<u8>) -> bool {
+            if !self.barrier {
+                let mut overtaken = Vec::new();
+                if let Some(b) = rx.take_priority(|_| true, |v| overtaken.push(*v)) {
+                    assert_eq!(b, BARRIER);
+                    self.barrier = true;
+                    self.overtaken = overtaken;
+                    return true;
+                }
+            }
+            match rx.try_recv() {
+                Ok(BARRIER) => {
+                    // In order: everything before it was taken.
+                    self.barrier = true;
+                    true
+                }
+                Ok(v) if self.barrier => {
+                    self.after.push(v);
+                    true
+                }
+                Ok(v) => {
+                    self.before.push(v);
+                    true
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => false,
+            }
+        }
+    }
+
+    /// Records 1 and 2, the barrier, record 3, while the reader reads: the records the reader
+    /// took before the barrier plus those the barrier overtook are exactly 1 and 2, and 3 is
+    /// never taken before the barrier.
+    #[test]
+    fn a_barrier_overtakes_queued_records_while_the_producer_writes() {
+        loom::model(|| {
+            let (tx, mut rx) = bounded::<u8>(4).unwrap();
+            let producer = thread::spawn(move || {
+                tx.send(1).unwrap();
+                tx.send(2).unwrap();
+                tx.send_priority(BARRIER).unwrap();
+                tx.send(3).unwrap();
+            });
+            let mut seen = Seen::default();
+            seen.step(&mut rx);
+            seen.step(&mut rx);
+            producer.join().unwrap();
+            while seen.step(&mut rx) {}
+            assert!(seen.barrier, "the barrier was lost");
+            let mut cut = seen.before.clone();
+            cut.extend(&seen.overtaken);
+            assert_eq!(cut, [1, 2], "the cut of the checkpoint");
+            assert!(
+                !seen.before.contains(&3),
+                "a record after the barrier came before it"
+            );
+            // Everything is delivered once: the overtaken records after the barrier too.
+            let mut all = seen.before.clone();
+            all.extend(&seen.after);
+            assert_eq!(all, [1, 2, 3]);
+        });
+    }
+
+    /// A reader that never takes early (a gate without a codec: aligned) gets the barrier in
+    /// order, after exactly the records sent before it, however the producer's writes fall
+    /// between its reads.
+    #[test]
+    fn an_in_order_reader_gets_the_barrier_after_exactly_the_records_before_it() {
+        loom::model(|| {
+            let (tx, rx) = bounded::<u8>(4).unwrap();
+            let producer = thread::spawn(move || {
+                tx.send(1).unwrap();
+                tx.send_priority(BARRIER).unwrap();
+                tx.send(2).unwrap();
+            });
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                if let Ok(v) = rx.try_recv() {
+                    got.push(v);
+                }
+            }
+            producer.join().unwrap();
+            while let Ok(v) = rx.try_recv() {
+                got.push(v);
+            }
+            assert_eq!(got, [1, BARRIER, 2]);
+        });
+    }
+
+    /// A reader that does not read (its output is full) sets its waker, looks at the bell,
+    /// and suspends: a priority send racing it either is seen or wakes it.
+    #[test]
+    fn the_bell_wakes_a_reader_that_does_not_read() {
+        loom::model(|| {
+            let (tx, mut rx) = bounded::<u8>(1).unwrap();
+            let bell = PriorityBell::new();
+            rx.set_priority_bell(bell.clone());
+            let (notice, waker) = Notice::new();
+            bell.set_waker(waker);
+            let producer = thread::spawn(move || {
+                tx.send_priority(BARRIER).unwrap();
+                tx
+            });
+            if !bell.take() {
+                notice.suspend();
+                assert!(bell.take(), "woken without the bell rung");
+            }
+            assert_eq!(rx.take_priority(|_| true, |_| {}), Some(BARRIER));
+            drop(producer.join().unwrap());
+        });
+    }
+}

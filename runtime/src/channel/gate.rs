@@ -726,9 +726,12 @@ struct Lanes<T> {
 }
 
 impl<T> Lanes<T> {
-    fn new(channels: Vec<Receiver<StreamElement<T>>>, bell: &Arc<PriorityBell>) -> Self {
+    fn new(
+        channels: Vec<Receiver<StreamElement<T>>>,
+        bell: &crate::sync::Arc<PriorityBell>,
+    ) -> Self {
         for channel in &channels {
-            channel.set_priority_bell(Arc::clone(bell));
+            channel.set_priority_bell(crate::sync::Arc::clone(bell));
         }
         let replay = channels.iter().map(|_| VecDeque::new()).collect();
         Lanes {
@@ -975,7 +978,7 @@ struct GateCore {
     urgent: VecDeque<Signal>,
     metrics: Option<Arc<TaskMetrics>>,
     /// Rung by a priority element on any channel.
-    bell: Arc<PriorityBell>,
+    bell: crate::sync::Arc<PriorityBell>,
     /// The unaligned checkpoint whose channel state is being taken.
     capture: Option<Capture>,
     /// The checkpoint whose barrier this gate saw first, and when: an aligned timeout counts

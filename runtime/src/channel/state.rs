@@ -305,7 +305,7 @@ mod tests {
         state.push(
             0,
             codec
-                .encode(&StreamElement::Watermark(Watermark::new(5)))
+                .encode(&StreamElement::Watermark(Watermark(5)))
                 .unwrap(),
         );
         state.push(
