@@ -93,13 +93,12 @@ fn state_records(state: &ChannelState, c: usize) -> Vec<u32> {
         .collect()
 }
 
-fn channels(
-    n: usize,
-    capacity: usize,
-) -> (
+type Ends = (
     Vec<Sender<StreamElement<Rec>>>,
     Vec<Receiver<StreamElement<Rec>>>,
-) {
+);
+
+fn channels(n: usize, capacity: usize) -> Ends {
     (0..n).map(|_| bounded(capacity).unwrap()).unzip()
 }
 

@@ -390,7 +390,7 @@ fn compare<T: Clone + PartialEq, A, B>(
     reader: &Ledger<T, B>,
 ) -> Result<(), PortingError<T>> {
     if let Some(index) = first_difference(&legacy.committed, &reader.committed) {
-        return Err(PortingError::Diverged(Divergence::Element {
+        return Err(PortingError::diverged(Divergence::Element {
             index: index as u64,
             legacy: legacy.committed.get(index).cloned(),
             reader: reader.committed.get(index).cloned(),
@@ -403,7 +403,7 @@ fn compare<T: Clone + PartialEq, A, B>(
     for k in 0..checkpoints {
         let (l, r) = (legacy.checkpoints.get(k), reader.checkpoints.get(k));
         if l != r {
-            return Err(PortingError::Diverged(Divergence::Checkpoint {
+            return Err(PortingError::diverged(Divergence::Checkpoint {
                 checkpoint: k as u64 + 1,
                 legacy_records: l.map(|c| c.records),
                 reader_records: r.map(|c| c.records),
@@ -423,7 +423,7 @@ fn compare_restore<T: Clone + PartialEq>(
 ) -> Result<(), PortingError<T>> {
     match first_difference(expected, got) {
         None => Ok(()),
-        Some(index) => Err(PortingError::Diverged(Divergence::Restore {
+        Some(index) => Err(PortingError::diverged(Divergence::Restore {
             checkpoint: checkpoint.id,
             records: checkpoint.records,
             restore,

@@ -264,7 +264,7 @@ impl<T: fmt::Debug> fmt::Display for Divergence<T> {
 #[non_exhaustive]
 pub enum PortingError<T> {
     /// The two sides committed different output or checkpointed at different places.
-    Diverged(Divergence<T>),
+    Diverged(Box<Divergence<T>>),
     /// A side failed (its function, reader, snapshot or restore returned an error).
     Failed {
         /// Which side.
@@ -295,10 +295,15 @@ pub enum PortingError<T> {
 }
 
 impl<T> PortingError<T> {
+    /// The sides diverged as `divergence` says.
+    pub fn diverged(divergence: Divergence<T>) -> Self {
+        PortingError::Diverged(Box::new(divergence))
+    }
+
     /// The divergence, if the sides diverged.
     pub fn divergence(&self) -> Option<&Divergence<T>> {
         match self {
-            PortingError::Diverged(d) => Some(d),
+            PortingError::Diverged(d) => Some(d.as_ref()),
             _ => None,
         }
     }

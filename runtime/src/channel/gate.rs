@@ -1224,10 +1224,9 @@ impl GateCore {
             Some(_) => self.aligner.alignment_started_at().unwrap_or(now),
             None => now,
         };
+        let delivered = |c: usize| aligning.is_some() && self.aligner.is_blocked(c);
         let open: Vec<bool> = (0..n)
-            .map(|c| {
-                !self.aligner.is_ended(c) && !(aligning.is_some() && self.aligner.is_blocked(c))
-            })
+            .map(|c| !(self.aligner.is_ended(c) || delivered(c)))
             .collect();
         // Releases every blocked channel; barriers of this checkpoint and older ones that
         // arrive in order from now on are ignored by the aligner.
