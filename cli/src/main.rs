@@ -130,7 +130,7 @@ struct Options {
     #[arg(long, global = true, value_enum, default_value_t = FairnessArg::Eventual)]
     fairness: FairnessArg,
     /// The load: `backpressure` makes the enrichment slower than the source (100 us per event
-    /// and worker, about 20,000 orders/s), so the channels and the async queue stay full;
+    /// and worker: at most 20,000 orders/s), so the channels and the async queue stay full;
     /// the committed output is the same.
     #[arg(long, global = true, value_enum, default_value_t = ScenarioArg::Normal)]
     scenario: ScenarioArg,

@@ -425,7 +425,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let async_records = config.pick(2_000, 50_000);
     let zero_latency_records = config.pick(2_000, 250_000);
     let handoff_records = config.pick(100_000, 2_000_000);
-    let backpressure_orders = config.pick(6_000, 20_000);
+    let backpressure_orders = config.pick(10_000, 20_000);
     let backpressure_interval = Duration::from_millis(config.pick(20, 50));
     let mut pooled_backpressure: Vec<backpressure::PooledDurations> = backpressure::RUNNERS
         .iter()
@@ -1022,7 +1022,7 @@ impl fmt::Display for BenchReport {
         ] {
             row(
                 format!(
-                    "backpressure: unaligned vs aligned checkpoint p99, {model} ({:.1} vs {:.1} ms)",
+                    "backpressure: unaligned/aligned p99, {model} ({:.0} vs {:.0} ms)",
                     unaligned / 1e3,
                     aligned / 1e3
                 ),
@@ -1032,7 +1032,7 @@ impl fmt::Display for BenchReport {
             )?;
         }
         row(
-            "  aligned checkpoint p99 (end to end; legacy | mailbox | bridge)".into(),
+            "  aligned checkpoint p99 (legacy | mailbox | bridge)".into(),
             format!(
                 "{:.0} | {:.0} | {:.0} ms",
                 bp.aligned_p99_us.legacy / 1e3,
