@@ -6,8 +6,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use streamtask::checkpoint::{
-    AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
-    ConfigError, CoordinatorAction, CoordinatorDriver, CoordinatorError, DriverError,
+    AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointStats, CheckpointStorage,
+    CompletedCheckpoint, ConfigError, CoordinatorAction, CoordinatorDriver, CoordinatorError,
+    DriverError,
 };
 use streamtask_core::task::{DeclineReason, TaskReport};
 use streamtask_core::{Clock, ManualClock, TaskSnapshot};
@@ -226,6 +227,36 @@ fn all_acknowledgements_store_the_checkpoint_then_complete_it() {
         (29_970..=30_030).contains(&stats.duration_us.max),
         "{stats:?}"
     );
+}
+
+#[test]
+fn the_series_keeps_the_latest_completed_checkpoints_end_to_end_durations_up_to_its_bound() {
+    let mut c = coordinator(CheckpointConfig::new(ms(10)), &storage());
+    // Checkpoint 1 is declined: only completed checkpoints are in the series.
+    c.poll(10);
+    c.receive(decline("sink", 1), 12).unwrap();
+    let mut now = 20;
+    let completed = CheckpointStats::SERIES_CAPACITY as u64 + 2;
+    for id in 2..2 + completed {
+        assert_eq!(triggered(&c.poll(now)), vec![id]);
+        // Checkpoint `id` takes `id % 7` ms from its trigger to its last acknowledgement.
+        ack_all(&mut c, id, now + (id % 7) as i64);
+        now += 10;
+    }
+    let stats = c.stats().summary();
+    assert_eq!(stats.completed, completed);
+    assert_eq!(stats.duration_us.count, completed);
+    assert_eq!(stats.series.len(), CheckpointStats::SERIES_CAPACITY);
+    // The oldest two made room; the rest are in completion order with their trigger times.
+    let first = stats.series[0];
+    assert_eq!(
+        (first.id, first.triggered_at, first.duration_ms),
+        (4, 40, 4)
+    );
+    let last = *stats.series.last().unwrap();
+    assert_eq!(last.id, 1 + completed);
+    assert_eq!(last.duration_ms, (1 + completed) % 7);
+    assert!(stats.series.windows(2).all(|w| w[0].id + 1 == w[1].id));
 }
 
 #[test]

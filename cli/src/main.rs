@@ -15,8 +15,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use streamtask::fault::{FaultPlan, quiet_injected_panics};
 use streamtask::{DirLock, JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
 use streamtask_cli::demo::data::DemoData;
-use streamtask_cli::demo::job::{DemoJob, DemoRun};
-use streamtask_cli::report::{CompareReport, ModelReport};
+use streamtask_cli::demo::job::{DemoJob, DemoRun, Scenario};
+use streamtask_cli::report::{CompareReport, ModelReport, alignment_keys};
+use streamtask_core::Alignment;
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
@@ -83,6 +84,22 @@ enum FairnessArg {
     Fair,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScenarioArg {
+    /// The demo job as it is.
+    Normal,
+    /// The enrichment slower than the source: channels and the async queue stay full.
+    Backpressure,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AlignmentArg {
+    /// Barriers travel behind the records queued before them (Flink's default).
+    Aligned,
+    /// Barriers overtake the queued records, which are stored as channel state.
+    Unaligned,
+}
+
 #[derive(Debug, Args)]
 struct Options {
     /// Orders the demo generates.
@@ -112,6 +129,20 @@ struct Options {
     /// Fairness of the checkpoint lock (legacy and bridge).
     #[arg(long, global = true, value_enum, default_value_t = FairnessArg::Eventual)]
     fairness: FairnessArg,
+    /// The load: `backpressure` makes the enrichment slower than the source (100 us per event
+    /// and worker: at most 20,000 orders/s), so the channels and the async queue stay full;
+    /// the committed output is the same.
+    #[arg(long, global = true, value_enum, default_value_t = ScenarioArg::Normal)]
+    scenario: ScenarioArg,
+    /// How checkpoint barriers pass the queued records (mailbox and bridge; the legacy model
+    /// always aligns). Flink's execution.checkpointing.unaligned.enabled.
+    #[arg(long, global = true, value_enum, default_value_t = AlignmentArg::Aligned)]
+    checkpoint_alignment: AlignmentArg,
+    /// With --checkpoint-alignment unaligned: start each checkpoint aligned and let its
+    /// barriers overtake only after this many milliseconds (0: unaligned from the start).
+    /// Flink's execution.checkpointing.aligned-checkpoint-timeout.
+    #[arg(long, global = true, value_name = "MS")]
+    aligned_timeout: Option<u64>,
     /// Work directory for data, checkpoints and output [default: <temp>/streamtask-demo].
     #[arg(long, global = true, env = "STREAMTASK_WORK_DIR")]
     work_dir: Option<PathBuf>,
@@ -249,7 +280,25 @@ impl Options {
         // `validate` refused 0, so the interval printed is the interval used.
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
         job.tolerable_failed_checkpoints = self.tolerable_failed_checkpoints;
+        job.checkpoint_alignment = self.alignment();
+        job.scenario = match self.scenario {
+            ScenarioArg::Normal => Scenario::Normal,
+            ScenarioArg::Backpressure => Scenario::Backpressure,
+        };
         job
+    }
+
+    /// The alignment asked for (`validate` refused a timeout without unaligned checkpoints).
+    fn alignment(&self) -> Alignment {
+        match (self.checkpoint_alignment, self.aligned_timeout) {
+            (AlignmentArg::Aligned, _) => Alignment::Aligned,
+            (AlignmentArg::Unaligned, None) => Alignment::Unaligned,
+            // As `CheckpointConfig::with_aligned_timeout`: no time aligned is unaligned.
+            (AlignmentArg::Unaligned, Some(0)) => Alignment::Unaligned,
+            (AlignmentArg::Unaligned, Some(ms)) => {
+                Alignment::AlignedTimeout(Duration::from_millis(ms))
+            }
+        }
     }
 
     fn work_dir(&self) -> PathBuf {
@@ -281,6 +330,13 @@ impl Options {
         }
         if self.checkpoint_interval_ms == 0 {
             return usage("--checkpoint-interval-ms must be at least 1".into());
+        }
+        if self.aligned_timeout.is_some() && self.checkpoint_alignment == AlignmentArg::Aligned {
+            return usage(
+                "--aligned-timeout is when an aligned checkpoint turns unaligned: give it with \
+                 --checkpoint-alignment unaligned"
+                    .into(),
+            );
         }
         if soak {
             for (flag, set) in [
@@ -618,6 +674,11 @@ fn run_model(
 fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
     let r = &run.result;
     let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let (checkpoint_alignment, aligned_timeout_ms) = alignment_keys(run.alignment);
+    let tasks = || r.tasks.iter().map(|t| &t.metrics);
+    let channel_state_records: u64 = tasks().map(|m| m.channel_state_records).sum();
+    let channel_state_bytes: u64 = tasks().map(|m| m.channel_state_bytes).sum();
+    let per_checkpoint = |total: u64| total as f64 / r.checkpoints_completed.max(1) as f64;
     ModelReport {
         model: run.model.name().to_string(),
         output_digest: run.digest.clone(),
@@ -630,6 +691,16 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
         },
         elapsed_ms: r.elapsed.as_millis() as u64,
         checkpoint_delay_us: r.metrics.checkpoint_delay.summary(),
+        checkpoint_alignment,
+        aligned_timeout_ms,
+        checkpoint_end_to_end_us: run.end_to_end.summary,
+        alignment_p99_us: tasks().map(|m| m.alignment_us.p99).max().unwrap_or(0),
+        alignment_max_us: tasks().map(|m| m.alignment_us.max).max().unwrap_or(0),
+        unaligned_checkpoints: tasks().map(|m| m.unaligned_checkpoints).max().unwrap_or(0),
+        channel_state_records,
+        channel_state_bytes,
+        channel_state_records_per_checkpoint: per_checkpoint(channel_state_records),
+        channel_state_bytes_per_checkpoint: per_checkpoint(channel_state_bytes),
         timer_lateness_us: r.metrics.timer_lateness.summary(),
         lock_wait_us: r.metrics.lock_wait.summary(),
         mailbox_latency_us: r.metrics.mailbox_latency.summary(),
@@ -642,6 +713,12 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
         threads: r.metrics.threads + job.helper_threads(),
         throughput_series: r.throughput_series.clone(),
         checkpoint_series: r.checkpoint_series.clone(),
+        checkpoint_end_to_end_series: run
+            .end_to_end
+            .series
+            .iter()
+            .map(|c| (c.id, c.triggered_secs, c.duration_us))
+            .collect(),
     }
 }
 
@@ -690,7 +767,8 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         options.checkpoint_interval_ms,
         options.faults,
         reports,
-    );
+    )
+    .with_setup(job.scenario.name(), job.checkpoint_alignment);
     println!("{}", report.table());
     let write_error = |path: &Path, e: &dyn std::fmt::Display| {
         CliError::Failed(format!("cannot write {}: {e}", path.display()))
@@ -780,7 +858,8 @@ fn run_to_savepoint(
                 options.checkpoint_interval_ms,
                 options.faults,
                 vec![report_of(&job, &run)],
-            );
+            )
+            .with_setup(job.scenario.name(), job.checkpoint_alignment);
             println!("{}", report.table());
             if run.exactly_once {
                 Ok(())

@@ -1,5 +1,6 @@
-//! The SVG plot of a comparison: throughput over time (top) and each checkpoint's start delay
-//! over time (bottom, log scale), one colour per model.
+//! The SVG plot of a comparison, one colour per model: throughput over time (top), each
+//! checkpoint's start delay over time (middle, log scale) and each completed checkpoint's
+//! end-to-end duration over time (bottom, log scale).
 
 use std::path::Path;
 
@@ -13,16 +14,18 @@ const COLOURS: [RGBColor; 3] = [
     RGBColor(40, 160, 80),
 ];
 
-/// Draws `report` into an SVG file at `path`: two panels, throughput over time per model, and
-/// the checkpoint start delay of each checkpoint over time per model.
+/// Draws `report` into an SVG file at `path`: three panels, throughput over time per model, the
+/// checkpoint start delay of each checkpoint over time per model, and the end-to-end duration
+/// (trigger to completion at the coordinator) of each completed checkpoint over time per model.
 ///
 /// # Errors
 ///
 /// Any drawing or I/O error, as text.
 pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
-    let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 1140)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (top, bottom) = root.split_vertically(380);
+    let (top, rest) = root.split_vertically(380);
+    let (middle, bottom) = rest.split_vertically(380);
 
     let max_t = report
         .models
@@ -32,6 +35,7 @@ pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
                 .iter()
                 .map(|p| p.0)
                 .chain(m.checkpoint_series.iter().map(|p| p.0))
+                .chain(m.checkpoint_end_to_end_series.iter().map(|p| p.1))
         })
         .fold(0.1_f64, f64::max);
     let max_rate = report
@@ -79,13 +83,50 @@ pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
         .draw()
         .map_err(|e| e.to_string())?;
 
-    let max_delay = report
+    let delays: Vec<Vec<(f64, u64)>> = report
         .models
         .iter()
-        .flat_map(|m| m.checkpoint_series.iter().map(|p| p.1))
-        .fold(10_u64, u64::max) as f64;
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption("checkpoint start delay (µs, log scale)", ("sans-serif", 20))
+        .map(|m| m.checkpoint_series.clone())
+        .collect();
+    points_panel(
+        &middle,
+        report,
+        &delays,
+        "checkpoint start delay (µs, log scale)",
+        max_t,
+    )?;
+    let end_to_end: Vec<Vec<(f64, u64)>> = report
+        .models
+        .iter()
+        .map(|m| {
+            m.checkpoint_end_to_end_series
+                .iter()
+                .map(|&(_, t, d)| (t, d))
+                .collect()
+        })
+        .collect();
+    points_panel(
+        &bottom,
+        report,
+        &end_to_end,
+        "checkpoint end-to-end duration, trigger to completed (µs, log scale)",
+        max_t,
+    )?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// One panel of points per model over time, `points[i]` of `report.models[i]`, on a log scale
+/// of microseconds.
+fn points_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    report: &CompareReport,
+    points: &[Vec<(f64, u64)>],
+    caption: &str,
+    max_t: f64,
+) -> Result<(), String> {
+    let max_delay = points.iter().flatten().map(|p| p.1).fold(10_u64, u64::max) as f64;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(48)
         .y_label_area_size(70)
@@ -101,11 +142,11 @@ pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
         .y_label_formatter(&|v| si(*v))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, m) in report.models.iter().enumerate() {
+    for (i, (m, points)) in report.models.iter().zip(points).enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
         chart
             .draw_series(
-                m.checkpoint_series
+                points
                     .iter()
                     .map(|&(t, d)| Circle::new((t, (d.max(1)) as f64), 3, colour.filled())),
             )
@@ -121,7 +162,7 @@ pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
         .background_style(WHITE.mix(0.8))
         .draw()
         .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    Ok(())
 }
 
 /// `1200000.0` as `1.2M`: axis labels stay short and readable.
@@ -167,6 +208,8 @@ mod tests {
             threads: 1,
             throughput_series: vec![(0.0, 10.0), (1.0, 20.0)],
             checkpoint_series: vec![(0.5, 100), (0.9, 5000)],
+            checkpoint_end_to_end_series: vec![(1, 0.5, 900), (2, 0.9, 12_000)],
+            ..ModelReport::default()
         };
         let report = CompareReport::new("d".into(), 1, 1, 0, vec![m("legacy"), m("mailbox")]);
         let dir = tempfile::tempdir().unwrap();
@@ -176,6 +219,7 @@ mod tests {
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("legacy") && svg.contains("mailbox"));
         assert!(svg.contains("records/s") && svg.contains("µs"));
+        assert!(svg.contains("end-to-end"));
         assert!(!svg.contains("(us"), "units are µs, not us");
     }
 

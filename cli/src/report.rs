@@ -8,6 +8,9 @@
 //!   "identical": bool,              // every model committed the same output (same digest)
 //!   "expected_digest": "hex16",     // digest of the reference output computed without a runtime
 //!   "records": u64, "checkpoint_interval_ms": u64, "faults": u32,
+//!   "scenario": "normal" | "backpressure",
+//!   "checkpoint_alignment": "aligned" | "unaligned" | "aligned_timeout", // what was asked
+//!   "aligned_timeout_ms": u64 | null,
 //!   "models": [{
 //!     "model": "legacy" | "mailbox" | "bridge",
 //!     "output_digest": "hex16",     // SHA-256 (first 16 hex digits) of the sorted committed lines
@@ -16,11 +19,19 @@
 //!     "records_per_sec": f64,       // source records / wall time of the run
 //!     "elapsed_ms": u64,
 //!     "checkpoint_delay_us": {"count","p50","p99","p999","max","mean"},
+//!     "checkpoint_alignment": "aligned" | "unaligned" | "aligned_timeout", // what this model ran
+//!     "aligned_timeout_ms": u64 | null,
+//!     "checkpoint_end_to_end_us": {...}, // trigger -> completed at the coordinator
+//!     "alignment_p99_us": u64, "alignment_max_us": u64, // first -> last barrier, slowest task
+//!     "unaligned_checkpoints": u64,
+//!     "channel_state_records": u64, "channel_state_bytes": u64, // totals
+//!     "channel_state_records_per_checkpoint": f64, "channel_state_bytes_per_checkpoint": f64,
 //!     "timer_lateness_us": {...}, "lock_wait_us": {...}, "mailbox_latency_us": {...},
 //!     "checkpoints_completed": u64, "checkpoints_aborted": u64,
 //!     "restarts": u32, "faults_fired": u32, "threads": u64,
 //!     "throughput_series": [[seconds, records_per_sec], ...],
-//!     "checkpoint_series": [[seconds, delay_us], ...]
+//!     "checkpoint_series": [[seconds, delay_us], ...],
+//!     "checkpoint_end_to_end_series": [[id, seconds, duration_us], ...]
 //!   }]
 //! }
 //! ```
@@ -30,10 +41,11 @@ use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use streamtask_core::Alignment;
 use streamtask_core::metrics::LatencySummary;
 
 /// One model's run of the demo job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelReport {
     /// `legacy`, `mailbox` or `bridge`.
     pub model: String,
@@ -49,6 +61,38 @@ pub struct ModelReport {
     pub elapsed_ms: u64,
     /// From trigger call to snapshot start, over the source tasks.
     pub checkpoint_delay_us: LatencySummary,
+    /// How this model's checkpoints were aligned: `aligned`, `unaligned` or `aligned_timeout`
+    /// (the legacy model's are always aligned).
+    #[serde(default = "aligned")]
+    pub checkpoint_alignment: String,
+    /// With `aligned_timeout`: after how long a barrier stops waiting and overtakes.
+    #[serde(default)]
+    pub aligned_timeout_ms: Option<u64>,
+    /// Each completed checkpoint from its trigger to its completion at the coordinator.
+    #[serde(default)]
+    pub checkpoint_end_to_end_us: LatencySummary,
+    /// From a task's first to its last barrier of a checkpoint: the slowest task's p99 (final
+    /// attempt; tasks with one input align nothing and record zero).
+    #[serde(default)]
+    pub alignment_p99_us: u64,
+    /// The same, the longest.
+    #[serde(default)]
+    pub alignment_max_us: u64,
+    /// Checkpoints a task took unaligned: the most of any task (final attempt).
+    #[serde(default)]
+    pub unaligned_checkpoints: u64,
+    /// Elements stored as channel state, summed over the tasks and checkpoints (final attempt).
+    #[serde(default)]
+    pub channel_state_records: u64,
+    /// Their encoded bytes.
+    #[serde(default)]
+    pub channel_state_bytes: u64,
+    /// `channel_state_records` over the checkpoints completed.
+    #[serde(default)]
+    pub channel_state_records_per_checkpoint: f64,
+    /// `channel_state_bytes` over the checkpoints completed.
+    #[serde(default)]
+    pub channel_state_bytes_per_checkpoint: f64,
     /// From a timer's due time to its callback.
     pub timer_lateness_us: LatencySummary,
     /// Time acquirers waited for a checkpoint lock (legacy and bridge).
@@ -75,6 +119,26 @@ pub struct ModelReport {
     pub throughput_series: Vec<(f64, f64)>,
     /// Checkpoint start delays over time: (seconds since start, microseconds).
     pub checkpoint_series: Vec<(f64, u64)>,
+    /// Each completed checkpoint's end-to-end duration: (id, seconds since start of its
+    /// trigger, microseconds).
+    #[serde(default)]
+    pub checkpoint_end_to_end_series: Vec<(u64, f64, u64)>,
+}
+
+fn aligned() -> String {
+    "aligned".to_string()
+}
+
+/// An alignment as the report's `checkpoint_alignment` and `aligned_timeout_ms` keys name it.
+pub fn alignment_keys(alignment: Alignment) -> (String, Option<u64>) {
+    match alignment {
+        Alignment::Aligned => (aligned(), None),
+        Alignment::Unaligned => ("unaligned".to_string(), None),
+        Alignment::AlignedTimeout(timeout) => (
+            "aligned_timeout".to_string(),
+            Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        ),
+    }
 }
 
 /// The whole comparison.
@@ -90,6 +154,16 @@ pub struct CompareReport {
     pub checkpoint_interval_ms: u64,
     /// Faults planned per model run (how many fired is per model: `faults_fired`).
     pub faults: u32,
+    /// The load: `normal` or `backpressure`.
+    #[serde(default = "normal")]
+    pub scenario: String,
+    /// The alignment asked for (each model's own is in its entry: the legacy model's is
+    /// always `aligned`).
+    #[serde(default = "aligned")]
+    pub checkpoint_alignment: String,
+    /// With `aligned_timeout`: the timeout asked for.
+    #[serde(default)]
+    pub aligned_timeout_ms: Option<u64>,
     /// One entry per model, in the order they ran.
     pub models: Vec<ModelReport>,
 }
@@ -112,8 +186,19 @@ impl CompareReport {
             records,
             checkpoint_interval_ms,
             faults,
+            scenario: normal(),
+            checkpoint_alignment: aligned(),
+            aligned_timeout_ms: None,
             models,
         }
+    }
+
+    /// The same report, for a run under `scenario` (`normal` or `backpressure`) that asked for
+    /// checkpoints aligned as `alignment` says.
+    pub fn with_setup(mut self, scenario: &str, alignment: Alignment) -> Self {
+        self.scenario = scenario.to_string();
+        (self.checkpoint_alignment, self.aligned_timeout_ms) = alignment_keys(alignment);
+        self
     }
 
     /// The side-by-side table.
@@ -159,6 +244,76 @@ impl CompareReport {
             (
                 "checkpoint start delay max",
                 self.col(|m| us(m.checkpoint_delay_us.max, m.checkpoint_delay_us.count)),
+            ),
+            (
+                "checkpoint alignment",
+                self.col(|m| {
+                    let text = alignment_text(&m.checkpoint_alignment, m.aligned_timeout_ms);
+                    if self.legacy_overruled(m) {
+                        format!("{text} (*)")
+                    } else {
+                        text
+                    }
+                }),
+            ),
+            (
+                "checkpoint end-to-end p50",
+                self.col(|m| {
+                    us(
+                        m.checkpoint_end_to_end_us.p50,
+                        m.checkpoint_end_to_end_us.count,
+                    )
+                }),
+            ),
+            (
+                "checkpoint end-to-end p99",
+                self.col(|m| {
+                    us(
+                        m.checkpoint_end_to_end_us.p99,
+                        m.checkpoint_end_to_end_us.count,
+                    )
+                }),
+            ),
+            (
+                "checkpoint end-to-end max",
+                self.col(|m| {
+                    us(
+                        m.checkpoint_end_to_end_us.max,
+                        m.checkpoint_end_to_end_us.count,
+                    )
+                }),
+            ),
+            (
+                "alignment time p99 (slowest task)",
+                self.col(|m| us(m.alignment_p99_us, m.checkpoints_completed)),
+            ),
+            (
+                "alignment time max",
+                self.col(|m| us(m.alignment_max_us, m.checkpoints_completed)),
+            ),
+            (
+                "unaligned checkpoints",
+                self.col(|m| m.unaligned_checkpoints.to_string()),
+            ),
+            (
+                "channel state per checkpoint",
+                self.col(|m| {
+                    format!(
+                        "{:.1} rec, {}",
+                        m.channel_state_records_per_checkpoint,
+                        bytes(m.channel_state_bytes_per_checkpoint)
+                    )
+                }),
+            ),
+            (
+                "channel state total",
+                self.col(|m| {
+                    format!(
+                        "{} rec, {}",
+                        m.channel_state_records,
+                        bytes(m.channel_state_bytes as f64)
+                    )
+                }),
             ),
             (
                 "timer lateness p99",
@@ -211,14 +366,24 @@ impl CompareReport {
         }
         let _ = writeln!(
             out,
-            "\n{} records, checkpoint every {} ms, {} fault(s) planned{} (see faults fired); \
-             reference digest {}",
+            "\n{} records, {} scenario, checkpoint every {} ms ({}), {} fault(s) planned{} (see \
+             faults fired); reference digest {}",
             self.records,
+            self.scenario,
             self.checkpoint_interval_ms,
+            alignment_text(&self.checkpoint_alignment, self.aligned_timeout_ms),
             self.faults,
             if single { "" } else { " per model" },
             self.expected_digest
         );
+        if self.models.iter().any(|m| self.legacy_overruled(m)) {
+            let _ = writeln!(
+                out,
+                "(*) the legacy model always aligns its barriers: its task thread can block in a \
+                 full send while it holds the task's state, so no barrier can overtake what is \
+                 queued"
+            );
+        }
         let exactly_once = self.models.iter().all(|m| m.exactly_once);
         let verdict = match (single, self.identical && exactly_once) {
             (true, true) => "committed output equals the reference, exactly-once held",
@@ -234,6 +399,12 @@ impl CompareReport {
         self.models.iter().map(f).collect()
     }
 
+    /// Whether `m` ran aligned checkpoints though the run asked for others (the legacy model).
+    fn legacy_overruled(&self, m: &ModelReport) -> bool {
+        m.checkpoint_alignment != self.checkpoint_alignment
+            || m.aligned_timeout_ms != self.aligned_timeout_ms
+    }
+
     /// The report as pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("reports serialize")
@@ -246,6 +417,29 @@ impl CompareReport {
     /// Any I/O error.
     pub fn write_json(&self, path: &Path) -> io::Result<()> {
         std::fs::write(path, self.to_json())
+    }
+}
+
+fn normal() -> String {
+    "normal".to_string()
+}
+
+/// `aligned`, `unaligned`, or `aligned, unaligned after 10 ms`.
+fn alignment_text(alignment: &str, timeout_ms: Option<u64>) -> String {
+    match timeout_ms {
+        Some(ms) => format!("aligned, unaligned after {ms} ms"),
+        None => alignment.to_string(),
+    }
+}
+
+/// Bytes in B, KiB or MiB, one decimal from KiB on.
+fn bytes(value: f64) -> String {
+    if value >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", value / (1024.0 * 1024.0))
+    } else if value >= 1024.0 {
+        format!("{:.1} KiB", value / 1024.0)
+    } else {
+        format!("{value:.0} B")
     }
 }
 
@@ -291,6 +485,17 @@ mod tests {
             threads: 4,
             throughput_series: vec![(0.1, 100.0)],
             checkpoint_series: vec![(0.1, 5)],
+            checkpoint_alignment: "aligned".into(),
+            checkpoint_end_to_end_us: LatencySummary {
+                count: 3,
+                p50: 700,
+                p99: 1500,
+                p999: 1500,
+                max: 1500,
+                mean: 800.0,
+            },
+            checkpoint_end_to_end_series: vec![(1, 0.05, 700), (2, 0.1, 1500)],
+            ..ModelReport::default()
         }
     }
 
@@ -325,6 +530,44 @@ mod tests {
         }
         for key in ["p50", "p99", "max"] {
             assert!(m["checkpoint_delay_us"][key].is_u64(), "{key}");
+            assert!(m["checkpoint_end_to_end_us"][key].is_u64(), "{key}");
         }
+        for key in [
+            "alignment_p99_us",
+            "alignment_max_us",
+            "unaligned_checkpoints",
+            "channel_state_records",
+            "channel_state_bytes",
+        ] {
+            assert!(m[key].is_u64(), "{key}");
+        }
+        for key in [
+            "channel_state_records_per_checkpoint",
+            "channel_state_bytes_per_checkpoint",
+        ] {
+            assert!(m[key].is_f64(), "{key}");
+        }
+        assert_eq!(m["checkpoint_alignment"], "aligned");
+        assert_eq!(
+            m["checkpoint_end_to_end_series"][1],
+            serde_json::json!([2, 0.1, 1500])
+        );
+        assert_eq!(v["scenario"], "normal");
+    }
+
+    #[test]
+    fn the_legacy_model_is_marked_aligned_whatever_was_asked() {
+        let mut legacy = model("legacy", "x");
+        legacy.checkpoint_alignment = "aligned".into();
+        let mut mailbox = model("mailbox", "x");
+        mailbox.checkpoint_alignment = "unaligned".into();
+        let r = CompareReport::new("d".into(), 1, 1, 0, vec![legacy, mailbox])
+            .with_setup("backpressure", Alignment::Unaligned);
+        let t = r.table();
+        assert!(t.contains("aligned (*)"), "{t}");
+        assert!(t.contains("legacy model always aligns"), "{t}");
+        assert!(t.contains("backpressure scenario"), "{t}");
+        let aligned = CompareReport::new("d".into(), 1, 1, 0, vec![model("legacy", "x")]);
+        assert!(!aligned.table().contains("(*)"));
     }
 }

@@ -25,7 +25,7 @@
 //! Flink also caps concurrency at one whenever a minimum pause is set; here the two limits apply
 //! independently, as configured.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use streamtask_core::TaskSnapshot;
 use streamtask_core::metrics::{Counter, LatencyHistogram, LatencySummary};
-use streamtask_core::sync::Arc;
+use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::task::{DeclineReason, TaskReport};
 use streamtask_core::{Alignment, CheckpointBarrier};
 
@@ -379,7 +379,8 @@ pub enum CoordinatorError {
 
 /// Checkpoint statistics, shared (`Arc`) between the coordinator and whoever reads them.
 ///
-/// Durations are measured on the coordinator's clock, from trigger to completion.
+/// Durations are measured on the coordinator's clock, from trigger to completion (every task
+/// acknowledged): the checkpoint's end-to-end duration.
 #[derive(Debug, Default)]
 pub struct CheckpointStats {
     /// Checkpoints triggered.
@@ -392,9 +393,18 @@ pub struct CheckpointStats {
     pub rejected_reports: Counter,
     /// From trigger to completion.
     pub duration: LatencyHistogram,
+    /// The latest completed checkpoints, oldest first, at most
+    /// [`SERIES_CAPACITY`](Self::SERIES_CAPACITY).
+    series: Mutex<VecDeque<CheckpointTiming>>,
 }
 
 impl CheckpointStats {
+    /// Completed checkpoints [`series`](Self::series) keeps: the latest ones; each completion
+    /// past it drops the oldest. Every checkpoint of a run of more than two hours at one
+    /// checkpoint a second, in a few hundred kilobytes; [`duration`](Self::duration) counts
+    /// them all.
+    pub const SERIES_CAPACITY: usize = 8192;
+
     /// A serializable copy of the statistics.
     pub fn summary(&self) -> CheckpointStatsSummary {
         CheckpointStatsSummary {
@@ -403,8 +413,37 @@ impl CheckpointStats {
             aborted: self.aborted.get(),
             rejected_reports: self.rejected_reports.get(),
             duration_us: self.duration.summary(),
+            series: self.series(),
         }
     }
+
+    /// The end-to-end duration of each of the latest completed checkpoints (at most
+    /// [`SERIES_CAPACITY`](Self::SERIES_CAPACITY)), oldest first.
+    pub fn series(&self) -> Vec<CheckpointTiming> {
+        self.series.lock().iter().copied().collect()
+    }
+
+    /// Records a completed checkpoint in the histogram and the series.
+    fn record_completed(&self, timing: CheckpointTiming) {
+        self.duration
+            .record_micros(timing.duration_ms.saturating_mul(1000));
+        let mut series = self.series.lock();
+        if series.len() == Self::SERIES_CAPACITY {
+            series.pop_front();
+        }
+        series.push_back(timing);
+    }
+}
+
+/// One completed checkpoint's end-to-end duration, on the coordinator's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointTiming {
+    /// The checkpoint.
+    pub id: u64,
+    /// When it was triggered (the coordinator's `now`, milliseconds).
+    pub triggered_at: i64,
+    /// From the trigger to the last acknowledgement, milliseconds.
+    pub duration_ms: u64,
 }
 
 /// A point-in-time copy of [`CheckpointStats`].
@@ -416,6 +455,8 @@ pub struct CheckpointStatsSummary {
     pub aborted: u64,
     pub rejected_reports: u64,
     pub duration_us: LatencySummary,
+    #[serde(default)]
+    pub series: Vec<CheckpointTiming>,
 }
 
 /// Decides when checkpoints start, collects every task's acknowledgement, stores completed
@@ -1051,10 +1092,11 @@ impl CheckpointCoordinator {
         self.last_end = Some(now);
         self.failures_in_a_row = 0;
         self.stats.completed.inc();
-        let millis = u64::try_from(now.saturating_sub(pending.timestamp)).unwrap_or(0);
-        self.stats
-            .duration
-            .record_micros(millis.saturating_mul(1000));
+        self.stats.record_completed(CheckpointTiming {
+            id,
+            triggered_at: pending.timestamp,
+            duration_ms: u64::try_from(now.saturating_sub(pending.timestamp)).unwrap_or(0),
+        });
         log::debug!("checkpoint {id} completed at {now}");
         actions.push(CoordinatorAction::Complete { id });
     }

@@ -46,8 +46,8 @@ use streamtask_core::TaskSnapshot;
 
 pub use self::coordinator::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStats,
-    CheckpointStatsSummary, ConfigError, CoordinatorAction, CoordinatorError, SavepointFailure,
-    SavepointWriter,
+    CheckpointStatsSummary, CheckpointTiming, ConfigError, CoordinatorAction, CoordinatorError,
+    SavepointFailure, SavepointWriter,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
 pub use self::savepoint::{

@@ -19,6 +19,7 @@
 //! | `bridge_vs_legacy_trigger_p99` | trigger latency p99 under a hot legacy source, bridge over legacy: each runner's samples of every round pooled, the ratio of the two pooled p99s (as `vs_tokio_batched_p99`) | lower |
 //! | `bridge_vs_legacy_trigger_p99_unfair` | the same with the checkpoint lock's `Fairness::Unfair` (a futex mutex with no hand-off: a Java monitor, Flink 1.9's lock) for both runners; a reference next to `bridge_vs_legacy_trigger_p99`, which stays on `Fairness::Eventual` (below) | lower |
 //! | `legacy_bounded_handover_trigger_p99` | the same (pooled) for the legacy task with the bounded hand-over on, over legacy's default | lower |
+//! | `unaligned_vs_aligned_p99` | the demo job under backpressure: checkpoint end-to-end p99 (trigger to completion at the coordinator) with unaligned checkpoints over aligned ones, `{mailbox, bridge}`, each runner's checkpoints of every round pooled | lower |
 //!
 //! Every trigger-latency measurement (the tasks' and the tokio peer's) sends its triggers from a
 //! thread that waits for each deadline with [`clock::sleep_until`]: timer slack 1 ns, a sleep
@@ -68,10 +69,17 @@
 //! - `inline` (reference): completed inside `invoke`, inline completions on (the default): no
 //!   completion travels at all, only the engine's own cost is left.
 //!
+//! `unaligned_vs_aligned_p99` runs the demo job ([`backpressure`]) five times a round: legacy,
+//! mailbox and bridge with aligned checkpoints, mailbox and bridge with unaligned ones (the
+//! legacy model always aligns), the order reversed every other round. Its p99s pool every
+//! round's checkpoints per runner, as the trigger-latency rows do; the aligned p99 of every
+//! model is in `backpressure_checkpoints`.
+//!
 //! The figures are for reading, never for asserting: CI runs `streamtask bench --quick` and
 //! checks only that it completes and what keys the report has.
 
 pub mod async_io;
+pub mod backpressure;
 pub mod clock;
 pub mod hot_path;
 pub mod models;
@@ -85,6 +93,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use streamtask_core::Alignment;
 use streamtask_core::async_io::OutputMode;
 use streamtask_legacy::Fairness;
 
@@ -166,6 +175,42 @@ pub struct PerModel {
     pub legacy: f64,
     /// The mailbox model.
     pub mailbox: f64,
+}
+
+/// A ratio per model that can choose its checkpoints' alignment.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct UnalignedVsAligned {
+    /// The mailbox model.
+    pub mailbox: f64,
+    /// The bridge model.
+    pub bridge: f64,
+}
+
+/// The demo job under backpressure: each runner's checkpoint end-to-end p99 (every round's
+/// checkpoints pooled), in microseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BackpressureCheckpoints {
+    /// Orders per run.
+    pub orders: u64,
+    /// Checkpoint interval, milliseconds.
+    pub checkpoint_interval_ms: u64,
+    /// Aligned checkpoints, every model.
+    pub aligned_p99_us: PerModelAll,
+    /// Unaligned checkpoints (the legacy model has none).
+    pub unaligned_p99_us: UnalignedVsAligned,
+    /// Checkpoints pooled, the fewest of any runner.
+    pub fewest_checkpoints: u64,
+}
+
+/// A figure for each of the three models.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PerModelAll {
+    /// The legacy model.
+    pub legacy: f64,
+    /// The mailbox model.
+    pub mailbox: f64,
+    /// The bridge model.
+    pub bridge: f64,
 }
 
 /// One way of completing zero-latency calls: ns/record of the whole job per model and mode,
@@ -333,6 +378,11 @@ pub struct BenchReport {
     /// The source's records/s under those triggers with the bounded hand-over on, over the
     /// default's: what asking the source to let go costs it.
     pub legacy_bounded_handover_throughput: f64,
+    /// The demo job under backpressure: checkpoint end-to-end p99 with unaligned checkpoints
+    /// over aligned ones, same run, every round's checkpoints pooled.
+    pub unaligned_vs_aligned_p99: UnalignedVsAligned,
+    /// The p99s behind that ratio, and each model's aligned one.
+    pub backpressure_checkpoints: BackpressureCheckpoints,
 }
 
 /// The median of `xs` (the upper one of an even count); `NaN` for none.
@@ -375,6 +425,15 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let async_records = config.pick(2_000, 50_000);
     let zero_latency_records = config.pick(2_000, 250_000);
     let handoff_records = config.pick(100_000, 2_000_000);
+    let backpressure_orders = config.pick(10_000, 20_000);
+    let backpressure_interval = Duration::from_millis(config.pick(20, 50));
+    let mut pooled_backpressure: Vec<backpressure::PooledDurations> = backpressure::RUNNERS
+        .iter()
+        .map(|_| backpressure::PooledDurations::default())
+        .collect();
+    // Generated once, before the rounds; the runs start over in it.
+    let backpressure_job =
+        backpressure::BackpressureJob::new(backpressure_orders, backpressure_interval);
     let mut s = Samples::default();
     let mut pooled_mailbox = Pooled::default();
     let mut pooled_batched = Pooled::default();
@@ -545,7 +604,52 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             }
         }
         s.push("bounded_vs_legacy_rps", bounded_rps / legacy_rps);
+
+        progress(
+            round,
+            "demo job under backpressure: unaligned vs aligned checkpoints",
+        );
+        let mut order: Vec<usize> = (0..backpressure::RUNNERS.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let durations = backpressure_job.run(backpressure::RUNNERS[i]);
+            pooled_backpressure[i].add(&durations);
+        }
     }
+    drop(backpressure_job);
+    let bp_p99 = |model: Model, alignment: Alignment| {
+        backpressure::RUNNERS
+            .iter()
+            .position(|r| r.model == model && r.alignment == alignment)
+            .map_or(f64::NAN, |i| pooled_backpressure[i].p99_us())
+    };
+    let backpressure_checkpoints = BackpressureCheckpoints {
+        orders: backpressure_orders,
+        checkpoint_interval_ms: u64::try_from(backpressure_interval.as_millis())
+            .unwrap_or(u64::MAX),
+        aligned_p99_us: PerModelAll {
+            legacy: bp_p99(Model::Legacy, Alignment::Aligned),
+            mailbox: bp_p99(Model::Mailbox, Alignment::Aligned),
+            bridge: bp_p99(Model::Bridge, Alignment::Aligned),
+        },
+        unaligned_p99_us: UnalignedVsAligned {
+            mailbox: bp_p99(Model::Mailbox, Alignment::Unaligned),
+            bridge: bp_p99(Model::Bridge, Alignment::Unaligned),
+        },
+        fewest_checkpoints: pooled_backpressure
+            .iter()
+            .map(backpressure::PooledDurations::count)
+            .min()
+            .unwrap_or(0),
+    };
+    let unaligned_vs_aligned_p99 = UnalignedVsAligned {
+        mailbox: backpressure_checkpoints.unaligned_p99_us.mailbox
+            / backpressure_checkpoints.aligned_p99_us.mailbox,
+        bridge: backpressure_checkpoints.unaligned_p99_us.bridge
+            / backpressure_checkpoints.aligned_p99_us.bridge,
+    };
     let mut trigger_runs = BTreeMap::new();
     let mut trigger_latency = BTreeMap::new();
     for (label, rps, pooled) in [
@@ -650,6 +754,8 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         legacy_bounded_handover_trigger_p99: bounded.p99_us / legacy.p99_us,
         legacy_bounded_handover_trigger_p99_us: bounded.p99_us,
         legacy_bounded_handover_throughput: s.median("bounded_vs_legacy_rps"),
+        unaligned_vs_aligned_p99,
+        backpressure_checkpoints,
     }
 }
 
@@ -894,6 +1000,45 @@ impl fmt::Display for BenchReport {
         row(
             "legacy bounded hand-over vs default records/s under triggers".into(),
             format!("{:.2}x", self.legacy_bounded_handover_throughput),
+            "-",
+            true,
+        )?;
+        let bp = &self.backpressure_checkpoints;
+        for (model, ratio, unaligned, aligned, target) in [
+            (
+                "mailbox",
+                self.unaligned_vs_aligned_p99.mailbox,
+                bp.unaligned_p99_us.mailbox,
+                bp.aligned_p99_us.mailbox,
+                true,
+            ),
+            (
+                "bridge",
+                self.unaligned_vs_aligned_p99.bridge,
+                bp.unaligned_p99_us.bridge,
+                bp.aligned_p99_us.bridge,
+                false,
+            ),
+        ] {
+            row(
+                format!(
+                    "backpressure: unaligned/aligned p99, {model} ({:.0} vs {:.0} ms)",
+                    unaligned / 1e3,
+                    aligned / 1e3
+                ),
+                format!("{ratio:.3}x"),
+                if target { "<= 0.1x" } else { "-" },
+                !target || ratio <= 0.1,
+            )?;
+        }
+        row(
+            "  aligned checkpoint p99 (legacy | mailbox | bridge)".into(),
+            format!(
+                "{:.0} | {:.0} | {:.0} ms",
+                bp.aligned_p99_us.legacy / 1e3,
+                bp.aligned_p99_us.mailbox / 1e3,
+                bp.aligned_p99_us.bridge / 1e3
+            ),
             "-",
             true,
         )?;

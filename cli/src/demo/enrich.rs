@@ -7,6 +7,7 @@
 //! - [`batched_enrichment`], what the demo job runs: the events waiting for a worker are looked
 //!   up together, in one pool job and one query (`WHERE id IN (...)`) per batch. Every event
 //!   still reads its customer from the database; nothing is cached between batches.
+//!   [`throttled_enrichment`] is the same with a slow database (the backpressure scenario).
 //!
 //! The batching is core's [`BatchedBlockingAsyncFunction`] (the calls waiting for a worker go
 //! to one pool job as one batch); this module only says how a batch is looked up. Under load
@@ -17,6 +18,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use streamtask_core::async_io::{
@@ -195,11 +197,31 @@ pub fn batched_enrichment(
     db: &Path,
     faults: Arc<FaultPlan>,
 ) -> BatchedBlockingAsyncFunction<Connection, TotalEvent, String> {
+    throttled_enrichment(pool, db, faults, Duration::ZERO)
+}
+
+/// [`batched_enrichment`] with a slow database: each batch's worker also sleeps `per_event`
+/// for every event of the batch, so a worker answers at most one event per `per_event` (the
+/// backpressure scenario's slow stage). The answers are [`batched_enrichment`]'s: the sleep
+/// only delays them, and the ordered async operator emits them in input order whenever they
+/// come.
+pub fn throttled_enrichment(
+    pool: Arc<BlockingPool>,
+    db: &Path,
+    faults: Arc<FaultPlan>,
+    per_event: Duration,
+) -> BatchedBlockingAsyncFunction<Connection, TotalEvent, String> {
     let db = db.to_path_buf();
     BatchedBlockingAsyncFunction::new(
         pool,
         move || open_reader(&db),
         move |conn: &mut Connection, events: &[TotalEvent]| {
+            if !per_event.is_zero() {
+                // One sleep per batch, not per event: a batch under load holds tens of events,
+                // so the sleep is long enough for the timer's slack not to dominate it.
+                let events = u32::try_from(events.len()).unwrap_or(u32::MAX);
+                std::thread::sleep(per_event.saturating_mul(events));
+            }
             let mut ids: Vec<u32> = events.iter().map(TotalEvent::customer).collect();
             ids.sort_unstable();
             ids.dedup();

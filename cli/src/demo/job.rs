@@ -18,11 +18,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use streamtask::CheckpointConfig;
+use streamtask_core::Alignment;
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
 use streamtask_core::function::AsyncError;
 
+use super::checkpoints::{EndToEnd, EndToEndRecorder};
 use super::data::{DemoData, Order, TotalEvent, expected_output};
-use super::enrich::{batched_enrichment, create_customer_db};
+use super::enrich::{create_customer_db, throttled_enrichment};
 use super::probe::SnapshotFaults;
 use super::source::{OrdersFileReader, OrdersFileSource, StopAt};
 use super::totals::RunningTotals;
@@ -50,7 +52,8 @@ pub const KEYED_PARALLELISM: usize = 2;
 
 /// Worker threads of the enrichment's blocking pool (shared by the keyed subtasks).
 ///
-/// Two since the lookups are batched ([`batched_enrichment`]): a worker answers every call
+/// Two since the lookups are batched
+/// ([`batched_enrichment`](super::enrich::batched_enrichment)): a worker answers every call
 /// queued when it starts, so two keep up with both keyed subtasks; on a two-core machine more
 /// workers only add idle threads spinning in the pool queue's `recv` (`sched_yield`) and
 /// context switches (the figures are in PERF-NOTES.md).
@@ -67,6 +70,43 @@ pub fn enrich_config() -> AsyncConfig<String> {
         .with_retry(busy)
 }
 
+/// The load the demo job runs under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// The job as it is: every stage keeps up with the source but for short bursts.
+    #[default]
+    Normal,
+    /// The enrichment is slower than the source ([`BACKPRESSURE_DELAY_PER_EVENT`] per event
+    /// and worker), so the async operator's queue and the channels before it stay full, and a
+    /// barrier aligned behind them waits for the backlog to drain.
+    Backpressure,
+}
+
+impl Scenario {
+    /// `normal` or `backpressure`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Normal => "normal",
+            Scenario::Backpressure => "backpressure",
+        }
+    }
+
+    /// How long the enrichment's database takes per event.
+    pub fn enrich_delay(self) -> Duration {
+        match self {
+            Scenario::Normal => Duration::ZERO,
+            Scenario::Backpressure => BACKPRESSURE_DELAY_PER_EVENT,
+        }
+    }
+}
+
+/// The backpressure scenario's enrichment time per event and worker. The [`ENRICH_THREADS`]
+/// workers then answer at most 20,000 events a second, far less than the source reads, so the
+/// backlog holds for the whole run: each keyed subtask's input channel and async queue stay
+/// full, and an aligned barrier waits behind a channel's worth of events. Yet a batch of a few
+/// thousand orders still runs in well under a second, so tests can use the scenario.
+pub const BACKPRESSURE_DELAY_PER_EVENT: Duration = Duration::from_micros(100);
+
 /// What the demo job runs on and how.
 #[derive(Debug, Clone)]
 pub struct DemoJob {
@@ -78,6 +118,11 @@ pub struct DemoJob {
     pub checkpoint_interval: Duration,
     /// Checkpoint failures in a row the run tolerates (0, as Flink's default).
     pub tolerable_failed_checkpoints: u32,
+    /// How checkpoint barriers are aligned, under the models that can choose (see
+    /// [`alignment`](Self::alignment)).
+    pub checkpoint_alignment: Alignment,
+    /// The load the job runs under.
+    pub scenario: Scenario,
     /// Faults to inject (shared by every attempt of one run).
     pub faults: Arc<FaultPlan>,
     /// Restarts allowed.
@@ -102,6 +147,10 @@ pub struct DemoRun {
     pub digest: String,
     /// Whether it equals the reference output.
     pub exactly_once: bool,
+    /// How the run's checkpoints were aligned ([`DemoJob::alignment`]).
+    pub alignment: Alignment,
+    /// Each completed checkpoint's end-to-end duration, every attempt.
+    pub end_to_end: EndToEnd,
 }
 
 impl DemoJob {
@@ -112,6 +161,8 @@ impl DemoJob {
             work_dir: work_dir.into(),
             checkpoint_interval: Duration::from_millis(50),
             tolerable_failed_checkpoints: 0,
+            checkpoint_alignment: Alignment::Aligned,
+            scenario: Scenario::Normal,
             faults: Arc::new(FaultPlan::none()),
             restarts: 10,
             stop_at: None,
@@ -317,11 +368,23 @@ impl DemoJob {
             .map_err(|e| JobError::Config(e.to_string()))?;
         let db = self.database();
         let faults = Arc::clone(&self.faults);
+        let delay = self.scenario.enrich_delay();
         let lines = totals.async_wait("enrich", enrich_config(), move |_| {
-            batched_enrichment(Arc::clone(&pool), &db, Arc::clone(&faults))
+            throttled_enrichment(Arc::clone(&pool), &db, Arc::clone(&faults), delay)
         });
         lines.two_phase_file_sink("sink", self.output_dir(model), |l: &String| l.clone());
         env.build()
+    }
+
+    /// How `model`'s checkpoints are aligned: as
+    /// [`checkpoint_alignment`](Self::checkpoint_alignment) says, but always aligned under the
+    /// legacy model, whose task thread can block in a full send while it holds the task's
+    /// state, so no barrier could overtake what is queued.
+    pub fn alignment(&self, model: Model) -> Alignment {
+        match model {
+            Model::Legacy => Alignment::Aligned,
+            Model::Mailbox | Model::Bridge => self.checkpoint_alignment,
+        }
     }
 
     /// The checkpoint directory of `model`'s runs.
@@ -340,12 +403,27 @@ impl DemoJob {
     ///
     /// What the executor reports when the job cannot start or finish.
     pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
+        let recorder = Arc::new(EndToEndRecorder::new());
         let job = self.build(model)?;
+        // The end-to-end durations are recorded first; a phase callback of the caller's runs
+        // after (it may pause the coordinator, which must not count).
+        let on_phase: streamtask::PhaseCallback = {
+            let recorder = Arc::clone(&recorder);
+            let inner = config.on_phase.clone();
+            Arc::new(move |phase| {
+                recorder.on_phase(phase);
+                if let Some(inner) = &inner {
+                    inner(phase);
+                }
+            })
+        };
+        let alignment = self.alignment(model);
+        let mut checkpoint = CheckpointConfig::new(self.checkpoint_interval)
+            .with_tolerable_failures(self.tolerable_failed_checkpoints);
+        checkpoint.alignment = alignment;
         let config = JobConfig {
-            checkpoint: Some(
-                CheckpointConfig::new(self.checkpoint_interval)
-                    .with_tolerable_failures(self.tolerable_failed_checkpoints),
-            ),
+            checkpoint: Some(checkpoint),
+            on_phase: Some(on_phase),
             checkpoint_dir: self.checkpoint_dir(model),
             restart: streamtask::RestartStrategy::fixed_delay(
                 self.restarts,
@@ -365,6 +443,8 @@ impl DemoJob {
             committed,
             digest,
             exactly_once,
+            alignment,
+            end_to_end: recorder.end_to_end(),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! timers, async enrichment from SQLite (or, futures-based, from a tokio TCP customer service),
 //! and an exactly-once file sink.
 
+pub mod checkpoints;
 #[cfg(not(loom))]
 pub mod customer_service;
 pub mod data;
