@@ -134,8 +134,9 @@ struct Options {
     /// the committed output is the same.
     #[arg(long, global = true, value_enum, default_value_t = ScenarioArg::Normal)]
     scenario: ScenarioArg,
-    /// How checkpoint barriers pass the queued records (mailbox and bridge; the legacy model
-    /// always aligns). Flink's execution.checkpointing.unaligned.enabled.
+    /// How checkpoint barriers pass the queued records, under every model (the legacy model's
+    /// source triggers still wait for its checkpoint lock). Flink's
+    /// execution.checkpointing.unaligned.enabled.
     #[arg(long, global = true, value_enum, default_value_t = AlignmentArg::Aligned)]
     checkpoint_alignment: AlignmentArg,
     /// With --checkpoint-alignment unaligned: start each checkpoint aligned and let its

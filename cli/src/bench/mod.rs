@@ -70,8 +70,9 @@
 //!   completion travels at all, only the engine's own cost is left.
 //!
 //! `unaligned_vs_aligned_p99` runs the demo job ([`backpressure`]) five times a round: legacy,
-//! mailbox and bridge with aligned checkpoints, mailbox and bridge with unaligned ones (the
-//! legacy model always aligns), the order reversed every other round. Its p99s pool every
+//! mailbox and bridge with aligned checkpoints, mailbox and bridge with unaligned ones (legacy's
+//! unaligned checkpoints still wait for its source's checkpoint lock; `compare` shows them),
+//! the order reversed every other round. Its p99s pool every
 //! round's checkpoints per runner, as the trigger-latency rows do; the aligned p99 of every
 //! model is in `backpressure_checkpoints`.
 //!
