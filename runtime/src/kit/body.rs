@@ -378,7 +378,9 @@ where
     /// # Errors
     ///
     /// [`TaskError::Checkpoint`] when a step fails ([`TaskError::Panic`] when one panics); the
-    /// checkpoint was declined with the cause, and the task should fail with it.
+    /// checkpoint was declined with the cause ([`DeclineReason::TaskFailure`] when the output
+    /// closed under the barrier, [`DeclineReason::Failed`] otherwise), and the task should fail
+    /// with it.
     pub fn checkpoint(
         &mut self,
         barrier: CheckpointBarrier,
@@ -449,7 +451,15 @@ where
             },
             Err(panic) => TaskError::Panic(panic),
         };
-        responder.decline(id, DeclineReason::Failed(failure.to_string()));
+        // A barrier that found the output closed says only that a downstream task is gone:
+        // the job is failing over already, and the checkpoint's failure is not its own.
+        let reason = match &failure {
+            TaskError::Checkpoint { source, .. } if source.is_output_closed() => {
+                DeclineReason::TaskFailure(failure.to_string())
+            }
+            _ => DeclineReason::Failed(failure.to_string()),
+        };
+        responder.decline(id, reason);
         Err(failure)
     }
 
