@@ -217,7 +217,8 @@ where
 ///
 /// The gate is read even while the chain refuses input, so a barrier that comes next is
 /// snapshotted at once (the chain's in-flight work is in its snapshot, as an async operator's
-/// queue is); only a record or watermark waits, held here, until the chain takes it.
+/// queue is); only a record or watermark waits, held here, until the chain takes it. Such an
+/// element is in no snapshot and needs none: it comes before every barrier not yet read.
 pub(crate) struct GateInput<G: TaskInput> {
     gate: G,
     held: Option<InputEvent<G::Record>>,

@@ -610,10 +610,10 @@ where
     }
 
     /// End of input, as far as it can go now: ends the chain's input one operator at a time,
-    /// head to tail, and before each (and before `finish`) waits until the chain accepts input,
-    /// so an operator's `end_input` runs only after everything upstream emitted its last output
-    /// (an async operator drains first, FLINK-13491); then `finish` head to tail, and end of
-    /// input downstream.
+    /// head to tail, and before each but the head (and before `finish`) waits until the chain
+    /// accepts input, so an operator's `end_input` runs only after everything upstream emitted
+    /// its last output (an async operator drains first, FLINK-13491); then `finish` head to
+    /// tail, and end of input downstream.
     ///
     /// # Errors
     ///
@@ -625,7 +625,9 @@ where
             phase => panic!("end_input_step in phase {phase:?}: call begin_end_of_input first"),
         }
         while self.inputs_ended < self.chain.chain_len() {
-            if !self.chain.accepts_input() {
+            // The head has nothing upstream to wait for: its input ends at once, even while it
+            // is unavailable (an async head with a full queue runs its due retries now).
+            if self.inputs_ended > 0 && !self.chain.accepts_input() {
                 return Ok(Drain::Waiting);
             }
             let operator = self.inputs_ended;
