@@ -1026,6 +1026,44 @@ fn end_of_input_runs_a_due_retry_at_once() {
     }
 }
 
+/// While the queue is full and the task takes no input, everything else still runs: a barrier
+/// right behind the full queue is snapshotted, the timeout timer fires and its fallback frees
+/// the slot, and the waiting record is taken then.
+#[test]
+fn checkpoints_and_timers_run_while_the_queue_is_full() {
+    for model in MODELS {
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u64| vec![x + 1000]);
+        let t = start_with(
+            model,
+            ordered(1).with_timeout(Duration::from_millis(10)),
+            function,
+            None,
+        );
+        t.record(1, 1);
+        assert_eq!(t.invoked(1), vec![1]);
+        let snapshot = t.snapshot(1);
+        assert_eq!(saved_records(&snapshot), vec![1], "{model:?}");
+        t.record(2, 2);
+        t.advance(11); // record 1 times out and falls back
+        assert_eq!(
+            t.invoked(2),
+            vec![1, 2],
+            "{model:?}: 2 takes the freed slot"
+        );
+        t.complete(2, vec![2]);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![
+                Emitted::Barrier(CheckpointBarrier::new(1, 0)),
+                rec(1001, 1),
+                rec(2, 2)
+            ],
+            "{model:?}"
+        );
+    }
+}
+
 /// A full queue makes the operator unavailable, but not deaf to the end of its input: a due
 /// retry runs at once then too, not when a slot frees.
 #[test]
