@@ -218,7 +218,9 @@ where
 /// The gate is read even while the chain refuses input, so a barrier that comes next is
 /// snapshotted at once (the chain's in-flight work is in its snapshot, as an async operator's
 /// queue is); only a record or watermark waits, held here, until the chain takes it. Such an
-/// element is in no snapshot and needs none: it comes before every barrier not yet read.
+/// element is in no snapshot and an aligned one needs none: it comes before every barrier not
+/// yet read. A barrier that overtakes channel data (unaligned) must save it with the data it
+/// overtook.
 pub(crate) struct GateInput<G: TaskInput> {
     gate: G,
     held: Option<InputEvent<G::Record>>,
