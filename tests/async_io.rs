@@ -789,6 +789,97 @@ fn restore_re_invokes_more_elements_than_the_capacity_in_queue_order() {
     }
 }
 
+/// The record inputs the async operator (the task's first operator) saved in `snapshot`, in
+/// queue order.
+fn saved_records(snapshot: &TaskSnapshot) -> Vec<u64> {
+    let bytes = snapshot
+        .get(&TaskSnapshot::operator_key(0))
+        .unwrap_or_else(|| panic!("no async state in {snapshot:?}"));
+    let saved: streamtask_core::keygroup::ListState<streamtask_runtime::QueuedInput<u64>> =
+        streamtask_core::state::decode(bytes).unwrap();
+    saved
+        .items
+        .into_iter()
+        .filter_map(|q| match q {
+            streamtask_runtime::QueuedInput::Record(r) => Some(r.value),
+            streamtask_runtime::QueuedInput::Watermark(_) => None,
+        })
+        .collect()
+}
+
+/// Soft backpressure (FLINK-39835): a full queue makes the operator unavailable before the task
+/// takes the next element, so the operator never holds more than its capacity. Records 3 and 4
+/// wait in the input while 1 and 2 fill the queue, and each is taken only as a completion frees
+/// a slot; the barrier behind them is read once 4 was taken, and its snapshot holds exactly the
+/// two calls in flight, not a third held for room. A barrier right behind the full queue is
+/// snapshotted before any completion, and the restored operator replays exactly the calls in
+/// flight, once.
+#[test]
+fn a_full_queue_takes_no_element_past_its_capacity_and_its_snapshot_holds_the_calls_in_flight() {
+    for model in MODELS {
+        let t = start(model, ordered(2));
+        for x in 1..=4 {
+            t.record(x, x as i64);
+        }
+        t.send(StreamElement::Barrier(CheckpointBarrier::new(1, 0)));
+        assert_eq!(t.invoked(2), vec![1, 2], "{model:?}");
+        t.complete(1, vec![10]);
+        assert_eq!(
+            t.invoked(3),
+            vec![1, 2, 3],
+            "{model:?}: 3 takes the freed slot"
+        );
+        t.complete(2, vec![20]);
+        assert_eq!(t.invoked(4), vec![1, 2, 3, 4], "{model:?}");
+        let first = match t.reports.recv_timeout(GUARD).expect("a checkpoint report") {
+            TaskReport::Acknowledged {
+                checkpoint: 1,
+                snapshot,
+                ..
+            } => snapshot,
+            other => panic!("{model:?}: expected the ack of checkpoint 1, got {other:?}"),
+        };
+        assert_eq!(
+            saved_records(&first),
+            vec![3, 4],
+            "{model:?}: exactly the capacity's calls in flight"
+        );
+        let out = t.output.wait_len(3);
+        assert_eq!(
+            out,
+            vec![
+                rec(10, 1),
+                rec(20, 2),
+                Emitted::Barrier(CheckpointBarrier::new(1, 0))
+            ],
+            "{model:?}: what left before the barrier"
+        );
+        // Full, with nothing behind: the next barrier flows at once.
+        let second = t.snapshot(2);
+        assert_eq!(saved_records(&second), vec![3, 4], "{model:?}");
+        assert_eq!(
+            t.calls.invocation_count(),
+            4,
+            "{model:?}: nothing completed"
+        );
+        t.cancel();
+
+        // Restored from checkpoint 1: 3 and 4 are called again, once each.
+        let restored = start_with(model, ordered(2), ManualAsyncFunction::new(), Some(first));
+        assert_eq!(restored.invoked(2), vec![3, 4], "{model:?}");
+        restored.complete(3, vec![30]);
+        restored.complete(4, vec![40]);
+        restored.end();
+        let calls = restored.calls.clone();
+        assert_eq!(
+            finished(model, restored.join()),
+            vec![rec(30, 3), rec(40, 4)],
+            "{model:?}"
+        );
+        assert_eq!(calls.invocation_count(), 2, "{model:?}: each replayed once");
+    }
+}
+
 fn retry_on_empty(max_retries: u32, delay_ms: u64) -> RetryPolicy<u64> {
     RetryPolicy::fixed_delay(max_retries, Duration::from_millis(delay_ms))
         .unwrap()
@@ -932,6 +1023,77 @@ fn end_of_input_runs_a_due_retry_at_once() {
         assert_eq!((calls[2].input, calls[2].attempt), (1, 2), "{model:?}");
         t.complete(1, vec![]); // final now, however it looks
         assert_eq!(finished(model, t.join()), vec![rec(2, 2)]);
+    }
+}
+
+/// While the queue is full and the task takes no input, everything else still runs: a barrier
+/// right behind the full queue is snapshotted, the timeout timer fires and its fallback frees
+/// the slot, and the waiting record is taken then.
+#[test]
+fn checkpoints_and_timers_run_while_the_queue_is_full() {
+    for model in MODELS {
+        let function = ManualAsyncFunction::new().with_timeout_fallback(|x: &u64| vec![x + 1000]);
+        let t = start_with(
+            model,
+            ordered(1).with_timeout(Duration::from_millis(10)),
+            function,
+            None,
+        );
+        t.record(1, 1);
+        assert_eq!(t.invoked(1), vec![1]);
+        let snapshot = t.snapshot(1);
+        assert_eq!(saved_records(&snapshot), vec![1], "{model:?}");
+        t.record(2, 2);
+        t.advance(11); // record 1 times out and falls back
+        assert_eq!(
+            t.invoked(2),
+            vec![1, 2],
+            "{model:?}: 2 takes the freed slot"
+        );
+        t.complete(2, vec![2]);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![
+                Emitted::Barrier(CheckpointBarrier::new(1, 0)),
+                rec(1001, 1),
+                rec(2, 2)
+            ],
+            "{model:?}"
+        );
+    }
+}
+
+/// A full queue makes the operator unavailable, but not deaf to the end of its input: a due
+/// retry runs at once then too, not when a slot frees.
+#[test]
+fn end_of_input_runs_a_due_retry_at_once_while_the_queue_is_full() {
+    for model in MODELS {
+        let config = unordered(3)
+            .with_timeout(Duration::from_secs(3600))
+            .with_retry(retry_on_empty(5, 1_000_000));
+        let t = start(model, config);
+        for x in 1..=3 {
+            t.record(x, x as i64);
+        }
+        t.invoked(3);
+        t.complete(1, vec![]); // a retry is due in 1000 s
+        t.complete(3, vec![3]); // the probe
+        t.output.wait_len(1);
+        t.record(4, 4);
+        assert_eq!(t.invoked(4), vec![1, 2, 3, 4], "{model:?}: full again");
+        t.end(); // no clock move, no slot freed: end of input runs the retry now
+        let calls = t.calls.wait_for_invocations(5);
+        assert_eq!((calls[4].input, calls[4].attempt), (1, 2), "{model:?}");
+        t.complete(1, vec![]); // final now
+        t.complete(2, vec![2]);
+        t.complete(4, vec![4]);
+        let mut out = finished(model, t.join());
+        out.sort_by_key(|e| match e {
+            Emitted::Record(r) => r.value,
+            _ => u64::MAX,
+        });
+        assert_eq!(out, vec![rec(2, 2), rec(3, 3), rec(4, 4)], "{model:?}");
     }
 }
 

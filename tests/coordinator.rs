@@ -734,6 +734,7 @@ fn declines_of_tasks_not_running_are_not_counted() {
         DeclineReason::NotRunning,
         DeclineReason::Superseded,
         DeclineReason::AlignmentAborted,
+        DeclineReason::TaskFailure("the downstream task is gone".to_string()),
     ] {
         let triggered = triggered(&c.poll(now));
         let id = *triggered.last().expect("a trigger");
@@ -750,6 +751,52 @@ fn declines_of_tasks_not_running_are_not_counted() {
         assert_eq!(describe(&actions), [format!("A{id}")]);
         now += 100;
     }
+}
+
+/// Flink's `CheckpointFailureManager` does not count a checkpoint that failed because a task
+/// failed (`TASK_FAILURE`): a task whose barrier finds its downstream task gone (the attempt is
+/// being torn down) declines, and with no failure tolerated the coordinator still only aborts.
+#[test]
+fn a_decline_because_the_downstream_task_is_gone_is_not_counted() {
+    use streamtask_core::operator::Map;
+    use streamtask_core::task::{CheckpointResponder, TaskConfig};
+    use streamtask_core::{CheckpointBarrier, StreamElement};
+    use streamtask_runtime::channel::{InputGate, Partitioner, RecordWriter, bounded};
+
+    let mut c = strict(CheckpointConfig::new(ms(100)), &storage());
+    assert_eq!(describe(&c.poll(100)), ["T1"]);
+
+    // The "sink" task's downstream channel has no receiver: its task is gone.
+    let (reports, to_coordinator) = crossbeam::channel::unbounded();
+    let (input, rx) = bounded::<StreamElement<u64>>(4).unwrap();
+    let (downstream, gone) = bounded::<StreamElement<u64>>(4).unwrap();
+    drop(gone);
+    let output = RecordWriter::new(vec![downstream], Partitioner::global()).unwrap();
+    let task = streamtask_mailbox::OneInputTask::spawn(
+        TaskConfig::new("sink").with_responder(CheckpointResponder::new("sink", reports)),
+        InputGate::new(vec![rx]).unwrap(),
+        Map::new("identity", |x: u64| x),
+        output,
+    );
+    input
+        .send(StreamElement::Barrier(CheckpointBarrier::new(1, 100)))
+        .unwrap();
+    let report = to_coordinator.recv_timeout(HANG_GUARD).unwrap();
+    assert!(
+        matches!(report, TaskReport::Declined { checkpoint: 1, .. }),
+        "{report:?}"
+    );
+    assert!(
+        !task.join().is_finished(),
+        "the task fails: its output is gone"
+    );
+
+    let actions = c.receive(report, 110).unwrap();
+    assert_eq!(
+        describe(&actions),
+        ["A1"],
+        "aborted, not counted: {actions:?}"
+    );
 }
 
 #[test]

@@ -754,6 +754,77 @@ fn a_barrier_behind_a_full_async_queue_is_acknowledged_before_any_completion() {
     });
 }
 
+/// Soft backpressure (FLINK-39835), in every model and task kind with an async operator: with
+/// the queue full the task takes no further element (a source does not poll it; an input task
+/// leaves it unread, or read and waiting outside the chain), so the operator's snapshot holds
+/// exactly the calls in flight, never a third element held for room; elements are taken as
+/// completions free slots; a checkpoint restored from such a snapshot replays the calls once.
+#[test]
+fn a_full_async_queue_takes_no_element_past_its_capacity_flink_39835() {
+    let mut all = cases(&[Kind::Async]);
+    all.extend([
+        (Model::Mailbox, Kind::AsyncSource),
+        (Model::Bridge, Kind::AsyncSource),
+    ]);
+    each(all, |model, kind| {
+        let mut spec = Spec::new("SB");
+        spec.capacity = 2;
+        let t = started(model, kind, &spec);
+        for x in 1..=4 {
+            t.record(x);
+        }
+        assert_eq!(t.invoked(2), vec![1, 2]);
+        let snapshot = if t.is_source() {
+            // A trigger while the queue is full: the source read nothing past it.
+            t.checkpoint(1);
+            let snapshot = t.ack(1);
+            assert_eq!(async_inputs(&snapshot, 0), vec![1, 2], "{snapshot:?}");
+            if model == Model::Mailbox {
+                assert_eq!(
+                    decode_u64(&snapshot, TaskSnapshot::SOURCE),
+                    2,
+                    "the reader's position: records 3 and 4 not read"
+                );
+            }
+            snapshot
+        } else {
+            // The barrier behind records 3 and 4: read once 4 was taken.
+            t.checkpoint(1);
+            t.complete_call(1, vec![10]);
+            assert_eq!(t.invoked(3), vec![1, 2, 3]);
+            t.complete_call(2, vec![20]);
+            assert_eq!(t.invoked(4), vec![1, 2, 3, 4]);
+            let snapshot = t.ack(1);
+            assert_eq!(async_inputs(&snapshot, 0), vec![3, 4], "{snapshot:?}");
+            snapshot
+        };
+        // The rest completes in order; each completion lets the next record in.
+        let first_open = if t.is_source() { 1 } else { 3 };
+        for x in first_open..=4 {
+            t.invoked(x as usize);
+            t.complete_call(x, vec![x * 10]);
+        }
+        t.end();
+        let (outcome, log) = t.join();
+        assert!(outcome.is_finished(), "the task {outcome}");
+        assert_eq!(out_values(&log), vec![10, 20, 30, 40]);
+
+        if kind == Kind::Async {
+            // Restored: the calls in flight at the barrier run again, once each.
+            let r = started(model, kind, &Spec::new("SR").restored(snapshot));
+            assert_eq!(r.invoked(2), vec![3, 4]);
+            r.complete_call(3, vec![30]);
+            r.complete_call(4, vec![40]);
+            r.end();
+            let calls = r.calls.clone();
+            let (outcome, log) = r.join();
+            assert!(outcome.is_finished(), "the restored task {outcome}");
+            assert_eq!(out_values(&log), vec![30, 40]);
+            assert_eq!(calls.invocation_count(), 2, "each replayed once");
+        }
+    });
+}
+
 #[test]
 fn every_model_has_every_task_kind() {
     // The adapter's table: only the legacy model lacks a source task with an async operator.

@@ -256,6 +256,12 @@ pub enum DeclineReason {
     AlignmentAborted,
     /// The snapshot failed.
     Failed(String),
+    /// The task could not take part because another task of the job is gone: its output
+    /// channel closed under the barrier (the downstream task was cancelled or failed, and the
+    /// attempt is being torn down). The task fails with the same cause; the checkpoint says
+    /// nothing about the job's health (Flink's `TASK_FAILURE`, which its
+    /// `CheckpointFailureManager` does not count).
+    TaskFailure(String),
 }
 
 impl fmt::Display for DeclineReason {
@@ -265,6 +271,7 @@ impl fmt::Display for DeclineReason {
             DeclineReason::Superseded => f.write_str("superseded by a newer checkpoint"),
             DeclineReason::AlignmentAborted => f.write_str("alignment aborted"),
             DeclineReason::Failed(m) => write!(f, "snapshot failed: {m}"),
+            DeclineReason::TaskFailure(m) => write!(f, "task failing: {m}"),
         }
     }
 }

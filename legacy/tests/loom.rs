@@ -355,7 +355,7 @@ mod async_wait {
             let (task, inbox) = running_task(1);
             let emitter = EmitterThread::start(&task.parts, &task.lock, inbox);
             task.process(&emitter, 1);
-            task.process(&emitter, 2); // held for room
+            task.process(&emitter, 2); // no room: applies record 1's answer first
             finish(&task, &emitter); // applies record 2's answer itself
             drop(emitter); // stop, join
             assert_eq!(task.emitted(), (vec![1, 2], None, vec![]));

@@ -287,8 +287,10 @@ impl AbortReason {
     /// `CheckpointFailureManager` counts them: an expired checkpoint, one that could not be
     /// stored (Flink's `IO_EXCEPTION`), and one a task declined because its snapshot failed
     /// (`CHECKPOINT_DECLINED`). A decline because a task is not running, was superseded or
-    /// ended its input, a subsumed checkpoint, or a finished task say nothing about the
-    /// job's health and do not count.
+    /// ended its input, or failed because another task is gone
+    /// ([`DeclineReason::TaskFailure`], Flink's `TASK_FAILURE`: the job fails over for that
+    /// task's failure, not for the checkpoint), a subsumed checkpoint, or a finished task say
+    /// nothing about the job's health and do not count.
     pub fn counts_as_failure(&self) -> bool {
         matches!(
             self,

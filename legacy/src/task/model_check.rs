@@ -20,12 +20,13 @@ use streamtask_core::operator::TaskChain;
 use streamtask_core::operator::{Chain, Operator, TaskOutput};
 use streamtask_core::sync::channel::{Sender, unbounded};
 use streamtask_core::sync::{Arc, thread};
+use streamtask_core::task::CheckpointResponder;
 use streamtask_runtime::AsyncWaitOperator;
 use streamtask_runtime::{ChainBody, TaskParts};
 
 use super::async_wait::emitter::{self, Emitter, Inbox};
 use super::runtime::BeforeWait;
-use super::runtime::{AsyncCall, spawn_async_calls};
+use super::runtime::{AsyncCall, QueuedTrigger, spawn_async_calls};
 use crate::lock::CheckpointLock;
 
 /// What the checkpoint lock of an async wait task owns.
@@ -94,6 +95,8 @@ impl<O: Send + 'static> EmitterThread<O> {
 /// task's teardown does.
 pub struct AsyncCallsThread {
     calls: Sender<AsyncCall>,
+    /// Declines a trigger that never runs, as the handle's does.
+    responder: StdArc<CheckpointResponder>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -108,15 +111,16 @@ impl AsyncCallsThread {
         let thread = spawn_async_calls(task, lock, inbox);
         AsyncCallsThread {
             calls,
+            responder: StdArc::new(task.responder.clone()),
             thread: Some(thread),
         }
     }
 
     /// Queues a checkpoint trigger, as the task's handle does for a source task.
     pub fn trigger(&self, barrier: CheckpointBarrier) {
-        let requested = Instant::now();
+        let trigger = QueuedTrigger::new(barrier, Instant::now(), StdArc::clone(&self.responder));
         self.calls
-            .send(AsyncCall::Trigger { barrier, requested })
+            .send(AsyncCall::Trigger(trigger))
             .unwrap_or_else(|_| unreachable!("the thread runs until this handle drops"));
     }
 }

@@ -13,7 +13,7 @@ use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
 use streamtask_core::sync::channel::{Receiver, SendError, Sender, unbounded};
 use streamtask_core::sync::{Arc, spawn_named, thread};
-use streamtask_core::task::{DeclineReason, TaskConfig, TaskError};
+use streamtask_core::task::{CheckpointResponder, DeclineReason, TaskConfig, TaskError};
 use streamtask_core::{CheckpointBarrier, OperatorError, TaskOutput, catch_panic};
 use streamtask_runtime::channel::InputClosed;
 use streamtask_runtime::{
@@ -28,16 +28,57 @@ use crate::timer::SystemProcessingTimeService;
 
 /// What a task's handle (and its operators' event senders) send to its async-calls thread.
 pub(crate) enum AsyncCall {
-    /// Source tasks: snapshot and broadcast `barrier`; `requested` is the trigger call's time.
-    Trigger {
-        barrier: CheckpointBarrier,
-        requested: Instant,
-    },
+    /// Source tasks: snapshot and broadcast the trigger's barrier.
+    Trigger(QueuedTrigger),
     /// A checkpoint-complete (`true`) or -aborted notice.
     Notify(u64, bool),
     /// An operator event from a foreign thread.
     Event(usize, OperatorEvent),
     Stop,
+}
+
+/// A checkpoint trigger on its way to the async-calls thread: its barrier, the trigger call's
+/// time, and the responder that declines it if it never runs.
+///
+/// Every trigger the handle let through must reach the coordinator, as an acknowledgement or a
+/// decline. One that does not run (queued behind `AsyncCall::Stop`, so the thread ends before
+/// it, or left in the channel when the thread's receiver drops, or handed back by a failed
+/// send) is dropped, and dropping it declines it with `NotRunning`: the coordinator learns at
+/// once instead of at the checkpoint's timeout. Once taken to run, the kit's checkpoint answers
+/// for it (and declines it itself if the task stopped meanwhile).
+pub(crate) struct QueuedTrigger {
+    barrier: CheckpointBarrier,
+    requested: Instant,
+    /// `None` once taken to run.
+    decline_on_drop: Option<StdArc<CheckpointResponder>>,
+}
+
+impl QueuedTrigger {
+    pub(crate) fn new(
+        barrier: CheckpointBarrier,
+        requested: Instant,
+        responder: StdArc<CheckpointResponder>,
+    ) -> Self {
+        QueuedTrigger {
+            barrier,
+            requested,
+            decline_on_drop: Some(responder),
+        }
+    }
+
+    /// The barrier and the request time, for the checkpoint that now answers for it.
+    fn take(mut self) -> (CheckpointBarrier, Instant) {
+        self.decline_on_drop = None;
+        (self.barrier, self.requested)
+    }
+}
+
+impl Drop for QueuedTrigger {
+    fn drop(&mut self) {
+        if let Some(responder) = self.decline_on_drop.take() {
+            responder.decline(self.barrier.id, DeclineReason::NotRunning);
+        }
+    }
 }
 
 /// Work a helper thread would need the lock for (an async head's emitter and the task thread's
@@ -74,22 +115,18 @@ pub(crate) struct Parts<B> {
 /// the gate.
 struct LegacyControl {
     calls: Sender<AsyncCall>,
-    responder: streamtask_core::task::CheckpointResponder,
+    /// Shared by the triggers in flight (see [`QueuedTrigger`]).
+    responder: StdArc<CheckpointResponder>,
     aborts: Sender<u64>,
     task_thread: thread::Thread,
 }
 
 impl TaskControl for LegacyControl {
     fn trigger_checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
-        if self
-            .calls
-            .send(AsyncCall::Trigger { barrier, requested })
-            .is_err()
-        {
-            // The async-calls thread is gone: the task is over.
-            self.responder
-                .decline(barrier.id, DeclineReason::NotRunning);
-        }
+        let trigger = QueuedTrigger::new(barrier, requested, StdArc::clone(&self.responder));
+        // A failed send (the async-calls thread is gone: the task is over) hands the trigger
+        // back, and dropping it declines it.
+        let _ = self.calls.send(AsyncCall::Trigger(trigger));
     }
 
     fn notify_checkpoint(&self, id: u64, completed: bool) {
@@ -191,7 +228,7 @@ where
     });
     let control = LegacyControl {
         calls,
-        responder: task.responder.clone(),
+        responder: StdArc::new(task.responder.clone()),
         aborts: aborts_tx,
         task_thread: task_thread.thread().clone(),
     };
@@ -390,8 +427,17 @@ fn run_async_calls<B: LockedBody>(
 ) {
     while let Ok(call) = calls.recv() {
         match call {
-            AsyncCall::Stop => break,
-            AsyncCall::Trigger { barrier, requested } => {
+            AsyncCall::Stop => {
+                // What is queued behind the stop never runs: dropped here, a trigger among
+                // them declines. (One sent later is dropped with the receiver, or handed back
+                // by its failed send, and declines the same way.)
+                while let Ok(late) = calls.try_recv() {
+                    drop(late);
+                }
+                break;
+            }
+            AsyncCall::Trigger(trigger) => {
+                let (barrier, requested) = trigger.take();
                 perform_checkpoint(task, lock, barrier, requested, thread_name);
             }
             AsyncCall::Notify(id, completed) => {
@@ -633,5 +679,54 @@ impl<'a> GateReader<'a> {
 impl fmt::Debug for GateReader<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GateReader").finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use streamtask_core::operator::{Emitted, Map};
+    use streamtask_core::task::TaskReport;
+    use streamtask_core::testing::HarnessServices;
+    use streamtask_core::trace::Tracer;
+
+    use super::*;
+
+    /// A trigger that passed the handle's check while the stop hook (or the teardown) queued
+    /// `Stop` ahead of it never runs; it is declined at once, not left to its timeout.
+    #[test]
+    fn a_trigger_queued_behind_stop_is_declined_as_not_running() {
+        let (to_coordinator, reports) = crossbeam::channel::unbounded();
+        let responder = CheckpointResponder::new("stopping", to_coordinator);
+        let setup = TaskSetup::new(TaskConfig::new("stopping").with_responder(responder.clone()));
+        let env = TaskEnv::new(
+            setup.parts.clone(),
+            HarnessServices::new("stopping").services,
+            Tracer::off(),
+        );
+        let body = ChainBody::new(
+            Map::new("identity", |x: u32| x),
+            Vec::<Emitted<u32>>::new(),
+            env,
+        );
+        let lock = Arc::new(CheckpointLock::new(body, Fairness::Eventual));
+        let (calls, inbox) = unbounded();
+        calls.send(AsyncCall::Stop).ok();
+        let trigger = QueuedTrigger::new(
+            CheckpointBarrier::new(7, 0),
+            Instant::now(),
+            StdArc::new(responder),
+        );
+        calls.send(AsyncCall::Trigger(trigger)).ok();
+        let thread = spawn_async_calls(&setup.parts, &lock, inbox);
+        thread
+            .join()
+            .expect("the async-calls thread ends at the stop");
+        match reports.try_recv() {
+            Ok(TaskReport::Declined {
+                checkpoint, reason, ..
+            }) => assert_eq!((checkpoint, reason), (7, DeclineReason::NotRunning)),
+            other => panic!("expected a decline, got {other:?}"),
+        }
+        assert!(reports.try_recv().is_err(), "declined once");
     }
 }

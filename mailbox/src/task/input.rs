@@ -232,7 +232,8 @@ where
 /// snapshotted at once (the chain's in-flight work is in its snapshot, as an async operator's
 /// queue is). A record the chain cannot take yet goes back in front of its channel
 /// ([`TaskInput::unread`]), so an unaligned barrier that overtakes it stores it as channel
-/// state; a watermark waits, held here, until the chain takes it.
+/// state; a watermark waits, held here, until the chain takes it (it is in no snapshot and needs
+/// none: watermarks are derived again from what follows).
 pub(crate) struct GateInput<G: TaskInput> {
     gate: G,
     held: Option<InputEvent<G::Record>>,

@@ -116,8 +116,9 @@ struct Call<I, O> {
 /// engine.open(sink.clone(), &mut ctx).unwrap();
 /// engine.process_element(StreamRecord::with_timestamp(1, 10), &mut ctx).unwrap();
 /// engine.process_element(StreamRecord::with_timestamp(2, 20), &mut ctx).unwrap();
-/// // Two in flight fill the queue; a third would be held for room (and then no fourth taken).
-/// assert!(engine.accepts_input());
+/// // Two in flight fill the queue: the engine takes no third until a slot frees (soft
+/// // backpressure), and holds nothing.
+/// assert!(!engine.accepts_input());
 /// assert!(!engine.has_held());
 /// for completion in sink.0.lock().unwrap().drain(..) {
 ///     engine.on_completion(completion, &mut ctx).unwrap();
@@ -243,7 +244,9 @@ where
     }
 
     /// Admits a record (starting its call), or holds it when the queue is full or others are
-    /// held. The caller decides whether records may arrive ([`accepts_input`](Self::accepts_input)).
+    /// held. The caller decides whether records may arrive ([`accepts_input`](Self::accepts_input)):
+    /// a task takes none while it is `false`, so only records it cannot refuse are held (those
+    /// an operator before this one in a chain emits for one input).
     ///
     /// # Errors
     ///
@@ -488,16 +491,16 @@ where
         Ok(())
     }
 
-    /// Whether the operator takes another element: open and nothing held (an element that
-    /// finds the queue full is held, and then no other is taken until it was admitted); after
-    /// `end_input`, whether everything was emitted (so a model's drain step can wait for this
-    /// one condition).
+    /// Whether the operator takes another element: open, nothing held, and room in the queue
+    /// (soft backpressure: a full queue makes the operator unavailable before the task takes
+    /// the next element, so it never holds more than the capacity); after `end_input`, whether
+    /// everything was emitted (so a model's drain step can wait for this one condition).
     #[inline]
     pub fn accepts_input(&self) -> bool {
         match self.phase {
-            // Takes one element more than the queue holds (held for room, in the snapshot), so a
-            // barrier right behind it is not kept waiting for a completion.
-            Phase::Open => self.held.is_empty(),
+            // Unavailable while full, not once an element had to be held: a snapshot then holds
+            // exactly the calls in flight, and the task leaves the next element in its input.
+            Phase::Open => self.held.is_empty() && !self.queue.is_full(),
             Phase::Ending => self.is_drained(),
             Phase::Created | Phase::Closed => false,
         }
@@ -1003,13 +1006,46 @@ mod tests {
         );
     }
 
+    /// Soft backpressure (FLINK-39835): the engine is unavailable from the moment its queue is
+    /// full (watermarks count) until a slot frees, and holds nothing meanwhile: its snapshot is
+    /// exactly the elements in the queue.
     #[test]
-    fn elements_beyond_the_capacity_are_held_in_order_and_snapshotted() {
+    fn a_full_queue_makes_the_engine_unavailable_until_a_slot_frees() {
+        let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 2));
+        assert!(rig.engine.accepts_input());
+        rig.record(1);
+        assert!(rig.engine.accepts_input(), "one slot left");
+        rig.watermark(1);
+        assert!(!rig.engine.accepts_input(), "a watermark takes a slot too");
+        assert!(!rig.engine.has_held());
+        assert_eq!(rig.snapshot(), vec![r(1), w(1)]);
+        rig.calls.complete(&1, vec![10]);
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["10@1", "W1"]);
+        assert!(rig.engine.accepts_input(), "emptied");
+        rig.record(2);
+        rig.record(3);
+        assert!(!rig.engine.accepts_input());
+        rig.calls.complete(&3, vec![30]);
+        rig.apply().unwrap();
+        assert!(
+            !rig.engine.accepts_input(),
+            "ordered: a completed record behind an incomplete one keeps its slot"
+        );
+        rig.calls.complete(&2, vec![20]);
+        rig.apply().unwrap();
+        assert!(rig.engine.accepts_input());
+        assert_eq!(rig.calls.invocation_count(), 3);
+    }
+
+    /// Elements that arrive although the engine is unavailable (an operator before it in a
+    /// chain that emits several records for one input) are held, in order, and snapshotted.
+    #[test]
+    fn elements_pushed_past_a_full_queue_are_held_in_order_and_snapshotted() {
         let mut rig = Rig::new(AsyncConfig::new(OutputMode::Ordered, 2));
         rig.record(1);
         rig.record(2);
-        // Full, but nothing held yet: it takes one more element (held, in the snapshot).
-        assert!(rig.engine.accepts_input());
+        assert!(!rig.engine.accepts_input(), "full");
         rig.watermark(2);
         assert!(!rig.engine.accepts_input(), "one element held");
         rig.record(3);

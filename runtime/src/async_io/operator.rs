@@ -30,15 +30,17 @@ use streamtask_core::{OperatorError, StreamRecord, Timer, Watermark};
 /// | a completion ([`with_completion_sink`](Self::with_completion_sink)) | to the sink (the legacy model's emitter thread), which hands batches back typed through [`on_completions`](Self::on_completions) |
 /// | a completion made during the operator's own call (a function that answers at once; [`with_inline_completions`](Self::with_inline_completions), on by default) | caught by the list and applied as soon as the call returns, on the thread that made it: no event, no emitter hand-off |
 /// | a timeout, a retry | a timer of this operator -> `on_processing_time` |
-/// | an element that finds the queue full | **held**, in order, in a list that is part of the snapshot, and admitted as completions free slots; [`accepts_input`](Operator::accepts_input) is `false` while one is held, so the task stops feeding the chain (it reads a barrier, though, and the snapshot holds the held element: FLINK-7949) |
+/// | a full queue | soft backpressure (FLINK-39835): [`accepts_input`](Operator::accepts_input) is `false` from the moment the queue is full, so the task takes no further element until a completion frees a slot (it still reads a barrier, and the snapshot holds exactly the calls in flight); an element that arrives anyway (restored beyond the capacity, FLINK-7949, or one of several an operator before this one emits for one input) is **held**, in order, in a list that is part of the snapshot, and admitted as completions free slots |
 /// | end of input | `end_input` runs due retries at once; `accepts_input()` stays `false` until everything was emitted, so the task's drain runs the completions before the next operator's `end_input` (FLINK-13491) |
 /// | an exceptional completion | fails the task with [`OperatorError::Async`], naming the input |
 ///
-/// Flink's operator, when full, waits inside `processElement` (the lock's `wait()` in 1.9, the
-/// mailbox's `yield()` from 1.10). Here it cannot: a yield runs mails, and the mails that free
-/// slots are this operator's own, which need `&mut self` while `process_element` already holds
-/// it; Rust rejects the re-entrance, and rightly (Flink's own yield re-enters the operator). So
-/// it holds the element and says it accepts no more, and the task does the waiting.
+/// Flink's operator, when full, waited inside `processElement` (the lock's `wait()` in 1.9, the
+/// mailbox's `yield()` from 1.10 to 2.0). Here it cannot: a yield runs mails, and the mails that
+/// free slots are this operator's own, which need `&mut self` while `process_element` already
+/// holds it; Rust rejects the re-entrance, and rightly (Flink's own yield re-enters the
+/// operator). So it says it accepts no more once its queue is full, and the task does the
+/// waiting before it takes the next element, as Flink 2.x's operator does (an availability
+/// provider, FLINK-39835).
 ///
 /// Why completions are erased events by default: an operator cannot name its task's type (the
 /// model's body around the chain), so nothing on another thread can call it typed; its

@@ -385,7 +385,9 @@ where
     /// # Errors
     ///
     /// [`TaskError::Checkpoint`] when a step fails ([`TaskError::Panic`] when one panics); the
-    /// checkpoint was declined with the cause, and the task should fail with it.
+    /// checkpoint was declined with the cause ([`DeclineReason::TaskFailure`] when the output
+    /// closed under the barrier, [`DeclineReason::Failed`] otherwise), and the task should fail
+    /// with it.
     pub fn checkpoint(
         &mut self,
         barrier: CheckpointBarrier,
@@ -464,7 +466,15 @@ where
             },
             Err(panic) => TaskError::Panic(panic),
         };
-        responder.decline(id, DeclineReason::Failed(failure.to_string()));
+        // A barrier that found the output closed says only that a downstream task is gone:
+        // the job is failing over already, and the checkpoint's failure is not its own.
+        let reason = match &failure {
+            TaskError::Checkpoint { source, .. } if source.is_output_closed() => {
+                DeclineReason::TaskFailure(failure.to_string())
+            }
+            _ => DeclineReason::Failed(failure.to_string()),
+        };
+        responder.decline(id, reason);
         Err(failure)
     }
 
@@ -651,10 +661,10 @@ where
     }
 
     /// End of input, as far as it can go now: ends the chain's input one operator at a time,
-    /// head to tail, and before each (and before `finish`) waits until the chain accepts input,
-    /// so an operator's `end_input` runs only after everything upstream emitted its last output
-    /// (an async operator drains first, FLINK-13491); then `finish` head to tail, and end of
-    /// input downstream.
+    /// head to tail, and before each but the head (and before `finish`) waits until the chain
+    /// accepts input, so an operator's `end_input` runs only after everything upstream emitted
+    /// its last output (an async operator drains first, FLINK-13491); then `finish` head to
+    /// tail, and end of input downstream.
     ///
     /// # Errors
     ///
@@ -666,7 +676,9 @@ where
             phase => panic!("end_input_step in phase {phase:?}: call begin_end_of_input first"),
         }
         while self.inputs_ended < self.chain.chain_len() {
-            if !self.chain.accepts_input() {
+            // The head has nothing upstream to wait for: its input ends at once, even while it
+            // is unavailable (an async head with a full queue runs its due retries now).
+            if self.inputs_ended > 0 && !self.chain.accepts_input() {
                 return Ok(Drain::Waiting);
             }
             let operator = self.inputs_ended;

@@ -43,9 +43,16 @@ pub enum InputEvent<R> {
 
 impl<R> InputEvent<R> {
     /// Whether the event needs the chain to accept input (a record, or a watermark, which an
-    /// async operator's queue counts too).
+    /// async operator's queue counts too). The end of event time does not: it comes right
+    /// before the end of input and enters the chain whether or not it has room (as Flink's
+    /// `endData` advances the chain to it), so an async operator with a full queue holds it and
+    /// still learns at once that its input ended (its due retries run then).
     pub fn needs_room(&self) -> bool {
-        matches!(self, InputEvent::Record(_) | InputEvent::Watermark(_))
+        match self {
+            InputEvent::Record(_) => true,
+            InputEvent::Watermark(watermark) => !watermark.is_max(),
+            _ => false,
+        }
     }
 }
 

@@ -267,9 +267,11 @@ type Body<F, C, O> = ChainBody<Chain<AsyncWaitOperator<F>, C>, O>;
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    //! What differs in the lock model: the element waiting for room is in a snapshot taken
-    //! while the task thread waits (FLINK-7949), and that snapshot, with more elements than the
-    //! capacity, restores. The rest is the cross-model suite's (`tests/async_io.rs`).
+    //! What differs in the lock model: the task thread waits for room on the lock's condition
+    //! before it takes the next element, so a barrier right behind a full queue is snapshotted
+    //! at once, with exactly the calls in flight (FLINK-39835's soft backpressure), and the
+    //! element behind it is taken as a completion frees a slot. The rest is the cross-model
+    //! suite's (`tests/async_io.rs`).
 
     use streamtask_core::async_io::OutputMode;
     use streamtask_core::operator::{Emitted, OperatorExt};
@@ -289,7 +291,8 @@ mod tests {
     }
 
     #[test]
-    fn a_barrier_behind_a_full_queue_is_snapshotted_with_the_held_element_before_any_completion() {
+    fn a_barrier_behind_a_full_queue_is_snapshotted_with_the_calls_in_flight_before_any_completion()
+    {
         let function = ManualAsyncFunction::<u32, u32>::new();
         let calls = function.calls();
         let head =
@@ -303,12 +306,13 @@ mod tests {
             Vec::<Emitted<u32>>::new(),
         )
         .spawn();
-        // Records 1 and 2 fill the queue; record 3 is held by the head for room.
-        for x in 1..=3 {
+        // Records 1 and 2 fill the queue; record 3, behind the barrier, waits for room.
+        for x in 1..=2 {
             input.send(StreamElement::Record(record(x))).unwrap();
         }
         let barrier = CheckpointBarrier::new(1, 0);
         input.send(StreamElement::Barrier(barrier)).unwrap();
+        input.send(StreamElement::Record(record(3))).unwrap();
         let snapshot = match acks.recv().unwrap() {
             TaskReport::Acknowledged { snapshot, .. } => snapshot,
             TaskReport::Declined { reason, .. } => panic!("declined: {reason}"),
@@ -329,12 +333,8 @@ mod tests {
         let inputs = |xs: &[u32]| -> Vec<QueuedInput<u32>> {
             xs.iter().map(|&x| QueuedInput::Record(record(x))).collect()
         };
-        assert_eq!(
-            state,
-            inputs(&[1, 2, 3]),
-            "the held element is in the snapshot"
-        );
-        // A completion frees a slot; the held element is admitted.
+        assert_eq!(state, inputs(&[1, 2]), "exactly the calls in flight");
+        // A completion frees a slot; the waiting element is taken.
         assert!(calls.complete(&1, vec![10]));
         assert_eq!(calls.wait_for_invocations(3)[2].input, 3);
         task.cancel();
@@ -343,7 +343,7 @@ mod tests {
             streamtask_core::TaskOutcome::Cancelled
         ));
 
-        // The snapshot holds one element more than the capacity, and restores (FLINK-7949).
+        // The snapshot restores: its calls run again, once each.
         let function = ManualAsyncFunction::<u32, u32>::new();
         let calls = function.calls();
         let head =
@@ -356,14 +356,15 @@ mod tests {
             Vec::<Emitted<u32>>::new(),
         )
         .spawn();
-        for x in 1..=3 {
+        for x in 1..=2 {
             calls.wait_for_invocations(x as usize);
             assert!(calls.complete(&x, vec![x * 10]));
         }
         input.send(StreamElement::EndOfInput).unwrap();
         let metrics = StdArc::clone(restored.metrics());
         assert!(restored.join().is_finished());
-        assert_eq!(metrics.records_out.get(), 3);
+        assert_eq!(metrics.records_out.get(), 2);
+        assert_eq!(calls.invocation_count(), 2);
     }
 
     #[test]
