@@ -18,7 +18,7 @@ use std::fmt;
 
 use super::keyed_backend::KeyedBackend;
 use super::side_output::SideOutputs;
-use super::{Context, Operator};
+use super::{Context, Operator, OperatorEvent};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::function::KeyedProcessFunction;
@@ -44,7 +44,7 @@ where
             name: name.into(),
             key_of,
             function,
-            backend: KeyedBackend::new(),
+            backend: KeyedBackend::new(true),
         }
     }
 
@@ -91,7 +91,9 @@ where
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        self.backend.open(ctx)
+        let function = &mut self.function;
+        self.backend
+            .open(ctx, |ts, domain, kctx| function.on_timer(ts, domain, kctx))
     }
 
     fn process_element(
@@ -124,6 +126,29 @@ where
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
         self.backend.process_status(status, ctx)
+    }
+
+    /// The continuation of a deferred firing of event-time timers; every other event is
+    /// refused.
+    fn on_event(
+        &mut self,
+        event: OperatorEvent,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        if !KeyedBackend::<F::Key, F::State>::is_continuation(&event) {
+            return Err(OperatorError::UnexpectedEvent {
+                operator: self.name.clone(),
+            });
+        }
+        let function = &mut self.function;
+        self.backend
+            .continue_firing(ctx, |ts, domain, kctx| function.on_timer(ts, domain, kctx))
+    }
+
+    /// No record while a firing of event-time timers is deferred: a record could change the
+    /// state a due timer of its key reads, and end of input waits for the firing.
+    fn accepts_input(&self) -> bool {
+        !self.backend.is_firing_deferred()
     }
 
     fn on_processing_time(

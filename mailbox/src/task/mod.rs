@@ -21,6 +21,7 @@ use streamtask_runtime::{ChainBody, TaskControl, TaskEnv, TaskParts, TaskSetup, 
 
 use crate::action::Immediate;
 use crate::executor::MailboxExecutor;
+use crate::firing::MailboxFiring;
 use crate::letter::MailAction;
 use crate::mail::Priority;
 use crate::mailbox::TaskMailbox;
@@ -215,6 +216,7 @@ where
         clock,
         restore,
         tracer,
+        interruptible_timers,
     } = TaskSetup::new(config);
     let name = &parts.name;
     let metrics = &parts.metrics;
@@ -230,7 +232,9 @@ where
         tracer.clone(),
     ));
     let events = std::sync::Arc::new(MailboxEvents::new(&handle));
-    let services = streamtask_core::operator::TaskServices::new(name, timers.clone(), events);
+    let firing = std::sync::Arc::new(MailboxFiring::new(&handle, interruptible_timers));
+    let services = streamtask_core::operator::TaskServices::new(name, timers.clone(), events)
+        .with_firing(firing);
     let body = MailboxBody::new(
         input,
         ChainBody::new(chain, output, TaskEnv::new(parts.clone(), services, tracer)),
