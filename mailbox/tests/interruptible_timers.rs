@@ -61,9 +61,10 @@ impl Gate {
 }
 
 /// Registers an event-time timer at each record's value (its own key) and emits the timer's
-/// timestamp when it fires; the first timer passes the gate, if there is one.
+/// timestamp when it fires; a timer with a gate passes it first.
 struct EchoTimers {
-    gate: Option<Gate>,
+    /// Gates by timer timestamp, in time order.
+    gates: Vec<(i64, Gate)>,
 }
 
 impl KeyedProcessFunction for EchoTimers {
@@ -88,7 +89,8 @@ impl KeyedProcessFunction for EchoTimers {
         ctx: &mut KeyedContext<'_, '_, u64, (), u64>,
     ) -> Result<(), OperatorError> {
         assert_eq!(domain, TimeDomain::EventTime);
-        if let Some(gate) = self.gate.take() {
+        if self.gates.first().is_some_and(|(at, _)| *at == timestamp) {
+            let (_, gate) = self.gates.remove(0);
             gate.firing.send(()).unwrap();
             gate.mail_put
                 .recv_timeout(GUARD)
@@ -100,18 +102,27 @@ impl KeyedProcessFunction for EchoTimers {
 
 type Echo = KeyedProcessOperator<fn(&u64) -> u64, EchoTimers>;
 
-fn echo(gate: Option<Gate>) -> Echo {
+fn echo(gates: Vec<(i64, Gate)>) -> Echo {
     KeyedProcessOperator::new(
         "echo",
         (|v: &u64| *v) as fn(&u64) -> u64,
-        EchoTimers { gate },
+        EchoTimers { gates },
     )
 }
 
-/// A source task over a fed reader with the echo operator, firing in chunks of `CHUNK`.
+/// A source task over a fed reader with the echo operator, firing in chunks of `CHUNK`; the
+/// first timer passes `gate`, if there is one.
 fn spawn(
     config: TaskConfig,
     gate: Option<Gate>,
+) -> (common::Feeder<u64>, SharedOutput<u64>, TaskHandle) {
+    spawn_gated(config, gate.map(|gate| (1, gate)).into_iter().collect())
+}
+
+/// As [`spawn`], with gates at the given timers.
+fn spawn_gated(
+    config: TaskConfig,
+    gates: Vec<(i64, Gate)>,
 ) -> (common::Feeder<u64>, SharedOutput<u64>, TaskHandle) {
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
@@ -119,7 +130,7 @@ fn spawn(
     let task = SourceTask::spawn(
         config.with_interruptible_timers(chunks_of(CHUNK)),
         reader,
-        echo(gate),
+        echo(gates),
         output.clone(),
     );
     (feeder, output, task)
@@ -184,24 +195,38 @@ fn flink_40101_an_interrupted_firing_forwards_its_progress() {
 }
 
 /// FLINK-39481: the source's end makes every timer due (`Watermark::MAX`) and ends the input
-/// right after; the firing is cut after its first chunk. End of input waits for the deferred
-/// continuation, so every timer fires and the watermark goes out before end of input. Without
-/// it the chain finished first and the continuation found nothing to fire into.
+/// right after; a mail cuts the firing after its first chunk, and another one cuts its
+/// continuation, which runs while end of input waits. End of input waits for every deferred
+/// continuation (the chain takes no input while a firing is deferred, and the waiting loop
+/// runs deferrable mails), so every timer fires and the watermark goes out before end of
+/// input. Without it the chain finished first and the continuation found nothing to fire
+/// into.
 #[test]
 fn flink_39481_a_firing_deferred_at_end_of_input_fires_before_the_end() {
-    let (gate, firing, mail_put) = Gate::new();
-    let (feeder, output, task) = spawn(TaskConfig::new("ending"), Some(gate));
+    let chunk = CHUNK as u64;
+    let second_chunk = i64::try_from(chunk + 1).unwrap();
+    let (first, first_firing, first_put) = Gate::new();
+    let (second, second_firing, second_put) = Gate::new();
+    let (feeder, output, task) = spawn_gated(
+        TaskConfig::new("ending"),
+        vec![(1, first), (second_chunk, second)],
+    );
     feed_records(&feeder);
     feeder.send(Feed::End);
-    firing.recv_timeout(GUARD).expect("the firing starts");
-    task.notify_checkpoint_complete(1);
-    mail_put.send(()).unwrap();
+    for (firing, put, id) in [(first_firing, first_put, 1), (second_firing, second_put, 2)] {
+        firing.recv_timeout(GUARD).expect("the chunk starts");
+        task.notify_checkpoint_complete(id);
+        put.send(()).unwrap();
+    }
+    // Bounded: a continuation the waiting loop does not run leaves the task waiting for good.
+    output.wait_until(|emitted| emitted.last() == Some(&Emitted::EndOfInput));
     assert!(task.join().is_finished());
 
-    let chunk = CHUNK as u64;
     let mut expected = records(1..=chunk);
     expected.push(wm(i64::try_from(chunk).unwrap()));
-    expected.extend(records(chunk + 1..=TIMERS));
+    expected.extend(records(chunk + 1..=2 * chunk));
+    expected.push(wm(i64::try_from(2 * chunk).unwrap()));
+    expected.extend(records(2 * chunk + 1..=TIMERS));
     expected.extend([wm(i64::MAX), Emitted::EndOfInput]);
     assert_eq!(output.emitted(), expected);
 }
@@ -220,6 +245,9 @@ fn flink_35528_a_yield_never_runs_a_deferrable_mail() {
     #[derive(Default)]
     struct State {
         continuation_runs: u32,
+        /// A mail yields now: the continuation, run then, would find that mail waiting and
+        /// defer itself again (as a firing does when a mail waits).
+        yielding: bool,
         yields: u32,
         yield_loop_ended: bool,
     }
@@ -228,7 +256,7 @@ fn flink_35528_a_yield_never_runs_a_deferrable_mail() {
     fn continuation(deferrable: Exec) -> impl FnOnce(&mut State) -> Result<(), String> + Send {
         move |state: &mut State| {
             state.continuation_runs += 1;
-            if state.continuation_runs < ROUNDS {
+            if state.yielding || state.continuation_runs < ROUNDS {
                 let again = deferrable.clone();
                 deferrable
                     .execute("continuation", continuation(again))
@@ -249,18 +277,20 @@ fn flink_35528_a_yield_never_runs_a_deferrable_mail() {
     let yielding = task_level.clone();
     task_level
         .execute("yield until done", move |state: &mut State| {
+            state.yielding = true;
             for executor in [&yielding, &deferrable] {
                 while state.yields < RUNAWAY && executor.try_yield(state).unwrap() {
                     state.yields += 1;
                 }
             }
+            state.yielding = false;
             state.yield_loop_ended = state.yields < RUNAWAY;
             Ok(())
         })
         .unwrap();
 
     let mut step = |state: &mut State, controller: &mut Controller<'_>| -> Result<(), String> {
-        if state.continuation_runs == ROUNDS {
+        if state.continuation_runs >= ROUNDS {
             controller.all_actions_completed();
         }
         Ok(())
@@ -342,7 +372,7 @@ fn a_checkpoint_between_two_chunks_keeps_the_timers_not_fired() {
     let restored = SourceTask::spawn(
         TaskConfig::new("restored").with_restore(Some(snapshot)),
         reader,
-        echo(None),
+        echo(Vec::new()),
         output.clone(),
     );
     feeder.send(Feed::End);
