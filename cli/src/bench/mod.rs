@@ -19,6 +19,7 @@
 //! | `bridge_vs_legacy_trigger_p99` | trigger latency p99 under a hot legacy source, bridge over legacy: each runner's samples of every round pooled, the ratio of the two pooled p99s (as `vs_tokio_batched_p99`) | lower |
 //! | `bridge_vs_legacy_trigger_p99_unfair` | the same with the checkpoint lock's `Fairness::Unfair` (a futex mutex with no hand-off: a Java monitor, Flink 1.9's lock) for both runners; a reference next to `bridge_vs_legacy_trigger_p99`, which stays on `Fairness::Eventual` (below) | lower |
 //! | `legacy_bounded_handover_trigger_p99` | the same (pooled) for the legacy task with the bounded hand-over on, over legacy's default | lower |
+//! | `interruptible_timers_mail_p99_us` | `{"on": .., "off": ..}`: p99 in us of an urgent mail (a source task's checkpoint trigger) waiting while a watermark fires 100,000 event-time timers, interruptible timers on and off; every round's samples pooled per setting ([`timers`]) | lower |
 //!
 //! Every trigger-latency measurement (the tasks' and the tokio peer's) sends its triggers from a
 //! thread that waits for each deadline with [`clock::sleep_until`]: timer slack 1 ns, a sleep
@@ -77,6 +78,7 @@ pub mod hot_path;
 pub mod models;
 pub mod put_take;
 pub mod sources;
+pub mod timers;
 pub mod tokio_peer;
 
 use std::collections::BTreeMap;
@@ -86,6 +88,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use streamtask_core::async_io::OutputMode;
+use streamtask_core::metrics::LatencyHistogram;
+use streamtask_core::time::InterruptibleTimers;
 use streamtask_legacy::Fairness;
 
 use async_io::ZeroLatency;
@@ -333,6 +337,20 @@ pub struct BenchReport {
     /// The source's records/s under those triggers with the bounded hand-over on, over the
     /// default's: what asking the source to let go costs it.
     pub legacy_bounded_handover_throughput: f64,
+    /// p99 in us of an urgent mail (a source task's checkpoint trigger) waiting while a
+    /// watermark fires 100,000 event-time timers, with interruptible timers on and off.
+    pub interruptible_timers_mail_p99_us: OnOff,
+    /// Urgent mails measured for that row, on and off (every round pooled).
+    pub interruptible_timers_mail_samples: OnOff,
+}
+
+/// A figure with interruptible timers on and off.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OnOff {
+    /// Interruptible timers on (chunks of the default size).
+    pub on: f64,
+    /// Off: the firing runs in one go.
+    pub off: f64,
 }
 
 /// The median of `xs` (the upper one of an even count); `NaN` for none.
@@ -384,6 +402,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let mut pooled_bounded = Pooled::default();
     let mut pooled_legacy_unfair = Pooled::default();
     let mut pooled_bridge_unfair = Pooled::default();
+    let (timers_on, timers_off) = (LatencyHistogram::new(), LatencyHistogram::new());
     for round in 0..config.rounds {
         progress(round, "hot path");
         let bare = hot_path::bare_loop(records);
@@ -545,6 +564,21 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             }
         }
         s.push("bounded_vs_legacy_rps", bounded_rps / legacy_rps);
+
+        progress(
+            round,
+            "an urgent mail while a watermark fires 100,000 timers",
+        );
+        let mut settings = [
+            (InterruptibleTimers::enabled(), &timers_on),
+            (InterruptibleTimers::disabled(), &timers_off),
+        ];
+        if round % 2 == 1 {
+            settings.reverse();
+        }
+        for (setting, pool) in settings {
+            timers::urgent_mail_while_firing(FIRED_TIMERS, setting, pool);
+        }
     }
     let mut trigger_runs = BTreeMap::new();
     let mut trigger_latency = BTreeMap::new();
@@ -650,8 +684,19 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         legacy_bounded_handover_trigger_p99: bounded.p99_us / legacy.p99_us,
         legacy_bounded_handover_trigger_p99_us: bounded.p99_us,
         legacy_bounded_handover_throughput: s.median("bounded_vs_legacy_rps"),
+        interruptible_timers_mail_p99_us: OnOff {
+            on: timers_on.summary().p99 as f64,
+            off: timers_off.summary().p99 as f64,
+        },
+        interruptible_timers_mail_samples: OnOff {
+            on: timers_on.count() as f64,
+            off: timers_off.count() as f64,
+        },
     }
 }
+
+/// Event-time timers the watermark of the interruptible-timers row makes due.
+const FIRED_TIMERS: u64 = 100_000;
 
 /// The async operator's capacity in the zero-latency measurement (what the target assumes).
 const ZERO_LATENCY_CAPACITY: usize = 100;
@@ -896,6 +941,19 @@ impl fmt::Display for BenchReport {
             format!("{:.2}x", self.legacy_bounded_handover_throughput),
             "-",
             true,
+        )?;
+        let (on, off) = (
+            self.interruptible_timers_mail_p99_us,
+            self.interruptible_timers_mail_samples,
+        );
+        row(
+            format!(
+                "urgent mail p99 while 100k timers fire, on | off ({:.0} | {:.0} samples)",
+                off.on, off.off
+            ),
+            format!("{:.0} | {:.0} us", on.on, on.off),
+            "on < off",
+            on.on < on.off,
         )?;
         for (label, (rps, p99)) in &self.trigger_runs {
             writeln!(
