@@ -45,7 +45,7 @@ impl SourceReader<u64> for Numbers {
         let n = self.next;
         out.collect_with_timestamp(n, i64::try_from(n).unwrap())?;
         self.next += 1;
-        if self.next % WM_EVERY == 0 {
+        if self.next.is_multiple_of(WM_EVERY) {
             out.emit_watermark(Watermark(i64::try_from(n).unwrap()))?;
         }
         Ok(InputStatus::MoreAvailable)

@@ -21,8 +21,8 @@
 //! time has passed fire at once).
 //!
 //! A backend made interruptible (the one-input keyed operator's) fires many due event-time
-//! timers in chunks through the task's [`TimerFiring`](super::TimerFiring), as its module doc
-//! describes: a waiting mail cuts the firing after a chunk, an intermediate watermark goes
+//! timers in chunks through the task's [`TimerFiring`](super::TimerFiring), as its docs
+//! describe: a waiting mail cuts the firing after a chunk, an intermediate watermark goes
 //! out, and a continuation event fires the rest. Restored event-time timers due at the
 //! restored watermark (a checkpoint cut a firing) fire on `open`, before any record.
 
