@@ -15,15 +15,15 @@ use std::num::NonZeroUsize;
 /// [`should_interrupt`](TimerFiring::should_interrupt); if a mail waits, it:
 ///
 /// 1. forwards an *intermediate* watermark, one below the next due timer (every timer before
-///   it fired, so downstream may move that far: its output watermark never freezes while a
-///   long firing is interrupted again and again, FLINK-40101);
+///    it fired, so downstream may move that far: its output watermark never freezes while a
+///    long firing is interrupted again and again, FLINK-40101);
 /// 2. [`defer`](TimerFiring::defer)s a continuation event to itself: a deferrable mail of the
-///   lowest priority, which the task's loop runs after the mails waiting now and which no
-///   yield runs (FLINK-35528);
+///    lowest priority, which the task's loop runs after the mails waiting now and which no
+///    yield runs (FLINK-35528);
 /// 3. returns, and reports `accepts_input() == false` until the continuation finished the
-///   firing and forwarded the watermark: the task takes no record meanwhile (a record could
-///   change the state a due timer reads), and end of input waits for it, so no deferred
-///   timer is left behind a finished chain (FLINK-39481).
+///    firing and forwarded the watermark: the task takes no record meanwhile (a record could
+///    change the state a due timer reads), and end of input waits for it, so no deferred
+///    timer is left behind a finished chain (FLINK-39481).
 ///
 /// A continuation that finds a mail waiting after its chunk defers the rest again. A
 /// watermark that reaches the operator while a firing is deferred only raises the watermark
