@@ -28,7 +28,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -328,8 +327,8 @@ where
             &mut KeyedContext<'_, '_, K, S, O>,
         ) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
-        // One clone of the service per firing, not per timer.
-        let firing = interruptible.then(|| Arc::clone(ctx.services().firing()));
+        // The services outlive the context's borrow: no clone, and `ctx` stays free to emit.
+        let firing = interruptible.then(|| ctx.services().firing());
         let chunk = firing.as_ref().and_then(|f| f.chunk()).map(|c| c.get());
         // Timers left in the current chunk; `usize::MAX` never runs out.
         let mut left = chunk.unwrap_or(usize::MAX);
