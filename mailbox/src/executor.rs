@@ -155,8 +155,9 @@ impl<S: 'static, E: 'static> MailboxExecutor<S, E> {
     }
 
     /// Runs the next mail whose priority is `>=` this executor's (and never a
-    /// [deferrable](Priority::DEFERRABLE) one), blocking until one arrives; mailbox thread only. Actions run directly on `state` (the caller holds it), control
-    /// mails on the processor's flags.
+    /// [deferrable](Priority::DEFERRABLE) one), blocking until one arrives; mailbox thread
+    /// only. Actions run directly on `state` (the caller holds it), control mails on the
+    /// processor's flags.
     ///
     /// # Errors
     ///
