@@ -8,7 +8,7 @@
 //! | sinks | [`CollectHandle`], [`TwoPhaseCommitFileSink`] | this crate |
 //! | legacy sources | [`SourceFunction`], [`SourceContext`], [`SourceContextConfig`] | `streamtask-legacy` |
 //! | new-style sources | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | `streamtask-mailbox` |
-//! | records, time, errors | [`StreamRecord`], [`Watermark`], [`OperatorError`], [`Clock`] | `streamtask-core` |
+//! | records, time, errors | [`StreamRecord`], [`Watermark`], [`OperatorError`], [`Clock`], [`InterruptibleTimers`] | `streamtask-core` |
 //! | operators and functions | [`Operator`], [`Context`], [`KeyedProcessFunction`], [`KeyedContext`], [`CoProcessFunction`], [`EndOfInputContext`], [`AsyncFunction`], [`ResultFuture`], [`AsyncConfig`], [`TimeDomain`] | `streamtask-core` |
 //! | side outputs | [`OutputTag`] (read with [`DataStream::side_output`]) | `streamtask-core` |
 //! | event time after the source, time in map-like functions | [`WatermarkStrategy`], [`RecordContext`] | `streamtask-core` |
@@ -30,6 +30,7 @@ pub use streamtask_core::function::{
 pub use streamtask_core::operator::{
     EndOfInputContext, KeyedContext, OutputTag, RecordContext, WatermarkStrategy,
 };
+pub use streamtask_core::time::InterruptibleTimers;
 pub use streamtask_core::{Clock, Context, Operator, OperatorError, StreamRecord, Watermark};
 pub use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
 pub use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};

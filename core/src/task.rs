@@ -25,7 +25,7 @@ use crossbeam::channel::Sender;
 use crate::error::OperatorError;
 use crate::metrics::TaskMetrics;
 use crate::state::TaskSnapshot;
-use crate::time::Clock;
+use crate::time::{Clock, InterruptibleTimers};
 use crate::trace::Tracer;
 
 /// How long a stopping task may take before `join` gives up on it (unless the task's config
@@ -61,6 +61,9 @@ pub struct TaskConfig {
     /// How long `join` waits for the task once it is stopping (cancelled or failed) before it
     /// reports [`TaskError::CancellationIgnored`] and leaves the stuck thread behind.
     pub cancel_grace: Duration,
+    /// Whether the task fires many due event-time timers in chunks with mails in between
+    /// (models that cannot interrupt a firing ignore it).
+    pub interruptible_timers: InterruptibleTimers,
 }
 
 impl TaskConfig {
@@ -75,6 +78,7 @@ impl TaskConfig {
             restore: None,
             tracer: Tracer::off(),
             cancel_grace: DEFAULT_CANCEL_GRACE,
+            interruptible_timers: InterruptibleTimers::default(),
         }
     }
 
@@ -112,6 +116,13 @@ impl TaskConfig {
     /// contract); [`DEFAULT_CANCEL_GRACE`] unless set.
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
+        self
+    }
+
+    /// Fires due event-time timers as `timers` says ([`InterruptibleTimers::default`] unless
+    /// set).
+    pub fn with_interruptible_timers(mut self, timers: InterruptibleTimers) -> Self {
+        self.interruptible_timers = timers;
         self
     }
 }

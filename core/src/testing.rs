@@ -3,7 +3,9 @@
 //!
 //! The harness plays the runtime: it calls the lifecycle methods, keeps what the chain emits,
 //! fires timers when told to move processing time, and queues events that operators send
-//! themselves until [`OperatorHarness::process_events`] delivers them.
+//! themselves until [`OperatorHarness::process_events`] delivers them. A long firing of
+//! event-time timers is interrupted only when the test says so ([`ManualFiring`]); its
+//! continuation is queued as an event, too.
 
 mod manual_async;
 mod send_sync;
@@ -17,12 +19,16 @@ use std::fmt;
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::operator::{
-    Context, Emitted, EventSink, Operator, OperatorEvent, TaskServices, TwoInputChain,
+    Context, Emitted, EventSink, Operator, OperatorEvent, TaskServices, TimerFiring, TwoInputChain,
     TwoInputOperator,
 };
 use crate::state::TaskSnapshot;
 use crate::sync::Mutex;
-use crate::time::{ManualClock, Period, Timer, TimerError, TimerHandle, TimerService};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::time::{
+    InterruptibleTimers, ManualClock, Period, Timer, TimerError, TimerHandle, TimerService,
+};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 /// A [`TimerService`] whose timers fire only when the test says so.
@@ -177,7 +183,54 @@ impl fmt::Debug for QueuedEvents {
     }
 }
 
-/// The runtime parts a harness shares: clock, timers, events.
+/// A [`TimerFiring`] for harnesses: a firing is interrupted after each chunk only while the
+/// test has it [`set_interrupting`](Self::set_interrupting), and its continuation is queued
+/// with the harness's events (deliver it with
+/// [`OperatorHarness::process_events`]).
+#[derive(Debug)]
+pub struct ManualFiring {
+    chunk: AtomicUsize,
+    interrupting: AtomicBool,
+    events: Arc<QueuedEvents>,
+}
+
+impl ManualFiring {
+    /// Chunks of [`InterruptibleTimers::DEFAULT_CHUNK`], not interrupting; continuations go to
+    /// `events`.
+    pub fn new(events: Arc<QueuedEvents>) -> Self {
+        ManualFiring {
+            chunk: AtomicUsize::new(InterruptibleTimers::DEFAULT_CHUNK),
+            interrupting: AtomicBool::new(false),
+            events,
+        }
+    }
+
+    /// Sets the timers per chunk.
+    pub fn set_chunk(&self, chunk: NonZeroUsize) {
+        self.chunk.store(chunk.get(), Ordering::Relaxed);
+    }
+
+    /// Whether every chunk's check finds a mail waiting (so the firing is cut after it).
+    pub fn set_interrupting(&self, interrupting: bool) {
+        self.interrupting.store(interrupting, Ordering::Relaxed);
+    }
+}
+
+impl TimerFiring for ManualFiring {
+    fn chunk(&self) -> Option<NonZeroUsize> {
+        NonZeroUsize::new(self.chunk.load(Ordering::Relaxed))
+    }
+
+    fn should_interrupt(&self) -> bool {
+        self.interrupting.load(Ordering::Relaxed)
+    }
+
+    fn defer(&self, operator: usize, continuation: OperatorEvent) -> Result<(), OperatorEvent> {
+        self.events.send_event(operator, continuation)
+    }
+}
+
+/// The runtime parts a harness shares: clock, timers, events, firing.
 #[derive(Debug, Clone)]
 pub struct HarnessServices {
     /// The manual clock.
@@ -186,6 +239,8 @@ pub struct HarnessServices {
     pub timers: Arc<ManualTimerService>,
     /// Queued events.
     pub events: Arc<QueuedEvents>,
+    /// How long firings of event-time timers are interrupted (never, unless the test says).
+    pub firing: Arc<ManualFiring>,
     /// What operators see.
     pub services: TaskServices,
 }
@@ -196,11 +251,14 @@ impl HarnessServices {
         let clock = ManualClock::new(0);
         let timers = Arc::new(ManualTimerService::new(clock.clone()));
         let events = Arc::new(QueuedEvents::default());
-        let services = TaskServices::new(task_name, timers.clone(), events.clone());
+        let firing = Arc::new(ManualFiring::new(Arc::clone(&events)));
+        let services = TaskServices::new(task_name, timers.clone(), events.clone())
+            .with_firing(firing.clone());
         HarnessServices {
             clock,
             timers,
             events,
+            firing,
             services,
         }
     }

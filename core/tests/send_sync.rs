@@ -19,9 +19,11 @@ use streamtask_core::function::{AsyncError, AsyncOutcome, Completion, ResultFutu
 use streamtask_core::metrics::{
     Counter, LatencyHistogram, LatencySummary, MetricsSummary, TaskMetrics, TimedHistogram,
 };
+use streamtask_core::operator::Uninterruptible;
 use streamtask_core::operator::{Discard, EventRejected, EventSender, NoEvents, TaskServices};
 use streamtask_core::task::{CheckpointResponder, DeclineReason, TaskReport};
-use streamtask_core::testing::ManualTimerService;
+use streamtask_core::testing::{ManualFiring, ManualTimerService};
+use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::trace::{TraceEvent, TraceLog, Tracer};
 use streamtask_core::{
     CheckpointBarrier, CheckpointKind, Clock, ManualClock, OperatorError, StateError,
@@ -47,6 +49,9 @@ assert_send_sync!(
     TimerHandle,
     TimerError,
     ManualTimerService,
+    InterruptibleTimers,
+    Uninterruptible,
+    ManualFiring,
 );
 
 // Task vocabulary: configuration, outcomes, reports and their errors cross thread boundaries.

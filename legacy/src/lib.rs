@@ -34,6 +34,14 @@
 //! | async calls (`<task>-async-calls`) | checkpoint triggers (source tasks), notices, operator events |
 //! | emitter (`<task>-async-emitter`, async tasks) | completions, as typed calls to the async operator |
 //!
+//! Event-time timers fire where the watermark is processed (a gate event on the task thread, a
+//! source's emit on the source thread), inside that one locked section: a watermark that makes
+//! many timers due holds the lock until the last one fired, and nothing else (a trigger, a
+//! notice, a processing-time timer) gets the lock in between. Such a firing cannot be
+//! interrupted here, so this model ignores
+//! [`InterruptibleTimers`](streamtask_core::time::InterruptibleTimers); the mailbox model fires
+//! in chunks and runs waiting mails between them.
+//!
 //! # Name families
 //!
 //! `lock` / `try_lock`; `wait_until` / `wait_until_for` (a bounded wait); builders are

@@ -8,6 +8,11 @@
 //! | [`yield_now`](MailboxExecutor::yield_now) | mailbox thread | runs the next mail of priority `>=` the executor's, blocking until one comes |
 //! | [`try_yield`](MailboxExecutor::try_yield) | mailbox thread | the same without blocking |
 //! | [`is_idle`](MailboxExecutor::is_idle) | mailbox thread | default action suspended, no mail waiting, mailbox open |
+//! | [`should_interrupt`](MailboxExecutor::should_interrupt) | mailbox thread | whether a mail (or a rung doorbell) waits: one atomic load |
+//!
+//! A yield never runs a [deferrable](Priority::DEFERRABLE) mail, whatever the executor's
+//! priority: such a mail re-enqueues itself while its work is not done, and a caller yielding
+//! until no mail is left would run it forever (FLINK-35528). The loop runs it in its turn.
 //!
 //! # Yield and ownership
 //!
@@ -75,6 +80,21 @@ impl<S, E> MailboxExecutor<S, E> {
         self.priority
     }
 
+    /// Whether a mail waits (or the doorbell rang): what long work on the mailbox thread checks
+    /// between chunks to let mails run (Flink's `shouldInterrupt`), one atomic load. Meaningful
+    /// on the mailbox thread; a hint elsewhere.
+    #[inline]
+    pub fn should_interrupt(&self) -> bool {
+        self.core.mailbox.has_mail_hint()
+    }
+
+    /// The lowest priority a yield of this executor looks at: its own, but never below
+    /// [`Priority::MIN`], so no yield runs a deferrable mail.
+    #[inline]
+    fn yield_priority(&self) -> Priority {
+        self.priority.max(Priority::MIN)
+    }
+
     /// Whether the task is idle: the default action is suspended, no mail is waiting, and the
     /// mailbox still accepts mails (so a loop that is closing is not idle, FLINK-19109).
     /// Meaningful on the mailbox thread.
@@ -134,9 +154,10 @@ impl<S: 'static, E: 'static> MailboxExecutor<S, E> {
         }
     }
 
-    /// Runs the next mail whose priority is `>=` this executor's, blocking until one arrives;
-    /// mailbox thread only. Actions run directly on `state` (the caller holds it), control
-    /// mails on the processor's flags.
+    /// Runs the next mail whose priority is `>=` this executor's (and never a
+    /// [deferrable](Priority::DEFERRABLE) one), blocking until one arrives; mailbox thread
+    /// only. Actions run directly on `state` (the caller holds it), control mails on the
+    /// processor's flags.
     ///
     /// # Errors
     ///
@@ -144,19 +165,20 @@ impl<S: 'static, E: 'static> MailboxExecutor<S, E> {
     /// [`YieldError::Mailbox`] off the mailbox thread, once closed, or when quiesced with
     /// nothing visible left.
     pub fn yield_now(&self, state: &mut S) -> Result<(), YieldError<E>> {
-        let mail = self.core.mailbox.take(self.priority)?;
+        let mail = self.core.mailbox.take(self.yield_priority())?;
         self.core
             .run_mail(mail, |action| action.run(state))
             .map_err(YieldError::Failed)
     }
 
-    /// Runs the next visible mail if there is one; returns whether one ran. Mailbox thread only.
+    /// Runs the next visible mail if there is one (never a [deferrable](Priority::DEFERRABLE)
+    /// one); returns whether one ran. Mailbox thread only.
     ///
     /// # Errors
     ///
     /// As [`yield_now`](Self::yield_now).
     pub fn try_yield(&self, state: &mut S) -> Result<bool, YieldError<E>> {
-        match self.core.mailbox.try_take(self.priority)? {
+        match self.core.mailbox.try_take(self.yield_priority())? {
             Some(mail) => {
                 self.core
                     .run_mail(mail, |action| action.run(state))

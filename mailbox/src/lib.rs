@@ -12,6 +12,7 @@
 //! | [`ActionExecutor`], [`Immediate`] | how mails reach the task state: the seam the bridge plugs its checkpoint lock into | `StreamTaskActionExecutor` |
 //! | [`MailboxExecutor`], [`SubmitHandle`] | execute and submit from any thread; yield on the owner | `MailboxExecutorImpl` |
 //! | [`MailboxTimerService`], [`MailboxEvents`], [`OperatorMails`] | timers and operator events as mails at the operator's priority | `ProcessingTimeServiceImpl` |
+//! | [`MailboxFiring`] | interruptible firing of event-time timers: chunks, a deferrable continuation mail | `MailboxWatermarkProcessor` |
 //! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
 //! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks on the kit (`streamtask_runtime`) behind the one handle every model shares | `StreamTask` |
 //!
@@ -95,6 +96,7 @@ mod action;
 #[cfg(not(loom))]
 mod async_operator;
 mod executor;
+mod firing;
 mod letter;
 mod mail;
 mod mailbox;
@@ -115,6 +117,7 @@ pub use crate::async_operator::{
     AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask,
 };
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
+pub use crate::firing::MailboxFiring;
 pub use crate::letter::{Letter, MAILBOX_LATENCY_SAMPLE};
 pub use crate::mail::{Mail, Priority};
 pub use crate::mailbox::{Exclusive, MailboxState, PutError, TakeError, TaskMailbox, WrongThread};

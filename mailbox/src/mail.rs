@@ -14,6 +14,7 @@ use std::fmt;
 /// ```
 /// use streamtask_mailbox::Priority;
 ///
+/// assert!(Priority::DEFERRABLE < Priority::MIN);
 /// assert!(Priority::MIN < Priority::operator(0));
 /// assert!(Priority::operator(0) < Priority::operator(1));
 /// assert!(Priority::operator(1_000) < Priority::MAX);
@@ -24,6 +25,14 @@ use std::fmt;
 pub struct Priority(i32);
 
 impl Priority {
+    /// Deferrable mails (Flink's `MailOptions.deferrable()`): below every other priority, seen
+    /// by the loop's own takes (in their turn, as every mail) and by `drain`, never by a yield
+    /// ([`MailboxExecutor::yield_now`](crate::MailboxExecutor::yield_now) and
+    /// [`try_yield`](crate::MailboxExecutor::try_yield) look no lower than [`MIN`](Self::MIN),
+    /// whatever their executor's priority). For work that re-enqueues itself until it is done,
+    /// such as the rest of an interrupted firing of event-time timers: a caller that yields
+    /// until no mail is left would otherwise never get out (FLINK-35528).
+    pub const DEFERRABLE: Priority = Priority(-2);
     /// Task-level mails, with no operator: visible only to the main loop and `MIN` takes.
     pub const MIN: Priority = Priority(-1);
     /// Visible to every take but [`URGENT`](Self::URGENT)'s: control mails and checkpoint
@@ -49,7 +58,13 @@ impl Priority {
         self == Priority::URGENT
     }
 
-    /// The raw value (`-1` for [`MIN`](Self::MIN)).
+    /// Whether this is [`DEFERRABLE`](Self::DEFERRABLE).
+    #[inline]
+    pub fn is_deferrable(self) -> bool {
+        self == Priority::DEFERRABLE
+    }
+
+    /// The raw value (`-1` for [`MIN`](Self::MIN), `-2` for [`DEFERRABLE`](Self::DEFERRABLE)).
     #[inline]
     pub fn get(self) -> i32 {
         self.0
@@ -129,6 +144,7 @@ mod tests {
             assert_eq!(Priority::operator(index).operator_index(), Some(index));
         }
         assert_eq!(Priority::MIN.operator_index(), None);
+        assert_eq!(Priority::DEFERRABLE.operator_index(), None);
         assert_eq!(Priority::MAX.operator_index(), None);
         assert_eq!(Priority::URGENT.operator_index(), None);
         let capped = usize::try_from(i32::MAX - 2).unwrap();

@@ -538,7 +538,9 @@ fn process_mail<S, E, X: ActionExecutor<S>>(
             continue;
         }
         // 1. Try: a mail already queued runs without any wait.
-        let mail = match core.mailbox.try_take_unchecked(Priority::MIN)? {
+        // At the lowest priority: the loop runs deferrable mails too (a yield does not), so a
+        // default action suspended until a deferred continuation ran gets it run here.
+        let mail = match core.mailbox.try_take_unchecked(Priority::DEFERRABLE)? {
             Some(mail) => mail,
             None => {
                 // 2. Register interest: announce the wait (`SeqCst`), then 3. look at the bell once
@@ -639,11 +641,11 @@ fn take_blocking<S, E>(
     match owner.cause.get() {
         Some(cause) => {
             let since = Instant::now();
-            let mail = core.mailbox.take_unchecked(Priority::MIN);
+            let mail = core.mailbox.take_unchecked(Priority::DEFERRABLE);
             core.record_suspended(cause, since);
             mail
         }
-        None => core.mailbox.take_unchecked(Priority::MIN),
+        None => core.mailbox.take_unchecked(Priority::DEFERRABLE),
     }
 }
 

@@ -16,10 +16,10 @@ fn smoke() {
 use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_mailbox::{
     AsyncWaitOperator, Controller, Exclusive, Immediate, Letter, LoopError, Mail, MailboxEvents,
-    MailboxExecutor, MailboxProcessor, MailboxState, MailboxTimerService, OneInputTask, Priority,
-    ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected, SourceTask, SubmitError,
-    SubmitHandle, SuspendCause, Suspension, TakeError, TaskHandle, TaskMailbox, TwoInputTask,
-    WrongThread, YieldError,
+    MailboxExecutor, MailboxFiring, MailboxProcessor, MailboxState, MailboxTimerService,
+    OneInputTask, Priority, ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected,
+    SourceTask, SubmitError, SubmitHandle, SuspendCause, Suspension, TakeError, TaskHandle,
+    TaskMailbox, TwoInputTask, WrongThread, YieldError,
 };
 
 /// A task state as the model's tasks have: owned by the mailbox thread, `Send`.
@@ -38,6 +38,7 @@ assert_send_sync!(
     SubmitHandle<u64, Error>,
     MailboxTimerService<State, Error>,
     MailboxEvents<State, Error>,
+    MailboxFiring<State, Error>,
 );
 
 // Mails and their vocabulary.

@@ -35,6 +35,7 @@ use crate::checkpoint::{
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
+use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::trace::Tracer;
 use streamtask_core::{Clock, TaskError, TaskOutcome};
 use streamtask_legacy::Fairness;
@@ -134,6 +135,10 @@ pub struct JobConfig {
     /// thread stuck in user code behind (default 30 s, as Flink's task cancellation timeout is
     /// a setting too).
     pub cancel_grace: Duration,
+    /// Whether tasks fire many due event-time timers in chunks, letting checkpoints and other
+    /// mails run in between (Flink's `execution.interruptible-timers.enabled`; default on,
+    /// see [`InterruptibleTimers`]). The legacy model cannot and ignores it.
+    pub interruptible_timers: InterruptibleTimers,
 }
 
 impl JobConfig {
@@ -157,7 +162,15 @@ impl JobConfig {
             stop_with_savepoint: None,
             allow_non_restored_state: false,
             cancel_grace: streamtask_core::task::DEFAULT_CANCEL_GRACE,
+            interruptible_timers: InterruptibleTimers::default(),
         }
+    }
+
+    /// Sets how tasks fire many due event-time timers (see
+    /// [`interruptible_timers`](Self::interruptible_timers)).
+    pub fn with_interruptible_timers(mut self, timers: InterruptibleTimers) -> Self {
+        self.interruptible_timers = timers;
+        self
     }
 
     /// Sets how long a stopping attempt waits for each task (see
@@ -684,7 +697,8 @@ impl JobGraph {
                 .with_restore(restored.as_ref().and_then(|c| c.task(name).cloned()))
                 .with_metrics(metrics)
                 .with_tracer(config.tracer.clone())
-                .with_cancel_grace(config.cancel_grace);
+                .with_cancel_grace(config.cancel_grace)
+                .with_interruptible_timers(config.interruptible_timers);
             let ctx = SpawnCtx {
                 model: self.model,
                 subtask: *subtask,

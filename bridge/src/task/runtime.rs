@@ -135,11 +135,14 @@ where
         }
     });
 
+    // The chain runs on the legacy source's thread, which holds the checkpoint lock for a
+    // whole firing of event-time timers: it cannot be interrupted, whatever the setting says.
     let TaskSetup {
         parts: task,
         clock,
         restore,
         tracer,
+        interruptible_timers: _,
     } = TaskSetup::new(config);
     let name = task.name.clone();
     let metrics = StdArc::clone(&task.metrics);

@@ -20,6 +20,7 @@
 //! | `bridge_vs_legacy_trigger_p99_unfair` | the same with the checkpoint lock's `Fairness::Unfair` (a futex mutex with no hand-off: a Java monitor, Flink 1.9's lock) for both runners; a reference next to `bridge_vs_legacy_trigger_p99`, which stays on `Fairness::Eventual` (below) | lower |
 //! | `legacy_bounded_handover_trigger_p99` | the same (pooled) for the legacy task with the bounded hand-over on, over legacy's default | lower |
 //! | `unaligned_vs_aligned_p99` | the demo job under backpressure: checkpoint end-to-end p99 (trigger to completion at the coordinator) with unaligned checkpoints over aligned ones, `{mailbox, bridge}`, each runner's checkpoints of every round pooled | lower |
+//! | `interruptible_timers_mail_p99_us` | `{"on": .., "off": ..}`: p99 in us of an urgent mail (a source task's checkpoint trigger) waiting while a watermark fires 100,000 event-time timers, interruptible timers on and off; every round's samples pooled per setting ([`timers`]) | lower |
 //!
 //! Every trigger-latency measurement (the tasks' and the tokio peer's) sends its triggers from a
 //! thread that waits for each deadline with [`clock::sleep_until`]: timer slack 1 ns, a sleep
@@ -86,6 +87,7 @@ pub mod hot_path;
 pub mod models;
 pub mod put_take;
 pub mod sources;
+pub mod timers;
 pub mod tokio_peer;
 
 use std::collections::BTreeMap;
@@ -96,6 +98,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use streamtask_core::Alignment;
 use streamtask_core::async_io::OutputMode;
+use streamtask_core::metrics::LatencyHistogram;
+use streamtask_core::time::InterruptibleTimers;
 use streamtask_legacy::Fairness;
 
 use async_io::ZeroLatency;
@@ -384,6 +388,20 @@ pub struct BenchReport {
     pub unaligned_vs_aligned_p99: UnalignedVsAligned,
     /// The p99s behind that ratio, and each model's aligned one.
     pub backpressure_checkpoints: BackpressureCheckpoints,
+    /// p99 in us of an urgent mail (a source task's checkpoint trigger) waiting while a
+    /// watermark fires 100,000 event-time timers, with interruptible timers on and off.
+    pub interruptible_timers_mail_p99_us: OnOff,
+    /// Urgent mails measured for that row, on and off (every round pooled).
+    pub interruptible_timers_mail_samples: OnOff,
+}
+
+/// A figure with interruptible timers on and off.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OnOff {
+    /// Interruptible timers on (chunks of the default size).
+    pub on: f64,
+    /// Off: the firing runs in one go.
+    pub off: f64,
 }
 
 /// The median of `xs` (the upper one of an even count); `NaN` for none.
@@ -444,6 +462,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let mut pooled_bounded = Pooled::default();
     let mut pooled_legacy_unfair = Pooled::default();
     let mut pooled_bridge_unfair = Pooled::default();
+    let (timers_on, timers_off) = (LatencyHistogram::new(), LatencyHistogram::new());
     for round in 0..config.rounds {
         progress(round, "hot path");
         let bare = hot_path::bare_loop(records);
@@ -618,6 +637,21 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             let durations = backpressure_job.run(backpressure::RUNNERS[i]);
             pooled_backpressure[i].add(&durations);
         }
+
+        progress(
+            round,
+            "an urgent mail while a watermark fires 100,000 timers",
+        );
+        let mut settings = [
+            (InterruptibleTimers::enabled(), &timers_on),
+            (InterruptibleTimers::disabled(), &timers_off),
+        ];
+        if round % 2 == 1 {
+            settings.reverse();
+        }
+        for (setting, pool) in settings {
+            timers::urgent_mail_while_firing(FIRED_TIMERS, setting, pool);
+        }
     }
     drop(backpressure_job);
     let bp_p99 = |model: Model, alignment: Alignment| {
@@ -757,8 +791,19 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
         legacy_bounded_handover_throughput: s.median("bounded_vs_legacy_rps"),
         unaligned_vs_aligned_p99,
         backpressure_checkpoints,
+        interruptible_timers_mail_p99_us: OnOff {
+            on: timers_on.summary().p99 as f64,
+            off: timers_off.summary().p99 as f64,
+        },
+        interruptible_timers_mail_samples: OnOff {
+            on: timers_on.count() as f64,
+            off: timers_off.count() as f64,
+        },
     }
 }
+
+/// Event-time timers the watermark of the interruptible-timers row makes due.
+const FIRED_TIMERS: u64 = 100_000;
 
 /// The async operator's capacity in the zero-latency measurement (what the target assumes).
 const ZERO_LATENCY_CAPACITY: usize = 100;
@@ -1042,6 +1087,19 @@ impl fmt::Display for BenchReport {
             ),
             "-",
             true,
+        )?;
+        let (on, off) = (
+            self.interruptible_timers_mail_p99_us,
+            self.interruptible_timers_mail_samples,
+        );
+        row(
+            format!(
+                "urgent mail p99 while 100k timers fire, on | off ({:.0} | {:.0} samples)",
+                off.on, off.off
+            ),
+            format!("{:.0} | {:.0} us", on.on, on.off),
+            "on < off",
+            on.on < on.off,
         )?;
         for (label, (rps, p99)) in &self.trigger_runs {
             writeln!(

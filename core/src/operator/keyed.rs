@@ -18,7 +18,7 @@ use std::fmt;
 
 use super::keyed_backend::KeyedBackend;
 use super::side_output::SideOutputs;
-use super::{Context, Operator};
+use super::{Context, Operator, OperatorEvent};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::function::KeyedProcessFunction;
@@ -44,7 +44,7 @@ where
             name: name.into(),
             key_of,
             function,
-            backend: KeyedBackend::new(),
+            backend: KeyedBackend::new(true),
         }
     }
 
@@ -91,7 +91,9 @@ where
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        self.backend.open(ctx)
+        let function = &mut self.function;
+        self.backend
+            .open(ctx, |ts, domain, kctx| function.on_timer(ts, domain, kctx))
     }
 
     fn process_element(
@@ -124,6 +126,29 @@ where
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
         self.backend.process_status(status, ctx)
+    }
+
+    /// The continuation of a deferred firing of event-time timers; every other event is
+    /// refused.
+    fn on_event(
+        &mut self,
+        event: OperatorEvent,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        if !KeyedBackend::<F::Key, F::State>::is_continuation(&event) {
+            return Err(OperatorError::UnexpectedEvent {
+                operator: self.name.clone(),
+            });
+        }
+        let function = &mut self.function;
+        self.backend
+            .continue_firing(ctx, |ts, domain, kctx| function.on_timer(ts, domain, kctx))
+    }
+
+    /// No record while a firing of event-time timers is deferred: a record could change the
+    /// state a due timer of its key reads, and end of input waits for the firing.
+    fn accepts_input(&self) -> bool {
+        !self.backend.is_firing_deferred()
     }
 
     fn on_processing_time(
@@ -400,5 +425,75 @@ mod tests {
             ]
         );
         assert_eq!(h.operator().key_count(), 0);
+    }
+
+    /// The shared floor's part of an interruptible firing: cut after a chunk when a mail waits,
+    /// the watermark every fired timer allows forwarded, no input taken until the continuation
+    /// finished, and a checkpoint between two chunks restored by firing the rest on open.
+    #[test]
+    fn an_interrupted_firing_goes_on_in_its_continuation_and_survives_a_snapshot() {
+        use crate::operator::Emitted;
+        let record = |key: u8, ts: i64| {
+            Emitted::Record(StreamRecord::with_timestamp(
+                format!("{key}@{ts}:[{key}]"),
+                ts,
+            ))
+        };
+        let op = KeyedProcessOperator::new("evt", |v: &u8| *v, EventTimer);
+        let mut h = OperatorHarness::new(op);
+        h.services()
+            .firing
+            .set_chunk(std::num::NonZeroUsize::new(2).unwrap());
+        h.open().unwrap();
+        for key in 0..6u8 {
+            h.process_with_timestamp(key, i64::from(key)).unwrap(); // a timer at key + 10
+        }
+        h.services().firing.set_interrupting(true);
+        h.process_watermark(Watermark(100)).unwrap();
+        assert_eq!(
+            h.take_output(),
+            vec![
+                record(0, 10),
+                record(1, 11),
+                Emitted::Watermark(Watermark(11))
+            ]
+        );
+        assert!(
+            !h.operator().accepts_input(),
+            "no record while a firing is cut"
+        );
+        assert_eq!(h.pending_events(), 1, "the continuation");
+
+        // A checkpoint between two chunks; then the continuations (each cut after its chunk
+        // again, and queued behind the one that ran) until the firing is done.
+        let snapshot = h.snapshot(1).unwrap();
+        assert_eq!(h.process_events().unwrap(), 2);
+        assert_eq!(
+            h.take_output(),
+            vec![
+                record(2, 12),
+                record(3, 13),
+                Emitted::Watermark(Watermark(13)),
+                record(4, 14),
+                record(5, 15),
+                Emitted::Watermark(Watermark(100))
+            ]
+        );
+        assert!(h.operator().accepts_input());
+
+        // Restored from the checkpoint: the timers not fired by then fire on open.
+        let op = KeyedProcessOperator::new("evt", |v: &u8| *v, EventTimer);
+        let mut restored = OperatorHarness::restored(op, &snapshot);
+        restored.open().unwrap();
+        assert_eq!(
+            restored.take_output(),
+            vec![
+                record(2, 12),
+                record(3, 13),
+                record(4, 14),
+                record(5, 15),
+                Emitted::Watermark(Watermark(100))
+            ]
+        );
     }
 }

@@ -19,6 +19,12 @@
 //! timers fire when a watermark passes them, in time order, before the watermark is forwarded.
 //! Restored processing-time timers are registered with the runtime again on `open` (those whose
 //! time has passed fire at once).
+//!
+//! A backend made interruptible (the one-input keyed operator's) fires many due event-time
+//! timers in chunks through the task's [`TimerFiring`](super::TimerFiring), as its docs
+//! describe: a waiting mail cuts the firing after a chunk, an intermediate watermark goes
+//! out, and a continuation event fires the rest. Restored event-time timers due at the
+//! restored watermark (a checkpoint cut a firing) fire on `open`, before any record.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -26,13 +32,17 @@ use std::fmt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::Context;
 use super::side_output::{OutputTag, SideOutputs};
+use super::{Context, OperatorEvent};
 use crate::element::{StreamRecord, StreamStatus, Watermark};
 use crate::error::OperatorError;
 use crate::function::TimeDomain;
 use crate::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupedState, StableKey, key_group_of};
 use crate::time::Timer;
+
+/// The event an interrupted firing defers to its own operator; private, so no other event is
+/// ever taken for one.
+struct ContinueFiring;
 
 #[derive(Debug)]
 pub(crate) struct KeyedTimers<K> {
@@ -51,6 +61,12 @@ pub(crate) struct KeyedBackend<K, S> {
     watermark: Watermark,
     max_parallelism: u32,
     side: SideOutputs,
+    /// Whether a firing may be interrupted (see the module doc).
+    interruptible: bool,
+    /// While a firing is deferred to its continuation: the watermark it fires up to.
+    deferred: Option<Watermark>,
+    /// The newest watermark forwarded (whole or intermediate).
+    forwarded: Watermark,
 }
 
 /// What one key group holds in a snapshot: its keys' states and timers (the snapshot is a
@@ -77,7 +93,8 @@ impl<K, S> Default for KeyGroupEntries<K, S> {
 }
 
 impl<K: Ord, S> KeyedBackend<K, S> {
-    pub(crate) fn new() -> Self {
+    /// A backend whose firings of event-time timers may be interrupted if `interruptible`.
+    pub(crate) fn new(interruptible: bool) -> Self {
         KeyedBackend {
             states: BTreeMap::new(),
             timers: KeyedTimers {
@@ -89,7 +106,21 @@ impl<K: Ord, S> KeyedBackend<K, S> {
             watermark: Watermark::MIN,
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             side: SideOutputs::new(),
+            interruptible,
+            deferred: None,
+            forwarded: Watermark::MIN,
         }
+    }
+
+    /// Whether a firing of event-time timers waits for its continuation: the operator takes
+    /// no record meanwhile, and its input may not end.
+    pub(crate) fn is_firing_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Whether `event` is the continuation of a deferred firing.
+    pub(crate) fn is_continuation(event: &OperatorEvent) -> bool {
+        event.is::<ContinueFiring>()
     }
 
     /// Emits side outputs into `side` (none by default).
@@ -172,12 +203,32 @@ where
         Ok(())
     }
 
-    /// Registers runtime timers for the restored processing-time timers.
-    pub(crate) fn open<O>(&mut self, ctx: &Context<'_, O>) -> Result<(), OperatorError> {
+    /// Registers runtime timers for the restored processing-time timers, and fires the
+    /// restored event-time timers due at the restored watermark (a checkpoint taken while a
+    /// firing was deferred holds them), in one go and before any record, then forwards that
+    /// watermark.
+    pub(crate) fn open<O>(
+        &mut self,
+        ctx: &mut Context<'_, O>,
+        mut on_timer: impl FnMut(
+            i64,
+            TimeDomain,
+            &mut KeyedContext<'_, '_, K, S, O>,
+        ) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
         let mut distinct: Vec<i64> = self.timers.processing.iter().map(|(t, _)| *t).collect();
         distinct.dedup();
         self.timers.to_register.extend(distinct);
-        self.register_pending(ctx)
+        self.register_pending(ctx)?;
+        let cut = self
+            .timers
+            .event
+            .first()
+            .is_some_and(|(ts, _)| *ts <= self.watermark.0);
+        if cut {
+            self.fire_due(self.watermark, false, ctx, &mut on_timer)?;
+        }
+        Ok(())
     }
 
     /// Runs `body` with `key`'s state and timers, then keeps the state (unless cleared) and
@@ -222,7 +273,9 @@ where
 
     /// The operator's `process_watermark`: advances the watermark, fires every event-time timer
     /// at or below it in time order (a timer may register another that is also due, so it looks
-    /// again each round), then forwards the watermark to the main and the side outputs.
+    /// again each round), then forwards the watermark to the main and the side outputs. An
+    /// interruptible backend may defer part of the firing (see the module doc); while one is
+    /// deferred, a watermark only raises what its continuation fires up to.
     pub(crate) fn process_watermark<O>(
         &mut self,
         watermark: Watermark,
@@ -234,17 +287,97 @@ where
         ) -> Result<(), OperatorError>,
     ) -> Result<(), OperatorError> {
         self.watermark = self.watermark.max(watermark);
+        if let Some(target) = self.deferred {
+            // The continuation already queued goes on up to the newer watermark.
+            self.deferred = Some(target.max(watermark));
+            return Ok(());
+        }
+        self.fire_due(watermark, self.interruptible, ctx, &mut on_timer)
+    }
+
+    /// The continuation event of a deferred firing: fires on from where the firing stopped
+    /// (and may defer again). One that finds nothing deferred does nothing.
+    pub(crate) fn continue_firing<O>(
+        &mut self,
+        ctx: &mut Context<'_, O>,
+        mut on_timer: impl FnMut(
+            i64,
+            TimeDomain,
+            &mut KeyedContext<'_, '_, K, S, O>,
+        ) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        match self.deferred.take() {
+            Some(target) => self.fire_due(target, self.interruptible, ctx, &mut on_timer),
+            None => Ok(()),
+        }
+    }
+
+    /// Fires the event-time timers at or below `target` in time order, then forwards `target`.
+    /// If `interruptible`, after every chunk of the task's firing service it lets a waiting
+    /// mail run: it forwards the watermark every fired timer allows, defers the rest to a
+    /// continuation event, and returns.
+    fn fire_due<O>(
+        &mut self,
+        target: Watermark,
+        interruptible: bool,
+        ctx: &mut Context<'_, O>,
+        on_timer: &mut impl FnMut(
+            i64,
+            TimeDomain,
+            &mut KeyedContext<'_, '_, K, S, O>,
+        ) -> Result<(), OperatorError>,
+    ) -> Result<(), OperatorError> {
+        // The services outlive the context's borrow: no clone, and `ctx` stays free to emit.
+        let firing = interruptible.then(|| ctx.services().firing());
+        let chunk = firing.as_ref().and_then(|f| f.chunk()).map(|c| c.get());
+        // Timers left in the current chunk; `usize::MAX` never runs out.
+        let mut left = chunk.unwrap_or(usize::MAX);
         while let Some((ts, _)) = self.timers.event.first() {
-            if *ts > watermark.0 {
+            let ts = *ts;
+            if ts > target.0 {
                 break;
             }
+            if left == 0 {
+                left = chunk.unwrap_or(usize::MAX);
+                if let Some(firing) = &firing
+                    && firing.should_interrupt()
+                {
+                    match firing.defer(ctx.operator_index(), Box::new(ContinueFiring)) {
+                        Ok(()) => {
+                            self.deferred = Some(target);
+                            // Every timer before `ts` fired, so downstream may move up to just
+                            // below it: its watermark advances however often mails cut the
+                            // firing.
+                            return self.forward_progress(Watermark(ts.saturating_sub(1)), ctx);
+                        }
+                        // The task takes no more mails (it is ending): fire the rest now.
+                        Err(_) => left = usize::MAX,
+                    }
+                }
+            }
+            left -= 1;
             let (ts, key) = self.timers.event.pop_first().expect("checked non-empty");
             self.call(key, Some(ts), ctx, |kctx| {
                 on_timer(ts, TimeDomain::EventTime, kctx)
             })?;
         }
-        ctx.emit_watermark(watermark)?;
-        self.side.emit_watermark(watermark)
+        self.forwarded = self.forwarded.max(target);
+        ctx.emit_watermark(target)?;
+        self.side.emit_watermark(target)
+    }
+
+    /// Forwards an intermediate watermark of an interrupted firing, if it moves downstream on.
+    fn forward_progress<O>(
+        &mut self,
+        progress: Watermark,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), OperatorError> {
+        if progress <= self.forwarded {
+            return Ok(());
+        }
+        self.forwarded = progress;
+        ctx.emit_watermark(progress)?;
+        self.side.emit_watermark(progress)
     }
 
     /// The operator's `process_status`: forwards `status` to the main and the side outputs.

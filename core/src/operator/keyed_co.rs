@@ -43,7 +43,7 @@ where
             key1,
             key2,
             function,
-            backend: KeyedBackend::new(),
+            backend: KeyedBackend::new(false),
             inputs_ended: 0,
         }
     }
@@ -93,7 +93,9 @@ where
     }
 
     fn open(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
-        self.backend.open(ctx)
+        let function = &mut self.function;
+        self.backend
+            .open(ctx, |ts, domain, kctx| function.on_timer(ts, domain, kctx))
     }
 
     fn process_element1(

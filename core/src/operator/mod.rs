@@ -44,6 +44,7 @@
 
 mod basic;
 mod chain;
+mod firing;
 mod keyed;
 mod keyed_backend;
 mod keyed_co;
@@ -66,6 +67,7 @@ use std::sync::Arc;
 
 pub use self::basic::{Filter, FlatMap, Map};
 pub use self::chain::{Chain, ChainOutput, OperatorExt};
+pub use self::firing::{TimerFiring, Uninterruptible};
 pub use self::keyed::KeyedProcessOperator;
 pub use self::keyed_backend::{EndOfInputContext, KeyedContext};
 pub use self::keyed_co::KeyedCoProcessOperator;
@@ -304,24 +306,39 @@ impl Default for RunningOperator {
     }
 }
 
-/// What a model's runtime offers the operators of one task: timers and event delivery.
+/// What a model's runtime offers the operators of one task: timers, event delivery, and how a
+/// long firing of event-time timers may be interrupted.
 #[derive(Clone)]
 pub struct TaskServices {
     name: Arc<str>,
     timers: Arc<dyn TimerService>,
     events: Arc<dyn EventSink>,
+    firing: Arc<dyn TimerFiring>,
     running: Arc<RunningOperator>,
 }
 
 impl TaskServices {
-    /// Services of the task `name`.
+    /// Services of the task `name`; its firings of event-time timers are [`Uninterruptible`]
+    /// unless [`with_firing`](Self::with_firing) says otherwise.
     pub fn new(name: &str, timers: Arc<dyn TimerService>, events: Arc<dyn EventSink>) -> Self {
         TaskServices {
             name: Arc::from(name),
             timers,
             events,
+            firing: Arc::new(Uninterruptible),
             running: Arc::new(RunningOperator::new()),
         }
+    }
+
+    /// Lets operators interrupt long firings of event-time timers through `firing`.
+    pub fn with_firing(mut self, firing: Arc<dyn TimerFiring>) -> Self {
+        self.firing = firing;
+        self
+    }
+
+    /// How a long firing of event-time timers may be interrupted.
+    pub fn firing(&self) -> &Arc<dyn TimerFiring> {
+        &self.firing
     }
 
     /// Reports the running operator into `running` (shared with the task's handle).

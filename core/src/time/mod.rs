@@ -12,6 +12,7 @@
 //! | [`Clock`], [`ManualClock`], [`ClockSubscription`] | where processing time comes from |
 //! | [`Timer`], [`TimerHandle`], [`Period`], [`TimerError`] | a timer, its handle, how a periodic one repeats |
 //! | [`TimerService`] | what an operator registers timers with; each model implements it |
+//! | [`InterruptibleTimers`] | whether a task fires many due event-time timers in chunks, mails running in between |
 //!
 //! # Periodic timers
 //!
@@ -37,7 +38,9 @@
 //! cancelled.
 
 mod clock;
+mod interruptible;
 mod timer;
 
 pub use self::clock::{Clock, ClockSubscription, ManualClock};
+pub use self::interruptible::InterruptibleTimers;
 pub use self::timer::{Period, Timer, TimerError, TimerHandle, TimerService};

@@ -21,6 +21,7 @@ use streamtask_runtime::{ChainBody, TaskControl, TaskEnv, TaskParts, TaskSetup, 
 
 use crate::action::Immediate;
 use crate::executor::MailboxExecutor;
+use crate::firing::MailboxFiring;
 use crate::letter::MailAction;
 use crate::mail::Priority;
 use crate::mailbox::TaskMailbox;
@@ -238,6 +239,7 @@ where
         clock,
         restore,
         tracer,
+        interruptible_timers,
     } = TaskSetup::new(config);
     let name = &parts.name;
     let metrics = &parts.metrics;
@@ -253,13 +255,15 @@ where
         tracer.clone(),
     ));
     let events = std::sync::Arc::new(MailboxEvents::new(&handle));
-    let services = streamtask_core::operator::TaskServices::new(name, timers.clone(), events);
     let mut input = input;
     // An unaligned barrier reaches the task as an urgent mail, also while the default action
     // is suspended on a full output.
     input.set_priority_waker(std::task::Waker::from(std::sync::Arc::new(PriorityMail(
         builder.mailbox_executor(Priority::URGENT),
     ))));
+    let firing = std::sync::Arc::new(MailboxFiring::new(&handle, interruptible_timers));
+    let services = streamtask_core::operator::TaskServices::new(name, timers.clone(), events)
+        .with_firing(firing);
     let body = MailboxBody::new(
         input,
         ChainBody::new(chain, output, TaskEnv::new(parts.clone(), services, tracer)),

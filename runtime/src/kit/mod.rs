@@ -55,7 +55,7 @@ use streamtask_core::TaskSnapshot;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::RunningOperator;
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
-use streamtask_core::time::Clock;
+use streamtask_core::time::{Clock, InterruptibleTimers};
 use streamtask_core::trace::Tracer;
 
 pub use self::body::{
@@ -98,6 +98,9 @@ pub struct TaskSetup {
     pub restore: Option<TaskSnapshot>,
     /// Spans of who ran what.
     pub tracer: Tracer,
+    /// Whether due event-time timers fire in chunks with mails in between (a model that
+    /// cannot interrupt a firing ignores it).
+    pub interruptible_timers: InterruptibleTimers,
 }
 
 impl TaskSetup {
@@ -111,6 +114,7 @@ impl TaskSetup {
             metrics,
             tracer,
             cancel_grace,
+            interruptible_timers,
         } = config;
         TaskSetup {
             parts: TaskParts {
@@ -124,6 +128,7 @@ impl TaskSetup {
             clock,
             restore,
             tracer,
+            interruptible_timers,
         }
     }
 }
