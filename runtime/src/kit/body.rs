@@ -190,6 +190,11 @@ pub struct ChainBody<C, W> {
     unaligned_barrier: Option<u64>,
     /// The snapshot of an unaligned checkpoint, waiting for its channel state.
     awaiting_channel_state: Option<(u64, TaskSnapshot)>,
+    /// A call into the chain did not return `Ok`: it failed, or it is still on the stack of
+    /// a panic. The chain's and the source's state may be half way through a record (a reader
+    /// advanced past it, an operator did not emit it), so no checkpoint may be taken from
+    /// them: a trigger that wins the race against the task's failure is declined.
+    broken: bool,
 }
 
 /// The counting, which needs nothing of the chain or the output (a [`Burst`] drops into it).
@@ -263,6 +268,7 @@ where
             aborted_ahead: Vec::new(),
             unaligned_barrier: None,
             awaiting_channel_state: None,
+            broken: false,
         }
     }
 
@@ -355,8 +361,11 @@ where
     /// Whatever an operator fails with.
     pub fn process_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
         self.interrupt();
+        self.broken = true;
         let (chain, mut ctx) = ctx!(self);
-        chain.process_watermark(watermark, &mut ctx)
+        let result = chain.process_watermark(watermark, &mut ctx);
+        self.broken = result.is_err();
+        result
     }
 
     /// A stream status change through the chain.
@@ -406,6 +415,15 @@ where
             || self.env.parts.lifecycle.state() != TaskState::Running
         {
             responder.decline(id, DeclineReason::NotRunning);
+            return Ok(());
+        }
+        if self.broken {
+            responder.decline(
+                id,
+                DeclineReason::TaskFailure(
+                    "a call into the chain failed or panicked; the task is failing".into(),
+                ),
+            );
             return Ok(());
         }
         self.interrupt();
@@ -619,10 +637,13 @@ where
             return Ok(());
         }
         self.interrupt();
+        self.broken = true;
         let (chain, mut ctx) = ctx!(self);
         // The timer's operator runs, not the head.
         ctx.services().running().enter(timer.operator);
-        chain.dispatch_timer(timer, &mut ctx)
+        let result = chain.dispatch_timer(timer, &mut ctx);
+        self.broken = result.is_err();
+        result
     }
 
     /// An event for operator `operator`; dropped unless the chain is open and not finished.
@@ -793,8 +814,11 @@ where
     #[inline]
     pub fn process(&mut self, record: StreamRecord<C::In>) -> Result<(), OperatorError> {
         self.count_in(1);
+        self.broken = true;
         let (chain, mut ctx) = ctx!(self);
-        chain.process_element(record, &mut ctx)
+        let result = chain.process_element(record, &mut ctx);
+        self.broken = result.is_err();
+        result
     }
 }
 
@@ -812,8 +836,11 @@ where
     #[inline]
     pub fn process1(&mut self, record: StreamRecord<H::In1>) -> Result<(), OperatorError> {
         self.count_in(1);
+        self.broken = true;
         let (chain, mut ctx) = ctx!(self);
-        chain.process_element1(record, &mut ctx)
+        let result = chain.process_element1(record, &mut ctx);
+        self.broken = result.is_err();
+        result
     }
 
     /// One record of input 2.
@@ -824,8 +851,11 @@ where
     #[inline]
     pub fn process2(&mut self, record: StreamRecord<H::In2>) -> Result<(), OperatorError> {
         self.count_in(1);
+        self.broken = true;
         let (chain, mut ctx) = ctx!(self);
-        chain.process_element2(record, &mut ctx)
+        let result = chain.process_element2(record, &mut ctx);
+        self.broken = result.is_err();
+        result
     }
 }
 
@@ -902,11 +932,13 @@ where
         }
         // The records out are counted into a local moved in and out of the context, so they
         // never go through memory while the chain runs.
+        body.broken = true;
         let mut out = Counted::new(&mut body.output.inner);
         let result = body
             .chain
             .process_element(record, &mut Context::new(&mut out, &body.env.services, 0));
         self.records_out += out.records;
+        body.broken = result.is_err();
         result
     }
 
