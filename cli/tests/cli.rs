@@ -73,11 +73,11 @@ fn exit_code_2_for_usage_errors_found_before_anything_runs() {
         ),
         (
             &["soak", "--seeds", "1", "--json", "x.json"],
-            "soak does not support --json",
+            "unexpected argument '--json'",
         ),
         (
             &["soak", "--seeds", "1", "--plot", "x.svg"],
-            "soak does not support --plot",
+            "unexpected argument '--plot'",
         ),
         (&["run", "--model", "nosuchmodel"], "nosuchmodel"),
         (
