@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use streamtask::fault::{FaultPlan, quiet_injected_panics};
 use streamtask::{DirLock, JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
 use streamtask_cli::demo::data::DemoData;
@@ -344,6 +344,31 @@ impl Options {
             stop_with_savepoint: savepoint.stop_with_savepoint,
             stop_with_savepoint_after_records: savepoint.stop_with_savepoint_after_records,
         }
+    }
+}
+
+/// Every progress bar, so that log lines and phase lines print above them instead of
+/// breaking them.
+static BARS: std::sync::LazyLock<MultiProgress> = std::sync::LazyLock::new(MultiProgress::new);
+
+/// The log, written above the progress bars: a line written while a bar is drawn would
+/// leave a broken copy of the bar in the terminal.
+#[derive(Debug)]
+struct AboveTheBars(env_logger::Logger);
+
+impl log::Log for AboveTheBars {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.0.matches(record) {
+            BARS.suspend(|| self.0.log(record));
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
     }
 }
 
@@ -730,11 +755,14 @@ fn main() -> ExitCode {
     // The executor's warnings (one line per failed attempt, the root cause) and its restore
     // decisions are what a user wants to see; the model crates' task logs repeat the causes
     // (`streamtask` alone would match `streamtask_core` etc. too). RUST_LOG overrides.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
+    let logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
         "error,streamtask=warn,streamtask_cli=warn,streamtask::job::restore=info,streamtask_core=error,\
          streamtask_legacy=error,streamtask_mailbox=error,streamtask_bridge=error",
     ))
-    .init();
+    .build();
+    log::set_max_level(logger.filter());
+    log::set_boxed_logger(Box::new(AboveTheBars(logger)))
+        .expect("the only logger, set once at start");
     quiet_injected_panics();
     // Usage errors from clap exit with 2 already.
     let cli = Cli::parse();
@@ -794,19 +822,29 @@ fn run_model(
     let progress = if options.quiet {
         ProgressBar::hidden()
     } else {
-        let bar = ProgressBar::new(job.data.orders);
+        let bar = BARS.add(ProgressBar::new(job.data.orders));
         bar.set_style(
-            ProgressStyle::with_template("{prefix:>8} [{bar:40}] {pos}/{len} records {msg}")
-                .expect("static template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>8} {spinner} [{bar:40}] {pos}/{len} records {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
         );
         bar.set_prefix(model.name());
+        bar.set_message("running");
+        // The spinner turns while the pipeline drains after the source read everything.
+        bar.enable_steady_tick(Duration::from_millis(120));
         bar
     };
     let on_progress = {
         let bar = progress.clone();
         let total = job.data.orders;
-        Arc::new(move |records: u64| bar.set_position(records.min(total)))
+        Arc::new(move |records: u64| {
+            bar.set_position(records.min(total));
+            if records >= total {
+                bar.set_message("all read; draining the pipeline and committing");
+            }
+        })
     };
     let mut config = JobConfig::new(&job.work_dir)
         .with_fairness(options.fairness())
@@ -828,14 +866,18 @@ fn run_model(
             _ => {}
         }));
     }
-    let run = match job.run(model, config.clone()) {
+    let verifying = {
+        let bar = progress.clone();
+        move || bar.set_message("verifying the committed output against the reference")
+    };
+    let run = match job.run_with(model, config.clone(), verifying.clone()) {
         // `compare --resume` after a crash in a later model: the earlier models finished.
         Err(JobError::NothingToResume { .. }) if options.resume => {
             // Not through the progress bar: it is hidden with --quiet.
             eprintln!(
                 "streamtask: {model}: its earlier run finished; running it again from the start"
             );
-            job.run(model, config.with_restore(Restore::Fresh))
+            job.run_with(model, config.with_restore(Restore::Fresh), verifying)
         }
         other => other,
     };
@@ -927,7 +969,11 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         }
     }
     check_space(&job, models)?;
-    prepare(&job, cancel)?;
+    prepare(options, &job, cancel)?;
+    phase(
+        options,
+        "computing the reference output (from the data, without any runtime)",
+    );
     let expected =
         streamtask_cli::demo::digest(&streamtask_cli::demo::data::expected_output(&job.data));
     let mut reports = Vec::new();
@@ -1021,7 +1067,7 @@ fn run_to_savepoint(
         Err(e) => return Err(CliError::of_job(model, e)),
     }
     check_space(&job, &[model])?;
-    prepare(&job, cancel)?;
+    prepare(options, &job, cancel)?;
     let run = run_model(options, &job, model, Tracer::off(), cancel)?;
     match &run.result.savepoint {
         Some(path) => {
@@ -1069,8 +1115,33 @@ fn check_space(job: &DemoJob, models: &[Model]) -> Result<(), CliError> {
     })
 }
 
+/// Says which phase starts, on stderr, unless `--quiet`: the phases before and after the
+/// progress bar take long enough on large inputs to look like a hang otherwise.
+fn phase(options: &Options, text: &str) {
+    if options.quiet {
+        return;
+    }
+    // Bars are hidden when stderr is no terminal, and so is what they print.
+    if BARS.is_hidden() {
+        eprintln!("streamtask: {text}");
+    } else {
+        let _ = BARS.println(format!("streamtask: {text}"));
+    }
+}
+
 /// Generates the data, announcing the midpoint to the crash test when asked.
-fn prepare(job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
+fn prepare(options: &Options, job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
+    if !job.is_generated() {
+        phase(
+            options,
+            &format!(
+                "generating data: {} orders, {} customers in {}",
+                job.data.orders,
+                job.data.customers,
+                job.work_dir.display()
+            ),
+        );
+    }
     let pause = pause_at_phases();
     let result = job.prepare_with(cancel, || {
         if pause {
@@ -1100,7 +1171,7 @@ fn soak(
     job.restarts = plan.restarts;
     let _lock = lock_work_dir(&job.work_dir)?;
     check_space(&job, models)?;
-    prepare(&job, cancel)?;
+    prepare(options, &job, cancel)?;
     let faults = options.faults.max(1);
     if options.faults == 0 {
         eprintln!(
@@ -1113,7 +1184,7 @@ fn soak(
         let progress = if options.quiet {
             ProgressBar::hidden()
         } else {
-            let bar = ProgressBar::new(seeds);
+            let bar = BARS.add(ProgressBar::new(seeds));
             bar.set_style(
                 ProgressStyle::with_template("{prefix:>8} [{bar:40}] seed {pos}/{len} {msg}")
                     .expect("static template")
