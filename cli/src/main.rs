@@ -220,7 +220,7 @@ struct JobArgs {
     /// directory to the run that stops with a savepoint and to the one restoring it.
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
-    /// No progress bar.
+    /// No progress bar and no phase lines.
     #[arg(long)]
     quiet: bool,
 }
@@ -511,23 +511,6 @@ impl Options {
                  --checkpoint-alignment unaligned"
                     .into(),
             );
-        }
-        if soak {
-            for (flag, set) in [
-                ("--json", self.json.is_some()),
-                ("--trace", self.trace.is_some()),
-                ("--plot", self.plot.is_some()),
-                ("--resume", self.resume),
-                ("--stop-with-savepoint", self.stop_with_savepoint.is_some()),
-                ("--from-savepoint", self.from_savepoint.is_some()),
-            ] {
-                if set {
-                    return usage(format!(
-                        "soak does not support {flag} (it writes no report and starts every \
-                         seed over); use it with run or compare"
-                    ));
-                }
-            }
         }
         check_dir("--work-dir", &self.work_dir())?;
         if let Some(dir) = &self.output_dir {
