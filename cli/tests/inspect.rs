@@ -295,3 +295,45 @@ fn a_path_that_holds_neither_exits_2() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("neither a checkpoint nor a savepoint"));
 }
+
+#[test]
+fn channel_state_is_counted_per_task() {
+    use std::collections::BTreeMap;
+    use streamtask::checkpoint::{CheckpointStorage, CompletedCheckpoint};
+    use streamtask_core::TaskSnapshot;
+    use streamtask_runtime::channel::ChannelState;
+
+    // A checkpoint as an unaligned barrier leaves it: two overtaken elements in channel 0,
+    // one in channel 2.
+    let mut channels = ChannelState::new();
+    channels.push(0, b"one".to_vec());
+    channels.push(0, b"two".to_vec());
+    channels.push(2, b"three".to_vec());
+    let mut snapshot = TaskSnapshot::new();
+    snapshot.put(TaskSnapshot::CHANNEL_STATE, channels.encode());
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::directory(dir.path().join("checkpoints"), 1).unwrap();
+    storage
+        .store(&CompletedCheckpoint {
+            id: 7,
+            timestamp: 1,
+            tasks: BTreeMap::from([("totals#1".to_string(), snapshot)]),
+        })
+        .unwrap();
+    let (code, table, json) = inspect(&dir.path().join("checkpoints"), dir.path());
+    assert_eq!(code, 0, "{table}");
+    assert_eq!(json["checkpoint_id"], 7);
+    let state = &json["channel_state"][0];
+    assert_eq!(state["task"], "totals#1");
+    assert_eq!(state["channels"], 2);
+    assert_eq!(state["elements"], 3);
+    assert_eq!(state["bytes"], 11);
+    assert_eq!(
+        operator(&json, "totals", TaskSnapshot::CHANNEL_STATE)["kind"],
+        "channel-state"
+    );
+    assert!(
+        table.contains("2 channel(s), 3 element(s), 11 bytes"),
+        "{table}"
+    );
+}
