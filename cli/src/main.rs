@@ -734,21 +734,30 @@ fn announce(phase: &str) {
     let _ = std::io::stdin().lock().read_line(&mut line);
 }
 
-fn main() -> ExitCode {
-    // The executor's warnings (one line per failed attempt, the root cause) and its restore
-    // decisions are what a user wants to see; the model crates' task logs repeat the causes
-    // (`streamtask` alone would match `streamtask_core` etc. too). RUST_LOG overrides.
-    let logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
-        "error,streamtask=warn,streamtask_cli=warn,streamtask::job::restore=info,streamtask_core=error,\
-         streamtask_legacy=error,streamtask_mailbox=error,streamtask_bridge=error",
-    ))
-    .build();
+/// The log on stderr, above the progress bars. The executor's warnings (one line per failed
+/// attempt, the root cause) and its restore decisions are what a user wants to see; the model
+/// crates' task logs repeat the causes (`streamtask` alone would match `streamtask_core` etc.
+/// too). `soak` starts every seed over on purpose, so its restore decisions stay below the
+/// filter. RUST_LOG overrides.
+fn init_log(soak: bool) {
+    let restore = if soak { "warn" } else { "info" };
+    let logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(format!(
+            "error,streamtask=warn,streamtask_cli=warn,streamtask::job::restore={restore},\
+             streamtask_core=error,streamtask_legacy=error,streamtask_mailbox=error,\
+             streamtask_bridge=error"
+        )))
+        .build();
     log::set_max_level(logger.filter());
     log::set_boxed_logger(Box::new(AboveTheBars(logger)))
         .expect("the only logger, set once at start");
+}
+
+fn main() -> ExitCode {
     quiet_injected_panics();
     // Usage errors from clap exit with 2 already.
     let cli = Cli::parse();
+    init_log(matches!(cli.command, Some(Command::Soak(_))));
     let result = match cli.command.unwrap_or(Command::Compare(cli.compare)) {
         Command::Compare(args) => {
             let options = args.into_options(SavepointArgs::default());

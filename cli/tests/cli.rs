@@ -280,6 +280,8 @@ fn soak_injects_one_fault_by_default_and_reports_per_model() {
             .all(|l| !l.contains("injected fault")),
         "{err}"
     );
+    // Nor is starting every seed over, which it does on purpose.
+    assert!(!err.contains("discarding the earlier run"), "{err}");
     // An explicit 0 is raised, and it says so.
     let out = soak(&["--faults", "0"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
