@@ -285,7 +285,11 @@ fn damaged(path: &Path, kind: Kind, error: StorageError) -> Result<Inspection, I
             check,
             message: error.to_string(),
         }),
-        checkpoint_id: None,
+        // A checkpoint's directory names its id; a savepoint's id is in the metadata.
+        checkpoint_id: match kind {
+            Kind::Checkpoint => CheckpointStorage::id_of_path(path),
+            Kind::Savepoint => None,
+        },
         timestamp_ms: None,
         model: None,
         max_parallelism: None,
@@ -539,6 +543,9 @@ impl Inspection {
                 ),
             ),
             Some(damage) => {
+                if let Some(id) = self.checkpoint_id {
+                    row(&mut out, "checkpoint id", &id.to_string());
+                }
                 row(&mut out, "CRC", &format!("FAILED ({} check)", damage.check));
                 row(&mut out, "damaged file", &damage.file.display().to_string());
                 row(&mut out, "error", &damage.message);

@@ -253,6 +253,7 @@ fn a_damaged_checkpoint_names_its_file_and_check_and_exits_3() {
     assert_eq!(code, 3, "{table}");
     assert_eq!(json["crc"], "failed");
     assert_eq!(json["damage"]["check"], "checksum");
+    assert_eq!(json["checkpoint_id"], intact["checkpoint_id"]);
     assert_eq!(json["damage"]["file"], file.to_str().unwrap());
     assert!(table.contains("FAILED (checksum check)"), "{table}");
     assert!(table.contains(file.to_str().unwrap()), "{table}");
