@@ -138,7 +138,7 @@ impl FaultPlan {
         let n = self.seen[kind.index()].fetch_add(1, Ordering::Relaxed) + 1;
         for fault in &self.faults {
             if fault.kind == kind && fault.at == n && !fault.fired.swap(true, Ordering::AcqRel) {
-                panic!("injected fault: {kind} #{n}");
+                panic!("{INJECTED}: {kind} #{n}");
             }
         }
     }
@@ -157,6 +157,15 @@ impl FaultPlan {
     }
 }
 
+/// The prefix of an injected fault's panic message ([`FaultPlan::check`]).
+const INJECTED: &str = "injected fault";
+
+/// Whether a failure's `message` quotes an injected fault's panic: the
+/// executor logs such failures below warnings, as a run that injects faults expects them.
+pub(crate) fn is_injected(message: &str) -> bool {
+    message.contains(INJECTED)
+}
+
 /// Installs a panic hook that reports an injected fault ([`FaultPlan::check`]'s panic) in one
 /// `info` log line (thread named) instead of a panic message with a backtrace hint; every other
 /// panic goes to the hook that was installed before. For the CLI and the examples, whose runs
@@ -170,7 +179,7 @@ pub fn quiet_injected_panics() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if message.starts_with("injected fault") {
+        if message.starts_with(INJECTED) {
             let thread = std::thread::current();
             log::info!("{} on thread {}", message, thread.name().unwrap_or("?"));
         } else {

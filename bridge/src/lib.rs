@@ -130,7 +130,9 @@ mod task;
 
 pub use crate::compat::{LegacyStateCompat, PortedReader, StateCompatError};
 pub use crate::executor::CheckpointLockExecutor;
-pub use crate::handoff::{DEFAULT_HANDOFF_CAPACITY, HandoffReader, InFlightReplay};
+pub use crate::handoff::{
+    DEFAULT_HANDOFF_CAPACITY, HandoffReader, InFlightReplay, source_in_flight,
+};
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};
 pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
 

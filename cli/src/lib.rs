@@ -11,6 +11,7 @@
 //! | [`demo`] | the demo job: generated orders, keyed running totals, async enrichment, exactly-once file sink |
 //! | [`report`] | the side-by-side table `compare` prints, and its JSON |
 //! | [`plot`] | the SVG plot of a comparison |
+//! | [`inspect`](mod@inspect) | what a checkpoint or savepoint holds, for `streamtask inspect` |
 //! | [`bench`](mod@bench) | the rows of `streamtask bench` and the harnesses the benches share |
 
 #![forbid(unsafe_code)]
@@ -18,5 +19,6 @@
 #[cfg(not(loom))]
 pub mod bench;
 pub mod demo;
+pub mod inspect;
 pub mod plot;
 pub mod report;

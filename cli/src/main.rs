@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use streamtask::fault::{FaultPlan, quiet_injected_panics};
 use streamtask::{DirLock, JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
 use streamtask_cli::demo::data::DemoData;
@@ -29,44 +29,119 @@ use streamtask_legacy::Fairness;
     long_about = "Without a subcommand, `streamtask` runs `compare`: the built-in demo job (orders \
                   file source, keyed running totals with timers, async enrichment from SQLite, \
                   exactly-once file sink) under the legacy, mailbox and bridge models, on data it \
-                  generates, and prints a side-by-side table."
+                  generates, and prints a side-by-side table. The options below are compare's; \
+                  each subcommand's --help lists its own.",
+    // `streamtask --records 10` is `compare --records 10`; after a subcommand, only its options.
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
-    options: Options,
+    compare: CompareArgs,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the demo job under every model and compare (the default).
-    Compare,
+    Compare(CompareArgs),
     /// Run the demo job under one model.
-    Run {
-        /// The model.
-        #[arg(long, value_parser = model_parser())]
-        model: Model,
-    },
+    Run(RunArgs),
     /// Run the demo job under many fault seeds per model and check exactly-once every time.
-    Soak {
-        /// Seeds per model.
-        #[arg(long, default_value_t = 200)]
-        seeds: u64,
-        /// Models to soak (default: all).
-        #[arg(long, value_parser = model_parser())]
-        model: Vec<Model>,
-    },
+    Soak(SoakArgs),
     /// Measure the models against each other and their peers in one run (interleaved rounds,
     /// medians) and print the table of ratios; `--json FILE` writes them.
-    Bench {
-        /// One round on tiny inputs (for CI: checks that it runs; the figures mean little).
-        #[arg(long)]
-        quick: bool,
-        /// Interleaved rounds [default: 5, or 1 with --quick].
-        #[arg(long)]
-        rounds: Option<usize>,
-    },
+    Bench(BenchArgs),
+    /// Show what a checkpoint or savepoint holds: format, CRC status, vertices, operators,
+    /// state per operator and key group, source positions, async elements in flight, pending
+    /// sink transactions, channel state. Exits 3 if a file is damaged.
+    Inspect(InspectArgs),
+}
+
+/// `compare`'s options (`run` has them too).
+#[derive(Debug, Args)]
+struct CompareArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Faults to inject into each model's run (panics in the source, an operator, a timer, an
+    /// async call, a snapshot); each run restarts and must still commit the same output.
+    #[arg(long, default_value_t = 0)]
+    faults: u32,
+    /// Seed choosing where the faults hit.
+    #[arg(long, default_value_t = 1)]
+    fault_seed: u64,
+    #[command(flatten)]
+    report: ReportArgs,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+impl CompareArgs {
+    fn into_options(self, savepoint: SavepointArgs) -> Options {
+        Options::of(
+            self.job,
+            (self.faults, self.fault_seed),
+            self.report,
+            self.state,
+            savepoint,
+        )
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The model.
+    #[arg(long, value_parser = model_parser())]
+    model: Model,
+    #[command(flatten)]
+    compare: CompareArgs,
+    #[command(flatten)]
+    savepoint: SavepointArgs,
+}
+
+#[derive(Debug, Args)]
+struct SoakArgs {
+    /// Seeds per model.
+    #[arg(long, default_value_t = 200)]
+    seeds: u64,
+    /// Models to soak (default: all).
+    #[arg(long, value_parser = model_parser())]
+    model: Vec<Model>,
+    /// Faults injected into each seed's run (at least 1: soak checks exactly-once under
+    /// faults).
+    #[arg(long, default_value_t = 1)]
+    faults: u32,
+    /// Seed of the first seed's faults; seed N adds N.
+    #[arg(long, default_value_t = 1)]
+    fault_seed: u64,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// One round on tiny inputs (for CI: checks that it runs; the figures mean little).
+    #[arg(long)]
+    quick: bool,
+    /// Interleaved rounds [default: 5, or 1 with --quick].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Write the ratios as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No line per round.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct InspectArgs {
+    /// A `chk-<id>` directory, a checkpoint directory (its newest checkpoint is read), or a
+    /// savepoint directory (what --stop-with-savepoint printed).
+    path: PathBuf,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// Parses `--model`, listing the models in `--help` and in the error for an unknown one.
@@ -100,107 +175,201 @@ enum AlignmentArg {
     Unaligned,
 }
 
+/// The demo job's options, shared by `compare`, `run` and `soak`.
 #[derive(Debug, Args)]
-struct Options {
+struct JobArgs {
     /// Orders the demo generates.
-    #[arg(long, global = true, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000)]
     records: u64,
     /// Distinct customers (keys).
-    #[arg(long, global = true, default_value_t = 500)]
+    #[arg(long, default_value_t = 500)]
     customers: u32,
     /// Seed of the generated data.
-    #[arg(long, global = true, default_value_t = 42)]
+    #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Checkpoint interval in milliseconds.
-    #[arg(long, global = true, default_value_t = 50)]
+    #[arg(long, default_value_t = 50)]
     checkpoint_interval_ms: u64,
     /// Checkpoint failures in a row (expired, declined, not stored) a run tolerates; one more
     /// fails it and it restarts (Flink's execution.checkpointing.tolerable-failed-checkpoints,
     /// 0 by default as there).
-    #[arg(long, global = true, default_value_t = 0)]
+    #[arg(long, default_value_t = 0)]
     tolerable_failed_checkpoints: u32,
-    /// Faults to inject into each model's run (panics in the source, an operator, a timer, an
-    /// async call, a snapshot); each run restarts and must still commit the same output.
-    #[arg(long, global = true, default_value_t = 0)]
-    faults: u32,
-    /// Seed choosing where the faults hit.
-    #[arg(long, global = true, default_value_t = 1)]
-    fault_seed: u64,
     /// Fairness of the checkpoint lock (legacy and bridge).
-    #[arg(long, global = true, value_enum, default_value_t = FairnessArg::Eventual)]
+    #[arg(long, value_enum, default_value_t = FairnessArg::Eventual)]
     fairness: FairnessArg,
     /// The load: `backpressure` makes the enrichment slower than the source (100 us per event
     /// and worker: at most 20,000 orders/s), so the channels and the async queue stay full;
     /// the committed output is the same.
-    #[arg(long, global = true, value_enum, default_value_t = ScenarioArg::Normal)]
+    #[arg(long, value_enum, default_value_t = ScenarioArg::Normal)]
     scenario: ScenarioArg,
     /// How checkpoint barriers pass the queued records, under every model (the legacy model's
     /// source triggers still wait for its checkpoint lock). Flink's
     /// execution.checkpointing.unaligned.enabled.
-    #[arg(long, global = true, value_enum, default_value_t = AlignmentArg::Aligned)]
+    #[arg(long, value_enum, default_value_t = AlignmentArg::Aligned)]
     checkpoint_alignment: AlignmentArg,
     /// With --checkpoint-alignment unaligned: start each checkpoint aligned and let its
     /// barriers overtake only after this many milliseconds (0: unaligned from the start).
     /// Flink's execution.checkpointing.aligned-checkpoint-timeout.
-    #[arg(long, global = true, value_name = "MS")]
+    #[arg(long, value_name = "MS")]
     aligned_timeout: Option<u64>,
     /// Work directory for data, checkpoints and output [default: <temp>/streamtask-demo].
-    #[arg(long, global = true, env = "STREAMTASK_WORK_DIR")]
+    #[arg(long, env = "STREAMTASK_WORK_DIR")]
     work_dir: Option<PathBuf>,
+    /// Where the sink commits its output [default: <work-dir>/<model>/output]; give the same
+    /// directory to the run that stops with a savepoint and to the one restoring it.
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// No progress bar and no phase lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The reports of `compare` and `run`.
+#[derive(Debug, Default, Args)]
+struct ReportArgs {
     /// Write the report as JSON to this file.
-    #[arg(long, global = true)]
+    #[arg(long)]
     json: Option<PathBuf>,
     /// Write a Chrome trace (open in Perfetto) of which thread ran what.
-    #[arg(long, global = true)]
+    #[arg(long)]
     trace: Option<PathBuf>,
     /// Write an SVG plot of throughput and checkpoint start delay per model.
-    #[arg(long, global = true)]
+    #[arg(long)]
     plot: Option<PathBuf>,
-    /// No progress bar.
-    #[arg(long, global = true)]
-    quiet: bool,
+}
+
+/// Where `compare` and `run` start from.
+#[derive(Debug, Default, Args)]
+struct StateArgs {
     /// Resume each model from the latest completed checkpoint of an earlier, unfinished run in
     /// the work directory (a model whose run finished is run again from the start).
-    #[arg(long, global = true, conflicts_with = "discard_state")]
+    #[arg(long, conflicts_with = "discard_state")]
     resume: bool,
     /// Delete an earlier run's checkpoints and output in the work directory and start over.
-    #[arg(long, global = true)]
+    #[arg(long)]
     discard_state: bool,
     /// With --resume: if the newest checkpoint is damaged, restore the newest intact older one;
     /// the sink then removes (rewinds) the output committed after it, and lists the files.
-    #[arg(long, global = true, requires = "resume")]
+    #[arg(long, requires = "resume")]
     fallback_to_older_checkpoint: bool,
-    /// `run` only: on Ctrl-C or SIGTERM, stop with a savepoint in this directory (Flink's
-    /// stop-with-savepoint: the sources stop, the savepoint barrier flows, the sinks commit),
-    /// print its path and exit 0. A second signal cancels at once.
-    #[arg(long, global = true, value_name = "DIR")]
-    stop_with_savepoint: Option<PathBuf>,
-    /// With --stop-with-savepoint: stop by itself once the source read this many orders
-    /// (counted from where the run started), so the savepoint holds exactly that position.
-    #[arg(
-        long,
-        global = true,
-        value_name = "N",
-        requires = "stop_with_savepoint"
-    )]
-    stop_with_savepoint_after_records: Option<u64>,
     /// Restore from a savepoint directory (what --stop-with-savepoint printed), taken under
     /// any model; the job's operators find their state by id.
     #[arg(
         long,
-        global = true,
         value_name = "PATH",
         conflicts_with_all = ["resume", "discard_state"]
     )]
     from_savepoint: Option<PathBuf>,
     /// With --from-savepoint: drop the savepoint's state of operators the job no longer has
     /// (by default that is refused).
-    #[arg(long, global = true, requires = "from_savepoint")]
+    #[arg(long, requires = "from_savepoint")]
     allow_non_restored_state: bool,
-    /// Where the sink commits its output [default: <work-dir>/<model>/output]; give the same
-    /// directory to the run that stops with a savepoint and to the one restoring it.
-    #[arg(long, global = true, value_name = "DIR")]
+}
+
+/// `run` only: stopping with a savepoint.
+#[derive(Debug, Default, Args)]
+struct SavepointArgs {
+    /// On Ctrl-C or SIGTERM, stop with a savepoint in this directory (Flink's
+    /// stop-with-savepoint: the sources stop, the savepoint barrier flows, the sinks commit),
+    /// print its path and exit 0. A second signal cancels at once.
+    #[arg(long, value_name = "DIR")]
+    stop_with_savepoint: Option<PathBuf>,
+    /// With --stop-with-savepoint: stop by itself once the source read this many orders
+    /// (counted from where the run started), so the savepoint holds exactly that position.
+    #[arg(long, value_name = "N", requires = "stop_with_savepoint")]
+    stop_with_savepoint_after_records: Option<u64>,
+}
+
+/// Every option of a job run, whichever subcommand gave it (those it has not are unset).
+#[derive(Debug)]
+struct Options {
+    records: u64,
+    customers: u32,
+    seed: u64,
+    checkpoint_interval_ms: u64,
+    tolerable_failed_checkpoints: u32,
+    fairness: FairnessArg,
+    scenario: ScenarioArg,
+    checkpoint_alignment: AlignmentArg,
+    aligned_timeout: Option<u64>,
+    work_dir: Option<PathBuf>,
     output_dir: Option<PathBuf>,
+    quiet: bool,
+    faults: u32,
+    fault_seed: u64,
+    json: Option<PathBuf>,
+    trace: Option<PathBuf>,
+    plot: Option<PathBuf>,
+    resume: bool,
+    discard_state: bool,
+    fallback_to_older_checkpoint: bool,
+    from_savepoint: Option<PathBuf>,
+    allow_non_restored_state: bool,
+    stop_with_savepoint: Option<PathBuf>,
+    stop_with_savepoint_after_records: Option<u64>,
+}
+
+impl Options {
+    fn of(
+        job: JobArgs,
+        (faults, fault_seed): (u32, u64),
+        report: ReportArgs,
+        state: StateArgs,
+        savepoint: SavepointArgs,
+    ) -> Options {
+        Options {
+            records: job.records,
+            customers: job.customers,
+            seed: job.seed,
+            checkpoint_interval_ms: job.checkpoint_interval_ms,
+            tolerable_failed_checkpoints: job.tolerable_failed_checkpoints,
+            fairness: job.fairness,
+            scenario: job.scenario,
+            checkpoint_alignment: job.checkpoint_alignment,
+            aligned_timeout: job.aligned_timeout,
+            work_dir: job.work_dir,
+            output_dir: job.output_dir,
+            quiet: job.quiet,
+            faults,
+            fault_seed,
+            json: report.json,
+            trace: report.trace,
+            plot: report.plot,
+            resume: state.resume,
+            discard_state: state.discard_state,
+            fallback_to_older_checkpoint: state.fallback_to_older_checkpoint,
+            from_savepoint: state.from_savepoint,
+            allow_non_restored_state: state.allow_non_restored_state,
+            stop_with_savepoint: savepoint.stop_with_savepoint,
+            stop_with_savepoint_after_records: savepoint.stop_with_savepoint_after_records,
+        }
+    }
+}
+
+/// Every progress bar, so that log lines and phase lines print above them instead of
+/// breaking them.
+static BARS: std::sync::LazyLock<MultiProgress> = std::sync::LazyLock::new(MultiProgress::new);
+
+/// The log, written above the progress bars: a line written while a bar is drawn would
+/// leave a broken copy of the bar in the terminal.
+#[derive(Debug)]
+struct AboveTheBars(env_logger::Logger);
+
+impl log::Log for AboveTheBars {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.0.matches(record) {
+            BARS.suspend(|| self.0.log(record));
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
 }
 
 /// Restarts a run may use when `--faults` does not ask for more.
@@ -215,6 +384,9 @@ enum CliError {
     /// The job failed, was interrupted, or its verdict is false: exit 1.
     #[error("{0}")]
     Failed(String),
+    /// `inspect` found a damaged checkpoint or savepoint file: exit 3.
+    #[error("{0}")]
+    Damaged(String),
 }
 
 impl CliError {
@@ -222,6 +394,7 @@ impl CliError {
         match self {
             CliError::Usage(_) => ExitCode::from(2),
             CliError::Failed(_) => ExitCode::from(1),
+            CliError::Damaged(_) => ExitCode::from(3),
         }
     }
 
@@ -338,23 +511,6 @@ impl Options {
                  --checkpoint-alignment unaligned"
                     .into(),
             );
-        }
-        if soak {
-            for (flag, set) in [
-                ("--json", self.json.is_some()),
-                ("--trace", self.trace.is_some()),
-                ("--plot", self.plot.is_some()),
-                ("--resume", self.resume),
-                ("--stop-with-savepoint", self.stop_with_savepoint.is_some()),
-                ("--from-savepoint", self.from_savepoint.is_some()),
-            ] {
-                if set {
-                    return usage(format!(
-                        "soak does not support {flag} (it writes no report and starts every \
-                         seed over); use it with run or compare"
-                    ));
-                }
-            }
         }
         check_dir("--work-dir", &self.work_dir())?;
         if let Some(dir) = &self.output_dir {
@@ -497,7 +653,7 @@ fn pause_at_phases() -> bool {
 /// `streamtask bench` in a `--cfg loom` build (the model-checking build of the tests): the
 /// measurements need real threads and clocks, which that build does not have.
 #[cfg(loom)]
-fn bench(_options: &Options, _quick: bool, _rounds: Option<usize>) -> Result<(), CliError> {
+fn bench(_args: &BenchArgs) -> Result<(), CliError> {
     Err(CliError::Usage(
         "this binary was built with --cfg loom (for the model checks); build it without \
          RUSTFLAGS=\"--cfg loom\" to run the bench"
@@ -507,14 +663,14 @@ fn bench(_options: &Options, _quick: bool, _rounds: Option<usize>) -> Result<(),
 
 /// `streamtask bench`: the measurements, the table, and the JSON if asked for.
 #[cfg(not(loom))]
-fn bench(options: &Options, quick: bool, rounds: Option<usize>) -> Result<(), CliError> {
+fn bench(args: &BenchArgs) -> Result<(), CliError> {
     use streamtask_cli::bench::{BenchConfig, run};
-    let mut config = if quick {
+    let mut config = if args.quick {
         BenchConfig::quick()
     } else {
         BenchConfig::full()
     };
-    if let Some(rounds) = rounds {
+    if let Some(rounds) = args.rounds {
         if rounds == 0 {
             return Err(CliError::Usage(
                 "--rounds 0 measures nothing: give at least 1".into(),
@@ -522,14 +678,14 @@ fn bench(options: &Options, quick: bool, rounds: Option<usize>) -> Result<(), Cl
         }
         config.rounds = rounds;
     }
-    let quiet = options.quiet;
+    let quiet = args.quiet;
     let report = run(config, |round, what| {
         if !quiet {
             eprintln!("round {}/{}: {what}", round + 1, config.rounds);
         }
     });
     print!("{report}");
-    if let Some(path) = &options.json {
+    if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)
             .map_err(|e| CliError::Failed(format!("the bench report as JSON: {e}")))?;
         std::fs::write(path, json + "\n").map_err(|e| {
@@ -542,6 +698,33 @@ fn bench(options: &Options, quick: bool, rounds: Option<usize>) -> Result<(), Cl
     Ok(())
 }
 
+/// `streamtask inspect PATH`: the table on stdout, the JSON if asked for; exit 3 if a file is
+/// damaged (the table and the JSON name it), 2 if the path holds no checkpoint or savepoint.
+fn inspect(args: &InspectArgs) -> Result<(), CliError> {
+    use streamtask_cli::inspect::InspectError;
+    check_output(args.json.as_deref(), "--json", "json")?;
+    let inspection = streamtask_cli::inspect::inspect(&args.path).map_err(|e| match e {
+        InspectError::NotFound(_) => CliError::Usage(e.to_string()),
+        InspectError::Storage(_) => CliError::Failed(e.to_string()),
+    })?;
+    print!("{}", inspection.table());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&inspection)
+            .map_err(|e| CliError::Failed(format!("the inspection as JSON: {e}")))?;
+        std::fs::write(path, json + "\n")
+            .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))?;
+        eprintln!("wrote {}", path.display());
+    }
+    match &inspection.damage {
+        None => Ok(()),
+        Some(damage) => Err(CliError::Damaged(format!(
+            "{} failed its {} check: it cannot be restored",
+            damage.file.display(),
+            damage.check
+        ))),
+    }
+}
+
 fn announce(phase: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "streamtask-phase {phase}");
@@ -551,42 +734,66 @@ fn announce(phase: &str) {
     let _ = std::io::stdin().lock().read_line(&mut line);
 }
 
+/// The log on stderr, above the progress bars. The executor's warnings (one line per failed
+/// attempt, the root cause) and its restore decisions are what a user wants to see; the model
+/// crates' task logs repeat the causes (`streamtask` alone would match `streamtask_core` etc.
+/// too). `soak` starts every seed over on purpose, so its restore decisions stay below the
+/// filter. RUST_LOG overrides.
+fn init_log(soak: bool) {
+    let restore = if soak { "warn" } else { "info" };
+    let logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(format!(
+            "error,streamtask=warn,streamtask_cli=warn,streamtask::job::restore={restore},\
+             streamtask_core=error,streamtask_legacy=error,streamtask_mailbox=error,\
+             streamtask_bridge=error"
+        )))
+        .build();
+    log::set_max_level(logger.filter());
+    log::set_boxed_logger(Box::new(AboveTheBars(logger)))
+        .expect("the only logger, set once at start");
+}
+
 fn main() -> ExitCode {
-    // The executor's warnings (one line per failed attempt, the root cause) and its restore
-    // decisions are what a user wants to see; the model crates' task logs repeat the causes
-    // (`streamtask` alone would match `streamtask_core` etc. too). RUST_LOG overrides.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
-        "error,streamtask=warn,streamtask_cli=warn,streamtask::job::restore=info,streamtask_core=error,\
-         streamtask_legacy=error,streamtask_mailbox=error,streamtask_bridge=error",
-    ))
-    .init();
     quiet_injected_panics();
     // Usage errors from clap exit with 2 already.
     let cli = Cli::parse();
-    let savepoint = cli
-        .options
-        .stop_with_savepoint
-        .as_ref()
-        .map(|_| SavepointHandle::new());
-    let cancel = install_signal_handler(savepoint.clone());
-    let result = match cli.command.unwrap_or(Command::Compare) {
-        Command::Compare if cli.options.stop_with_savepoint.is_some() => Err(CliError::Usage(
-            "--stop-with-savepoint stops one run: use it with `run --model M`".to_string(),
-        )),
-        Command::Compare => compare(&cli.options, &Model::ALL, &cancel),
-        Command::Run { model } => match savepoint {
-            Some(handle) => run_to_savepoint(&cli.options, model, handle, &cancel),
-            None => compare(&cli.options, &[model], &cancel),
-        },
-        Command::Soak { seeds, model } => {
-            let models = if model.is_empty() {
+    init_log(matches!(cli.command, Some(Command::Soak(_))));
+    let result = match cli.command.unwrap_or(Command::Compare(cli.compare)) {
+        Command::Compare(args) => {
+            let options = args.into_options(SavepointArgs::default());
+            let cancel = install_signal_handler(None);
+            compare(&options, &Model::ALL, &cancel)
+        }
+        Command::Run(args) => {
+            let options = args.compare.into_options(args.savepoint);
+            let savepoint = options
+                .stop_with_savepoint
+                .as_ref()
+                .map(|_| SavepointHandle::new());
+            let cancel = install_signal_handler(savepoint.clone());
+            match savepoint {
+                Some(handle) => run_to_savepoint(&options, args.model, handle, &cancel),
+                None => compare(&options, &[args.model], &cancel),
+            }
+        }
+        Command::Soak(args) => {
+            let models = if args.model.is_empty() {
                 Model::ALL.to_vec()
             } else {
-                model
+                args.model
             };
-            soak(&cli.options, seeds, &models, &cancel)
+            let options = Options::of(
+                args.job,
+                (args.faults, args.fault_seed),
+                ReportArgs::default(),
+                StateArgs::default(),
+                SavepointArgs::default(),
+            );
+            let cancel = install_signal_handler(None);
+            soak(&options, args.seeds, &models, &cancel)
         }
-        Command::Bench { quick, rounds } => bench(&cli.options, quick, rounds),
+        Command::Bench(args) => bench(&args),
+        Command::Inspect(args) => inspect(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -607,19 +814,29 @@ fn run_model(
     let progress = if options.quiet {
         ProgressBar::hidden()
     } else {
-        let bar = ProgressBar::new(job.data.orders);
+        let bar = BARS.add(ProgressBar::new(job.data.orders));
         bar.set_style(
-            ProgressStyle::with_template("{prefix:>8} [{bar:40}] {pos}/{len} records {msg}")
-                .expect("static template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>8} {spinner} [{bar:40}] {pos}/{len} records {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
         );
         bar.set_prefix(model.name());
+        bar.set_message("running");
+        // The spinner turns while the pipeline drains after the source read everything.
+        bar.enable_steady_tick(Duration::from_millis(120));
         bar
     };
     let on_progress = {
         let bar = progress.clone();
         let total = job.data.orders;
-        Arc::new(move |records: u64| bar.set_position(records.min(total)))
+        Arc::new(move |records: u64| {
+            bar.set_position(records.min(total));
+            if records >= total {
+                bar.set_message("all read; draining the pipeline and committing");
+            }
+        })
     };
     let mut config = JobConfig::new(&job.work_dir)
         .with_fairness(options.fairness())
@@ -641,14 +858,18 @@ fn run_model(
             _ => {}
         }));
     }
-    let run = match job.run(model, config.clone()) {
+    let verifying = {
+        let bar = progress.clone();
+        move || bar.set_message("verifying the committed output against the reference")
+    };
+    let run = match job.run_with(model, config.clone(), verifying.clone()) {
         // `compare --resume` after a crash in a later model: the earlier models finished.
         Err(JobError::NothingToResume { .. }) if options.resume => {
             // Not through the progress bar: it is hidden with --quiet.
             eprintln!(
                 "streamtask: {model}: its earlier run finished; running it again from the start"
             );
-            job.run(model, config.with_restore(Restore::Fresh))
+            job.run_with(model, config.with_restore(Restore::Fresh), verifying)
         }
         other => other,
     };
@@ -740,7 +961,11 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         }
     }
     check_space(&job, models)?;
-    prepare(&job, cancel)?;
+    prepare(options, &job, cancel)?;
+    phase(
+        options,
+        "computing the reference output (from the data, without any runtime)",
+    );
     let expected =
         streamtask_cli::demo::digest(&streamtask_cli::demo::data::expected_output(&job.data));
     let mut reports = Vec::new();
@@ -834,7 +1059,7 @@ fn run_to_savepoint(
         Err(e) => return Err(CliError::of_job(model, e)),
     }
     check_space(&job, &[model])?;
-    prepare(&job, cancel)?;
+    prepare(options, &job, cancel)?;
     let run = run_model(options, &job, model, Tracer::off(), cancel)?;
     match &run.result.savepoint {
         Some(path) => {
@@ -882,8 +1107,33 @@ fn check_space(job: &DemoJob, models: &[Model]) -> Result<(), CliError> {
     })
 }
 
+/// Says which phase starts, on stderr, unless `--quiet`: the phases before and after the
+/// progress bar take long enough on large inputs to look like a hang otherwise.
+fn phase(options: &Options, text: &str) {
+    if options.quiet {
+        return;
+    }
+    // Bars are hidden when stderr is no terminal, and so is what they print.
+    if BARS.is_hidden() {
+        eprintln!("streamtask: {text}");
+    } else {
+        let _ = BARS.println(format!("streamtask: {text}"));
+    }
+}
+
 /// Generates the data, announcing the midpoint to the crash test when asked.
-fn prepare(job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
+fn prepare(options: &Options, job: &DemoJob, cancel: &AtomicBool) -> Result<(), CliError> {
+    if !job.is_generated() {
+        phase(
+            options,
+            &format!(
+                "generating data: {} orders, {} customers in {}",
+                job.data.orders,
+                job.data.customers,
+                job.work_dir.display()
+            ),
+        );
+    }
     let pause = pause_at_phases();
     let result = job.prepare_with(cancel, || {
         if pause {
@@ -913,7 +1163,7 @@ fn soak(
     job.restarts = plan.restarts;
     let _lock = lock_work_dir(&job.work_dir)?;
     check_space(&job, models)?;
-    prepare(&job, cancel)?;
+    prepare(options, &job, cancel)?;
     let faults = options.faults.max(1);
     if options.faults == 0 {
         eprintln!(
@@ -926,7 +1176,7 @@ fn soak(
         let progress = if options.quiet {
             ProgressBar::hidden()
         } else {
-            let bar = ProgressBar::new(seeds);
+            let bar = BARS.add(ProgressBar::new(seeds));
             bar.set_style(
                 ProgressStyle::with_template("{prefix:>8} [{bar:40}] seed {pos}/{len} {msg}")
                     .expect("static template")

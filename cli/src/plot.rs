@@ -73,6 +73,13 @@ pub fn draw(report: &CompareReport, path: &Path) -> Result<(), String> {
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
             });
+        // A line needs two samples: a run shorter than the sampling interval has one, shown
+        // as a point.
+        if let [only] = m.throughput_series.as_slice() {
+            chart
+                .draw_series(std::iter::once(Circle::new(*only, 4, colour.filled())))
+                .map_err(|e| e.to_string())?;
+        }
     }
     chart
         .configure_series_labels()
@@ -221,6 +228,22 @@ mod tests {
         assert!(svg.contains("records/s") && svg.contains("µs"));
         assert!(svg.contains("end-to-end"));
         assert!(!svg.contains("(us"), "units are µs, not us");
+    }
+
+    #[test]
+    fn a_single_sample_is_drawn_as_a_point() {
+        let one = ModelReport {
+            model: "legacy".into(),
+            throughput_series: vec![(0.2, 10.0)],
+            ..ModelReport::default()
+        };
+        let report = CompareReport::new("d".into(), 1, 1, 0, vec![one]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plot.svg");
+        draw(&report, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        // The throughput sample's point (radius 4; the other panels' legends use 3).
+        assert_eq!(svg.matches(r#"r="4""#).count(), 1, "{svg}");
     }
 
     #[test]

@@ -73,11 +73,11 @@ fn exit_code_2_for_usage_errors_found_before_anything_runs() {
         ),
         (
             &["soak", "--seeds", "1", "--json", "x.json"],
-            "soak does not support --json",
+            "unexpected argument '--json'",
         ),
         (
             &["soak", "--seeds", "1", "--plot", "x.svg"],
-            "soak does not support --plot",
+            "unexpected argument '--plot'",
         ),
         (&["run", "--model", "nosuchmodel"], "nosuchmodel"),
         (
@@ -201,49 +201,127 @@ fn faults_beyond_the_restart_budget_raise_it_and_say_so() {
 }
 
 #[test]
-fn the_default_log_shows_one_line_per_failed_attempt_not_every_tasks_copy() {
-    // Before: follow-on warnings of every task (313 stderr lines for 180 faults).
+fn injected_faults_are_logged_below_warnings_one_line_per_attempt() {
+    let restarts = |out: &std::process::Output| -> usize {
+        stdout(out)
+            .lines()
+            .find_map(|l| l.strip_prefix("restarts"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("a restarts row")
+    };
     let dir = tempfile::tempdir().unwrap();
     let out = streamtask_default_log(&run_args("legacy", dir.path(), &["--faults", "6"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let restarts: usize = stdout(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("restarts"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("a restarts row");
+    assert!(restarts(&out) > 0, "{}", stdout(&out));
+    // The faults were asked for: no warning about them by default.
     let err = stderr(&out);
-    let warnings = err.lines().filter(|l| l.contains("WARN")).count();
-    assert_eq!(warnings, restarts, "one warning per failed attempt: {err}");
     assert!(
         err.lines()
-            .all(|l| l.contains("attempt") || !l.contains("WARN")),
+            .filter(|l| l.contains("WARN"))
+            .all(|l| !l.contains("injected fault") && !l.contains("attempt")),
         "{err}"
+    );
+    // At info, the executor's one line per failed attempt, not every task's copy.
+    let out = std::process::Command::new(common::BIN)
+        .args(run_args(
+            "legacy",
+            dir.path(),
+            &["--faults", "6", "--discard-state"],
+        ))
+        .env("RUST_LOG", "error,streamtask::job::executor=info")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    let attempts = err
+        .lines()
+        .filter(|l| l.contains("INFO") && l.contains("attempt") && l.contains("injected fault"))
+        .count();
+    assert_eq!(
+        attempts,
+        restarts(&out),
+        "one line per failed attempt: {err}"
     );
 }
 
 #[test]
-fn soak_says_what_it_changed_and_reports_per_model() {
+fn soak_injects_one_fault_by_default_and_reports_per_model() {
     let dir = tempfile::tempdir().unwrap();
     let w = work(dir.path());
-    let out = streamtask(&args(&[
-        "soak",
-        "--seeds",
-        "2",
-        "--model",
-        "mailbox",
-        "--records",
-        "2000",
-        "--quiet",
-        "--work-dir",
-        &w,
-    ]));
+    let soak = |extra: &[&str]| {
+        let mut a = args(&[
+            "soak",
+            "--seeds",
+            "2",
+            "--model",
+            "mailbox",
+            "--records",
+            "2000",
+            "--quiet",
+            "--work-dir",
+            &w,
+        ]);
+        a.extend(args(extra));
+        streamtask_default_log(&a)
+    };
+    let out = soak(&[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("2 seed(s), 1 fault(s) each"),
+        "{}",
+        stdout(&out)
+    );
+    // The faults it injects on purpose are no warnings.
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .filter(|l| l.contains("WARN"))
+            .all(|l| !l.contains("injected fault")),
+        "{err}"
+    );
+    // Nor is starting every seed over, which it does on purpose.
+    assert!(!err.contains("discarding the earlier run"), "{err}");
+    // An explicit 0 is raised, and it says so.
+    let out = soak(&["--faults", "0"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("--faults 0 raised to 1"),
         "{}",
         stderr(&out)
     );
-    assert!(stdout(&out).contains("2 seed(s)"), "{}", stdout(&out));
+}
+
+#[test]
+fn soak_help_lists_only_its_options_with_its_defaults() {
+    let out = streamtask(&args(&["soak", "--help"]));
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    for refused in [
+        "--json",
+        "--trace",
+        "--plot",
+        "--resume",
+        "--stop-with-savepoint",
+        "--from-savepoint",
+    ] {
+        assert!(
+            !help.contains(refused),
+            "soak --help lists {refused}: {help}"
+        );
+    }
+    assert!(help.contains("--faults <FAULTS>"), "{help}");
+    assert!(help.contains("[default: 1]"), "{help}");
+    // `run` keeps them.
+    let run = stdout(&streamtask(&args(&["run", "--help"])));
+    for kept in [
+        "--json",
+        "--resume",
+        "--stop-with-savepoint",
+        "--from-savepoint",
+    ] {
+        assert!(run.contains(kept), "run --help lacks {kept}: {run}");
+    }
 }
 
 #[test]

@@ -408,6 +408,56 @@ impl<G: DeserializeOwned> KeyGroupedState<G> {
     }
 }
 
+/// The encoded size of each key group in a keyed snapshot: what
+/// [`key_group_sizes`] reads, for tools that show where keyed state sits without knowing its
+/// key or state types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyGroupSizes {
+    /// The max parallelism the key groups were computed with.
+    pub max_parallelism: u32,
+    /// `(key group, bytes of its encoded states and timers)` for every non-empty key group,
+    /// ascending.
+    pub groups: Vec<(u32, usize)>,
+}
+
+/// Reads the size of every key group of a [`KeyGroupedState`] snapshot (any key and state
+/// types); `None` if `bytes` is another kind of state (see [`state_kind`]).
+///
+/// # Errors
+///
+/// [`StateError::Decode`] if the snapshot says it is keyed but does not decode.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_core::keygroup::{KeyGroupedState, key_group_sizes};
+///
+/// let bytes = KeyGroupedState::new(128, 0, vec![(3, vec![1u8, 2]), (7, vec![])])
+///     .encode()
+///     .unwrap();
+/// let sizes = key_group_sizes(&bytes).unwrap().unwrap();
+/// assert_eq!(sizes.max_parallelism, 128);
+/// assert_eq!(sizes.groups, vec![(3, 5), (7, 2)]); // `[1,2]` and `[]`
+/// assert!(key_group_sizes(b"{}").unwrap().is_none());
+/// ```
+pub fn key_group_sizes(bytes: &[u8]) -> Result<Option<KeyGroupSizes>, StateError> {
+    if state_kind(bytes) != StateKind::KeyGrouped {
+        return Ok(None);
+    }
+    // Each group's value is re-encoded on its own: its length is what the group adds to the
+    // snapshot, whatever the key and state types are.
+    let snapshot = KeyGroupedState::<serde_json::Value>::decode(bytes)?;
+    let groups = snapshot
+        .groups
+        .iter()
+        .map(|(group, value)| Ok((*group, encode(value)?.len())))
+        .collect::<Result<_, StateError>>()?;
+    Ok(Some(KeyGroupSizes {
+        max_parallelism: snapshot.max_parallelism,
+        groups,
+    }))
+}
+
 /// Groups `entries` by the key group of the key `key_of` names, ascending; what a keyed backend
 /// calls before it snapshots.
 pub fn split_by_key_group<E, K: StableKey>(

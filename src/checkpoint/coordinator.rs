@@ -1049,8 +1049,17 @@ impl CheckpointCoordinator {
             return None;
         }
         let failures = std::mem::take(&mut self.failures_in_a_row);
-        log::warn!(
-            "checkpoint {id} failed ({reason}): {failures} failures in a row, more than the \
+        let text = reason.to_string();
+        // A snapshot failed by a fault injected on purpose is what the run asked for: below
+        // warnings, as the executor logs the attempt it fails.
+        let level = if crate::fault::is_injected(&text) {
+            log::Level::Info
+        } else {
+            log::Level::Warn
+        };
+        log::log!(
+            level,
+            "checkpoint {id} failed ({text}): {failures} failures in a row, more than the \
              {tolerable} tolerated; the job fails"
         );
         Some(CheckpointFailures {

@@ -31,7 +31,7 @@ const STATE_MAGIC: [u8; 4] = *b"STKS";
 /// First bytes of a manifest.
 const MANIFEST_MAGIC: [u8; 4] = *b"STKM";
 /// The one format version this build reads and writes.
-const VERSION: u16 = 1;
+pub(super) const VERSION: u16 = 1;
 /// Magic, version and body length of a manifest.
 const MANIFEST_HEADER_LEN: usize = 4 + 2 + 8;
 

@@ -55,6 +55,10 @@ pub use self::savepoint::{
 };
 pub use self::storage::{CheckpointStorage, Corruption, StorageError};
 
+/// The checkpoint directory format (state files and manifest) this version writes and reads:
+/// a checkpoint that loads has this version.
+pub const CHECKPOINT_FORMAT_VERSION: u16 = format::VERSION;
+
 /// A checkpoint every task acknowledged: the state of the whole job at one barrier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedCheckpoint {

@@ -237,6 +237,24 @@ impl CheckpointStorage {
         }
     }
 
+    /// The id in the name of a checkpoint's directory (`chk-<id>`, as a directory storage names
+    /// it), without reading anything; `None` for any other name. For tools that report on a
+    /// checkpoint that does not load.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use streamtask::CheckpointStorage;
+    ///
+    /// let dir = Path::new("checkpoints/chk-00000000000000000007");
+    /// assert_eq!(CheckpointStorage::id_of_path(dir), Some(7));
+    /// assert_eq!(CheckpointStorage::id_of_path(Path::new("checkpoints")), None);
+    /// ```
+    pub fn id_of_path(path: &Path) -> Option<u64> {
+        directory::checkpoint_id_of(path.file_name()?.to_str()?)
+    }
+
     /// Deletes every stored checkpoint; returns the ids deleted.
     ///
     /// # Errors

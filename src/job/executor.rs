@@ -520,7 +520,14 @@ impl JobGraph {
                     });
                 }
                 Some(failure) => {
-                    log::warn!("attempt {} failed: {failure}", restarts + 1);
+                    // A fault injected on purpose is what the run asked for: below warnings,
+                    // so a soak's thousands of them do not bury the progress and real errors.
+                    let text = failure.to_string();
+                    if crate::fault::is_injected(&text) {
+                        log::info!("attempt {} failed: {text}", restarts + 1);
+                    } else {
+                        log::warn!("attempt {} failed: {text}", restarts + 1);
+                    }
                     failures.push(failure.to_string());
                     if end.non_recoverable {
                         return Err(JobError::NonRecoverable {

@@ -119,7 +119,8 @@ use std::path::PathBuf;
 
 pub use self::collect::{CollectHandle, CollectSink};
 pub use self::two_phase::{
-    TwoPhaseCommitFileSink, commit_finished, committed_files, discard_output, read_committed,
+    PendingTransaction, TwoPhaseCommitFileSink, commit_finished, committed_files, discard_output,
+    pending_transactions, read_committed,
 };
 
 /// Why a sink could not write, pre-commit, commit or restore.

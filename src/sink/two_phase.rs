@@ -119,6 +119,54 @@ struct SinkState {
     pending: Vec<PendingTxn>,
 }
 
+/// A transaction a two-phase sink had pre-committed at a checkpoint and commits when that
+/// checkpoint completes (or when the job restores from it): what [`pending_transactions`]
+/// reads from the sink's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PendingTransaction {
+    /// The sink subtask that wrote it.
+    pub subtask: usize,
+    /// Its number among that subtask's transactions.
+    pub txn: u64,
+    /// The checkpoint whose completion commits it.
+    pub checkpoint: u64,
+}
+
+/// The pending transactions in a [`TwoPhaseCommitFileSink`]'s snapshot (the bytes it stored
+/// for one subtask in a checkpoint or savepoint), in the order it stored them; `None` if
+/// `bytes` is not such a sink's state.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask::sink::pending_transactions;
+///
+/// let state = br#"{"format":"streamtask-union-state-v1","items":[
+///     {"subtask":1,"next_txn":2,"pending":[{"txn":1,"checkpoint":2}]}]}"#;
+/// let pending = pending_transactions(state).unwrap();
+/// assert_eq!((pending[0].subtask, pending[0].txn, pending[0].checkpoint), (1, 1, 2));
+/// assert!(pending_transactions(b"{}").is_none());
+/// ```
+pub fn pending_transactions(bytes: &[u8]) -> Option<Vec<PendingTransaction>> {
+    // As `initialize_state` reads it: union state, or an older checkpoint's bare `SinkState`.
+    let states = match state_kind(bytes) {
+        StateKind::Union => UnionState::<SinkState>::decode(bytes).ok()?.items,
+        _ => vec![state::decode::<SinkState>(bytes).ok()?],
+    };
+    Some(
+        states
+            .iter()
+            .flat_map(|s| {
+                s.pending.iter().map(|p| PendingTransaction {
+                    subtask: s.subtask,
+                    txn: p.txn,
+                    checkpoint: p.checkpoint,
+                })
+            })
+            .collect(),
+    )
+}
+
 impl<T> TwoPhaseCommitFileSink<T> {
     /// The sink of subtask `subtask`, named `name`, writing into `dir` one line per record as
     /// `formatter` renders it. The formatter must not return line breaks (a record whose line

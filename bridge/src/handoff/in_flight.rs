@@ -55,6 +55,26 @@ impl<T: DeserializeOwned> InFlight<T> {
     }
 }
 
+/// How many elements a [`HandoffReader`](super::HandoffReader) had in flight in a task's
+/// [`TaskSnapshot::SOURCE_IN_FLIGHT`] entry, and whether its function had finished; `None` if
+/// `bytes` is not such an entry. For tools that show a checkpoint's content.
+///
+/// # Examples
+///
+/// ```
+/// use streamtask_bridge::source_in_flight;
+///
+/// let entry = br#"{"pending":[{"Watermark":5}],"finished":false}"#;
+/// assert_eq!(source_in_flight(entry), Some((1, false)));
+/// assert_eq!(source_in_flight(b"[]"), None);
+/// ```
+///
+/// [`TaskSnapshot::SOURCE_IN_FLIGHT`]: streamtask_core::TaskSnapshot::SOURCE_IN_FLIGHT
+pub fn source_in_flight(bytes: &[u8]) -> Option<(usize, bool)> {
+    let entry = InFlight::<serde_json::Value>::decode(bytes).ok()?;
+    Some((entry.pending.len(), entry.finished))
+}
+
 /// A legacy [`SourceFunction`] that first replays the elements a
 /// [`HandoffReader`](crate::HandoffReader) had in flight when the checkpoint it restores from was
 /// taken, then runs the function from its restored state (or not at all, if it had finished).

@@ -34,8 +34,8 @@ use self::buffer::{
     Chunk, Handoff, HandoffEnd, HandoffItem, Pending, Published, Restored, SnapshotRef,
     default_chunk, spin_then_yield,
 };
-pub use self::in_flight::InFlightReplay;
 use self::in_flight::{InFlight, InFlightRef};
+pub use self::in_flight::{InFlightReplay, source_in_flight};
 use crate::task::SourceExit;
 
 /// Elements the handoff holds before the source waits for room, unless set.

@@ -403,6 +403,21 @@ impl DemoJob {
     ///
     /// What the executor reports when the job cannot start or finish.
     pub fn run(&self, model: Model, config: JobConfig) -> Result<DemoRun, JobError> {
+        self.run_with(model, config, || {})
+    }
+
+    /// [`run`](Self::run), calling `verifying` once the job ended, before its committed output
+    /// is read and compared with the reference (which takes a while on large inputs).
+    ///
+    /// # Errors
+    ///
+    /// What the executor reports when the job cannot start or finish.
+    pub fn run_with(
+        &self,
+        model: Model,
+        config: JobConfig,
+        verifying: impl FnOnce(),
+    ) -> Result<DemoRun, JobError> {
         let recorder = Arc::new(EndToEndRecorder::new());
         let job = self.build(model)?;
         // The end-to-end durations are recorded first; a phase callback of the caller's runs
@@ -432,6 +447,7 @@ impl DemoJob {
             ..config
         };
         let result = job.run(&config)?;
+        verifying();
         let mut committed =
             streamtask::sink::read_committed(self.output_dir(model)).map_err(JobError::Sink)?;
         committed.sort_unstable();
