@@ -190,7 +190,8 @@ struct State<T> {
 
 /// Tells a reader of several channels that one of them received a priority element
 /// ([`Sender::send_priority`]): a flag it can test in one load between records, and a waker
-/// for a reader that is not reading (see the [module docs](self)).
+/// for a reader that is not reading (see the [channel module](super), "Unaligned
+/// checkpoints").
 ///
 /// # Examples
 ///
@@ -416,7 +417,7 @@ impl<T> Sender<T> {
 
     /// Sends `value` ahead of the queued elements, outside the capacity: never blocks. The
     /// receiver gets it in order unless it takes it early with [`Receiver::take_priority`];
-    /// see the [module docs](self). Rings the receiver's [`PriorityBell`] and wakes its data
+    /// see the [channel module](super). Rings the receiver's [`PriorityBell`] and wakes its data
     /// waker.
     ///
     /// # Errors

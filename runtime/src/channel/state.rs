@@ -2,20 +2,7 @@
 //! stored with the task's snapshot and put back in front of each channel on restore; its codec
 //! and its format on disk.
 //!
-//! # Format
-//!
-//! One entry of the task's snapshot ([`TaskSnapshot::CHANNEL_STATE`]), little-endian:
-//!
-//! | field | bytes |
-//! |---|---|
-//! | magic `STCS` | 4 |
-//! | format version (1) | 1 |
-//! | channels that hold elements | 4 |
-//! | per channel: its index in the gate, its element count, then per element its length and its bytes | 4 + 4 + (4 + n) each |
-//! | CRC-32 of everything before it | 4 |
-//!
-//! Elements are encoded by the edge's [`ChannelCodec`]; a channel's elements are in the order
-//! they were sent. A damaged entry is refused ([`ChannelStateError`]), never half read.
+//! The format is on [`ChannelState`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -87,6 +74,21 @@ impl<T> fmt::Debug for ChannelCodec<T> {
 
 /// The encoded elements of one checkpoint, per input channel of a task (flat channel index:
 /// a two-input task's input 1 channels first).
+///
+/// # Format
+///
+/// One entry of the task's snapshot ([`TaskSnapshot::CHANNEL_STATE`]), little-endian:
+///
+/// | field | bytes |
+/// |---|---|
+/// | magic `STCS` | 4 |
+/// | format version (1) | 1 |
+/// | channels that hold elements | 4 |
+/// | per channel: its index in the gate, its element count, then per element its length and its bytes | 4 + 4 + (4 + n) each |
+/// | CRC-32 of everything before it | 4 |
+///
+/// Elements are encoded by the edge's [`ChannelCodec`]; a channel's elements are in the order
+/// they were sent. A damaged entry is refused ([`ChannelStateError`]), never half read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChannelState {
     channels: BTreeMap<usize, Vec<Vec<u8>>>,
@@ -183,7 +185,7 @@ impl ChannelState {
         self.channels.keys().copied()
     }
 
-    /// The entry's bytes (see the [module docs](self) for the format).
+    /// The entry's bytes (see the format above).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(13 + self.bytes + 8 * self.channels.len());
         out.extend_from_slice(MAGIC);
