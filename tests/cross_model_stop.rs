@@ -13,8 +13,8 @@
 //! | `a_panic_is_reported_with_the_operator_that_panicked` | the failure was a string naming the chain's task only |
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
 use std::task::Waker;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -28,6 +28,8 @@ use streamtask_core::operator::Context;
 use streamtask_core::state::encode;
 use streamtask_core::{StreamRecord, TaskError};
 
+#[path = "common/bounded_run.rs"]
+mod bounded_run;
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 /// Hang guard for a run and for threads to end; never an assertion on time.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -38,34 +40,13 @@ const TIGHT: Duration = Duration::from_millis(35);
 /// A timeout no savepoint of these jobs reaches.
 const ROOMY: Duration = Duration::from_secs(30);
 
-/// The adapter: builds the job under `model` on a thread of its own (the environment is not
-/// `Send`), runs it, and waits at most the hang guard. A run that hangs is cancelled, joined
-/// (bounded) and reported as a test failure.
+/// The suite's adapter with its hang guard (`common/bounded_run.rs`).
 fn run_bounded(
     model: Model,
     config: JobConfig,
     build: impl FnOnce(&StreamEnvironment) + Send + 'static,
 ) -> Result<JobResult, JobError> {
-    let cancel = Arc::clone(&config.cancel);
-    let (done, result) = mpsc::channel();
-    let runner = thread::spawn(move || {
-        let env = StreamEnvironment::new(model);
-        build(&env);
-        let _ = done.send(env.build().unwrap().run(&config));
-    });
-    match result.recv_timeout(HANG_GUARD) {
-        Ok(result) => {
-            runner.join().unwrap();
-            result
-        }
-        Err(_) => {
-            cancel.store(true, Ordering::Release);
-            if result.recv_timeout(HANG_GUARD).is_ok() {
-                runner.join().unwrap();
-            }
-            panic!("{model:?}: the run did not return within the hang guard");
-        }
-    }
+    bounded_run::run_bounded(model, config, HANG_GUARD, build)
 }
 
 // ---- stop-with-savepoint -----------------------------------------------------------------

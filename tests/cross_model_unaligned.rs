@@ -12,8 +12,8 @@
 //! | `savepoints_stay_aligned` | a stop-with-savepoint of a job with unaligned checkpoints stores no channel state |
 //! | `a_record_type_without_an_encoding_is_refused_with_the_fix` | a job whose input type has no encoding refuses to start, naming the type and the fix |
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,38 +24,20 @@ use streamtask::{JobError, JobPhase, JobResult, Restore, StopWithSavepoint};
 use streamtask_core::{Alignment, TaskSnapshot};
 use streamtask_runtime::channel::ChannelState;
 
+#[path = "common/bounded_run.rs"]
+mod bounded_run;
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 /// Hang guard for a run; never an assertion on time.
 const HANG_GUARD: Duration = Duration::from_secs(90);
 const END: u64 = 4_000;
 
-/// The adapter: builds the job under `model` on a thread of its own (the environment is not
-/// `Send`), runs it, and waits at most the hang guard.
+/// The suite's adapter with its hang guard (`common/bounded_run.rs`).
 fn run_bounded(
     model: Model,
     config: JobConfig,
     build: impl FnOnce(&StreamEnvironment) + Send + 'static,
 ) -> Result<JobResult, JobError> {
-    let cancel = Arc::clone(&config.cancel);
-    let (done, result) = mpsc::channel();
-    let runner = thread::spawn(move || {
-        let env = StreamEnvironment::new(model);
-        build(&env);
-        let _ = done.send(env.build().and_then(|job| job.run(&config)));
-    });
-    match result.recv_timeout(HANG_GUARD) {
-        Ok(result) => {
-            runner.join().unwrap();
-            result
-        }
-        Err(_) => {
-            cancel.store(true, Ordering::Release);
-            if result.recv_timeout(HANG_GUARD).is_ok() {
-                runner.join().unwrap();
-            }
-            panic!("{model:?}: the run did not return within the hang guard");
-        }
-    }
+    bounded_run::run_bounded(model, config, HANG_GUARD, build)
 }
 
 /// Slower than the source: the channels in front of it stay full. Fails on its next record

@@ -22,58 +22,12 @@ use proptest::prelude::*;
 use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord};
 use streamtask_runtime::channel::{AlignerAction, BarrierAligner, GateEvent, InputGate, bounded};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Item {
-    Record(u32),
-    Barrier(u64),
-    End,
-}
-
-/// One channel's script: records and barriers (ids grow by 1 or 2), maybe end of input.
-fn script() -> impl Strategy<Value = Vec<Item>> {
-    (
-        prop::collection::vec(
-            prop_oneof![3 => Just(None), 2 => (1u64..=2).prop_map(Some)],
-            0..14,
-        ),
-        any::<bool>(),
-    )
-        .prop_map(|(ops, ends)| {
-            let (mut id, mut seq) = (0, 0);
-            let mut items: Vec<Item> = ops
-                .into_iter()
-                .map(|op| match op {
-                    None => {
-                        seq += 1;
-                        Item::Record(seq - 1)
-                    }
-                    Some(step) => {
-                        id += step;
-                        Item::Barrier(id)
-                    }
-                })
-                .collect();
-            if ends {
-                items.push(Item::End);
-            }
-            items
-        })
-}
+#[path = "common/scripts.rs"]
+mod scripts;
+use scripts::{Item, records_before, script};
 
 fn scripts() -> impl Strategy<Value = Vec<Vec<Item>>> {
     prop::collection::vec(script(), 1..=4)
-}
-
-/// The records of `script` before its barrier `id` (all of them if it has none).
-fn records_before(script: &[Item], id: u64) -> Vec<u32> {
-    script
-        .iter()
-        .take_while(|item| **item != Item::Barrier(id))
-        .filter_map(|item| match item {
-            Item::Record(r) => Some(*r),
-            _ => None,
-        })
-        .collect()
 }
 
 fn records_of(script: &[Item]) -> Vec<u32> {

@@ -21,54 +21,9 @@ use streamtask_runtime::channel::{
     ChannelCodec, ChannelState, GateEvent, InputGate, Receiver, Sender, bounded,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Item {
-    Record(u32),
-    Barrier(u64),
-    End,
-}
-
-/// One channel's script: records and barriers (ids grow by 1 or 2), maybe end of input.
-fn script() -> impl Strategy<Value = Vec<Item>> {
-    (
-        prop::collection::vec(
-            prop_oneof![3 => Just(None), 2 => (1u64..=2).prop_map(Some)],
-            0..14,
-        ),
-        any::<bool>(),
-    )
-        .prop_map(|(ops, ends)| {
-            let (mut id, mut seq) = (0, 0);
-            let mut items: Vec<Item> = ops
-                .into_iter()
-                .map(|op| match op {
-                    None => {
-                        seq += 1;
-                        Item::Record(seq - 1)
-                    }
-                    Some(step) => {
-                        id += step;
-                        Item::Barrier(id)
-                    }
-                })
-                .collect();
-            if ends {
-                items.push(Item::End);
-            }
-            items
-        })
-}
-
-fn records_before(script: &[Item], id: u64) -> Vec<u32> {
-    script
-        .iter()
-        .take_while(|item| **item != Item::Barrier(id))
-        .filter_map(|item| match item {
-            Item::Record(r) => Some(*r),
-            _ => None,
-        })
-        .collect()
-}
+#[path = "common/scripts.rs"]
+mod scripts;
+use scripts::{Item, records_before, script};
 
 fn unaligned(id: u64) -> CheckpointBarrier {
     CheckpointBarrier::new(id, 0).with_alignment(Alignment::Unaligned)

@@ -375,16 +375,6 @@ impl<T> Shared<T> {
     }
 }
 
-/// What a receive under the lock found.
-enum Next<T> {
-    /// The buffer was refilled: take from it.
-    Refilled,
-    /// A priority element whose turn it is.
-    Priority(T),
-    /// Nothing.
-    Nothing,
-}
-
 /// The sending half; cloneable.
 ///
 /// Dropping the last sender disconnects the channel: the receiver takes what is left, then gets
@@ -678,17 +668,23 @@ impl<T> Receiver<T> {
     }
 
     /// Under the lock with the buffer empty: the next element, from the queue (up to the
-    /// fence) or the priority element whose turn it is.
+    /// fence; taken after unlocking) or the priority element whose turn it is; the lock back
+    /// when there is none.
     #[inline]
-    fn next_locked(shared: &Shared<T>, state: &mut State<T>, buffer: &mut VecDeque<T>) -> Next<T> {
-        if Self::refill(shared, state, buffer) {
-            return Next::Refilled;
+    fn next_locked<'a>(
+        shared: &Shared<T>,
+        mut state: MutexGuard<'a, State<T>>,
+        buffer: &mut VecDeque<T>,
+    ) -> Result<T, MutexGuard<'a, State<T>>> {
+        if Self::refill(shared, &mut state, buffer) {
+            drop(state);
+            return Ok(Self::take_from(shared, buffer).expect("refilled"));
         }
-        if let Some((value, _)) = state.priority.pop_front() {
+        match state.priority.pop_front() {
             // Everything pushed before it was taken: its turn, in order.
-            return Next::Priority(value);
+            Some((value, _)) => Ok(value),
+            None => Err(state),
         }
-        Next::Nothing
     }
 
     /// Sets the bell every priority send rings from now on; rings it at once if a priority
@@ -783,15 +779,10 @@ impl<T> Receiver<T> {
             return Ok(value);
         }
         // Empty: move everything queued under one lock, and take after unlocking.
-        let mut state = shared.state.lock();
-        match Self::next_locked(shared, &mut state, buffer) {
-            Next::Refilled => {
-                drop(state);
-                return Ok(Self::take_from(shared, buffer).expect("refilled"));
-            }
-            Next::Priority(value) => return Ok(value),
-            Next::Nothing => {}
-        }
+        let state = match Self::next_locked(shared, shared.state.lock(), buffer) {
+            Ok(value) => return Ok(value),
+            Err(state) => state,
+        };
         // Disconnected only once nothing is queued: what the senders sent is delivered first.
         if state.senders == 0 {
             Err(TryRecvError::Disconnected)
@@ -815,14 +806,10 @@ impl<T> Receiver<T> {
         let mut state = self.shared.state.lock();
         loop {
             // 2. Try again under the lock every push takes: move everything queued.
-            match Self::next_locked(&self.shared, &mut state, &mut buffer) {
-                Next::Refilled => {
-                    drop(state);
-                    return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
-                }
-                Next::Priority(value) => return Ok(value),
-                Next::Nothing => {}
-            }
+            state = match Self::next_locked(&self.shared, state, &mut buffer) {
+                Ok(value) => return Ok(value),
+                Err(state) => state,
+            };
             // Empty, and no sender left: nothing will come.
             if state.senders == 0 {
                 return Err(RecvError);
@@ -861,14 +848,10 @@ impl<T> Receiver<T> {
         // The steps of `recv` (try under the lock, back off, register interest, park), the park
         // bounded by the deadline.
         loop {
-            match Self::next_locked(&self.shared, &mut state, &mut buffer) {
-                Next::Refilled => {
-                    drop(state);
-                    return Ok(Self::take_from(&self.shared, &mut buffer).expect("refilled"));
-                }
-                Next::Priority(value) => return Ok(value),
-                Next::Nothing => {}
-            }
+            state = match Self::next_locked(&self.shared, state, &mut buffer) {
+                Ok(value) => return Ok(value),
+                Err(state) => state,
+            };
             if state.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
             }
