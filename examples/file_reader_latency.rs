@@ -20,7 +20,7 @@ use streamtask::files::ReadMode;
 use streamtask::prelude::*;
 use streamtask::{ContinuousFiles, JobPhase};
 use streamtask_core::metrics::LatencyHistogram;
-use streamtask_core::{Context, Operator, OperatorError, StreamRecord};
+use streamtask_core::{OperatorError, StreamRecord, operator::Context, operator::Operator};
 
 type Times = Arc<Mutex<HashMap<u64, Instant>>>;
 

@@ -23,9 +23,6 @@ mod model;
 pub mod prelude;
 pub mod sink;
 
-pub use crate::checkpoint::{
-    CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
-};
 pub use crate::job::{
     AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, IterativeStream,
     JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan, JobResult, KeyedConnectedStreams,
@@ -34,7 +31,6 @@ pub use crate::job::{
     SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskFailed, TaskResult,
 };
 pub use crate::model::{Model, UnknownModel};
-pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};
 
 /// The migration guide, run as doc tests.
 #[cfg(doctest)]

@@ -28,10 +28,10 @@ pub use streamtask_core::function::{
     AsyncFunction, CoProcessFunction, KeyedProcessFunction, ResultFuture, TimeDomain,
 };
 pub use streamtask_core::operator::{
-    EndOfInputContext, KeyedContext, OutputTag, RecordContext, WatermarkStrategy,
+    Context, EndOfInputContext, KeyedContext, Operator, OutputTag, RecordContext, WatermarkStrategy,
 };
-pub use streamtask_core::time::InterruptibleTimers;
-pub use streamtask_core::{Clock, Context, Operator, OperatorError, StreamRecord, Watermark};
+pub use streamtask_core::time::{Clock, InterruptibleTimers};
+pub use streamtask_core::{OperatorError, StreamRecord, Watermark};
 pub use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
 pub use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 pub use streamtask_runtime::channel::Partitioner;

@@ -27,8 +27,9 @@ use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
 use streamtask_core::{
-    CheckpointBarrier, Clock, ManualClock, OperatorError, Output, StreamElement, StreamRecord,
-    StreamStatus, TaskError, TaskOutcome, TaskOutput, TaskSnapshot, Watermark,
+    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, StreamStatus, Watermark,
+    operator::Output, operator::TaskOutput, state::TaskSnapshot, task::TaskError,
+    task::TaskOutcome, time::Clock, time::ManualClock,
 };
 use streamtask_runtime::channel::{InputGate, Sender, bounded};
 use streamtask_runtime::{FutureAsyncFunction, TokioRuntime};
@@ -47,8 +48,8 @@ enum Model {
 const MODELS: [Model; 2] = [Model::Legacy, Model::Mailbox];
 
 enum Handle {
-    Legacy(streamtask_legacy::TaskHandle),
-    Mailbox(streamtask_mailbox::TaskHandle),
+    Legacy(streamtask_runtime::TaskHandle),
+    Mailbox(streamtask_runtime::TaskHandle),
 }
 
 /// A task output the test reads while the task runs.
@@ -122,7 +123,7 @@ struct EndMarker;
 
 const END_MARK: u64 = u64::MAX;
 
-impl streamtask_core::Operator for EndMarker {
+impl streamtask_core::operator::Operator for EndMarker {
     type In = u64;
     type Out = u64;
 
@@ -133,14 +134,14 @@ impl streamtask_core::Operator for EndMarker {
     fn process_element(
         &mut self,
         record: StreamRecord<u64>,
-        ctx: &mut streamtask_core::Context<'_, u64>,
+        ctx: &mut streamtask_core::operator::Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         ctx.collect(record)
     }
 
     fn end_input(
         &mut self,
-        ctx: &mut streamtask_core::Context<'_, u64>,
+        ctx: &mut streamtask_core::operator::Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         ctx.collect(StreamRecord::new(END_MARK))
     }
@@ -174,7 +175,7 @@ fn start_followed(model: Model, config: AsyncConfig<u64>) -> AsyncTask {
             )
         }
         Model::Mailbox => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, config).unwrap();
+            let op = streamtask_runtime::AsyncWaitOperator::new("async", function, config).unwrap();
             Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
                 task_config,
                 gate,
@@ -258,7 +259,7 @@ where
             )
         }
         Model::Mailbox => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, config)
+            let op = streamtask_runtime::AsyncWaitOperator::new("async", function, config)
                 .unwrap()
                 .with_inline_completions(inline);
             Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
@@ -1117,7 +1118,7 @@ fn invalid_configurations_are_typed_errors_in_both_models() {
             config.clone(),
         );
         assert_eq!(legacy.err(), Some(expected));
-        let mailbox = streamtask_mailbox::AsyncWaitOperator::new(
+        let mailbox = streamtask_runtime::AsyncWaitOperator::new(
             "async",
             ManualAsyncFunction::<u64, u64>::new(),
             config,

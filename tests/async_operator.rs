@@ -18,8 +18,9 @@ use crossbeam::channel::Receiver;
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, Clock, ManualClock, OperatorError, Output, StreamElement, StreamRecord,
-    StreamStatus, TaskError, TaskOutcome, TaskOutput, TaskSnapshot, Watermark,
+    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, StreamStatus, Watermark,
+    operator::Output, operator::TaskOutput, state::TaskSnapshot, task::TaskError,
+    task::TaskOutcome, time::Clock, time::ManualClock,
 };
 use streamtask_mailbox::{AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask};
 use streamtask_runtime::channel::{InputGate, Sender, bounded};
@@ -198,8 +199,8 @@ enum Model {
 }
 
 enum Handle {
-    Legacy(streamtask_legacy::TaskHandle),
-    Mailbox(streamtask_mailbox::TaskHandle),
+    Legacy(streamtask_runtime::TaskHandle),
+    Mailbox(streamtask_runtime::TaskHandle),
 }
 
 struct Task {
@@ -561,7 +562,7 @@ impl AsyncOperator for Square {
 fn square_job(model: streamtask::Model, new_chain: bool) -> Result<Vec<u64>, streamtask::JobError> {
     use streamtask::{JobConfig, Model, RestartStrategy, StreamEnvironment};
     let env = StreamEnvironment::new(model);
-    let out = streamtask::CollectHandle::new();
+    let out = streamtask::sink::CollectHandle::new();
     let mut numbers = match model {
         Model::Legacy | Model::Bridge => env.add_source("count", |_| Count { limit: 50 }),
         Model::Mailbox => env.add_reader("count", |_| {
@@ -677,9 +678,11 @@ impl AsyncOperator for FailingSquare {
 
 #[test]
 fn a_job_with_an_async_operator_is_exactly_once_through_a_failure() {
-    use streamtask::{CheckpointConfig, JobConfig, Model, RestartStrategy, StreamEnvironment};
+    use streamtask::{
+        JobConfig, Model, RestartStrategy, StreamEnvironment, checkpoint::CheckpointConfig,
+    };
     let env = StreamEnvironment::new(Model::Mailbox);
-    let out = streamtask::CollectHandle::new();
+    let out = streamtask::sink::CollectHandle::new();
     let fail_once = Arc::new(std::sync::atomic::AtomicBool::new(true));
     env.add_reader("count", |_| {
         streamtask_bridge::HandoffReader::new(SlowCount { limit: 600 })

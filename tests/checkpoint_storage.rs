@@ -6,7 +6,7 @@ use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use streamtask::checkpoint::{CheckpointStorage, CompletedCheckpoint, Corruption, StorageError};
-use streamtask_core::TaskSnapshot;
+use streamtask_core::state::TaskSnapshot;
 
 /// A checkpoint `id` of two tasks whose state depends on `id`.
 fn checkpoint(id: u64) -> CompletedCheckpoint {

@@ -11,7 +11,7 @@ use streamtask::checkpoint::{
     DriverError,
 };
 use streamtask_core::task::{DeclineReason, TaskReport};
-use streamtask_core::{Clock, ManualClock, TaskSnapshot};
+use streamtask_core::{state::TaskSnapshot, time::Clock, time::ManualClock};
 
 /// Generous upper bound on waits for another thread: a hang guard, never a timing assertion.
 const HANG_GUARD: Duration = Duration::from_secs(30);

@@ -32,7 +32,7 @@ use streamtask_bridge::{HandoffReader, InFlightReplay};
 use streamtask_core::operator::{Emitted, Map, Output, TaskOutput};
 use streamtask_core::state::{decode, encode};
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{CheckpointBarrier, StreamStatus, TaskSnapshot};
+use streamtask_core::{CheckpointBarrier, StreamStatus, state::TaskSnapshot};
 use streamtask_legacy::SourceStreamTask;
 
 const END: u64 = 2_000;

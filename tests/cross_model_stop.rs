@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use streamtask::checkpoint::AbortReason;
 use streamtask::prelude::*;
 use streamtask::{
-    CollectHandle, JobError, JobResult, SavepointDirProblem, SavepointHandle, TaskFailed,
+    JobError, JobResult, SavepointDirProblem, SavepointHandle, TaskFailed, sink::CollectHandle,
 };
 use streamtask_core::operator::Context;
 use streamtask_core::state::encode;
-use streamtask_core::{StreamRecord, TaskError};
+use streamtask_core::{StreamRecord, task::TaskError};
 
 #[path = "common/bounded_run.rs"]
 mod bounded_run;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use std::num::NonZeroUsize;
 use streamtask::prelude::*;
-use streamtask::{CollectHandle, JobError, JobResult};
+use streamtask::{JobError, JobResult, sink::CollectHandle};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 const END: u64 = 30_000;

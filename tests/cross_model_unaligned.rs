@@ -21,7 +21,7 @@ use streamtask::checkpoint::{CheckpointStorage, Savepoint};
 use streamtask::prelude::*;
 use streamtask::sink::read_committed;
 use streamtask::{JobError, JobPhase, JobResult, Restore, StopWithSavepoint};
-use streamtask_core::{Alignment, TaskSnapshot};
+use streamtask_core::{Alignment, state::TaskSnapshot};
 use streamtask_runtime::channel::ChannelState;
 
 #[path = "common/bounded_run.rs"]

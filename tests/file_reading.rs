@@ -13,7 +13,7 @@ use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::files::{FileSplit, ReadMode, ReaderSnapshot, SplitReader};
 use streamtask::prelude::*;
 use streamtask::{ContinuousFiles, JobPhase};
-use streamtask_core::TaskSnapshot;
+use streamtask_core::state::TaskSnapshot;
 use streamtask_core::state::decode;
 use streamtask_core::testing::OperatorHarness;
 
@@ -23,7 +23,7 @@ const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 const GUARD: Duration = Duration::from_secs(60);
 
 /// Writes `name` atomically: under a hidden name first, then renamed into place, so the
-/// monitoring source never lists a half-written file (see `streamtask::files::monitor`).
+/// monitoring source never lists a half-written file (see the `streamtask::files` module docs).
 fn write_file(dir: &Path, name: &str, lines: &[String]) {
     let hidden = dir.join(format!(".{name}.tmp"));
     let mut text = lines.join("\n");

@@ -11,10 +11,13 @@ mod coordinator {
     use std::time::Duration;
 
     use streamtask::checkpoint::{AbortReason, CoordinatorAction};
-    use streamtask::{CheckpointConfig, CheckpointCoordinator, CheckpointStorage};
+    use streamtask::{
+        checkpoint::CheckpointConfig, checkpoint::CheckpointCoordinator,
+        checkpoint::CheckpointStorage,
+    };
     use streamtask_core::sync::{Arc, Mutex, thread};
     use streamtask_core::task::TaskReport;
-    use streamtask_core::{ManualClock, TaskSnapshot};
+    use streamtask_core::{state::TaskSnapshot, time::ManualClock};
 
     struct Driven {
         coordinator: Mutex<CheckpointCoordinator>,

@@ -19,7 +19,8 @@ mod checkpoint_and_sinks {
     };
     use streamtask::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};
     use streamtask::{
-        CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
+        checkpoint::CheckpointConfig, checkpoint::CheckpointCoordinator,
+        checkpoint::CheckpointStorage, checkpoint::CompletedCheckpoint,
     };
     use streamtask_core::{assert_not_sync, assert_send_only, assert_send_sync};
 

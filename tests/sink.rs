@@ -9,10 +9,10 @@ use streamtask::sink::{
     CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink, commit_finished,
     committed_files, discard_output, read_committed,
 };
-use streamtask_core::Operator;
+use streamtask_core::operator::Operator;
 use streamtask_core::operator::{Map, OperatorExt};
 use streamtask_core::testing::OperatorHarness;
-use streamtask_core::{OperatorError, TaskSnapshot};
+use streamtask_core::{OperatorError, state::TaskSnapshot};
 
 type Sink = TwoPhaseCommitFileSink<&'static str>;
 

@@ -45,7 +45,9 @@ use streamtask_core::operator::Emitted;
 use streamtask_core::state::decode;
 use streamtask_core::task::TaskReport;
 use streamtask_core::time::Period;
-use streamtask_core::{StreamElement, StreamRecord, TaskError, TaskOutcome, TaskSnapshot};
+use streamtask_core::{
+    StreamElement, StreamRecord, state::TaskSnapshot, task::TaskError, task::TaskOutcome,
+};
 use streamtask_runtime::QueuedInput;
 use streamtask_runtime::{FEEDBACK_LOG, feedback_log};
 
@@ -1067,7 +1069,7 @@ mod split_reading {
     use streamtask::files::{FileSplit, ReaderSnapshot, SplitProgress};
     use streamtask_core::operator::Emitted;
     use streamtask_core::state::decode;
-    use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, TaskSnapshot};
+    use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, state::TaskSnapshot};
 
     use super::adapter::{Kind, MODELS, each, start_split_reader};
 

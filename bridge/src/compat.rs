@@ -25,7 +25,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 ///
 /// # Where a source's state lives, in every model
 ///
-/// Every model keeps a source task's state under [`TaskSnapshot::SOURCE`](streamtask_core::TaskSnapshot::SOURCE) in the snapshot of the
+/// Every model keeps a source task's state under [`TaskSnapshot::SOURCE`](streamtask_core::state::TaskSnapshot::SOURCE) in the snapshot of the
 /// source's task (`<vertex>#<subtask>`; the vertex is the name the job gave the source, the same
 /// under every model). What differs is the *bytes*:
 ///
@@ -66,7 +66,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 /// use std::task::Waker;
 /// use streamtask_bridge::{LegacyStateCompat, PortedReader};
 /// use streamtask_core::state::encode;
-/// use streamtask_core::{OperatorError, TaskSnapshot};
+/// use streamtask_core::{OperatorError, state::TaskSnapshot};
 /// use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 ///
 /// struct CountReader { next: u64, limit: u64 }

@@ -7,7 +7,7 @@
 //!
 //! | item | what |
 //! |---|---|
-//! | [`LegacySourceStreamTask`], [`TaskHandle`], [`ChainingError`] | a legacy `SourceFunction`, unchanged, on its own thread; the task thread takes mails only, each under the checkpoint lock (Flink 1.10's `SourceStreamTask`); the chaining rule (FLINK-16219) |
+//! | [`LegacySourceStreamTask`], [`TaskHandle`](streamtask_runtime::TaskHandle), [`ChainingError`] | a legacy `SourceFunction`, unchanged, on its own thread; the task thread takes mails only, each under the checkpoint lock (Flink 1.10's `SourceStreamTask`); the chaining rule (FLINK-16219) |
 //! | [`CheckpointLockExecutor`] | the mailbox processor's action executor that runs each mail under the lock (control mails bypass it) |
 //! | [`HandoffReader`], [`DEFAULT_HANDOFF_CAPACITY`] | a legacy `SourceFunction` as a new-style `SourceReader`, through a bounded handoff checkpointed with the source's state |
 //! | [`InFlightReplay`] | a legacy `SourceFunction` that first replays the records a `HandoffReader` had in flight in the checkpoint it restores, so the legacy and bridge models restore the mailbox model's checkpoints |
@@ -134,7 +134,7 @@ pub use crate::handoff::{
     DEFAULT_HANDOFF_CAPACITY, HandoffReader, InFlightReplay, source_in_flight,
 };
 pub use crate::reader_source::{ReaderSource, ReaderSourceState};
-pub use crate::task::{ChainingError, LegacySourceStreamTask, TaskHandle};
+pub use crate::task::{ChainingError, LegacySourceStreamTask};
 
 /// The source-exit latch, visible to the loom models only (`--cfg loom`): not part of the API.
 #[cfg(loom)]

@@ -282,7 +282,7 @@ impl<R, T> fmt::Debug for ReaderSource<R, T> {
 /// the reader's bytes as a JSON array of numbers (`Option<Vec<u8>>`); such an array is still
 /// read, when the reader refuses it as its own state (see [`ReaderSource`]'s restore).
 ///
-/// [`TaskSnapshot::SOURCE`]: streamtask_core::TaskSnapshot::SOURCE
+/// [`TaskSnapshot::SOURCE`]: streamtask_core::state::TaskSnapshot::SOURCE
 pub struct ReaderSourceState<R, T> {
     reader: RefCell<Option<R>>,
     restored: Option<Vec<u8>>,

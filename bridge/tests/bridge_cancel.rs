@@ -13,7 +13,7 @@ use common::{Count, Probe, ProbeLog, SharedOutput, logged, report, responder, wa
 use streamtask_bridge::LegacySourceStreamTask;
 use streamtask_core::operator::{Context, Map};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError, TaskOutcome, TaskReport};
-use streamtask_core::{CheckpointBarrier, Operator, OperatorError, StreamRecord};
+use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, operator::Operator};
 use streamtask_legacy::{SourceContext, SourceFunction};
 
 #[test]
@@ -53,7 +53,10 @@ impl SourceFunction for BlocksHoldingTheLock {
     }
 }
 
-fn blocked_task(name: &str, log: &ProbeLog) -> (streamtask_bridge::TaskHandle, mpsc::Receiver<()>) {
+fn blocked_task(
+    name: &str,
+    log: &ProbeLog,
+) -> (streamtask_runtime::TaskHandle, mpsc::Receiver<()>) {
     let (holding, held) = mpsc::channel();
     let task = LegacySourceStreamTask::new(
         TaskConfig::new(name),
@@ -137,7 +140,7 @@ fn ignoring_task(
     hold_the_lock: bool,
     log: &ProbeLog,
 ) -> (
-    streamtask_bridge::TaskHandle,
+    streamtask_runtime::TaskHandle,
     Arc<AtomicBool>,
     mpsc::Receiver<()>,
 ) {

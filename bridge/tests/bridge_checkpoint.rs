@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use streamtask_bridge::LegacySourceStreamTask;
 use streamtask_core::operator::{Emitted, Map};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskReport};
-use streamtask_core::{CheckpointBarrier, OperatorError, TaskSnapshot};
+use streamtask_core::{CheckpointBarrier, OperatorError, state::TaskSnapshot};
 use streamtask_legacy::{Fairness, SourceContext, SourceFunction};
 
 /// Two half-updates of the state around two emits, all in one section: a snapshot taken

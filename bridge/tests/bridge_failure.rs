@@ -8,7 +8,9 @@ use common::{Count, Probe, ProbeLog, SharedOutput, logged, values};
 use streamtask_bridge::LegacySourceStreamTask;
 use streamtask_core::operator::{Context, Map};
 use streamtask_core::task::{TaskConfig, TaskError, TaskOutcome};
-use streamtask_core::{Clock, ManualClock, Operator, OperatorError, StreamRecord, Timer};
+use streamtask_core::{
+    OperatorError, StreamRecord, operator::Operator, time::Clock, time::ManualClock, time::Timer,
+};
 use streamtask_legacy::{SourceContext, SourceFunction};
 
 /// Emits `good` records, then fails (or panics).

@@ -9,14 +9,15 @@ use common::{
     Count, Probe, ProbeLog, SharedOutput, logged, report, responder, values, values_before_barrier,
     wait_until,
 };
-use streamtask_bridge::{HandoffReader, LegacySourceStreamTask, ReaderSource, TaskHandle};
+use streamtask_bridge::{HandoffReader, LegacySourceStreamTask, ReaderSource};
 use streamtask_core::operator::{Context, Emitted, Map};
 use streamtask_core::state::{decode, encode};
 use streamtask_core::task::{TaskConfig, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, Clock, ManualClock, Operator, OperatorError, StreamRecord, TaskSnapshot,
-    Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, Watermark, operator::Operator,
+    state::TaskSnapshot, time::Clock, time::ManualClock,
 };
+use streamtask_runtime::TaskHandle;
 
 #[test]
 fn smoke() {
@@ -114,7 +115,7 @@ fn restores_the_source_state_and_the_chain_from_a_snapshot() {
     task.cancel();
     assert!(matches!(
         task.join(),
-        streamtask_core::TaskOutcome::Cancelled
+        streamtask_core::task::TaskOutcome::Cancelled
     ));
     let next: u64 = snapshot.get_value(TaskSnapshot::SOURCE).unwrap().unwrap();
     let before = values_before_barrier(&output.snapshot(), 1);
@@ -186,7 +187,7 @@ fn timers_and_events_of_the_chain_run_as_mails_on_the_task_thread() {
     task.cancel();
     assert!(matches!(
         task.join(),
-        streamtask_core::TaskOutcome::Cancelled
+        streamtask_core::task::TaskOutcome::Cancelled
     ));
     // Both ran on the task (mailbox) thread, not on the timer thread or the sender's.
     assert_eq!(
@@ -224,7 +225,7 @@ fn records_a_mail_emits_while_the_source_waits_are_counted_at_once() {
     task.cancel();
     assert!(matches!(
         task.join(),
-        streamtask_core::TaskOutcome::Cancelled
+        streamtask_core::task::TaskOutcome::Cancelled
     ));
 }
 

@@ -7,7 +7,7 @@ use common::{Count, SharedOutput, values};
 use streamtask_bridge::{ChainingError, HandoffReader, LegacySourceStreamTask};
 use streamtask_core::operator::{Context, Map, OperatorExt};
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{Operator, OperatorError, StreamRecord};
+use streamtask_core::{OperatorError, StreamRecord, operator::Operator};
 use streamtask_mailbox::SourceTask;
 
 /// Stands for an async operator: it waits for its own completions.

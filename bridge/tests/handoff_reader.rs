@@ -12,7 +12,7 @@ use common::{Count, HANG_GUARD, SharedOutput, values, wait_until};
 use streamtask_bridge::HandoffReader;
 use streamtask_core::operator::{Emitted, Map};
 use streamtask_core::task::{TaskConfig, TaskOutcome};
-use streamtask_core::{Clock, ManualClock, OperatorError, Watermark};
+use streamtask_core::{OperatorError, Watermark, time::Clock, time::ManualClock};
 use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 
@@ -218,7 +218,7 @@ fn every_cut_restores_exactly_once(
             SnapshotPath::TaskState => {
                 first.restore_task_state(None).unwrap();
                 let (taken, _, _) = poll_records(&mut first, cut);
-                let mut snapshot = streamtask_core::TaskSnapshot::new();
+                let mut snapshot = streamtask_core::state::TaskSnapshot::new();
                 first.snapshot_task_state(1, &mut snapshot).unwrap();
                 first.close().unwrap();
                 second.restore_task_state(Some(&snapshot)).unwrap();

@@ -12,7 +12,7 @@ use streamtask_bridge::{CheckpointLockExecutor, HandoffReader};
 use streamtask_core::operator::Emitted;
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::testing::ManualTimerService;
-use streamtask_core::{ManualClock, OperatorError};
+use streamtask_core::{OperatorError, time::ManualClock};
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
     SourceContextConfig, SourceEnd, SourceFunction, run_source,

@@ -18,11 +18,12 @@ use streamtask_bridge::porting::{
 };
 use streamtask_bridge::{
     ChainingError, CheckpointLockExecutor, HandoffReader, LegacySourceStreamTask, PortedReader,
-    ReaderSource, ReaderSourceState, StateCompatError, TaskHandle,
+    ReaderSource, ReaderSourceState, StateCompatError,
 };
 use streamtask_core::operator::{Operator, TaskOutput};
 use streamtask_legacy::SourceFunction;
 use streamtask_mailbox::SourceReader;
+use streamtask_runtime::TaskHandle;
 
 // The handle the executor holds, and the errors.
 assert_send_sync!(TaskHandle, ChainingError, StateCompatError);

@@ -31,7 +31,7 @@ use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode};
 use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Discard, OperatorExt};
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{StreamElement, StreamRecord, TaskOutcome};
+use streamtask_core::{StreamElement, StreamRecord, task::TaskOutcome};
 use streamtask_runtime::TokioRuntime;
 use streamtask_runtime::channel::{InputGate, bounded};
 
@@ -120,7 +120,7 @@ where
         }
         // The bridge runs tasks with inputs as the mailbox model does.
         Model::Mailbox | Model::Bridge => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new("enrich", function, config)?;
+            let op = streamtask_runtime::AsyncWaitOperator::new("enrich", function, config)?;
             let chain = op.then(sink);
             Task::Mailbox(streamtask_mailbox::OneInputTask::spawn(
                 task_config,
@@ -150,6 +150,6 @@ where
 }
 
 enum Task {
-    Legacy(streamtask_legacy::TaskHandle),
-    Mailbox(streamtask_mailbox::TaskHandle),
+    Legacy(streamtask_runtime::TaskHandle),
+    Mailbox(streamtask_runtime::TaskHandle),
 }

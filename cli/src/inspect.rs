@@ -17,8 +17,8 @@ use serde::Serialize;
 use streamtask::checkpoint::{
     CHECKPOINT_FORMAT_VERSION, CheckpointStorage, CompletedCheckpoint, Savepoint, StorageError,
 };
-use streamtask_core::TaskSnapshot;
 use streamtask_core::keygroup::{ListState, StateKind, key_group_sizes, state_kind};
+use streamtask_core::state::TaskSnapshot;
 use streamtask_runtime::QueuedInput;
 use streamtask_runtime::channel::ChannelState;
 

@@ -94,7 +94,7 @@ fn checkpoints_completed_counts_every_checkpoint_the_run_stored() {
         let run = job
             .run(model, config)
             .unwrap_or_else(|e| panic!("{model}: {e}"));
-        let storage = streamtask::CheckpointStorage::directory(
+        let storage = streamtask::checkpoint::CheckpointStorage::directory(
             job.model_dir(model).join("checkpoints"),
             100_000,
         )

@@ -169,7 +169,7 @@ fn a_savepoint_of_every_model_shows_its_job_and_state() {
         assert_eq!(source["task"], "orders#0", "{model}");
         let stored: Value = serde_json::from_slice(
             loaded.checkpoint.tasks["orders#0"]
-                .get(streamtask_core::TaskSnapshot::SOURCE)
+                .get(streamtask_core::state::TaskSnapshot::SOURCE)
                 .unwrap(),
         )
         .unwrap();
@@ -301,7 +301,7 @@ fn a_path_that_holds_neither_exits_2() {
 fn channel_state_is_counted_per_task() {
     use std::collections::BTreeMap;
     use streamtask::checkpoint::{CheckpointStorage, CompletedCheckpoint};
-    use streamtask_core::TaskSnapshot;
+    use streamtask_core::state::TaskSnapshot;
     use streamtask_runtime::channel::ChannelState;
 
     // A checkpoint as an unaligned barrier leaves it: two overtaken elements in channel 0,

@@ -322,7 +322,7 @@ fn a_resume_with_another_keyed_parallelism_is_refused_not_a_silent_loss_of_state
         checkpoint_dir: dir.path().join("keyed-checkpoints"),
         ..config(&job)
     }
-    .with_checkpoints(Some(streamtask::CheckpointConfig::new(
+    .with_checkpoints(Some(streamtask::checkpoint::CheckpointConfig::new(
         Duration::from_millis(1),
     )));
     let two = keyed_job(&job, 2);

@@ -1,7 +1,7 @@
 //! What flows through a stream: records, watermarks, stream status, checkpoint barriers.
 //!
 //! Time is in milliseconds as an `i64`, as in Flink: processing time since the Unix epoch (or
-//! since a [`ManualClock`](crate::ManualClock)'s zero), event time as the records carry it.
+//! since a [`ManualClock`](crate::time::ManualClock)'s zero), event time as the records carry it.
 
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,6 @@
 //! Each operation has its own small error type in its module (`StateError`, `TimerError`,
 //! `StorageError`, ...); [`OperatorError`] is what the operator lifecycle returns and wraps them.
 
-use crate::function::AsyncError;
 use crate::state::StateError;
 use crate::time::TimerError;
 
@@ -138,4 +137,25 @@ pub fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
             "panic with a non-string payload".to_string()
         }
     })
+}
+
+/// Why an asynchronous call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AsyncError {
+    /// No result arrived within the operator's timeout (across all retry attempts).
+    #[error(
+        "async call timed out; raise the timeout, or override AsyncFunction::timeout to complete \
+         with a fallback"
+    )]
+    Timeout,
+    /// The call itself failed.
+    #[error("async call failed: {0}")]
+    Failed(String),
+}
+
+impl AsyncError {
+    /// A failure with `message`.
+    pub fn failed(message: impl std::fmt::Display) -> Self {
+        AsyncError::Failed(message.to_string())
+    }
 }

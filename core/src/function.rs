@@ -10,6 +10,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use crate::error::AsyncError;
 use crate::error::OperatorError;
 use crate::operator::{EndOfInputContext, KeyedContext};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
@@ -246,27 +247,6 @@ pub trait CoProcessFunction: Send {
     ) -> Result<(), OperatorError> {
         let _ = ctx;
         Ok(())
-    }
-}
-
-/// Why an asynchronous call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AsyncError {
-    /// No result arrived within the operator's timeout (across all retry attempts).
-    #[error(
-        "async call timed out; raise the timeout, or override AsyncFunction::timeout to complete \
-         with a fallback"
-    )]
-    Timeout,
-    /// The call itself failed.
-    #[error("async call failed: {0}")]
-    Failed(String),
-}
-
-impl AsyncError {
-    /// A failure with `message`.
-    pub fn failed(message: impl std::fmt::Display) -> Self {
-        AsyncError::Failed(message.to_string())
     }
 }
 

@@ -15,7 +15,7 @@
 //! | part | what | Flink |
 //! |---|---|---|
 //! | [`StreamRecord`], [`Watermark`], [`StreamStatus`], [`CheckpointBarrier`], [`StreamElement`] | what flows between operators and tasks | `StreamElement` and its kinds |
-//! | [`operator`]: [`Operator`], [`Context`], [`Output`], chains, ready-made and keyed operators, side outputs | an operator's lifecycle and what it emits to | `StreamOperator`, `OperatorChain`, `KeyedProcessOperator` |
+//! | [`operator`]: [`Operator`](operator::Operator), [`Context`](operator::Context), [`Output`](operator::Output), chains, ready-made and keyed operators, side outputs | an operator's lifecycle and what it emits to | `StreamOperator`, `OperatorChain`, `KeyedProcessOperator` |
 //! | [`function`] | the user functions: keyed process, co-process, async | `KeyedProcessFunction`, `CoProcessFunction`, `AsyncFunction` |
 //! | [`state`], [`keygroup`] | snapshots and their encoding; key groups, key-grouped, list and union state | `KeyGroupRange`, `ListState` |
 //! | [`task`] | a task's config, outcome, failure, state and checkpoint report | `Task`'s `ExecutionState`, `CheckpointResponder` |
@@ -73,7 +73,3 @@ pub use crate::element::{
     Watermark,
 };
 pub use crate::error::{BoxError, OperatorError, catch_panic};
-pub use crate::operator::{Context, Operator, Output, TaskOutput};
-pub use crate::state::{StateError, TaskSnapshot};
-pub use crate::task::{TaskConfig, TaskError, TaskFailure, TaskOutcome, TriggerError};
-pub use crate::time::{Clock, ManualClock, Period, Timer, TimerError, TimerHandle, TimerService};

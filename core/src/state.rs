@@ -61,7 +61,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StateError> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::TaskSnapshot;
+/// use streamtask_core::state::TaskSnapshot;
 ///
 /// let mut snapshot = TaskSnapshot::new();
 /// snapshot.put_value(TaskSnapshot::SOURCE, &42u64).unwrap();

@@ -38,7 +38,7 @@ pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(30);
 ///
 /// ```
 /// use streamtask_core::task::TaskConfig;
-/// use streamtask_core::{Clock, ManualClock};
+/// use streamtask_core::{time::Clock, time::ManualClock};
 ///
 /// let config = TaskConfig::new("map-0").with_clock(Clock::Manual(ManualClock::new(0)));
 /// assert_eq!(config.name, "map-0");

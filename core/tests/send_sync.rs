@@ -26,9 +26,10 @@ use streamtask_core::testing::{ManualFiring, ManualTimerService};
 use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::trace::{TraceEvent, TraceLog, Tracer};
 use streamtask_core::{
-    CheckpointBarrier, CheckpointKind, Clock, ManualClock, OperatorError, StateError,
-    StreamElement, StreamRecord, StreamStatus, TaskConfig, TaskError, TaskFailure, TaskOutcome,
-    TaskSnapshot, Timer, TimerError, TimerHandle, TriggerError, Watermark,
+    CheckpointBarrier, CheckpointKind, OperatorError, StreamElement, StreamRecord, StreamStatus,
+    Watermark, state::StateError, state::TaskSnapshot, task::TaskConfig, task::TaskError,
+    task::TaskFailure, task::TaskOutcome, task::TriggerError, time::Clock, time::ManualClock,
+    time::Timer, time::TimerError, time::TimerHandle,
 };
 
 // Elements and their vocabulary.

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use streamtask_core::operator::{Context, Discard, Operator};
+use streamtask_core::task::TaskState;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord};
-use streamtask_legacy::{Fairness, SourceContext, SourceFunction, SourceStreamTask, TaskState};
+use streamtask_legacy::{Fairness, SourceContext, SourceFunction, SourceStreamTask};
 
 /// Emits forever, one lock acquisition per record, with a little work per record.
 struct Hot;

@@ -17,13 +17,13 @@
 //! | [`CancellationToken`], [`CancelHook`] | cancellation that reaches a source blocked in a wait or I/O |
 //! | [`SystemProcessingTimeService`] | the timer thread; every timer fires under the lock |
 //! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] ([`InputStreamTask`]), [`SourceTaskParts`] | the tasks (builders ending in `spawn`) |
-//! | [`TaskHandle`], [`TaskState`] | the kit's one handle and lifecycle (`streamtask_runtime`), as every model's tasks return them |
+//! | [`TaskHandle`](streamtask_runtime::TaskHandle), [`TaskState`](streamtask_core::task::TaskState) | the kit's one handle and lifecycle (`streamtask_runtime`), as every model's tasks return them |
 //! | [`AsyncWaitStreamTask`], [`AsyncHead`], [`NoChain`], [`AsyncChainError`] | async I/O: an input task headed by an async operator, with its emitter thread (always the head: FLINK-13063) |
 //! | [`testing`] | test support: the bounded hand-over's section probe, hot source and snapshot probe (this crate's and the bridge's tests) |
 //!
 //! The lock's protocol is in the `lock` module's docs (on [`CheckpointLock`]). What every task
-//! does (the checkpoint order, end of input with drains, close, the lifecycle on [`TaskState`]
-//! and the cancel/join contract on [`TaskHandle`]) is the kit's, `streamtask_runtime`;
+//! does (the checkpoint order, end of input with drains, close, the lifecycle on [`TaskState`](streamtask_core::task::TaskState)
+//! and the cancel/join contract on [`TaskHandle`](streamtask_runtime::TaskHandle)) is the kit's, `streamtask_runtime`;
 //! this crate supplies who holds the state (the checkpoint lock, around the kit's `ChainBody`)
 //! and how calls reach it:
 //!
@@ -56,7 +56,7 @@
 //! use std::sync::mpsc;
 //! use streamtask_core::operator::{Discard, Map};
 //! use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
-//! use streamtask_core::{CheckpointBarrier, OperatorError, TaskSnapshot};
+//! use streamtask_core::{CheckpointBarrier, OperatorError, state::TaskSnapshot};
 //! use streamtask_legacy::{Fairness, SourceContext, SourceFunction, SourceStreamTask};
 //!
 //! struct Counter {
@@ -117,9 +117,8 @@ pub use crate::source::{
     restore_source_state, run_source,
 };
 pub use crate::task::{
-    AsyncChainError, AsyncHead, AsyncWaitStreamTask, DEFAULT_CANCEL_GRACE, InputStreamTask,
-    IterationHeadStreamTask, NoChain, OneInputStreamTask, SourceStreamTask, SourceTaskParts,
-    TaskHandle, TaskState, TwoInputStreamTask,
+    AsyncChainError, AsyncHead, AsyncWaitStreamTask, InputStreamTask, IterationHeadStreamTask,
+    NoChain, OneInputStreamTask, SourceStreamTask, SourceTaskParts, TwoInputStreamTask,
 };
 pub use crate::timer::{SystemProcessingTimeService, TimerStatus};
 

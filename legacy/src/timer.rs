@@ -9,7 +9,8 @@ use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::task::{TaskConfig, TaskError};
 use streamtask_core::trace::Tracer;
 use streamtask_core::{
-    Clock, OperatorError, Period, Timer, TimerError, TimerHandle, TimerService, catch_panic,
+    OperatorError, catch_panic, time::Clock, time::Period, time::Timer, time::TimerError,
+    time::TimerHandle, time::TimerService,
 };
 use streamtask_runtime::TimerScheduler;
 
@@ -50,7 +51,7 @@ type Fire = Box<dyn FnMut(Timer) -> Result<(), TaskError> + Send>;
 /// use std::sync::Arc;
 /// use std::sync::mpsc;
 /// use streamtask_core::task::TaskConfig;
-/// use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+/// use streamtask_core::{time::Clock, time::ManualClock, time::Timer, time::TimerService};
 /// use streamtask_legacy::{CheckpointLock, Fairness, SystemProcessingTimeService};
 ///
 /// let clock = ManualClock::new(0);

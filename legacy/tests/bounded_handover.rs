@@ -16,7 +16,7 @@ use std::thread;
 
 use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::testing::ManualTimerService;
-use streamtask_core::{ManualClock, OperatorError, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{OperatorError, StreamRecord, StreamStatus, Watermark, time::ManualClock};
 use streamtask_legacy::testing::HandoverProbe;
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,

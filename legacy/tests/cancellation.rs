@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use common::{HANG_GUARD, SharedOutput, responder, wait_running};
 use streamtask_core::operator::{Discard, Map};
+use streamtask_core::task::TaskState;
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError, TaskOutcome, TaskReport};
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamElement};
 use streamtask_legacy::{
     CancellationToken, OneInputStreamTask, SourceContext, SourceFunction, SourceStreamTask,
-    TaskState,
 };
 use streamtask_runtime::channel::{InputGate, bounded};
 

@@ -15,7 +15,7 @@ use streamtask_core::operator::{
 use streamtask_core::state::{decode, encode};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskOutcome, TaskReport, TriggerError};
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, TaskSnapshot, Watermark,
+    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, Watermark, state::TaskSnapshot,
 };
 use streamtask_legacy::{OneInputStreamTask, TwoInputStreamTask};
 use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};

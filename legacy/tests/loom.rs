@@ -15,8 +15,8 @@ type TestCell<S> = SourceCell<S, Vec<Emitted<u32>>>;
 /// A source's cell for the context models: state `state`, processing time on a manual clock,
 /// emitted values kept in a vector.
 fn source_cell<S>(state: S) -> TestCell<S> {
-    use streamtask_core::ManualClock;
     use streamtask_core::testing::ManualTimerService;
+    use streamtask_core::time::ManualClock;
     use streamtask_legacy::{Emission, SourceContextConfig};
 
     let timers = std::sync::Arc::new(ManualTimerService::new(ManualClock::new(0)));
@@ -116,7 +116,7 @@ fn cancel_wakes_a_waiter() {
 #[test]
 fn quiesce_racing_a_timer_waiting_for_the_lock_fires_nothing_after_it() {
     use streamtask_core::task::TaskConfig;
-    use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+    use streamtask_core::{time::Clock, time::ManualClock, time::Timer, time::TimerService};
     use streamtask_legacy::{SystemProcessingTimeService, TimerStatus};
 
     loom::model(|| {
@@ -163,7 +163,7 @@ mod async_wait {
     use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
     use streamtask_core::testing::HarnessServices;
     use streamtask_core::trace::Tracer;
-    use streamtask_core::{CheckpointBarrier, StreamRecord, TaskSnapshot};
+    use streamtask_core::{CheckpointBarrier, StreamRecord, state::TaskSnapshot};
     use streamtask_legacy::model_check::{
         AsyncBody, AsyncCallsThread, EmitterInbox, EmitterThread, emitter_channel,
     };

@@ -15,14 +15,16 @@ fn smoke() {
 
 use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Discard, Operator, TaskOutput, TwoInputOperator};
+use streamtask_core::task::TaskState;
 use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_legacy::{
     AsyncChainError, AsyncHead, AsyncWaitStreamTask, CancelHook, CancellationToken, Cancelled,
     CheckpointGuard, CheckpointLock, ContextConfigError, Emission, Fairness, NoChain,
     OneInputStreamTask, SourceCell, SourceContext, SourceContextConfig, SourceEnd, SourceFunction,
-    SourceGuard, SourceStreamTask, SystemProcessingTimeService, TaskHandle, TaskState,
-    TimeCharacteristic, TimerStatus, TwoInputStreamTask,
+    SourceGuard, SourceStreamTask, SystemProcessingTimeService, TimeCharacteristic, TimerStatus,
+    TwoInputStreamTask,
 };
+use streamtask_runtime::TaskHandle;
 
 // Handles the executor holds and passes between threads.
 assert_send_sync!(

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::testing::ManualTimerService;
-use streamtask_core::{ManualClock, OperatorError, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{OperatorError, StreamRecord, StreamStatus, Watermark, time::ManualClock};
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
     SourceContextConfig, SourceEnd, SourceFunction, SourceOutput, run_source,

@@ -12,7 +12,8 @@ use common::{HANG_GUARD, SharedOutput, responder, values, wait_running};
 use streamtask_core::operator::{Context, Emitted, Map, Operator};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskError, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, ManualClock, OperatorError, StreamRecord, TaskSnapshot, Timer, Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, Watermark, state::TaskSnapshot,
+    time::ManualClock, time::Timer,
 };
 use streamtask_legacy::{Fairness, SourceContext, SourceFunction, SourceStreamTask};
 
@@ -338,7 +339,7 @@ fn ingestion_time_sources_get_processing_time_stamps_and_automatic_watermarks() 
         }
     }
     let output = SharedOutput::new();
-    let config = TaskConfig::new("ingest").with_clock(streamtask_core::Clock::Manual(clock));
+    let config = TaskConfig::new("ingest").with_clock(streamtask_core::time::Clock::Manual(clock));
     let context =
         streamtask_legacy::SourceContextConfig::ingestion_time(Duration::from_millis(100)).unwrap();
     let task = SourceStreamTask::new(config, Two, identity(), output.clone())

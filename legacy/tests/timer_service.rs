@@ -10,7 +10,8 @@ use common::{HANG_GUARD, SharedOutput, wait_running};
 use streamtask_core::operator::{Context, Operator};
 use streamtask_core::task::{TaskConfig, TaskError};
 use streamtask_core::{
-    Clock, ManualClock, OperatorError, StreamRecord, Timer, TimerError, TimerHandle, TimerService,
+    OperatorError, StreamRecord, time::Clock, time::ManualClock, time::Timer, time::TimerError,
+    time::TimerHandle, time::TimerService,
 };
 use streamtask_legacy::{
     CheckpointLock, Fairness, SourceContext, SourceFunction, SourceStreamTask,

@@ -25,7 +25,8 @@ use streamtask_core::metrics::{LatencyHistogram, LatencySummary};
 use streamtask_core::operator::Discard;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, Clock, Context, Operator, OperatorError, StreamRecord, Timer,
+    CheckpointBarrier, OperatorError, StreamRecord, operator::Context, operator::Operator,
+    time::Clock, time::Timer,
 };
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 

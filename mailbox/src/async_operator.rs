@@ -66,7 +66,7 @@ use streamtask_core::operator::{Context, EventSender, OperatorEvent};
 use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::time::TimerService;
-use streamtask_core::{Operator, OperatorError, StreamRecord, Timer, Watermark};
+use streamtask_core::{OperatorError, StreamRecord, Watermark, operator::Operator, time::Timer};
 
 /// An operator whose element, watermark and timer handlers are `async fn`s polled by the
 /// mailbox thread. Run it in a task as an [`AsyncOperatorTask`].

@@ -22,7 +22,7 @@
 //! borrow checker forbids the re-entrancy Flink had to tame with priorities. `yield_now` therefore
 //! takes the state as an argument, and is for code that holds the state but is not inside it:
 //! the task's own control code, or a mail that drives others. Operators that wait for their own
-//! mails use soft backpressure instead ([`Operator::accepts_input`](streamtask_core::Operator::accepts_input)
+//! mails use soft backpressure instead ([`Operator::accepts_input`](streamtask_core::operator::Operator::accepts_input)
 //! returns `false`; the task suspends its default action and the completion mail resumes it),
 //! so checkpoints keep flowing while they wait (FLINK-39835).
 //!

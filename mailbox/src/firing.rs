@@ -29,7 +29,7 @@ use crate::shared::Core;
 ///
 /// struct Operators(u32);
 /// impl OperatorMails<String> for Operators {
-///     fn on_timer(&mut self, _: streamtask_core::Timer) -> Result<(), String> { Ok(()) }
+///     fn on_timer(&mut self, _: streamtask_core::time::Timer) -> Result<(), String> { Ok(()) }
 ///     fn on_event(&mut self, _: usize, _: OperatorEvent) -> Result<(), String> {
 ///         self.0 += 1;
 ///         Ok(())

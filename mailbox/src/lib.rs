@@ -14,7 +14,7 @@
 //! | [`MailboxTimerService`], [`MailboxEvents`], [`OperatorMails`] | timers and operator events as mails at the operator's priority | `ProcessingTimeServiceImpl` |
 //! | [`MailboxFiring`] | interruptible firing of event-time timers: chunks, a deferrable continuation mail | `MailboxWatermarkProcessor` |
 //! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
-//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`] | whole tasks on the kit (`streamtask_runtime`) behind the one handle every model shares | `StreamTask` |
+//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`](streamtask_runtime::TaskHandle) | whole tasks on the kit (`streamtask_runtime`) behind the one handle every model shares | `StreamTask` |
 //!
 //! Protocols are written out where they live: the mailbox states and the lost-wakeup argument in
 //! [`TaskMailbox`]'s module, the loop, suspension and poison protocols in
@@ -27,7 +27,7 @@
 //! tasks own `S` outright ([`Immediate`]), so no lock exists on their side. An operator that
 //! holds `&mut self` cannot run mails from inside itself (every mail needs the state it is part
 //! of), so Flink's re-entrant `yield` has no Rust counterpart inside operators: an operator that
-//! waits for its own completions reports [`accepts_input`](streamtask_core::Operator::accepts_input)
+//! waits for its own completions reports [`accepts_input`](streamtask_core::operator::Operator::accepts_input)
 //! `== false`, the task suspends its default action, and the completion mail resumes it (soft
 //! backpressure). Checkpoints keep flowing meanwhile.
 //!
@@ -87,7 +87,10 @@
 //! ```
 //!
 //! A whole source task is shown at [`SourceTask`].
-
+#![doc = "\n"]
+#![doc = include_str!("task/task.md")]
+#![doc = "\n# The async operator under this model\n\n"]
+#![doc = include_str!("async_wait.md")]
 #![forbid(unsafe_code)]
 #![deny(unreachable_pub)]
 
@@ -127,10 +130,4 @@ pub use crate::processor::{
 };
 pub use crate::services::{MailboxEvents, MailboxTimerService, OperatorMails};
 pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
-/// The kit's task handle, as every model's tasks return it; how this model's tasks run:
-///
-#[doc = include_str!("task/task.md")]
-pub use crate::task::TaskHandle;
 pub use crate::task::{IterationHeadTask, OneInputTask, SourceTask, TwoInputTask};
-#[doc = include_str!("async_wait.md")]
-pub use streamtask_runtime::AsyncWaitOperator;

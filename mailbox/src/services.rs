@@ -12,7 +12,9 @@ use streamtask_core::operator::{EventSink, OperatorEvent};
 use streamtask_core::sync::atomic::{AtomicBool, Ordering};
 use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::trace::Tracer;
-use streamtask_core::{Clock, Period, Timer, TimerError, TimerHandle, TimerService};
+use streamtask_core::{
+    time::Clock, time::Period, time::Timer, time::TimerError, time::TimerHandle, time::TimerService,
+};
 use streamtask_runtime::{Rearm, TimerScheduler};
 
 use crate::executor::Rejected;
@@ -65,7 +67,7 @@ enum TimerSlot {
 /// ```
 /// use std::sync::Arc;
 /// use streamtask_core::operator::OperatorEvent;
-/// use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+/// use streamtask_core::{time::Clock, time::ManualClock, time::Timer, time::TimerService};
 /// use streamtask_mailbox::{
 ///     Immediate, MailboxTimerService, OperatorMails, Priority, ProcessorBuilder, TaskMailbox,
 /// };

@@ -6,7 +6,9 @@
 use std::fmt;
 use std::task::Waker;
 
-use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, TaskSnapshot, Watermark};
+use streamtask_core::{
+    OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output, state::TaskSnapshot,
+};
 
 /// What a [`SourceReader::poll_next`] call found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

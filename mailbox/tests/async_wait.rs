@@ -12,8 +12,11 @@ use streamtask_core::operator::{FlatMap, Map, OperatorExt};
 use streamtask_core::state::decode;
 use streamtask_core::task::{TaskConfig, TaskReport};
 use streamtask_core::testing::ManualAsyncFunction;
-use streamtask_core::{CheckpointBarrier, Clock, ManualClock, StreamRecord, TaskSnapshot};
-use streamtask_mailbox::{AsyncWaitOperator, SourceTask};
+use streamtask_core::{
+    CheckpointBarrier, StreamRecord, state::TaskSnapshot, time::Clock, time::ManualClock,
+};
+use streamtask_mailbox::SourceTask;
+use streamtask_runtime::AsyncWaitOperator;
 use streamtask_runtime::QueuedInput;
 
 use common::{CountingReader, SharedOutput, log, next_report, responder};

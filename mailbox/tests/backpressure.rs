@@ -12,7 +12,7 @@ use common::{
 };
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{TaskConfig, TaskReport};
-use streamtask_core::{CheckpointBarrier, TaskSnapshot};
+use streamtask_core::{CheckpointBarrier, state::TaskSnapshot};
 use streamtask_mailbox::SourceTask;
 
 /// Completes every request as it comes, from its own thread (an async client).
@@ -169,6 +169,6 @@ fn cancel_reaches_a_backpressured_task() {
     task.cancel();
     assert!(matches!(
         task.join(),
-        streamtask_core::TaskOutcome::Cancelled
+        streamtask_core::task::TaskOutcome::Cancelled
     ));
 }

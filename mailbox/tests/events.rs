@@ -6,7 +6,7 @@ mod common;
 use common::{Exposing, Feed, Probe, SharedOutput, entries, feed, log};
 use streamtask_core::operator::{EventSender, Map, OperatorExt};
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{TaskError, TaskOutcome};
+use streamtask_core::{task::TaskError, task::TaskOutcome};
 use streamtask_mailbox::SourceTask;
 
 #[test]

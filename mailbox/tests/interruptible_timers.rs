@@ -23,8 +23,9 @@ use streamtask_core::task::{TaskConfig, TaskReport};
 use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, Watermark};
 use streamtask_mailbox::{
-    Controller, Immediate, MailboxProcessor, Priority, SourceTask, TaskHandle, TaskMailbox,
+    Controller, Immediate, MailboxProcessor, Priority, SourceTask, TaskMailbox,
 };
+use streamtask_runtime::TaskHandle;
 
 use common::{Feed, GUARD, SharedOutput, feed, log, next_report, responder};
 

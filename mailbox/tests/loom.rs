@@ -320,7 +320,7 @@ fn an_urgent_mail_put_during_a_batch_jumps_its_rest() {
             let mailbox = Arc::clone(&mailbox);
             thread::spawn(move || mailbox.put(urgent(9)).unwrap())
         };
-        let mut next = || mailbox.try_take_from_batch().unwrap().map(Mail::into_body);
+        let next = || mailbox.try_take_from_batch().unwrap().map(Mail::into_body);
         // Racing the put: the batch's first mail, or the urgent one if its put came first.
         let mut got = vec![next().unwrap()];
         producer.join().unwrap();
@@ -483,7 +483,7 @@ fn a_poison_racing_close_is_harmless() {
 /// and `close` on the mailbox thread.
 mod timer_mails {
     use streamtask_core::operator::OperatorEvent;
-    use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+    use streamtask_core::{time::Clock, time::ManualClock, time::Timer, time::TimerService};
     use streamtask_mailbox::{
         Immediate, MailboxState, MailboxTimerService, OperatorMails, Priority, ProcessorBuilder,
         TaskMailbox,

@@ -6,8 +6,9 @@ use std::thread;
 
 use streamtask_mailbox::{
     Letter, Mail, MailboxExecutor, MailboxProcessor, MailboxState, Priority, ProcessorHandle,
-    PutError, SubmitHandle, Suspension, TakeError, TaskHandle, TaskMailbox, WrongThread,
+    PutError, SubmitHandle, Suspension, TakeError, TaskMailbox, WrongThread,
 };
+use streamtask_runtime::TaskHandle;
 
 fn mail(n: u32) -> Mail<u32> {
     Mail::new(Priority::MIN, n)

@@ -15,12 +15,14 @@ fn smoke() {
 
 use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_mailbox::{
-    AsyncWaitOperator, Controller, Exclusive, Immediate, Letter, LoopError, Mail, MailboxEvents,
-    MailboxExecutor, MailboxFiring, MailboxProcessor, MailboxState, MailboxTimerService,
-    OneInputTask, Priority, ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected,
-    SourceTask, SubmitError, SubmitHandle, SuspendCause, Suspension, TakeError, TaskHandle,
-    TaskMailbox, TwoInputTask, WrongThread, YieldError,
+    Controller, Exclusive, Immediate, Letter, LoopError, Mail, MailboxEvents, MailboxExecutor,
+    MailboxFiring, MailboxProcessor, MailboxState, MailboxTimerService, OneInputTask, Priority,
+    ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected, SourceTask, SubmitError,
+    SubmitHandle, SuspendCause, Suspension, TakeError, TaskMailbox, TwoInputTask, WrongThread,
+    YieldError,
 };
+use streamtask_runtime::AsyncWaitOperator;
+use streamtask_runtime::TaskHandle;
 
 /// A task state as the model's tasks have: owned by the mailbox thread, `Send`.
 type State = Vec<u64>;

@@ -11,7 +11,8 @@ use common::{
 use streamtask_core::operator::{Emitted, Map, OperatorExt};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, StreamRecord, StreamStatus, TaskError, TaskOutcome, TaskSnapshot, Watermark,
+    CheckpointBarrier, StreamRecord, StreamStatus, Watermark, state::TaskSnapshot, task::TaskError,
+    task::TaskOutcome,
 };
 use streamtask_mailbox::SourceTask;
 
@@ -513,7 +514,7 @@ fn an_operator_error_fails_the_task() {
 #[test]
 fn spans_show_records_mails_timers_and_checkpoints_on_the_task_thread() {
     use streamtask_core::trace::{TraceLog, Tracer};
-    use streamtask_core::{Clock, ManualClock};
+    use streamtask_core::{time::Clock, time::ManualClock};
     use streamtask_mailbox::SourceReader;
 
     let log = log();

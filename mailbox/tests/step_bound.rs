@@ -8,7 +8,7 @@ use std::task::Waker;
 use crossbeam::channel::{Receiver, Sender, bounded, unbounded};
 use streamtask_core::operator::{Context, Discard, Map, Operator, OperatorEvent};
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
-use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, TaskSnapshot};
+use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, state::TaskSnapshot};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 
 /// Counts to `end`; while reading record `pause_at` it tells the test and waits for its go.

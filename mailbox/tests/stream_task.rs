@@ -10,8 +10,8 @@ use common::{Log, Probe, SharedOutput, entries, log, next_report, responder, wai
 use streamtask_core::operator::{Context, Emitted, Map, TwoInputChain, TwoInputOperator};
 use streamtask_core::task::{DeclineReason, TaskConfig, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, TaskError, TaskOutcome,
-    TaskSnapshot, TriggerError, Watermark,
+    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, Watermark, state::TaskSnapshot,
+    task::TaskError, task::TaskOutcome, task::TriggerError,
 };
 use streamtask_mailbox::{OneInputTask, TwoInputTask};
 use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};

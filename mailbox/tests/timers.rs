@@ -9,8 +9,8 @@ use common::{Feed, Probe, SharedOutput, entries, feed, log, wait_for};
 use streamtask_core::operator::{Emitted, OperatorEvent, OperatorExt};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{
-    Clock, ManualClock, StreamRecord, TaskError, TaskOutcome, Timer, TimerError, TimerHandle,
-    TimerService,
+    StreamRecord, task::TaskError, task::TaskOutcome, time::Clock, time::ManualClock, time::Timer,
+    time::TimerError, time::TimerHandle, time::TimerService,
 };
 use streamtask_mailbox::{
     Controller, Immediate, MailboxTimerService, OperatorMails, Priority, ProcessorBuilder,

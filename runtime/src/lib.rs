@@ -35,7 +35,7 @@
 //! reads through an [`InputGate`](channel::InputGate):
 //!
 //! ```
-//! use streamtask_core::{Output, StreamRecord, TaskOutput};
+//! use streamtask_core::{operator::Output, StreamRecord, operator::TaskOutput};
 //! use streamtask_runtime::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
 //!
 //! let (tx, rx) = bounded(16).unwrap();

@@ -68,7 +68,7 @@ impl SchedulerState {
 ///
 /// ```
 /// use std::sync::mpsc;
-/// use streamtask_core::{Clock, ManualClock, Timer, TimerService};
+/// use streamtask_core::{time::Clock, time::ManualClock, time::Timer, time::TimerService};
 /// use streamtask_runtime::TimerScheduler;
 ///
 /// let clock = ManualClock::new(0);
@@ -489,7 +489,7 @@ impl std::task::Wake for EpochWaker {
 mod tests {
     use super::*;
     use std::sync::mpsc;
-    use streamtask_core::ManualClock;
+    use streamtask_core::time::ManualClock;
 
     fn collecting(clock: &ManualClock) -> (TimerScheduler, mpsc::Receiver<Timer>) {
         let (tx, rx) = mpsc::channel();

@@ -10,8 +10,8 @@ use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
 use streamtask_core::sync::thread;
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, Output, StreamElement, StreamRecord, StreamStatus, TaskError,
-    TaskOutput, Watermark,
+    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, StreamStatus, Watermark,
+    operator::Output, operator::TaskOutput, task::TaskError,
 };
 use streamtask_runtime::channel::{
     ChannelError, GateError, GateEvent, InputClosed, InputGate, Partitioner, RecordWriter,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use streamtask_core::sync::atomic::{AtomicBool, Ordering};
 use streamtask_core::sync::thread::{self, Thread};
-use streamtask_core::{CheckpointBarrier, Output, StreamRecord, TaskOutput};
+use streamtask_core::{CheckpointBarrier, StreamRecord, operator::Output, operator::TaskOutput};
 use streamtask_runtime::channel::{
     GateEvent, InputGate, Partitioner, RecordWriter, TryRecvError, TrySendError, bounded,
 };

@@ -303,9 +303,9 @@ mod input_gate {
 mod lifecycle {
     use std::time::Duration;
 
-    use streamtask_core::TaskError;
     use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
     use streamtask_core::sync::{Arc, thread};
+    use streamtask_core::task::TaskError;
     use streamtask_core::task::TaskState;
     use streamtask_runtime::Lifecycle;
 
@@ -398,7 +398,10 @@ mod timer_scheduler {
 
     use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
     use streamtask_core::sync::{Arc, Condvar, Mutex, thread};
-    use streamtask_core::{Clock, ManualClock, Period, Timer, TimerHandle, TimerService};
+    use streamtask_core::{
+        time::Clock, time::ManualClock, time::Period, time::Timer, time::TimerHandle,
+        time::TimerService,
+    };
     use streamtask_runtime::{Rearm, TimerScheduler};
 
     fn timer(timestamp: i64, tag: u64) -> Timer {

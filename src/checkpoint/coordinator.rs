@@ -2,9 +2,9 @@
 //! reports, and completes or aborts each checkpoint.
 //!
 //! It never reads a clock and never blocks: every call takes the current processing time
-//! (`now`, milliseconds from a [`Clock`](streamtask_core::Clock)) and returns the
+//! (`now`, milliseconds from a [`Clock`](streamtask_core::time::Clock)) and returns the
 //! [`CoordinatorAction`]s the executor must carry out. That keeps it deterministic under a
-//! [`ManualClock`](streamtask_core::ManualClock); [`CoordinatorDriver`](super::CoordinatorDriver) runs it
+//! [`ManualClock`](streamtask_core::time::ManualClock); [`CoordinatorDriver`](super::CoordinatorDriver) runs it
 //! on a thread against a real clock.
 //!
 //! # The coordinator's states
@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use streamtask_core::TaskSnapshot;
 use streamtask_core::metrics::{Counter, LatencyHistogram, LatencySummary};
+use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::task::{DeclineReason, TaskReport};
 use streamtask_core::{Alignment, CheckpointBarrier};
@@ -477,7 +477,7 @@ pub struct CheckpointStatsSummary {
 ///
 /// ```
 /// use std::time::Duration;
-/// use streamtask_core::TaskSnapshot;
+/// use streamtask_core::state::TaskSnapshot;
 /// use streamtask::checkpoint::{
 ///     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
 /// };

@@ -20,12 +20,12 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use streamtask_core::TaskSnapshot;
+use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::Mutex;
 
 use super::CompletedCheckpoint;
+use super::error::{Corruption, StorageError};
 use super::format::{self, FormatError, Manifest, ManifestEntry};
-use super::storage::{Corruption, StorageError};
 
 /// Name of the manifest inside a checkpoint directory.
 const MANIFEST: &str = "_manifest";

@@ -6,7 +6,7 @@
 //! (stop, task finished), or a move of a manual clock, whichever comes first:
 //!
 //! 1. Before its first clock read it subscribes to the clock ([`Clock::subscribe`]); each move
-//!    of a [`ManualClock`](streamtask_core::ManualClock) puts a token into a one-slot `wake` channel (a
+//!    of a [`ManualClock`](streamtask_core::time::ManualClock) puts a token into a one-slot `wake` channel (a
 //!    full slot already means "look again").
 //! 2. Each round it reads `now`, polls the coordinator, and computes the next deadline.
 //! 3. It selects over reports, control and `wake`; with the system clock the select times out
@@ -49,7 +49,7 @@ use super::{CheckpointCoordinator, CheckpointStats, CoordinatorAction};
 ///     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CoordinatorAction,
 ///     CoordinatorDriver,
 /// };
-/// use streamtask_core::{Clock, ManualClock, TaskSnapshot};
+/// use streamtask_core::{time::Clock, time::ManualClock, state::TaskSnapshot};
 ///
 /// let clock = ManualClock::new(0);
 /// let storage = CheckpointStorage::in_memory(1).unwrap();

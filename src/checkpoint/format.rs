@@ -22,9 +22,9 @@
 //! Decoding tells a short input ([`FormatError::Truncated`], the signature of an interrupted
 //! write) from wrong content ([`FormatError::Corrupted`]).
 
-use streamtask_core::TaskSnapshot;
+use streamtask_core::state::TaskSnapshot;
 
-use super::storage::Corruption;
+use super::error::Corruption;
 
 /// First bytes of a state file.
 const STATE_MAGIC: [u8; 4] = *b"STKS";

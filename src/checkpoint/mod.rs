@@ -36,13 +36,14 @@
 mod coordinator;
 mod directory;
 mod driver;
+mod error;
 mod format;
 mod savepoint;
 mod storage;
 
 use std::collections::BTreeMap;
 
-use streamtask_core::TaskSnapshot;
+use streamtask_core::state::TaskSnapshot;
 
 pub use self::coordinator::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStats,
@@ -50,10 +51,11 @@ pub use self::coordinator::{
     SavepointFailure, SavepointWriter,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
+pub use self::error::{Corruption, StorageError};
 pub use self::savepoint::{
     SAVEPOINT_FORMAT_VERSION, Savepoint, SavepointMetadata, StateEntry, VertexShape,
 };
-pub use self::storage::{CheckpointStorage, Corruption, StorageError};
+pub use self::storage::CheckpointStorage;
 
 /// The checkpoint directory format (state files and manifest) this version writes and reads:
 /// a checkpoint that loads has this version.

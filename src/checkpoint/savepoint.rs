@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::CompletedCheckpoint;
 use super::directory::{sync_dir, write_durably};
 use super::format;
-use super::storage::{Corruption, StorageError};
+use super::error::{Corruption, StorageError};
 
 /// The savepoint format this version writes and reads.
 pub const SAVEPOINT_FORMAT_VERSION: u32 = 1;
@@ -324,7 +324,7 @@ fn decode_metadata(path: &Path, bytes: &[u8]) -> Result<SavepointMetadata, Stora
 #[cfg(test)]
 mod tests {
     use super::*;
-    use streamtask_core::TaskSnapshot;
+    use streamtask_core::state::TaskSnapshot;
 
     fn sample() -> CompletedCheckpoint {
         let mut snap = TaskSnapshot::new();

@@ -1,30 +1,4 @@
-//! The monitoring source (Flink's `ContinuousFileMonitoringFunction`): parallelism 1, lists a
-//! directory every interval and emits the splits of the files it has not seen yet.
-//!
-//! # Which files are new: the modification-time rule
-//!
-//! As Flink, the source does not remember every file: its checkpointed [`MonitorState`] is the
-//! largest modification time among the files it has forwarded, plus (beyond Flink) the names of
-//! the forwarded files that have exactly that time. A listed file is new if it was modified
-//! later than that time, or at that time under a name not in the set (Flink skips every file
-//! whose time equals the maximum, so two files written within the file system's timestamp
-//! granularity lose the second one). Files are forwarded in (modification time, path) order,
-//! each file's splits and the state update in one section under the checkpoint lock, so a
-//! snapshot holds either all splits of a file or none.
-//!
-//! Known limits, as Flink's:
-//! - **A file appended to after it was read** gets a newer modification time, so it is new
-//!   again: *all* of it is forwarded once more and its old lines are read twice. Write files
-//!   elsewhere (or under a name starting with `.` or `_`, which the source ignores) and rename
-//!   them into the directory when complete.
-//! - **A file that appears with an older time** than the maximum (moved in from elsewhere with
-//!   its old time kept, or renamed into place after a newer file) is never read.
-//!
-//! # Timing
-//!
-//! The listing runs on a periodic timer of the runtime's scheduler with a *fixed delay*: the next
-//! listing is due `interval` after the previous one was forwarded (the run completes when the
-//! source calls [`Rearm::done`]), which is Flink's `Thread.sleep(interval)` after each listing.
+//! Which files are new (the monitoring source): documented on the [`files`](crate::files) module, since this module is private.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -33,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use streamtask_core::{Clock, OperatorError, Period, Timer, TimerService};
+use streamtask_core::{OperatorError, time::Clock, time::Period, time::Timer, time::TimerService};
 use streamtask_legacy::{SourceContext, SourceFunction};
 use streamtask_runtime::{Rearm, TimerScheduler};
 

@@ -1,36 +1,4 @@
-//! The split reader operator (Flink's `ContinuousFileReaderOperator`), parallelism N, in the two
-//! forms Flink had; both keep the same [`ReaderSnapshot`] and put every line through the same
-//! one function (`apply_line`), so they differ only in who reads.
-//!
-//! | | [`ReadMode::Thread`] (Flink 1.9, the legacy model) | [`ReadMode::Mails`] (Flink 1.11+, mailbox and bridge) |
-//! |---|---|---|
-//! | who reads the file | the operator's own reader thread, outside the lock | the task thread, in a mail |
-//! | who emits | whoever holds the checkpoint lock: each line is an event the task delivers under the lock | the same mail |
-//! | a new split | queued to the thread | queued; a read mail is enqueued if none is |
-//! | a checkpoint while a split is read | waits for the lock between two lines | runs between two read mails |
-//! | read-ahead | at most [`READ_AHEAD`] lines read and not yet emitted | none |
-//!
-//! # The thread form's protocol
-//!
-//! The operator's state (current split and offset, pending splits) is owned by the operator,
-//! that is by the checkpoint lock. The reader thread gets every split, in the order the
-//! operator queued it (after a restore: the current split at its offset, then the pending
-//! ones), and reads them one after the other; for each line it sends the line and the offset
-//! after it as an event, then [`ThreadEvent::SplitDone`] at the end of a split. Under the lock,
-//! the operator makes the first pending split current when a split's first event arrives and
-//! drops it at its `SplitDone`; so the snapshot's offset is always that of the last line
-//! emitted, and lines read ahead but not yet emitted are simply read again after a restore.
-//! A credit channel bounds the read-ahead; closing the operator drops both channels, which ends
-//! the thread, and joins it.
-//!
-//! # The mail form
-//!
-//! One [`ReadMail`] event at a time is outstanding: it reads up to `chunk` lines, emits them,
-//! and enqueues the next one while work remains. Checkpoint barriers, timers and new splits
-//! are mails or input in between, so a snapshot waits for at most one chunk.
-//!
-//! Both forms end their input by draining: after `end_input` the operator accepts no more
-//! input until every split was read, which keeps the task from finishing before that.
+//! The split reader in each model: documented on the [`files`](crate::files) module, since this module is private.
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,7 +7,7 @@ use crossbeam::channel::{Receiver, Sender, bounded, unbounded};
 use streamtask_core::operator::{EventSender, OperatorEvent};
 use streamtask_core::state::{decode, encode};
 use streamtask_core::sync::{spawn_named, thread::JoinHandle};
-use streamtask_core::{Context, Operator, OperatorError, StreamRecord};
+use streamtask_core::{OperatorError, StreamRecord, operator::Context, operator::Operator};
 
 use super::split::{FileSplit, LineCursor, ReaderSnapshot, SplitProgress};
 use crate::fault::{FaultKind, FaultPlan};
@@ -47,7 +15,7 @@ use crate::fault::{FaultKind, FaultPlan};
 /// Lines the reader thread may have read and not yet seen emitted.
 pub const READ_AHEAD: usize = 64;
 
-/// Who reads the splits (see the [module doc](self)).
+/// Who reads the splits (see the [module doc](crate::files)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadMode {
     /// An own reader thread; lines are emitted under the checkpoint lock (Flink 1.9).
@@ -61,11 +29,11 @@ pub enum ReadMode {
 
 /// The mail form's "read a chunk" event.
 #[derive(Debug)]
-pub struct ReadMail;
+pub(crate) struct ReadMail;
 
 /// What the reader thread sends its operator.
 #[derive(Debug)]
-pub enum ThreadEvent {
+pub(crate) enum ThreadEvent {
     /// A line of the current split and the offset after it.
     Line(String, u64),
     /// The current split has been read to its end.

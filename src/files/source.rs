@@ -1,76 +1,4 @@
-//! The FLIP-27 file source: a [`SplitEnumerator`] that hands out the byte-range splits of a
-//! directory's files to parallel [`FileSourceReader`]s when they ask, as Flink's `FileSource`
-//! does, either for the files there when the job was built (bounded, Flink's
-//! `StaticFileSplitEnumerator`) or for files discovered while the job runs
-//! ([`FileSource::monitor_continuously`], Flink's `ContinuousFileSplitEnumerator`).
-//!
-//! # Where the enumerator runs
-//!
-//! Flink runs the enumerator in the `SourceCoordinator` on the JobManager. Here it is one
-//! object in the job layer, outside every task, made when the job is built and shared by the
-//! readers of every attempt: the readers call it from their own threads when they ask for a
-//! split, and the executor's threads drive it (its monitoring thread lists the directory every
-//! `interval`, its coordinator thread snapshots it when a checkpoint is triggered).
-//!
-//! # Which files are new
-//!
-//! The continuous enumerator applies the monitoring source's modification-time rule with the
-//! same [`MonitorState`] and the same known limits (see [`crate::files::monitor`]): a file
-//! appended to after it was read is read again whole; a file that appears with a time older
-//! than the newest one read is never read. It stops discovering once
-//! [`stop_after_files`](FileSource::stop_after_files) files were discovered or once a listing
-//! finds the [`end_marker`](FileSource::end_marker) file (looked for before the listing, so a
-//! file written before the marker is in the listing that sees it); from then on, a reader that
-//! asks when no split is left gets `NoMoreSplits` and ends its input.
-//!
-//! # The coordinator's snapshot, taken at trigger time
-//!
-//! The discovered-but-unassigned splits and the files seen belong to no reader. As Flink's
-//! `SourceCoordinator#checkpointCoordinator`, the enumerator is snapshotted when checkpoint N is
-//! triggered, before the barriers are injected into the readers
-//! ([`checkpoint_coordinator`](SplitEnumerator::checkpoint_coordinator)), into an
-//! [`EnumeratorCheckpoint`]. The restored cut must put each split in exactly one place: in the
-//! enumerator's state (unassigned), or with the one reader that holds it. A split assigned
-//! after the enumerator's snapshot but before the reader's barrier is in both snapshots; Flink
-//! closes the event valve to the readers from the coordinator snapshot until their barriers.
-//! **The equivalent here resolves the overlap on restore instead of preventing it**, so no
-//! reader ever waits for a barrier (a reader that declines a checkpoint, or a legacy
-//! `ReaderSource` that does not say which checkpoint it snapshots, cannot hold a gate shut):
-//!
-//! - a reader's snapshot lists the splits it holds (with offsets) *and* the splits it finished
-//!   since their assignment, until a checkpoint whose trigger came after that assignment
-//!   completed ([`checkpoint_completed`](SplitEnumerator::checkpoint_completed); no restore
-//!   can then find them unassigned);
-//! - a restore removes from the enumerator's unassigned splits every split a restored reader
-//!   holds or finished. A split assigned after the trigger of N is thus read by the reader that
-//!   had it at its barrier (from its offset) or, if it was assigned after that barrier, is in
-//!   no reader's snapshot and assigned again: each split once, none lost;
-//! - a split a restored reader holds or finished whose file the enumerator's snapshot has not
-//!   seen (discovered after the trigger, assigned before the barrier) is remembered as
-//!   claimed, in later snapshots too, and skipped when the file is discovered again.
-//!
-//! Splits discovered after the trigger are in no snapshot, and the files they came from are
-//! not in the snapshot's seen state, so a restore discovers them again.
-//!
-//! # Where the coordinator's snapshot is stored
-//!
-//! A checkpoint of this executor holds the tasks' snapshots only, so the enumerator's snapshot
-//! of N travels in reader 0's snapshot, as one more item of the source's list state (the
-//! readers' state is [`ListState`] of [`SourceItem`]s): in checkpoints and savepoints it is
-//! under the source's operator id. Reader 0 carries every trigger-time snapshot a restore may
-//! still need (those not older than the latest completed checkpoint), each with its
-//! checkpoint's id, since the legacy model does not tell it which checkpoint it is in. When an
-//! attempt starts, before any task does, the executor gives the enumerator the restored
-//! checkpoint ([`start_attempt`](SplitEnumerator::start_attempt)): it takes its snapshot of
-//! exactly that checkpoint from among the readers' items, wherever a rescale put it.
-//!
-//! # Rescale
-//!
-//! Every item of a reader's list is movable: a split in progress (with its offset), a split
-//! assigned and not started, a finished split, the enumerator's snapshots. A savepoint restored at another reader
-//! parallelism concatenates the old readers' items and splits them evenly over the new readers
-//! (list state, see `job/savepoint.rs`); each new reader reads the splits it got (in-progress
-//! ones continue at their offsets) before it asks for more.
+//! The FLIP-27 file source: documented on the [`files`](crate::files) module, since this module is private.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -82,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use streamtask_core::keygroup::ListState;
 use streamtask_core::sync::{Condvar, Mutex};
-use streamtask_core::{OperatorError, StateError, TaskSnapshot};
+use streamtask_core::{OperatorError, state::StateError, state::TaskSnapshot};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use super::monitor::{MonitorState, list_dir};
@@ -236,7 +164,7 @@ struct EnumeratorState {
     failure: Option<String>,
 }
 
-/// The split enumerator of a file source. See the [module docs](self) for where it runs, how
+/// The split enumerator of a file source. See the [module docs](crate::files) for where it runs, how
 /// it is snapshotted at trigger time and how it is restored.
 #[derive(Debug)]
 pub struct SplitEnumerator {
@@ -483,7 +411,7 @@ impl SplitEnumerator {
     }
 
     /// Checkpoint `checkpoint` was triggered: snapshots the enumerator, for reader 0 to carry
-    /// (see the [module docs](self)). Called on the coordinator's thread before the barriers
+    /// (see the [module docs](crate::files)). Called on the coordinator's thread before the barriers
     /// go out.
     ///
     /// Waits until every reader of the attempt started (restored its state) or the attempt
@@ -954,7 +882,7 @@ impl FileSource {
 
     /// Discovers files while the job runs: lists the directory every `interval` (at least
     /// 1 ms) and assigns the splits of new files (by the monitoring source's modification-time
-    /// rule, see [`crate::files::monitor`]) to the readers that ask. Unbounded unless
+    /// rule, see the [`files`](crate::files) module docs) to the readers that ask. Unbounded unless
     /// [`stop_after_files`](Self::stop_after_files) or [`end_marker`](Self::end_marker) is set.
     pub fn monitor_continuously(mut self, interval: Duration) -> Self {
         self.continuous = Some(Continuous {

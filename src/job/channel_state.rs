@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::sync::Mutex;
-use streamtask_core::{Alignment, StreamElement, TaskConfig, TaskSnapshot};
+use streamtask_core::{Alignment, StreamElement, state::TaskSnapshot, task::TaskConfig};
 use streamtask_runtime::channel::{ChannelCodec, ChannelState};
 
 use super::JobError;

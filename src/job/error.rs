@@ -7,8 +7,8 @@ use crate::checkpoint::{
     CheckpointFailures, ConfigError, CoordinatorError, SavepointFailure, StorageError,
 };
 use crate::sink::SinkError;
-use streamtask_core::TaskError;
 use streamtask_core::async_io::AsyncConfigError;
+use streamtask_core::task::TaskError;
 use streamtask_core::task::TaskFailure;
 use streamtask_runtime::channel::{ChannelError, GateError, WriterError};
 
@@ -454,7 +454,7 @@ pub enum AttemptFailure {
     /// A task failed (the first failure that was not a consequence of another).
     Task(TaskFailed),
     /// More checkpoints failed in a row than the job tolerates
-    /// ([`CheckpointConfig::tolerable_failures`](crate::CheckpointConfig::tolerable_failures)).
+    /// ([`CheckpointConfig::tolerable_failures`](crate::checkpoint::CheckpointConfig::tolerable_failures)).
     Checkpoints(CheckpointFailures),
 }
 

@@ -37,7 +37,7 @@ use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
 use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::trace::Tracer;
-use streamtask_core::{Clock, TaskError, TaskOutcome};
+use streamtask_core::{task::TaskError, task::TaskOutcome, time::Clock};
 use streamtask_legacy::Fairness;
 
 use super::error::{AttemptFailure, TaskFailed};

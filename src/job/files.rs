@@ -3,7 +3,7 @@
 //!
 //! The job is two vertices, as in Flink: the monitoring source (parallelism 1) and, behind a
 //! round-robin edge, the split reader (parallelism N). What the model changes is the reader's
-//! form (see [`crate::files::reader`]):
+//! form (see the [`files`](crate::files) module docs):
 //!
 //! | model | monitoring source | split reader |
 //! |---|---|---|
@@ -113,7 +113,7 @@ impl StreamEnvironment {
 
     /// The lines of the files that appear in the directory `files` names, exactly once across
     /// failures: the monitoring source checkpoints which files it forwarded (by modification
-    /// time: see [`crate::files::monitor`] for files appended to after they were read), each
+    /// time: see the [`files`](crate::files) module docs for files appended to after they were read), each
     /// reader the split it reads with its offset and the splits it has not started.
     ///
     /// # Examples

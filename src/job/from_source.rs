@@ -1,6 +1,6 @@
 //! [`StreamEnvironment::from_source`]: a FLIP-27 [`FileSource`] (bounded, or discovering files
 //! while it runs) as a parallel new-style source, and the executor's three hooks that drive its
-//! split enumerator as Flink's `SourceCoordinator` would (see [`crate::files::source`]):
+//! split enumerator as Flink's `SourceCoordinator` would (see the [`files`](crate::files) module docs):
 //!
 //! - when an attempt starts, before any task: the enumerator is restored from its snapshot
 //!   among the readers' restored state (`start_enumerators`);

@@ -34,7 +34,7 @@ use streamtask_core::operator::{
     Operator, SideOutputs, TaskOutput, TwoInputChain, TwoInputOperator,
 };
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output};
 use streamtask_legacy::{Fairness, SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
 use streamtask_runtime::channel::{InputGate, Partitioner, RecordWriter, TwoInputGate};
@@ -645,7 +645,7 @@ impl<T: Send + 'static> DataStream<T> {
                     name,
                     Arc::new(move |ctx| {
                         Box::new(
-                            streamtask_mailbox::AsyncWaitOperator::new(
+                            streamtask_runtime::AsyncWaitOperator::new(
                                 name_owned.clone(),
                                 factory(ctx.subtask),
                                 config.clone(),
@@ -1427,7 +1427,7 @@ where
     let in_flight = config
         .restore
         .as_mut()
-        .and_then(|s| s.remove(streamtask_core::TaskSnapshot::SOURCE_IN_FLIGHT));
+        .and_then(|s| s.remove(streamtask_core::state::TaskSnapshot::SOURCE_IN_FLIGHT));
     streamtask_bridge::InFlightReplay::new(source, in_flight)
 }
 
@@ -1637,7 +1637,7 @@ impl<T: Clone + Send> Operator for FanOutWriter<T> {
     fn process_element(
         &mut self,
         record: StreamRecord<T>,
-        _ctx: &mut streamtask_core::Context<'_, ()>,
+        _ctx: &mut streamtask_core::operator::Context<'_, ()>,
     ) -> Result<(), OperatorError> {
         let (last, rest) = self.writers.split_last_mut().expect("at least one branch");
         for writer in rest {
@@ -1649,7 +1649,7 @@ impl<T: Clone + Send> Operator for FanOutWriter<T> {
     fn process_watermark(
         &mut self,
         watermark: Watermark,
-        _ctx: &mut streamtask_core::Context<'_, ()>,
+        _ctx: &mut streamtask_core::operator::Context<'_, ()>,
     ) -> Result<(), OperatorError> {
         self.writers
             .iter_mut()
@@ -1659,7 +1659,7 @@ impl<T: Clone + Send> Operator for FanOutWriter<T> {
     fn process_status(
         &mut self,
         status: StreamStatus,
-        _ctx: &mut streamtask_core::Context<'_, ()>,
+        _ctx: &mut streamtask_core::operator::Context<'_, ()>,
     ) -> Result<(), OperatorError> {
         self.writers
             .iter_mut()

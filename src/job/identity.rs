@@ -18,8 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use streamtask_core::TaskSnapshot;
 use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, check_parallelism};
+use streamtask_core::state::TaskSnapshot;
 use streamtask_runtime::FEEDBACK_LOG;
 
 use super::JobError;

@@ -78,7 +78,7 @@ pub(crate) fn restart_cannot_fix(error: &(dyn Error + 'static)) -> bool {
 mod tests {
     use super::*;
     use streamtask_core::task::TaskError;
-    use streamtask_core::{OperatorError, TaskFailure};
+    use streamtask_core::{OperatorError, task::TaskFailure};
 
     #[test]
     fn found_through_the_task_and_operator_errors() {

@@ -56,10 +56,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use streamtask_core::TaskSnapshot;
 use streamtask_core::keygroup::{
     StateKind, redistribute_key_groups, redistribute_operator_state, state_kind,
 };
+use streamtask_core::state::TaskSnapshot;
 
 use streamtask_core::sync::{Condvar, Mutex};
 

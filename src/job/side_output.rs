@@ -18,7 +18,7 @@ use std::task::Waker;
 
 use streamtask_core::operator::{BoxOperator, Chain, OutputTag, SideOutputs, TaskOutput};
 use streamtask_core::sync::Mutex;
-use streamtask_core::{OperatorError, Output, StreamRecord, StreamStatus, Watermark};
+use streamtask_core::{OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output};
 use streamtask_runtime::channel::{Partitioner, RecordWriter};
 
 use super::graph::{DataStream, EdgeSpec, Segment, SpawnCtx, Spawner, Tail};

@@ -23,7 +23,8 @@ use streamtask_core::operator::{Chain, CoMap, TwoInputChain};
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::testing::{ManualAsyncFunction, ManualCalls};
 use streamtask_core::{
-    CheckpointBarrier, Clock, ManualClock, StreamElement, StreamRecord, TaskOutcome, TaskSnapshot,
+    CheckpointBarrier, StreamElement, StreamRecord, state::TaskSnapshot, task::TaskOutcome,
+    time::Clock, time::ManualClock,
 };
 use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};
 
@@ -256,7 +257,7 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         }
         (Model::Mailbox | Model::Bridge, Kind::Async) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
-            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
+            let op = streamtask_runtime::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
             streamtask_mailbox::OneInputTask::spawn(config, gate, Chain::new(op, p1), output)
         }
@@ -285,12 +286,12 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         }
         (Model::Legacy, Kind::AsyncSource) => return None,
         (Model::Mailbox, Kind::AsyncSource) => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
+            let op = streamtask_runtime::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
             streamtask_mailbox::SourceTask::spawn(config, reader, Chain::new(op, p1), output)
         }
         (Model::Bridge, Kind::AsyncSource) => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new("async", function, async_config)
+            let op = streamtask_runtime::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
             let handoff = streamtask_bridge::HandoffReader::new(source)
                 .with_clock(Clock::Manual(clock.clone()))
@@ -419,7 +420,7 @@ impl Task {
         }
         if let Some(sender) = self.feedback.clone() {
             let mut tail = streamtask_runtime::FeedbackOutput::new(sender);
-            streamtask_core::TaskOutput::end_of_input(&mut tail).expect("the tail ends");
+            streamtask_core::operator::TaskOutput::end_of_input(&mut tail).expect("the tail ends");
         }
     }
 
@@ -436,8 +437,11 @@ impl Task {
     pub(crate) fn return_barrier(&self, id: u64) {
         let sender = self.feedback.clone().expect("an iteration head");
         let mut tail = streamtask_runtime::FeedbackOutput::new(sender);
-        streamtask_core::TaskOutput::broadcast_barrier(&mut tail, CheckpointBarrier::new(id, 0))
-            .expect("the tail sends barriers");
+        streamtask_core::operator::TaskOutput::broadcast_barrier(
+            &mut tail,
+            CheckpointBarrier::new(id, 0),
+        )
+        .expect("the tail sends barriers");
     }
 
     /// A report, if one is there now.
@@ -671,7 +675,9 @@ impl HotSourceTask {
 
 use streamtask::files::{FileSplit, ReadMode, SplitReader};
 use streamtask_core::operator::Emitted;
-use streamtask_core::{OperatorError, Output, StreamStatus, TaskOutput, Watermark};
+use streamtask_core::{
+    OperatorError, StreamStatus, Watermark, operator::Output, operator::TaskOutput,
+};
 
 /// The split reader's form under `model`, as the job layer picks it (`src/job/files.rs`): its
 /// own reader thread whose lines are emitted under the checkpoint lock (legacy), or
@@ -860,7 +866,7 @@ struct HoldAt {
     go_on: Receiver<()>,
 }
 
-impl streamtask_core::Operator for HoldAt {
+impl streamtask_core::operator::Operator for HoldAt {
     type In = String;
     type Out = String;
 
@@ -871,7 +877,7 @@ impl streamtask_core::Operator for HoldAt {
     fn process_element(
         &mut self,
         record: StreamRecord<String>,
-        ctx: &mut streamtask_core::Context<'_, String>,
+        ctx: &mut streamtask_core::operator::Context<'_, String>,
     ) -> Result<(), OperatorError> {
         self.seen += 1;
         if self.seen == self.at {

@@ -14,8 +14,8 @@ use streamtask_core::operator::Emitted;
 use streamtask_core::state::encode;
 use streamtask_core::time::{Period, Timer, TimerHandle};
 use streamtask_core::{
-    CheckpointBarrier, Context, Operator, OperatorError, Output, StreamRecord, StreamStatus,
-    TaskError, TaskOutput, Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::Context,
+    operator::Operator, operator::Output, operator::TaskOutput, task::TaskError,
 };
 use streamtask_legacy::{SourceContext, SourceFunction};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};

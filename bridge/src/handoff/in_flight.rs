@@ -21,8 +21,8 @@
 //! same under the checkpoint lock. The entry is tied to its subtask: a savepoint with elements
 //! in flight restores with the parallelism it was taken with.
 //!
-//! [`TaskSnapshot::SOURCE`]: streamtask_core::TaskSnapshot::SOURCE
-//! [`TaskSnapshot::SOURCE_IN_FLIGHT`]: streamtask_core::TaskSnapshot::SOURCE_IN_FLIGHT
+//! [`TaskSnapshot::SOURCE`]: streamtask_core::state::TaskSnapshot::SOURCE
+//! [`TaskSnapshot::SOURCE_IN_FLIGHT`]: streamtask_core::state::TaskSnapshot::SOURCE_IN_FLIGHT
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -69,7 +69,7 @@ impl<T: DeserializeOwned> InFlight<T> {
 /// assert_eq!(source_in_flight(b"[]"), None);
 /// ```
 ///
-/// [`TaskSnapshot::SOURCE_IN_FLIGHT`]: streamtask_core::TaskSnapshot::SOURCE_IN_FLIGHT
+/// [`TaskSnapshot::SOURCE_IN_FLIGHT`]: streamtask_core::state::TaskSnapshot::SOURCE_IN_FLIGHT
 pub fn source_in_flight(bytes: &[u8]) -> Option<(usize, bool)> {
     let entry = InFlight::<serde_json::Value>::decode(bytes).ok()?;
     Some((entry.pending.len(), entry.finished))

@@ -18,14 +18,16 @@ use serde::de::DeserializeOwned;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::sync::{Arc, Mutex, thread};
+use streamtask_core::task::DEFAULT_CANCEL_GRACE;
 use streamtask_core::task::TaskError;
 use streamtask_core::trace::Tracer;
 use streamtask_core::{
-    Clock, OperatorError, TaskSnapshot, Timer, TimerError, TimerHandle, TimerService, catch_panic,
+    OperatorError, catch_panic, state::TaskSnapshot, time::Clock, time::Timer, time::TimerError,
+    time::TimerHandle, time::TimerService,
 };
 use streamtask_legacy::{
-    CancellationToken, CheckpointLock, DEFAULT_CANCEL_GRACE, Emission, Fairness, SourceCell,
-    SourceContextConfig, SourceEnd, SourceFunction, TimeCharacteristic, run_source,
+    CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContextConfig,
+    SourceEnd, SourceFunction, TimeCharacteristic, run_source,
 };
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 use streamtask_runtime::TimerScheduler;
@@ -770,7 +772,7 @@ impl TimerService for ClockOnly {
     fn register_periodic(
         &self,
         _first: Timer,
-        _period: streamtask_core::Period,
+        _period: streamtask_core::time::Period,
     ) -> Result<TimerHandle, TimerError> {
         // As `register_timer`: no flavour this service is used for registers timers.
         Err(TimerError::ShutDown)

@@ -12,7 +12,8 @@ use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::sync::{Arc, thread};
 use streamtask_core::testing::ManualTimerService;
 use streamtask_core::{
-    ManualClock, OperatorError, StreamRecord, StreamStatus, TaskSnapshot, Watermark, catch_panic,
+    OperatorError, StreamRecord, StreamStatus, Watermark, catch_panic, state::TaskSnapshot,
+    time::ManualClock,
 };
 use streamtask_legacy::{
     CONTEXT_TIMER_OPERATOR, CancellationToken, CheckpointGuard, CheckpointLock, Emission, Fairness,

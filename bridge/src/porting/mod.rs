@@ -2,7 +2,7 @@
 //! [`SourceFunction`], state included, in the user's own test suite.
 //!
 //! [`PortingKit::run`] runs both on the same input with the same checkpoint schedule, counted in
-//! records and driven by a [`ManualClock`](streamtask_core::ManualClock) (no wall-clock time
+//! records and driven by a [`ManualClock`](streamtask_core::time::ManualClock) (no wall-clock time
 //! anywhere, so a run is deterministic), fails and restores each side from its *own* snapshots
 //! where failures are scheduled, and compares every element each committed, in order: records
 //! with their timestamps, watermarks, and idle/active status changes (the end of event time
@@ -138,7 +138,7 @@ use std::fmt;
 use std::time::Duration;
 
 use streamtask_core::operator::Emitted;
-use streamtask_core::{OperatorError, TaskSnapshot};
+use streamtask_core::{OperatorError, state::TaskSnapshot};
 use streamtask_legacy::{SourceContextConfig, SourceFunction, restore_source_state};
 use streamtask_mailbox::SourceReader;
 

@@ -12,18 +12,18 @@
 //! idle), so records a timer or an async completion emitted while the source waits are seen.
 
 use std::fmt;
-use std::time::Instant;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use streamtask_core::operator::Operator;
 use streamtask_core::operator::{OperatorEvent, TaskOutput};
 use streamtask_core::task::{TaskError, TaskFailure};
-use streamtask_core::{CheckpointBarrier, Operator, Timer};
+use streamtask_core::time::Timer;
 use streamtask_legacy::SourceCell;
 use streamtask_mailbox::OperatorMails;
 use streamtask_runtime::ChainBody;
 
-use super::trigger::PendingTriggers;
+use super::trigger::{PendingTrigger, PendingTriggers};
 
 /// A failure that ends the mailbox loop. A type of this crate, so that the crate may implement
 /// the mailbox's [`OperatorMails`] for legacy's [`SourceCell`] (the orphan rule wants one local
@@ -45,30 +45,6 @@ where
     W: TaskOutput<C::Out>,
 {
     MailFailure(TaskFailure::new(body.name(), error))
-}
-
-/// A checkpoint trigger on its way to a holder of the lock. One that no holder takes (the task
-/// ended first) declines through the queue's responder
-/// ([`PendingTriggers::decline_all`]), so the coordinator always hears back.
-#[derive(Debug, Clone, Copy)]
-// `pub` for the loom models, which get it re-exported under `cfg(loom)` only.
-#[allow(unreachable_pub)]
-pub struct PendingTrigger {
-    pub(crate) barrier: CheckpointBarrier,
-    pub(crate) requested: Instant,
-}
-
-#[allow(unreachable_pub)]
-impl PendingTrigger {
-    /// A trigger made at `requested`.
-    pub fn new(barrier: CheckpointBarrier, requested: Instant) -> Self {
-        PendingTrigger { barrier, requested }
-    }
-
-    /// Its checkpoint's id.
-    pub fn id(&self) -> u64 {
-        self.barrier.id
-    }
 }
 
 /// Who runs the waiting triggers (see [`run_pending`]).

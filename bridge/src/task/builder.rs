@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use streamtask_core::Operator;
+use streamtask_core::operator::Operator;
 use streamtask_core::operator::TaskOutput;
 use streamtask_core::task::TaskConfig;
 use streamtask_legacy::{
@@ -106,7 +106,7 @@ use super::runtime::{self, Options};
 /// waiting for that lock to run a mail, gets it once the source returns and then sees the poison.
 /// A source that ignores cancellation is waited for three quarters of the grace, counted from
 /// the stop (see [`TaskConfig::with_cancel_grace`]); then the task reports
-/// [`TaskError::CancellationIgnored`](streamtask_core::TaskError::CancellationIgnored) instead of
+/// [`TaskError::CancellationIgnored`](streamtask_core::task::TaskError::CancellationIgnored) instead of
 /// hanging, leaving that one thread behind, which closes the chain itself if it ever returns;
 /// the rest of the grace is for the task thread's teardown, so
 /// [`TaskHandle::join`](streamtask_runtime::TaskHandle::join) returns within the grace, as
@@ -121,7 +121,7 @@ use super::runtime::{self, Options};
 /// use streamtask_bridge::LegacySourceStreamTask;
 /// use streamtask_core::operator::{Discard, Map};
 /// use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
-/// use streamtask_core::{CheckpointBarrier, OperatorError, TaskSnapshot};
+/// use streamtask_core::{CheckpointBarrier, OperatorError, state::TaskSnapshot};
 /// use streamtask_legacy::{SourceContext, SourceFunction};
 ///
 /// struct Counter(u64);

@@ -12,13 +12,13 @@ mod shared;
 mod trigger;
 
 #[cfg(loom)]
-pub use self::body::PendingTrigger;
-#[cfg(loom)]
 pub use self::shared::SourceExit;
 #[cfg(not(loom))]
 pub(crate) use self::shared::SourceExit;
 #[cfg(loom)]
+pub use self::trigger::PendingTrigger;
+#[cfg(loom)]
 pub use self::trigger::PendingTriggers;
 
 pub use self::builder::{ChainingError, LegacySourceStreamTask};
-pub use streamtask_runtime::TaskHandle;
+use streamtask_runtime::TaskHandle;

@@ -11,7 +11,9 @@ use streamtask_core::operator::{TaskOutput, TaskServices};
 use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::TaskState;
 use streamtask_core::task::{TaskConfig, TaskError, TaskFailure};
-use streamtask_core::{CheckpointBarrier, Operator, TaskSnapshot, TimerService, catch_panic};
+use streamtask_core::{
+    CheckpointBarrier, catch_panic, operator::Operator, state::TaskSnapshot, time::TimerService,
+};
 use streamtask_legacy::{
     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContextConfig,
     SourceFunction, run_source,
@@ -25,7 +27,8 @@ use streamtask_runtime::{
 };
 
 use super::SourceExit;
-use super::body::{self, BridgeCell, Holder, MailFailure, PendingTrigger};
+use super::body::{self, BridgeCell, Holder, MailFailure};
+use super::trigger::PendingTrigger;
 use super::trigger::PendingTriggers;
 use crate::executor::CheckpointLockExecutor;
 

@@ -41,13 +41,38 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::time::Instant;
 
+use streamtask_core::CheckpointBarrier;
 use streamtask_core::sync::Mutex;
 use streamtask_core::task::{CheckpointResponder, DeclineReason};
 use streamtask_legacy::CheckpointLock;
 
-use super::body::PendingTrigger;
 use crate::executor::CheckpointLockExecutor;
+
+/// A checkpoint trigger on its way to a holder of the lock. One that no holder takes (the task
+/// ended first) declines through the queue's responder
+/// ([`PendingTriggers::decline_all`]), so the coordinator always hears back.
+#[derive(Debug, Clone, Copy)]
+// `pub` for the loom models, which get it re-exported under `cfg(loom)` only.
+#[allow(unreachable_pub)]
+pub struct PendingTrigger {
+    pub(crate) barrier: CheckpointBarrier,
+    pub(crate) requested: Instant,
+}
+
+#[allow(unreachable_pub)]
+impl PendingTrigger {
+    /// A trigger made at `requested`.
+    pub fn new(barrier: CheckpointBarrier, requested: Instant) -> Self {
+        PendingTrigger { barrier, requested }
+    }
+
+    /// Its checkpoint's id.
+    pub fn id(&self) -> u64 {
+        self.barrier.id
+    }
+}
 
 /// The triggers made and not yet taken (see the module docs), and the responder through which
 /// those that never run decline.

@@ -194,7 +194,7 @@ pub fn logged(log: &ProbeLog, prefix: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-impl streamtask_core::Operator for Probe {
+impl streamtask_core::operator::Operator for Probe {
     type In = u64;
     type Out = u64;
 
@@ -202,7 +202,10 @@ impl streamtask_core::Operator for Probe {
         "probe"
     }
 
-    fn open(&mut self, ctx: &mut streamtask_core::Context<'_, u64>) -> Result<(), OperatorError> {
+    fn open(
+        &mut self,
+        ctx: &mut streamtask_core::operator::Context<'_, u64>,
+    ) -> Result<(), OperatorError> {
         self.note("open".into());
         *self.sender.lock().unwrap() = Some(ctx.event_sender());
         if let Some(at) = self.timer_at {
@@ -214,15 +217,15 @@ impl streamtask_core::Operator for Probe {
     fn process_element(
         &mut self,
         record: StreamRecord<u64>,
-        ctx: &mut streamtask_core::Context<'_, u64>,
+        ctx: &mut streamtask_core::operator::Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         ctx.collect(record)
     }
 
     fn on_processing_time(
         &mut self,
-        timer: streamtask_core::Timer,
-        ctx: &mut streamtask_core::Context<'_, u64>,
+        timer: streamtask_core::time::Timer,
+        ctx: &mut streamtask_core::operator::Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         self.note(format!("timer {}", timer.tag));
         ctx.collect(StreamRecord::new(1_000_000 + timer.tag))
@@ -231,7 +234,7 @@ impl streamtask_core::Operator for Probe {
     fn on_event(
         &mut self,
         event: streamtask_core::operator::OperatorEvent,
-        ctx: &mut streamtask_core::Context<'_, u64>,
+        ctx: &mut streamtask_core::operator::Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         let value = *event.downcast::<u64>().expect("u64 events");
         self.note(format!("event {value}"));
@@ -256,7 +259,7 @@ impl streamtask_core::Operator for Probe {
 
     fn finish(
         &mut self,
-        _ctx: &mut streamtask_core::Context<'_, u64>,
+        _ctx: &mut streamtask_core::operator::Context<'_, u64>,
     ) -> Result<(), OperatorError> {
         self.note("finish".into());
         Ok(())

@@ -84,7 +84,7 @@ where
         .spawn()
         .join(),
         (_, Chain::Async(capacity, mode)) => {
-            let op = streamtask_mailbox::AsyncWaitOperator::new(
+            let op = streamtask_runtime::AsyncWaitOperator::new(
                 "async",
                 function,
                 AsyncConfig::new(mode, capacity),

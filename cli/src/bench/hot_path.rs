@@ -17,7 +17,8 @@ use streamtask_core::operator::{ChainOutput, Map, NoEvents, TaskOutput, TaskServ
 use streamtask_core::task::TaskConfig;
 use streamtask_core::testing::ManualTimerService;
 use streamtask_core::{
-    CheckpointBarrier, ManualClock, OperatorError, Output, StreamRecord, StreamStatus, Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output,
+    time::ManualClock,
 };
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 

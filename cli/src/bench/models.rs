@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use streamtask_bridge::{HandoffReader, LegacySourceStreamTask};
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskOutcome, TaskReport};
-use streamtask_core::{CheckpointBarrier, TriggerError};
+use streamtask_core::{CheckpointBarrier, task::TriggerError};
 use streamtask_legacy::{Fairness, SourceStreamTask};
 use streamtask_mailbox::SourceTask;
 
@@ -54,9 +54,9 @@ impl Runner {
 
 /// The handles of the models behind one interface.
 enum Running {
-    Legacy(streamtask_legacy::TaskHandle),
-    Bridge(streamtask_bridge::TaskHandle),
-    Mailbox(streamtask_mailbox::TaskHandle),
+    Legacy(streamtask_runtime::TaskHandle),
+    Bridge(streamtask_runtime::TaskHandle),
+    Mailbox(streamtask_runtime::TaskHandle),
 }
 
 impl Running {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use streamtask::CheckpointConfig;
+use streamtask::checkpoint::CheckpointConfig;
 use streamtask_core::Alignment;
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
 use streamtask_core::function::AsyncError;

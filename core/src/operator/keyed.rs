@@ -270,12 +270,17 @@ mod tests {
             h.process(v).unwrap();
         }
         let snap = h.snapshot(1).unwrap();
-        let bytes = snap.get(&crate::TaskSnapshot::operator_key(0)).unwrap();
+        let bytes = snap
+            .get(&crate::state::TaskSnapshot::operator_key(0))
+            .unwrap();
         let parts = redistribute_key_groups(&[Some(bytes)], 128, 2).unwrap();
         let mut fired = Vec::new();
         for (i, part) in parts.iter().enumerate() {
-            let mut restored = crate::TaskSnapshot::new();
-            restored.put(crate::TaskSnapshot::operator_key(0), part.clone().unwrap());
+            let mut restored = crate::state::TaskSnapshot::new();
+            restored.put(
+                crate::state::TaskSnapshot::operator_key(0),
+                part.clone().unwrap(),
+            );
             let op = KeyedProcessOperator::new("count", |v: &u32| *v, DelayedCount);
             let mut r = OperatorHarness::restored(op, &restored);
             r.open().unwrap();

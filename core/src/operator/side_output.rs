@@ -24,7 +24,7 @@ use crate::error::OperatorError;
 ///
 /// ```
 /// use streamtask_core::operator::{OutputTag, SideOutputs};
-/// use streamtask_core::{Output, StreamRecord};
+/// use streamtask_core::{operator::Output, StreamRecord};
 /// use streamtask_core::operator::Emitted;
 ///
 /// let late: OutputTag<String> = OutputTag::new("late");

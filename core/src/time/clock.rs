@@ -15,7 +15,7 @@ use crate::sync::{Arc, Mutex};
 /// # Examples
 ///
 /// ```
-/// use streamtask_core::{Clock, ManualClock};
+/// use streamtask_core::{time::Clock, time::ManualClock};
 ///
 /// let manual = ManualClock::new(1_000);
 /// let clock = Clock::Manual(manual.clone());

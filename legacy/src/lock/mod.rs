@@ -328,7 +328,7 @@ impl<T> CheckpointLock<T> {
     /// use std::sync::atomic::{AtomicU32, Ordering};
     /// use streamtask_core::testing::ManualTimerService;
     /// use streamtask_core::operator::Emitted;
-    /// use streamtask_core::ManualClock;
+    /// use streamtask_core::time::ManualClock;
     /// use streamtask_legacy::{
     ///     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
     ///     SourceContextConfig,

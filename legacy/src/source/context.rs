@@ -58,7 +58,7 @@ where
 /// use std::sync::Arc;
 /// use streamtask_core::operator::Emitted;
 /// use streamtask_core::testing::ManualTimerService;
-/// use streamtask_core::{ManualClock, StreamRecord, Watermark};
+/// use streamtask_core::{time::ManualClock, StreamRecord, Watermark};
 /// use streamtask_legacy::{
 ///     CancellationToken, CheckpointLock, Emission, Fairness, SourceCell, SourceContext,
 ///     SourceContextConfig,

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use streamtask_core::{
-    OperatorError, StreamRecord, StreamStatus, Timer, TimerHandle, TimerService, Watermark,
+    OperatorError, StreamRecord, StreamStatus, Watermark, time::Timer, time::TimerHandle,
+    time::TimerService,
 };
 
 use super::SourceOutput;

@@ -35,7 +35,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::operator::{Emitted, Output};
 use streamtask_core::state::StateError;
-use streamtask_core::{OperatorError, TaskSnapshot, Timer, Watermark};
+use streamtask_core::{OperatorError, Watermark, state::TaskSnapshot, time::Timer};
 
 use streamtask_core::sync::Arc;
 
@@ -158,7 +158,7 @@ impl<T: Send> SourceOutput<T> for Vec<Emitted<T>> {
 /// use std::sync::Arc;
 /// use streamtask_core::operator::Emitted;
 /// use streamtask_core::testing::ManualTimerService;
-/// use streamtask_core::{ManualClock, StreamRecord};
+/// use streamtask_core::{time::ManualClock, StreamRecord};
 /// use streamtask_legacy::{Emission, SourceCell, SourceContextConfig};
 ///
 /// let timers = Arc::new(ManualTimerService::new(ManualClock::new(0)));

@@ -15,7 +15,8 @@ use serde::de::DeserializeOwned;
 use streamtask_core::operator::Operator;
 use streamtask_core::operator::TaskChain;
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, TaskError, TaskOutput, TaskSnapshot, Timer,
+    CheckpointBarrier, OperatorError, operator::TaskOutput, state::TaskSnapshot, task::TaskError,
+    time::Timer,
 };
 use streamtask_runtime::{BodyPhase, ChainBody};
 

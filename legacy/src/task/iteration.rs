@@ -8,7 +8,7 @@
 //! Barrier alignment, the feedback log and the held-back acknowledgement are the kit's
 //! ([`streamtask_runtime::IterationInput`]).
 
-use streamtask_core::Operator;
+use streamtask_core::operator::Operator;
 use streamtask_runtime::IterationInput;
 
 use super::input_task::InputStreamTask;

@@ -42,5 +42,3 @@ pub use self::async_wait::{AsyncChainError, AsyncHead, AsyncWaitStreamTask, NoCh
 pub use self::input_task::{InputStreamTask, OneInputStreamTask, TwoInputStreamTask};
 pub use self::iteration::IterationHeadStreamTask;
 pub use self::source_task::{SourceStreamTask, SourceTaskParts};
-pub use streamtask_core::task::{DEFAULT_CANCEL_GRACE, TaskState};
-pub use streamtask_runtime::TaskHandle;

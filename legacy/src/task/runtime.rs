@@ -14,7 +14,7 @@ use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
 use streamtask_core::sync::channel::{Receiver, SendError, Sender, unbounded};
 use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::{CheckpointResponder, DeclineReason, TaskConfig, TaskError};
-use streamtask_core::{CheckpointBarrier, OperatorError, TaskOutput, catch_panic};
+use streamtask_core::{CheckpointBarrier, OperatorError, catch_panic, operator::TaskOutput};
 use streamtask_runtime::channel::InputClosed;
 use streamtask_runtime::{
     Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
@@ -239,7 +239,7 @@ where
 /// down, and only then report the task ended.
 fn run_task_thread<B, M>(
     parts: &mut Parts<B>,
-    restore: Option<streamtask_core::TaskSnapshot>,
+    restore: Option<streamtask_core::state::TaskSnapshot>,
     main: M,
 ) where
     B: LockedBody,

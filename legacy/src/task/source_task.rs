@@ -4,9 +4,9 @@
 use std::fmt;
 use std::sync::Arc as StdArc;
 
-use streamtask_core::TimerService;
 use streamtask_core::operator::{Operator, TaskOutput};
 use streamtask_core::task::TaskConfig;
+use streamtask_core::time::TimerService;
 use streamtask_runtime::{ChainBody, TaskHandle, TriggerMode};
 
 use super::runtime;

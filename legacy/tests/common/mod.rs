@@ -87,9 +87,9 @@ pub fn values<T: Clone>(emitted: &[Emitted<T>]) -> Vec<T> {
 }
 
 /// Waits (hang guard only) until the task left `Initializing`.
-pub fn wait_running(task: &streamtask_legacy::TaskHandle) {
+pub fn wait_running(task: &streamtask_runtime::TaskHandle) {
     let deadline = std::time::Instant::now() + HANG_GUARD;
-    while task.state() == streamtask_legacy::TaskState::Initializing {
+    while task.state() == streamtask_core::task::TaskState::Initializing {
         assert!(std::time::Instant::now() < deadline, "task never started");
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -6,7 +6,10 @@ use std::time::Instant;
 
 use streamtask_core::operator::OperatorEvent;
 use streamtask_core::operator::TaskChain;
-use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, TaskOutput, TaskSnapshot, Timer};
+use streamtask_core::{
+    CheckpointBarrier, operator::TaskOutput, state::TaskSnapshot, task::TaskError,
+    task::TaskFailure, time::Timer,
+};
 use streamtask_runtime::{BodyPhase, ChainBody, Drain};
 
 use super::input::{Input, Step};

@@ -6,7 +6,8 @@ use std::task::Waker;
 use streamtask_core::operator::Operator;
 use streamtask_core::operator::TaskChain;
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, TaskError, TaskOutput, TaskSnapshot, Watermark,
+    CheckpointBarrier, OperatorError, Watermark, operator::TaskOutput, state::TaskSnapshot,
+    task::TaskError,
 };
 use streamtask_runtime::{Applied, ChainBody, InputEvent, InputRecord, TaskInput};
 

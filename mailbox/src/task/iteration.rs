@@ -12,7 +12,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{Operator, TaskOutput};
+use streamtask_core::{operator::Operator, operator::TaskOutput};
 use streamtask_runtime::{IterationInput, TaskInput, TriggerMode};
 
 use super::input::GateInput;

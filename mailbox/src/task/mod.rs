@@ -12,11 +12,11 @@ mod two_input;
 
 use std::time::Instant;
 
-use streamtask_core::TaskOutput;
 use streamtask_core::operator::TaskChain;
+use streamtask_core::operator::TaskOutput;
 use streamtask_core::sync::spawn_named;
 use streamtask_core::task::{DeclineReason, TaskConfig};
-use streamtask_core::{CheckpointBarrier, TaskError, TaskFailure, catch_panic};
+use streamtask_core::{CheckpointBarrier, catch_panic, task::TaskError, task::TaskFailure};
 use streamtask_runtime::{ChainBody, TaskControl, TaskEnv, TaskParts, TaskSetup, TriggerMode};
 
 use crate::action::Immediate;
@@ -34,7 +34,7 @@ pub use self::iteration::IterationHeadTask;
 pub use self::one_input::OneInputTask;
 pub use self::source::SourceTask;
 pub use self::two_input::TwoInputTask;
-pub use streamtask_runtime::TaskHandle;
+use streamtask_runtime::TaskHandle;
 
 use self::body::MailboxBody;
 use self::input::Input;
@@ -208,7 +208,7 @@ struct Setup<B> {
     processor: Processor<B>,
     timers: std::sync::Arc<MailboxTimerService<B, TaskFailure>>,
     parts: TaskParts,
-    restore: Option<streamtask_core::TaskSnapshot>,
+    restore: Option<streamtask_core::state::TaskSnapshot>,
 }
 
 /// Starts the task thread and wires the mailbox, the services and the body around `input`,

@@ -1,7 +1,7 @@
 //! One-input tasks: an [`InputGate`] and the chain behind it, on the mailbox thread.
 
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{Operator, TaskOutput};
+use streamtask_core::{operator::Operator, operator::TaskOutput};
 use streamtask_runtime::TriggerMode;
 use streamtask_runtime::channel::InputGate;
 
@@ -17,7 +17,7 @@ use super::{TaskHandle, spawn_task};
 /// use streamtask_runtime::channel::{InputGate, Partitioner, RecordWriter, bounded};
 /// use streamtask_core::operator::{Emitted, Map};
 /// use streamtask_core::task::TaskConfig;
-/// use streamtask_core::{Output, StreamRecord, TaskOutput};
+/// use streamtask_core::{operator::Output, StreamRecord, operator::TaskOutput};
 /// use streamtask_mailbox::OneInputTask;
 ///
 /// let (tx, rx) = bounded(16).unwrap();

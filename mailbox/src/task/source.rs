@@ -1,7 +1,7 @@
 //! Source tasks: a [`SourceReader`] and the chain behind it, on the mailbox thread.
 
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{Operator, TaskOutput};
+use streamtask_core::{operator::Operator, operator::TaskOutput};
 use streamtask_runtime::TriggerMode;
 
 use super::input::ReaderInput;
@@ -19,7 +19,7 @@ use crate::source::SourceReader;
 /// use std::task::Waker;
 /// use streamtask_core::operator::{Emitted, Map};
 /// use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
-/// use streamtask_core::{CheckpointBarrier, OperatorError, TaskSnapshot};
+/// use streamtask_core::{CheckpointBarrier, OperatorError, state::TaskSnapshot};
 /// use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
 ///
 /// struct Count { next: u64, end: u64 }
@@ -64,7 +64,7 @@ pub struct SourceTask;
 
 impl SourceTask {
     /// Starts a source task reading `reader` into `chain`, whose output goes to `output`.
-    /// `config.restore` restores the reader (from [`TaskSnapshot::SOURCE`](streamtask_core::TaskSnapshot::SOURCE)) and the chain.
+    /// `config.restore` restores the reader (from [`TaskSnapshot::SOURCE`](streamtask_core::state::TaskSnapshot::SOURCE)) and the chain.
     ///
     /// # Panics
     ///

@@ -2,7 +2,7 @@
 
 use streamtask_core::operator::{TwoInputChain, TwoInputOperator};
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{Operator, TaskOutput};
+use streamtask_core::{operator::Operator, operator::TaskOutput};
 use streamtask_runtime::TriggerMode;
 use streamtask_runtime::channel::TwoInputGate;
 

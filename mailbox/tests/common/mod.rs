@@ -11,8 +11,8 @@ use streamtask_core::operator::{Context, Emitted, EventSender, EventSink, Operat
 use streamtask_core::state::{decode, encode};
 use streamtask_core::task::{CheckpointResponder, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, Operator, OperatorError, Output, StreamRecord, StreamStatus, TaskOutput,
-    Timer, Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::Operator,
+    operator::Output, operator::TaskOutput, time::Timer,
 };
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 

@@ -13,7 +13,7 @@ use crate::sync::{Mutex, thread};
 use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Context, EventSender, Operator, OperatorEvent};
-use streamtask_core::{OperatorError, StreamRecord, Timer, Watermark};
+use streamtask_core::{OperatorError, StreamRecord, Watermark, time::Timer};
 
 /// Async I/O (Flink's `AsyncWaitOperator`), the same operator in every model; only the way its
 /// completions come back differs.

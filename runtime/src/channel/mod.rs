@@ -8,7 +8,7 @@
 //! | [`BarrierAligner`] | the exactly-once barrier alignment state machine (pure, no I/O) | the gates |
 //! | [`WatermarkValve`] | combines per-channel watermarks and stream status (pure, no I/O) | the gates |
 //! | [`InputGate`], [`TwoInputGate`] | read N channels fairly, align barriers, combine watermarks | a task's input |
-//! | [`RecordWriter`] | a task's [`TaskOutput`](streamtask_core::TaskOutput) into downstream channels | a task's output |
+//! | [`RecordWriter`] | a task's [`TaskOutput`](streamtask_core::operator::TaskOutput) into downstream channels | a task's output |
 //! | [`ChannelState`], [`ChannelCodec`] | what an unaligned checkpoint overtook, its format and codec | the gates, the job's restore |
 //!
 //! # Unaligned checkpoints
@@ -30,7 +30,7 @@
 //! Both threading models use the same pieces. The legacy model's input task blocks
 //! ([`InputGate::next_blocking`]) and its writer blocks on a full channel; the mailbox model polls
 //! ([`InputGate::poll_next`]) and feeds input only while its writer
-//! [is available](streamtask_core::TaskOutput::is_available), and otherwise registers a
+//! [is available](streamtask_core::operator::TaskOutput::is_available), and otherwise registers a
 //! [`Waker`](std::task::Waker) whose wake enqueues a resume mail, then suspends its default
 //! action.
 //!
@@ -46,7 +46,7 @@
 //!
 //! A producer that polls does the same with [`Sender::try_send`] (on `Full`),
 //! [`Sender::register_space_waker`] (or [`RecordWriter`]'s
-//! [`register_availability_waker`](streamtask_core::TaskOutput::register_availability_waker), which
+//! [`register_availability_waker`](streamtask_core::operator::TaskOutput::register_availability_waker), which
 //! registers on every full channel), a second try, then suspends until a receive frees a slot or
 //! the receiver is gone.
 //!
@@ -79,7 +79,7 @@
 //!
 //! ```
 //! use streamtask_runtime::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
-//! use streamtask_core::{CheckpointBarrier, Output, StreamRecord, TaskOutput, Watermark};
+//! use streamtask_core::{CheckpointBarrier, operator::Output, StreamRecord, operator::TaskOutput, Watermark};
 //!
 //! let (tx, rx) = bounded(16).unwrap();
 //! let mut writer = RecordWriter::new(vec![tx], Partitioner::Forward).unwrap();

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use streamtask_core::StreamElement;
 
 #[cfg(doc)]
-use streamtask_core::TaskSnapshot;
+use streamtask_core::state::TaskSnapshot;
 
 const MAGIC: &[u8; 4] = b"STCS";
 const VERSION: u8 = 1;

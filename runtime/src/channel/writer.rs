@@ -173,7 +173,7 @@ pub enum WriterError {
 ///
 /// ```
 /// use streamtask_runtime::channel::{Partitioner, RecordWriter, bounded};
-/// use streamtask_core::{Output, StreamElement, StreamRecord, TaskOutput, Watermark};
+/// use streamtask_core::{operator::Output, StreamElement, StreamRecord, operator::TaskOutput, Watermark};
 ///
 /// let (tx0, rx0) = bounded(8).unwrap();
 /// let (tx1, rx1) = bounded(8).unwrap();

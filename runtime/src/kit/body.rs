@@ -23,8 +23,8 @@ use streamtask_core::operator::{
 use streamtask_core::task::{DeclineReason, TaskError};
 use streamtask_core::trace::{RecordRun, Tracer};
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, Output, StreamRecord, StreamStatus, TaskOutput, TaskSnapshot,
-    Timer, Watermark, catch_panic,
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, catch_panic,
+    operator::Output, operator::TaskOutput, state::TaskSnapshot, time::Timer,
 };
 
 use super::TaskParts;

@@ -8,7 +8,7 @@ use crate::channel::{
 };
 use streamtask_core::operator::{Operator, TwoInputChain, TwoInputOperator};
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, TaskOutput, Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::TaskOutput,
 };
 
 use super::body::ChainBody;

@@ -72,8 +72,8 @@ use streamtask_core::operator::{Context, Operator};
 use streamtask_core::state::StateError;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::{
-    CheckpointBarrier, OperatorError, Output, StreamRecord, StreamStatus, TaskOutput, TaskSnapshot,
-    Watermark,
+    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output,
+    operator::TaskOutput, state::TaskSnapshot,
 };
 
 use super::input::{InputEvent, TaskInput};
@@ -781,7 +781,7 @@ impl<T> fmt::Debug for FeedbackOutput<T> {
 mod tests {
     use super::*;
     use crate::channel::bounded;
-    use streamtask_core::{StreamElement, TaskSnapshot};
+    use streamtask_core::{StreamElement, state::TaskSnapshot};
 
     fn head(
         config: &mut TaskConfig,

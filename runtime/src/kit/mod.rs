@@ -3,7 +3,7 @@
 //! | piece | what it is |
 //! |---|---|
 //! | [`ChainBody`] | the operator chain with its counted output, services and tracing, and the operations every task runs on it: restore and open, records in, Flink's checkpoint order with its metrics and trace span, complete and abort notices, timers and events, end of input head to tail with a drain between operators, finish, close |
-//! | [`TaskChain`](streamtask_core::operator::TaskChain) | what those operations need of a chain: any [`Operator`](streamtask_core::Operator) (one input) or a [`TwoInputChain`](streamtask_core::operator::TwoInputChain) |
+//! | [`TaskChain`](streamtask_core::operator::TaskChain) | what those operations need of a chain: any [`Operator`](streamtask_core::operator::Operator) (one input) or a [`TwoInputChain`](streamtask_core::operator::TwoInputChain) |
 //! | [`TaskInput`], [`InputEvent`] | a task's input gate read the same way for one or two inputs; [`ChainBody::apply`] puts an event through the chain |
 //! | [`IterationInput`], [`FeedbackWriter`], [`FeedbackOutput`] | an iteration's head input and tail, with the cyclic-graph snapshot (the feedback log) of Carbone et al. 2015 |
 //! | [`Lifecycle`] | one task state machine ([`TaskState`](streamtask_core::task::TaskState)) with the first failure, the stop hook and the done latch |
@@ -51,9 +51,9 @@ use std::sync::Arc as StdArc;
 use std::time::Duration;
 
 use crate::sync::Arc;
-use streamtask_core::TaskSnapshot;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::RunningOperator;
+use streamtask_core::state::TaskSnapshot;
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
 use streamtask_core::time::{Clock, InterruptibleTimers};
 use streamtask_core::trace::Tracer;

@@ -21,7 +21,7 @@ use crate::lock::Fairness;
 
 /// The async operator of a legacy [`AsyncWaitStreamTask`]: an async function, its
 /// configuration and its name. It is deliberately not an
-/// [`Operator`](streamtask_core::Operator): in this model it can only head a task (see the
+/// [`Operator`](streamtask_core::operator::Operator): in this model it can only head a task (see the
 /// [`AsyncWaitStreamTask`]'s documentation, FLINK-13063).
 ///
 /// # Examples
@@ -279,7 +279,7 @@ mod tests {
     use streamtask_core::task::{CheckpointResponder, TaskReport};
     use streamtask_core::testing::ManualAsyncFunction;
     use streamtask_core::{
-        CheckpointBarrier, OperatorError, StreamElement, StreamRecord, TaskSnapshot,
+        CheckpointBarrier, OperatorError, StreamElement, StreamRecord, state::TaskSnapshot,
     };
     use streamtask_runtime::QueuedInput;
     use streamtask_runtime::channel::bounded;
@@ -340,7 +340,7 @@ mod tests {
         task.cancel();
         assert!(matches!(
             task.join(),
-            streamtask_core::TaskOutcome::Cancelled
+            streamtask_core::task::TaskOutcome::Cancelled
         ));
 
         // The snapshot restores: its calls run again, once each.
@@ -380,14 +380,14 @@ mod tests {
             fn process_element(
                 &mut self,
                 record: StreamRecord<u32>,
-                ctx: &mut streamtask_core::Context<'_, u32>,
+                ctx: &mut streamtask_core::operator::Context<'_, u32>,
             ) -> Result<(), OperatorError> {
                 self.0.lock().unwrap().push(record.value.to_string());
                 ctx.collect(record)
             }
             fn end_input(
                 &mut self,
-                _ctx: &mut streamtask_core::Context<'_, u32>,
+                _ctx: &mut streamtask_core::operator::Context<'_, u32>,
             ) -> Result<(), OperatorError> {
                 self.0.lock().unwrap().push("end_input".to_string());
                 Ok(())
@@ -431,7 +431,7 @@ mod tests {
             fn process_element(
                 &mut self,
                 record: StreamRecord<u32>,
-                ctx: &mut streamtask_core::Context<'_, u32>,
+                ctx: &mut streamtask_core::operator::Context<'_, u32>,
             ) -> Result<(), streamtask_core::OperatorError> {
                 ctx.collect(record)
             }
