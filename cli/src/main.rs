@@ -955,7 +955,11 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
             checkpoint_dir: job.checkpoint_dir(model),
             ..JobConfig::new(&job.work_dir).with_restore(options.restore())
         };
-        match config.check_restore() {
+        // The job itself: a resume must read the input its state was taken over.
+        match job
+            .build(model)
+            .and_then(|graph| graph.check_restore(&config))
+        {
             Ok(()) | Err(JobError::NothingToResume { .. }) => {}
             Err(e) => return Err(CliError::of_job(model, e)),
         }
@@ -1054,7 +1058,11 @@ fn run_to_savepoint(
         checkpoint_dir: job.checkpoint_dir(model),
         ..JobConfig::new(&job.work_dir).with_restore(options.restore())
     };
-    match config.check_restore() {
+    // The job itself: a resume must read the input its state was taken over.
+    match job
+        .build(model)
+        .and_then(|graph| graph.check_restore(&config))
+    {
         Ok(()) | Err(JobError::NothingToResume { .. }) => {}
         Err(e) => return Err(CliError::of_job(model, e)),
     }

@@ -10,9 +10,10 @@ use std::path::Path;
 
 use common::{code, stderr, stdout, streamtask};
 use counting::{RECORDS, build, committed, config, reference, run};
-use streamtask::checkpoint::Savepoint;
+use streamtask::checkpoint::{CheckpointStorage, Savepoint};
 use streamtask::prelude::*;
 use streamtask::{JobError, SavepointHandle};
+use streamtask_core::state::TaskSnapshot;
 
 #[test]
 fn smoke() {
@@ -283,6 +284,93 @@ fn a_savepoint_restored_into_a_source_over_other_input_is_refused_naming_both() 
     let same = build_reading(work, "numbers 0..3000", None, &handle);
     same.run(&config(work, Restore::Savepoint(path), &handle))
         .unwrap();
+    assert_eq!(committed(work), reference());
+}
+
+/// Runs the counting job reading `identity` until its source pauses at `pause_at` and at least
+/// one checkpoint completed, then cancels it: an unfinished run with checkpoints.
+fn leave_unfinished_run(work: &Path, identity: &str, pause_at: u64) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    // Pulled by the paused source; nobody listens, so the run keeps checkpointing.
+    let handle = SavepointHandle::new();
+    let job = build_reading(work, identity, Some(pause_at), &handle);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let config = JobConfig::new(work)
+        .with_checkpoints(Some(CheckpointConfig::new(
+            std::time::Duration::from_millis(20),
+        )))
+        .with_cancel(Arc::clone(&cancel));
+    let checkpoints = work.join("checkpoints");
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            // Until a checkpoint after the pause completed: it holds the paused position.
+            // Read-only: each completed checkpoint directory is loaded on its own (opening
+            // the storage would tidy the directory the run is writing into).
+            let holds_pause = || {
+                std::fs::read_dir(&checkpoints)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|e| CheckpointStorage::load_path(&e.path()).ok())
+                    .filter_map(|c| {
+                        c.task("numbers#0")?
+                            .get_value::<u64>(TaskSnapshot::SOURCE)
+                            .ok()?
+                    })
+                    .any(|position| position == pause_at)
+            };
+            while !handle.is_requested() || !holds_pause() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            cancel.store(true, Ordering::SeqCst);
+        });
+        let _ = job.run(&config);
+        watcher.join().unwrap();
+    });
+}
+
+#[test]
+fn a_checkpoint_resumed_by_a_source_over_other_input_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    leave_unfinished_run(work, "numbers 0..3000", 1_000);
+    let before = committed(work);
+    assert!(before.len() <= 1_000, "the run stopped at the pause");
+
+    let handle = SavepointHandle::new();
+    let other = build_reading(work, "numbers 0..2000", None, &handle);
+    let resume = JobConfig::new(work)
+        .with_checkpoints(Some(CheckpointConfig::new(
+            std::time::Duration::from_millis(20),
+        )))
+        .with_restore(Restore::Latest);
+    for err in [
+        other.check_restore(&resume).unwrap_err(),
+        other.run(&resume).unwrap_err(),
+    ] {
+        match err {
+            JobError::SourceMismatch {
+                operator,
+                savepoint,
+                job,
+                path,
+            } => {
+                assert_eq!(operator, "numbers");
+                assert_eq!(savepoint, "numbers 0..3000");
+                assert_eq!(job, "numbers 0..2000");
+                assert!(path.starts_with(work.join("checkpoints")), "{path:?}");
+            }
+            other => panic!("expected a source mismatch, got {other:?}"),
+        }
+    }
+    assert_eq!(committed(work), before, "nothing was committed");
+
+    // The same input resumes, exactly once.
+    let same = build_reading(work, "numbers 0..3000", None, &handle);
+    same.check_restore(&resume).unwrap();
+    same.run(&resume).unwrap();
     assert_eq!(committed(work), reference());
 }
 
@@ -668,6 +756,54 @@ fn cli_a_savepoint_restored_into_other_data_is_refused_before_anything_is_commit
             "{other:?}: nothing committed"
         );
     }
+}
+
+#[test]
+fn cli_a_resume_over_other_data_is_refused_before_the_data_is_generated_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let out = dir.path().join("out");
+    let first = streamtask(&cli_args("mailbox", &work, &out, &[]));
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    // As a SIGKILL leaves it: the run marker says running, the checkpoints are there.
+    let marker = work.join("mailbox").join("checkpoints").join("_run");
+    assert!(marker.is_file(), "the run left its marker at {marker:?}");
+    std::fs::write(&marker, "running\n").unwrap();
+    let data = std::fs::read(work.join("orders.csv")).unwrap();
+    let committed_before = streamtask::sink::read_committed(&out).unwrap();
+    let fewer = (ORDERS / 3 * 2).to_string();
+    for other in [&["--seed", "8"][..], &["--records", &fewer][..]] {
+        let mut args = cli_args("mailbox", &work, &out, &["--resume"]);
+        let at = args.iter().position(|a| a == other[0]).unwrap() + 1;
+        args[at] = other[1].to_string();
+        let refused = streamtask(&args);
+        let err = stderr(&refused);
+        assert_eq!(code(&refused), 2, "{other:?}: {err}");
+        assert!(
+            err.contains("seed 7"),
+            "{other:?} names the checkpoint's data: {err}"
+        );
+        assert!(
+            err.contains("--discard-state"),
+            "{other:?} names the fix: {err}"
+        );
+        assert!(
+            !err.contains("generating data"),
+            "{other:?}: refused before generating: {err}"
+        );
+        assert!(
+            std::fs::read(work.join("orders.csv")).unwrap() == data,
+            "{other:?}: the input the checkpoints point into is kept"
+        );
+        assert_eq!(
+            streamtask::sink::read_committed(&out).unwrap(),
+            committed_before,
+            "{other:?}: nothing committed"
+        );
+    }
+    // The same data resumes.
+    let resumed = streamtask(&cli_args("mailbox", &work, &out, &["--resume"]));
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
 }
 
 #[test]

@@ -90,6 +90,11 @@ impl TaskSnapshot {
     /// there are any.
     pub const CHANNEL_STATE: &'static str = "channel-state";
 
+    /// The key of what a source task read, as the job declared it for the source (UTF-8 text,
+    /// e.g. a file's name and length): written into a source task's snapshot by the job's
+    /// checkpoint storage, so that a restore can refuse a checkpoint taken over other input.
+    pub const SOURCE_IDENTITY: &'static str = "source-identity";
+
     /// An empty snapshot.
     pub fn new() -> Self {
         TaskSnapshot::default()

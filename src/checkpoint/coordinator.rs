@@ -533,6 +533,8 @@ pub struct CheckpointCoordinator {
     /// Checkpoint failures since the last completed checkpoint (see
     /// [`AbortReason::counts_as_failure`]).
     failures_in_a_row: u32,
+    /// What each source task read, stamped into its snapshot of every stored checkpoint.
+    source_identities: BTreeMap<String, String>,
 }
 
 /// The savepoint writer, shown as a placeholder by `Debug`.
@@ -691,6 +693,7 @@ impl CheckpointCoordinator {
             savepoint: SavepointState::NotRequested,
             savepoint_writer: None,
             failures_in_a_row: 0,
+            source_identities: BTreeMap::new(),
         })
     }
 
@@ -698,6 +701,15 @@ impl CheckpointCoordinator {
     /// of the same job, whose aborted checkpoints the storage does not know).
     pub fn with_ids_after(mut self, id: u64) -> Self {
         self.last_id = self.last_id.max(id);
+        self
+    }
+
+    /// Stamps what each source task read (`task` -> identity) into that task's snapshot of
+    /// every checkpoint stored, under [`TaskSnapshot::SOURCE_IDENTITY`], so that a restore
+    /// can refuse a checkpoint taken over other input. Savepoints record it in their own
+    /// metadata instead.
+    pub fn with_source_identities(mut self, identities: BTreeMap<String, String>) -> Self {
+        self.source_identities = identities;
         self
     }
 
@@ -1075,12 +1087,19 @@ impl CheckpointCoordinator {
             .pending
             .remove(&id)
             .expect("complete is called for a pending checkpoint");
-        let checkpoint = CompletedCheckpoint {
+        let mut checkpoint = CompletedCheckpoint {
             id,
             timestamp: pending.timestamp,
             tasks: pending.acks,
         };
         let is_savepoint = matches!(self.savepoint, SavepointState::Pending(p) if p == id);
+        if !is_savepoint {
+            for (task, identity) in &self.source_identities {
+                if let Some(snapshot) = checkpoint.tasks.get_mut(task) {
+                    snapshot.put(TaskSnapshot::SOURCE_IDENTITY, identity.as_bytes().to_vec());
+                }
+            }
+        }
         let stored = match &mut self.savepoint_writer {
             Some(WriterSlot(write)) if is_savepoint => write(&checkpoint),
             _ => self.storage.store(&checkpoint),

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::CompletedCheckpoint;
 use super::directory::{sync_dir, write_durably};
-use super::format;
 use super::error::{Corruption, StorageError};
+use super::format;
 
 /// The savepoint format this version writes and reads.
 pub const SAVEPOINT_FORMAT_VERSION: u32 = 1;

@@ -319,16 +319,16 @@ pub enum JobError {
         operators: Vec<String>,
     },
     /// A source reads other input than the source with its operator id read when the
-    /// savepoint was taken (see `DataStream::source_identity`): its position would point into
-    /// other data.
+    /// savepoint or checkpoint was taken (see `DataStream::source_identity`): its position
+    /// would point into other data.
     #[error(
-        "savepoint {} was taken while source {operator:?} read {savepoint}, but this job's \
-         source reads {job}; restore it into a job that reads the same input (the demo: the \
-         same --records, --customers and --seed), or start without the savepoint",
+        "{} was taken while source {operator:?} read {savepoint}, but this job's source reads \
+         {job}; restore it into a job that reads the same input (the demo: the same --records, \
+         --customers and --seed), or start without it (the demo: --discard-state)",
         path.display()
     )]
     SourceMismatch {
-        /// The savepoint.
+        /// The savepoint or checkpoint.
         path: std::path::PathBuf,
         /// The source's operator id.
         operator: String,

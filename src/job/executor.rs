@@ -644,7 +644,8 @@ impl JobGraph {
                     sources.iter().cloned(),
                     config.clock.now_millis(),
                 )?
-                .with_ids_after(last_id);
+                .with_ids_after(last_id)
+                .with_source_identities(self.source_identity_tasks());
                 let coordinator = match &savepoint {
                     Some(sp) => coordinator.with_savepoint_writer(sp.writer()),
                     None => coordinator,

@@ -17,6 +17,7 @@
 //! rescale the old heads' logs are concatenated and split evenly over the new heads.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, check_parallelism};
 use streamtask_core::state::TaskSnapshot;
@@ -24,7 +25,7 @@ use streamtask_runtime::FEEDBACK_LOG;
 
 use super::JobError;
 use super::graph::{DataStream, JobGraph, StreamEnvironment};
-use crate::checkpoint::{StateEntry, VertexShape};
+use crate::checkpoint::{CompletedCheckpoint, StateEntry, VertexShape};
 
 /// What the builder records about state identity.
 #[derive(Debug, Clone)]
@@ -272,5 +273,54 @@ impl JobGraph {
             });
         }
         Ok(shapes)
+    }
+
+    /// What each source task reads (`<vertex>#<subtask>` -> identity), for the sources that
+    /// declared one: stamped into their snapshots of every checkpoint.
+    pub(crate) fn source_identity_tasks(&self) -> BTreeMap<String, String> {
+        self.vertices
+            .iter()
+            .filter(|v| v.is_source)
+            .filter_map(|v| Some((v, self.ids.source_identities.get(&v.name)?)))
+            .flat_map(|(v, identity)| {
+                (0..v.parallelism).map(move |i| (format!("{}#{i}", v.name), identity.clone()))
+            })
+            .collect()
+    }
+
+    /// A checkpoint's source positions point into what its sources read then: every source
+    /// task of this job that declares an identity must read what the checkpoint says its task
+    /// read, where the checkpoint says (checkpoints written before identities were stamped
+    /// say nothing and are not checked).
+    pub(crate) fn check_checkpoint_identities(
+        &self,
+        checkpoint: &CompletedCheckpoint,
+        path: &Path,
+    ) -> Result<(), JobError> {
+        for (task, job) in self.source_identity_tasks() {
+            let Some(taken) = checkpoint
+                .task(&task)
+                .and_then(|t| t.get(TaskSnapshot::SOURCE_IDENTITY))
+            else {
+                continue;
+            };
+            let taken = String::from_utf8_lossy(taken);
+            if taken != job {
+                let vertex = task.rsplit_once('#').map_or(task.as_str(), |(v, _)| v);
+                let operator = self
+                    .ids
+                    .uids
+                    .get(&(vertex.to_string(), None))
+                    .cloned()
+                    .unwrap_or_else(|| vertex.to_string());
+                return Err(JobError::SourceMismatch {
+                    path: path.to_path_buf(),
+                    operator,
+                    savepoint: taken.into_owned(),
+                    job,
+                });
+            }
+        }
+        Ok(())
     }
 }

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{CheckpointStorage, CompletedCheckpoint, Savepoint};
 
-use super::JobError;
 use super::graph::JobGraph;
+use super::{JobConfig, JobError};
 
 /// Where a run starts, set with [`JobConfig::with_restore`](crate::JobConfig::with_restore).
 ///
@@ -328,8 +328,72 @@ impl JobGraph {
         };
         if let Some(checkpoint) = &restored {
             self.check_shape(checkpoint)?;
+            let path = match restore {
+                Restore::From(path) => path.clone(),
+                _ => storage
+                    .checkpoint_path(checkpoint.id)
+                    .unwrap_or_else(|| dir.to_path_buf()),
+            };
+            self.check_checkpoint_identities(checkpoint, &path)?;
         }
         Ok(restored)
+    }
+
+    /// Checks, before anything is generated or run, what [`JobConfig::check_restore`] checks
+    /// and that the state the run would restore (the savepoint, the checkpoint given, or the
+    /// newest checkpoint of the run it resumes) was taken while its sources read what this
+    /// job's sources declare they read (see
+    /// [`DataStream::source_identity`](crate::DataStream::source_identity)). Reads the state;
+    /// changes nothing. [`run`](Self::run) checks the same again.
+    ///
+    /// # Errors
+    ///
+    /// What [`JobConfig::check_restore`] reports; [`JobError::SourceMismatch`] if a source
+    /// reads other input than when the state was taken; [`JobError::Storage`] if the state
+    /// cannot be read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let out = CollectHandle::new();
+    /// env.from_sequence("numbers", 0..10)
+    ///     .source_identity("numbers 0..10")
+    ///     .collect_sink("out", &out);
+    /// let job = env.build().unwrap();
+    /// let work = tempfile::tempdir().unwrap();
+    /// let config = JobConfig::new(work.path()).with_restore(Restore::Latest);
+    /// // Nothing to resume in an empty directory: the run starts from the beginning.
+    /// assert!(job.check_restore(&config).is_ok());
+    /// ```
+    pub fn check_restore(&self, config: &JobConfig) -> Result<(), JobError> {
+        config.check_restore()?;
+        match &config.restore {
+            Restore::Savepoint(path) => self.check_source_identities(&load_savepoint(path)?),
+            Restore::From(path) => {
+                let checkpoint = CheckpointStorage::load_path(path)?;
+                self.check_checkpoint_identities(&checkpoint, path)
+            }
+            Restore::Latest if config.checkpoint_dir.exists() => {
+                let dir = &config.checkpoint_dir;
+                let storage = CheckpointStorage::directory(dir, config.retained_checkpoints)?;
+                if !matches!(found(dir, &storage)?, Found::Unfinished { .. }) {
+                    return Ok(());
+                }
+                match self.restore_point(config.fallback_to_older, &storage)? {
+                    Some(checkpoint) => {
+                        let path = storage
+                            .checkpoint_path(checkpoint.id)
+                            .unwrap_or_else(|| dir.clone());
+                        self.check_checkpoint_identities(&checkpoint, &path)
+                    }
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The checkpoint a (re)start restores: the newest, or with `fallback` the newest intact.

@@ -440,7 +440,7 @@ impl JobGraph {
     /// A source's state is a position in what it read: every source of this job that declares
     /// an identity must read what its namesake (by operator id) in the savepoint read, if that
     /// one declared an identity too.
-    fn check_source_identities(&self, savepoint: &Savepoint) -> Result<(), JobError> {
+    pub(crate) fn check_source_identities(&self, savepoint: &Savepoint) -> Result<(), JobError> {
         let source_of = |v: &VertexShape| {
             v.states
                 .iter()
