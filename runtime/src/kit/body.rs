@@ -28,7 +28,6 @@ use streamtask_core::{
 };
 
 use super::TaskParts;
-use super::input::{InputEvent, InputRecord};
 use super::lifecycle::Lifecycle;
 use streamtask_core::operator::TaskChain;
 use streamtask_core::task::TaskState;
@@ -720,41 +719,27 @@ where
         Ok(Drain::Finished)
     }
 
-    /// Applies one input event: records, watermarks and status changes go through the chain,
-    /// the end of one input of two ends the head's; what the model handles itself (a barrier,
-    /// a superseded checkpoint, nothing to read, end of input) comes back.
+    /// Input `input` (of two) ended: the head's input ends.
     ///
     /// # Errors
     ///
     /// Whatever an operator fails with.
-    #[inline]
-    pub fn apply<R: InputRecord<C>>(
-        &mut self,
-        event: InputEvent<R>,
-    ) -> Result<Applied, OperatorError> {
-        match event {
-            InputEvent::Record(record) => record.deliver(self)?,
-            InputEvent::Watermark(watermark) => self.process_watermark(watermark)?,
-            InputEvent::Status(status) => self.process_status(status)?,
-            InputEvent::InputEnded(input) => {
-                self.interrupt();
-                let (chain, mut ctx) = ctx!(self);
-                chain.end_input_of(input, &mut ctx)?;
-            }
-            InputEvent::Barrier(barrier) => return Ok(Applied::Barrier(barrier)),
-            InputEvent::UnalignedBarrier(barrier) => {
-                self.unaligned_barrier = Some(barrier.id);
-                return Ok(Applied::Barrier(barrier));
-            }
-            InputEvent::ChannelState(id, state) => self.complete_channel_state(id, state),
-            InputEvent::Superseded(id) => {
-                self.drop_awaiting(id);
-                self.decline(id, DeclineReason::Superseded);
-            }
-            InputEvent::Nothing => return Ok(Applied::Nothing),
-            InputEvent::EndOfInput => return Ok(Applied::EndOfInput),
-        }
-        Ok(Applied::Done)
+    pub(crate) fn end_input_of(&mut self, input: u8) -> Result<(), OperatorError> {
+        self.interrupt();
+        let (chain, mut ctx) = ctx!(self);
+        chain.end_input_of(input, &mut ctx)
+    }
+
+    /// The first barrier of unaligned checkpoint `id` arrived: its snapshot waits for the
+    /// channel state.
+    pub(crate) fn unaligned_barrier_arrived(&mut self, id: u64) {
+        self.unaligned_barrier = Some(id);
+    }
+
+    /// A newer barrier superseded checkpoint `id` during alignment: declines it.
+    pub(crate) fn superseded(&mut self, id: u64) {
+        self.drop_awaiting(id);
+        self.decline(id, DeclineReason::Superseded);
     }
 
     /// Runs `f` on the chain with a context over the task's output, while the chain is open

@@ -11,7 +11,7 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::TaskOutput,
 };
 
-use super::body::ChainBody;
+use super::body::{Applied, ChainBody};
 use streamtask_core::operator::TaskChain;
 
 /// One event of a task's input, whatever the number of inputs.
@@ -53,6 +53,42 @@ impl<R> InputEvent<R> {
             InputEvent::Watermark(watermark) => !watermark.is_max(),
             _ => false,
         }
+    }
+}
+
+impl<C, W> ChainBody<C, W>
+where
+    C: TaskChain,
+    W: TaskOutput<C::Out>,
+{
+    /// Applies one input event: records, watermarks and status changes go through the chain,
+    /// the end of one input of two ends the head's; what the model handles itself (a barrier,
+    /// a superseded checkpoint, nothing to read, end of input) comes back.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    #[inline]
+    pub fn apply<R: InputRecord<C>>(
+        &mut self,
+        event: InputEvent<R>,
+    ) -> Result<Applied, OperatorError> {
+        match event {
+            InputEvent::Record(record) => record.deliver(self)?,
+            InputEvent::Watermark(watermark) => self.process_watermark(watermark)?,
+            InputEvent::Status(status) => self.process_status(status)?,
+            InputEvent::InputEnded(input) => self.end_input_of(input)?,
+            InputEvent::Barrier(barrier) => return Ok(Applied::Barrier(barrier)),
+            InputEvent::UnalignedBarrier(barrier) => {
+                self.unaligned_barrier_arrived(barrier.id);
+                return Ok(Applied::Barrier(barrier));
+            }
+            InputEvent::ChannelState(id, state) => self.complete_channel_state(id, state),
+            InputEvent::Superseded(id) => self.superseded(id),
+            InputEvent::Nothing => return Ok(Applied::Nothing),
+            InputEvent::EndOfInput => return Ok(Applied::EndOfInput),
+        }
+        Ok(Applied::Done)
     }
 }
 
