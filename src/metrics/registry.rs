@@ -94,6 +94,7 @@ impl MetricsRegistry {
                 let Some(value) = (family.value)(job) else {
                     continue;
                 };
+                // Job families are counters and gauges: one value each.
                 match family.kind {
                     Kind::Counter => out.counter(family.name, &labels, value),
                     Kind::Gauge | Kind::Summary => out.gauge(family.name, &labels, value),
@@ -101,7 +102,7 @@ impl MetricsRegistry {
             }
         }
         for family in TASK_FAMILIES {
-            out.family(family.name, family.kind(), family.help);
+            out.family(family.name, family.kind, family.help);
             for task in &tasks {
                 let labels: [Label<'_>; 5] = [
                     ("job", &task.job),
@@ -113,7 +114,7 @@ impl MetricsRegistry {
                 match (family.value)(task) {
                     TaskValue::Counter(v) => out.counter(family.name, &labels, v as f64),
                     TaskValue::Gauge(v) => out.gauge(family.name, &labels, v),
-                    TaskValue::LatencyMs(s) => out.summary(
+                    TaskValue::Latency(s) => out.summary(
                         family.name,
                         &labels,
                         &[
@@ -480,124 +481,120 @@ enum TaskValue {
     Counter(u64),
     Gauge(f64),
     /// A latency distribution in microseconds, rendered as a summary in milliseconds.
-    LatencyMs(LatencySummary),
+    Latency(LatencySummary),
 }
 
-/// A task-level family: name, help, and its value.
+/// A task-level family: name, type, help, and its value (of that type).
 struct TaskFamily {
     name: &'static str,
+    kind: Kind,
     help: &'static str,
     value: fn(&TaskRow) -> TaskValue,
-}
-
-impl TaskFamily {
-    /// The family's type, as its value for any task says.
-    fn kind(&self) -> Kind {
-        let probe = TaskRow {
-            job: String::new(),
-            vertex: String::new(),
-            subtask: String::new(),
-            model: Model::Mailbox,
-            attempt: String::new(),
-            summary: MetricsSummary::default(),
-            last_delay_us: None,
-            now: Sample::default(),
-            rates: Rates::default(),
-        };
-        match (self.value)(&probe) {
-            TaskValue::Counter(_) => Kind::Counter,
-            TaskValue::Gauge(_) => Kind::Gauge,
-            TaskValue::LatencyMs(_) => Kind::Summary,
-        }
-    }
 }
 
 /// The task-level families, in rendering order. README's table lists them with Flink's names.
 const TASK_FAMILIES: &[TaskFamily] = &[
     TaskFamily {
         name: "streamtask_task_num_records_in",
+        kind: Kind::Counter,
         help: "Records that entered the task's chain (Flink: numRecordsIn).",
         value: |t| TaskValue::Counter(t.now.records_in),
     },
     TaskFamily {
         name: "streamtask_task_num_records_out",
+        kind: Kind::Counter,
         help: "Records the task's chain emitted (Flink: numRecordsOut).",
         value: |t| TaskValue::Counter(t.now.records_out),
     },
     TaskFamily {
         name: "streamtask_task_num_records_in_per_second",
+        kind: Kind::Gauge,
         help: "Records in per second over the rate window (Flink: numRecordsInPerSecond).",
         value: |t| TaskValue::Gauge(t.rates.records_in),
     },
     TaskFamily {
         name: "streamtask_task_num_records_out_per_second",
+        kind: Kind::Gauge,
         help: "Records out per second over the rate window (Flink: numRecordsOutPerSecond).",
         value: |t| TaskValue::Gauge(t.rates.records_out),
     },
     TaskFamily {
         name: "streamtask_task_busy_time_ms_per_second",
+        kind: Kind::Gauge,
         help: "Milliseconds per second the task neither waited for input nor for output space, over the rate window (Flink: busyTimeMsPerSecond).",
         value: |t| TaskValue::Gauge(t.rates.busy_ms),
     },
     TaskFamily {
         name: "streamtask_task_idle_time_ms_per_second",
+        kind: Kind::Gauge,
         help: "Milliseconds per second the task waited for input, over the rate window (Flink: idleTimeMsPerSecond).",
         value: |t| TaskValue::Gauge(t.rates.idle_ms),
     },
     TaskFamily {
         name: "streamtask_task_back_pressured_time_ms_per_second",
+        kind: Kind::Gauge,
         help: "Milliseconds per second the task waited for output space or a full operator, over the rate window (Flink: backPressuredTimeMsPerSecond).",
         value: |t| TaskValue::Gauge(t.rates.backpressured_ms),
     },
     TaskFamily {
         name: "streamtask_task_accumulate_busy_time_ms",
+        kind: Kind::Counter,
         help: "Milliseconds the task was busy since it started (Flink: accumulateBusyTimeMs).",
         value: |t| TaskValue::Counter(t.now.busy_us / 1000),
     },
     TaskFamily {
         name: "streamtask_task_accumulate_idle_time_ms",
+        kind: Kind::Counter,
         help: "Milliseconds the task waited for input since it started (Flink: accumulateIdleTimeMs).",
         value: |t| TaskValue::Counter(t.now.idle_us / 1000),
     },
     TaskFamily {
         name: "streamtask_task_accumulate_back_pressured_time_ms",
+        kind: Kind::Counter,
         help: "Milliseconds the task waited for output space since it started (Flink: accumulateBackPressuredTimeMs).",
         value: |t| TaskValue::Counter(t.now.backpressured_us / 1000),
     },
     TaskFamily {
         name: "streamtask_task_checkpoint_start_delay_nanos",
+        kind: Kind::Gauge,
         help: "From the trigger (or the last barrier's arrival) to the start of the task's newest snapshot, in nanoseconds at microsecond resolution; 0 before the first (Flink: checkpointStartDelayNanos).",
         value: |t| TaskValue::Gauge(t.last_delay_us.map_or(0.0, |us| us as f64 * 1000.0)),
     },
     TaskFamily {
         name: "streamtask_task_checkpoints",
+        kind: Kind::Counter,
         help: "Snapshots the task took.",
         value: |t| TaskValue::Counter(t.summary.checkpoints),
     },
     TaskFamily {
         name: "streamtask_task_checkpoint_alignment_time_ms",
+        kind: Kind::Summary,
         help: "From the first to the last barrier of a checkpoint on a multi-input task, in milliseconds (Flink's checkpointAlignmentTime, as a distribution).",
-        value: |t| TaskValue::LatencyMs(t.summary.alignment_us),
+        value: |t| TaskValue::Latency(t.summary.alignment_us),
     },
     TaskFamily {
         name: "streamtask_task_mailbox_latency_ms",
+        kind: Kind::Summary,
         help: "From a mail's enqueue to the start of its run, sampled, in milliseconds (Flink: mailboxLatencyMs); empty in the legacy model.",
-        value: |t| TaskValue::LatencyMs(t.summary.mailbox_latency_us),
+        value: |t| TaskValue::Latency(t.summary.mailbox_latency_us),
     },
     TaskFamily {
         name: "streamtask_task_mails",
+        kind: Kind::Counter,
         help: "Mails the task ran (checkpoint triggers that came without a mail included).",
         value: |t| TaskValue::Counter(t.summary.mails),
     },
     TaskFamily {
         name: "streamtask_task_checkpoint_lock_wait_ms",
+        kind: Kind::Summary,
         help: "Time each acquirer waited for the checkpoint lock, in milliseconds; empty in the mailbox model.",
-        value: |t| TaskValue::LatencyMs(t.summary.lock_wait_us),
+        value: |t| TaskValue::Latency(t.summary.lock_wait_us),
     },
     TaskFamily {
         name: "streamtask_task_timer_lateness_ms",
+        kind: Kind::Summary,
         help: "From a timer's due time to the start of its callback, in milliseconds.",
-        value: |t| TaskValue::LatencyMs(t.summary.timer_lateness_us),
+        value: |t| TaskValue::Latency(t.summary.timer_lateness_us),
     },
 ];
 
@@ -640,7 +637,7 @@ mod tests {
         let labels = "{job=\"orders\",task=\"map\",subtask=\"1\",model=\"legacy\",attempt=\"1\"";
         for family in TASK_FAMILIES {
             assert!(
-                text.contains(&format!("# TYPE {} {}", family.name, family.kind().name())),
+                text.contains(&format!("# TYPE {} {}", family.name, family.kind.name())),
                 "{} has no TYPE line:\n{text}",
                 family.name
             );
@@ -656,6 +653,22 @@ mod tests {
         )));
         assert!(text.contains("streamtask_job_num_restarts{job=\"orders\",model=\"legacy\"} 0\n"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn each_task_family_says_the_type_its_values_have() {
+        let registry = MetricsRegistry::new();
+        let (_attempt, _metrics) = scope_with_task(&registry);
+        let row =
+            registry.shared.lock().jobs[0].tasks[0].row("j", Model::Legacy, 1, Instant::now());
+        for family in TASK_FAMILIES {
+            let kind = match (family.value)(&row) {
+                TaskValue::Counter(_) => Kind::Counter,
+                TaskValue::Gauge(_) => Kind::Gauge,
+                TaskValue::Latency(_) => Kind::Summary,
+            };
+            assert_eq!(kind, family.kind, "{}", family.name);
+        }
     }
 
     #[test]
