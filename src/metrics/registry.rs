@@ -114,17 +114,24 @@ impl MetricsRegistry {
                 match (family.value)(task) {
                     TaskValue::Counter(v) => out.counter(family.name, &labels, v as f64),
                     TaskValue::Gauge(v) => out.gauge(family.name, &labels, v),
-                    TaskValue::Latency(s) => out.summary(
-                        family.name,
-                        &labels,
-                        &[
-                            (0.5, s.p50 as f64 / 1000.0),
-                            (0.99, s.p99 as f64 / 1000.0),
-                            (0.999, s.p999 as f64 / 1000.0),
-                        ],
-                        s.mean * s.count as f64 / 1000.0,
-                        s.count,
-                    ),
+                    TaskValue::Latency(s) => {
+                        // An empty distribution has no quantiles: NaN, as Prometheus's own
+                        // clients render them, not a latency of 0.
+                        let ms = |us: u64| {
+                            if s.count == 0 {
+                                f64::NAN
+                            } else {
+                                us as f64 / 1000.0
+                            }
+                        };
+                        out.summary(
+                            family.name,
+                            &labels,
+                            &[(0.5, ms(s.p50)), (0.99, ms(s.p99)), (0.999, ms(s.p999))],
+                            s.mean * s.count as f64 / 1000.0,
+                            s.count,
+                        );
+                    }
                 }
             }
         }
@@ -653,6 +660,29 @@ mod tests {
         )));
         assert!(text.contains("streamtask_job_num_restarts{job=\"orders\",model=\"legacy\"} 0\n"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_registry_is_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<MetricsRegistry>();
+    }
+
+    #[test]
+    fn an_empty_distribution_has_nan_quantiles_and_a_zero_count() {
+        let registry = MetricsRegistry::new();
+        let (_attempt, metrics) = scope_with_task(&registry);
+        metrics.timer_lateness.record_micros(1500);
+        let text = registry.render();
+        let of = |family: &str| -> Vec<&str> {
+            text.lines().filter(|l| l.starts_with(family)).collect()
+        };
+        let empty = of("streamtask_task_mailbox_latency_ms");
+        assert!(empty[0].ends_with("quantile=\"0.5\"} NaN"), "{empty:?}");
+        assert!(empty[4].ends_with("} 0"), "{empty:?}");
+        let one = of("streamtask_task_timer_lateness_ms");
+        assert!(one[0].ends_with("quantile=\"0.5\"} 1.5"), "{one:?}");
+        assert!(one[4].ends_with("} 1"), "{one:?}");
     }
 
     #[test]
