@@ -35,6 +35,9 @@ use streamtask::{MetricsRegistry, OPENMETRICS_CONTENT_TYPE};
 /// How long a client of the endpoint may take to send its request or read the answer.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The pause after a failed `accept` before the next.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
 /// The longest request head the endpoint reads.
 const MAX_REQUEST: usize = 8 * 1024;
 
@@ -257,7 +260,11 @@ fn serve(listener: &TcpListener, registry: &MetricsRegistry, stop: &AtomicBool) 
                     log::debug!("metrics endpoint: a client's request failed: {e}");
                 }
             }
-            Err(e) => log::debug!("metrics endpoint: accept failed: {e}"),
+            Err(e) => {
+                log::debug!("metrics endpoint: accept failed: {e}");
+                // A lasting error (no file descriptors left) would otherwise spin this thread.
+                std::thread::sleep(ACCEPT_BACKOFF);
+            }
         }
     }
 }
