@@ -270,15 +270,26 @@ fn a_non_loopback_address_is_refused_before_anything_runs() {
 }
 
 #[test]
-fn the_allow_remote_flag_needs_an_address() {
+fn metrics_options_without_what_they_need_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let out = streamtask(&run_args(
-        "mailbox",
-        dir.path(),
-        &["--metrics-allow-remote"],
-    ));
-    assert_eq!(code(&out), 2, "{}", stderr(&out));
-    assert!(stderr(&out).contains("--metrics-addr"), "{}", stderr(&out));
+    let missing = dir.path().join("missing").join("metrics.txt");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--metrics-allow-remote"], "--metrics-addr"),
+        (&["--metrics-interval-ms", "10"], "--metrics-file"),
+        (
+            &["--metrics-file", missing.to_str().unwrap()],
+            "--metrics-file",
+        ),
+        (
+            &["--metrics-file", "m.txt", "--metrics-interval-ms", "0"],
+            "--metrics-interval-ms",
+        ),
+    ];
+    for (extra, named) in cases {
+        let out = streamtask(&run_args("mailbox", dir.path(), extra));
+        assert_eq!(code(&out), 2, "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(named), "{extra:?}: {}", stderr(&out));
+    }
 }
 
 #[test]
@@ -296,30 +307,47 @@ fn the_metrics_file_is_written_during_the_run_and_holds_the_final_counts() {
     child.resume();
     assert_eq!(child.finish_within(GUARD).expect("the run ends").0, 0);
 
-    // To the end: the last write holds what the report says.
-    let out = streamtask(&run_args("legacy", dir.path(), &extra));
+    // To the end, with a fault and so a restart: the last write holds what the report says.
+    let faulty = [&extra[..], &["--faults", "1"]].concat();
+    let out = streamtask(&run_args("legacy", dir.path(), &faulty));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = std::fs::read_to_string(&file).unwrap();
     let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
-    let reported: f64 = stdout(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("checkpoints completed"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no checkpoint count in {}", stdout(&out)));
-    let exported = scrape
-        .samples
-        .iter()
-        .find(|s| s.metric == "streamtask_job_number_of_completed_checkpoints_total")
-        .map(|s| match s.value {
-            Value::Counter(v) | Value::Untyped(v) => v,
-            ref other => panic!("{other:?}"),
-        })
-        .expect("the completed-checkpoints counter");
-    assert_eq!(exported, reported);
-    let tasks = tasks_of(Model::Legacy, dir.path());
+    let row = |name: &str| -> f64 {
+        stdout(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} row in {}", stdout(&out)))
+    };
+    let exported = |family: &str| -> f64 {
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == family)
+            .unwrap_or_else(|| panic!("no {family} in {text}"));
+        match sample.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            ref other => panic!("{family}: {other:?}"),
+        }
+    };
     assert_eq!(
-        samples(&scrape, PER_TASK[0], Model::Legacy).len(),
-        tasks.len()
+        exported("streamtask_job_number_of_completed_checkpoints_total"),
+        row("checkpoints completed")
+    );
+    let restarts = row("restarts");
+    assert!(restarts >= 1.0, "the fault restarted the job");
+    assert_eq!(exported("streamtask_job_num_restarts"), restarts);
+    // The tasks are the last attempt's.
+    let tasks = tasks_of(Model::Legacy, dir.path());
+    let delays = samples(&scrape, PER_TASK[0], Model::Legacy);
+    assert_eq!(delays.len(), tasks.len());
+    let last_attempt = (restarts + 1.0).to_string();
+    assert!(
+        delays
+            .iter()
+            .all(|s| s.labels.get("attempt") == Some(last_attempt.as_str())),
+        "{delays:?}"
     );
     // Only the file itself: the temporary file was renamed over it.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
