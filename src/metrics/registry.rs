@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use streamtask_core::metrics::{LatencySummary, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::Mutex;
+// The coordinator shares its statistics through the sync facade's `Arc` (loom's under
+// `cfg(loom)`); the tasks' metrics and the registry itself through std's.
+use streamtask_core::sync::Arc as StatsArc;
 
 use super::exposition::{Exposition, Kind, Label};
 use crate::Model;
@@ -181,7 +184,7 @@ impl JobScope {
     /// storage its checkpoints go to. The previous attempt's tasks are dropped.
     pub(crate) fn start_attempt(
         &self,
-        stats: Option<Arc<CheckpointStats>>,
+        stats: Option<StatsArc<CheckpointStats>>,
         storage: &CheckpointStorage,
     ) -> AttemptScope {
         let mut registered = self.registry.shared.lock();
@@ -239,7 +242,7 @@ struct JobEntry {
     /// Attempts started (1 for the first).
     attempts: u32,
     /// The current attempt's checkpoint statistics.
-    stats: Option<Arc<CheckpointStats>>,
+    stats: Option<StatsArc<CheckpointStats>>,
     /// Checkpoints completed and failed by the earlier attempts.
     completed_before: u64,
     failed_before: u64,
