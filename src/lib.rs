@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod fault;
 pub mod files;
 mod job;
+mod metrics;
 mod model;
 pub mod prelude;
 pub mod sink;
@@ -30,6 +31,7 @@ pub use crate::job::{
     ProgressCallback, RestartStrategy, Restore, SavepointDirProblem, SavepointHandle,
     SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskFailed, TaskResult,
 };
+pub use crate::metrics::{MetricsRegistry, OPENMETRICS_CONTENT_TYPE, RATE_WINDOW};
 pub use crate::model::{Model, UnknownModel};
 
 /// The migration guide, run as doc tests.

@@ -11,6 +11,7 @@
 //! | [`demo`] | the demo job: generated orders, keyed running totals, async enrichment, exactly-once file sink |
 //! | [`report`] | the side-by-side table `compare` prints, and its JSON |
 //! | [`plot`] | the SVG plot of a comparison |
+//! | [`exporter`] | the metrics endpoint and file of `--metrics-addr` and `--metrics-file` |
 //! | [`inspect`](mod@inspect) | what a checkpoint or savepoint holds, for `streamtask inspect` |
 //! | [`bench`](mod@bench) | the rows of `streamtask bench` and the harnesses the benches share |
 
@@ -19,6 +20,7 @@
 #[cfg(not(loom))]
 pub mod bench;
 pub mod demo;
+pub mod exporter;
 pub mod inspect;
 pub mod plot;
 pub mod report;

@@ -13,9 +13,12 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use streamtask::fault::{FaultPlan, quiet_injected_panics};
-use streamtask::{DirLock, JobConfig, JobError, JobPhase, Model, Restore, SavepointHandle};
+use streamtask::{
+    DirLock, JobConfig, JobError, JobPhase, MetricsRegistry, Model, Restore, SavepointHandle,
+};
 use streamtask_cli::demo::data::DemoData;
 use streamtask_cli::demo::job::{DemoJob, DemoRun, Scenario};
+use streamtask_cli::exporter::{ExporterConfig, MetricsExporter};
 use streamtask_cli::report::{CompareReport, ModelReport, alignment_keys};
 use streamtask_core::Alignment;
 use streamtask_core::trace::{TraceLog, Tracer};
@@ -223,6 +226,57 @@ struct JobArgs {
     /// No progress bar and no phase lines.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+}
+
+/// Where the metrics of the runs go (nowhere unless asked), shared by `compare`, `run` and
+/// `soak`.
+#[derive(Debug, Clone, Default, Args)]
+struct MetricsArgs {
+    /// Serve the metrics (OpenMetrics text, Flink's names) at http://ADDR/metrics while the
+    /// command runs; port 0 picks a free port (the address is printed). Only a loopback
+    /// address unless --metrics-allow-remote.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Let --metrics-addr be a non-loopback address: anyone who reaches it reads the job's
+    /// metrics (task names, record counts, timings, checkpoint sizes; no record contents).
+    #[arg(long, requires = "metrics_addr")]
+    metrics_allow_remote: bool,
+    /// Write the metrics (OpenMetrics text) to this file every --metrics-interval-ms and once
+    /// at the end (atomically: a reader never sees half of it).
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
+    /// How often --metrics-file is rewritten, in milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 1000,
+        requires = "metrics_file"
+    )]
+    metrics_interval_ms: u64,
+}
+
+impl MetricsArgs {
+    /// Starts the endpoint and the file writer asked for; `None` if neither was.
+    fn start(&self) -> Result<Option<MetricsExporter>, CliError> {
+        if self.metrics_addr.is_none() && self.metrics_file.is_none() {
+            return Ok(None);
+        }
+        let config = ExporterConfig {
+            addr: self.metrics_addr,
+            allow_remote: self.metrics_allow_remote,
+            file: self.metrics_file.clone(),
+            interval: Duration::from_millis(self.metrics_interval_ms),
+        };
+        let exporter = MetricsExporter::start(MetricsRegistry::new(), &config)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        if let Some(addr) = exporter.local_addr() {
+            // Printed even with --quiet: a scraper needs the port 0 chose.
+            eprintln!("streamtask: serving metrics at http://{addr}/metrics");
+        }
+        Ok(Some(exporter))
+    }
 }
 
 /// The reports of `compare` and `run`.
@@ -296,6 +350,7 @@ struct Options {
     work_dir: Option<PathBuf>,
     output_dir: Option<PathBuf>,
     quiet: bool,
+    metrics: MetricsArgs,
     faults: u32,
     fault_seed: u64,
     json: Option<PathBuf>,
@@ -331,6 +386,7 @@ impl Options {
             work_dir: job.work_dir,
             output_dir: job.output_dir,
             quiet: job.quiet,
+            metrics: job.metrics,
             faults,
             fault_seed,
             json: report.json,
@@ -371,6 +427,9 @@ impl log::Log for AboveTheBars {
         self.0.flush();
     }
 }
+
+/// The demo job's `job` label in the metrics.
+const DEMO_JOB_NAME: &str = "demo";
 
 /// Restarts a run may use when `--faults` does not ask for more.
 const DEFAULT_RESTARTS: u32 = 10;
@@ -810,6 +869,7 @@ fn run_model(
     model: Model,
     tracer: Tracer,
     cancel: &Arc<AtomicBool>,
+    metrics: Option<&MetricsRegistry>,
 ) -> Result<DemoRun, CliError> {
     let progress = if options.quiet {
         ProgressBar::hidden()
@@ -845,7 +905,11 @@ fn run_model(
         .with_cancel(Arc::clone(cancel))
         .with_restore(options.restore())
         .with_fallback_to_older(options.fallback_to_older_checkpoint)
-        .with_allow_non_restored_state(options.allow_non_restored_state);
+        .with_allow_non_restored_state(options.allow_non_restored_state)
+        .with_job_name(DEMO_JOB_NAME);
+    if let Some(registry) = metrics {
+        config = config.with_metrics(registry.clone());
+    }
     if let (Some(dir), Some(stop)) = (&options.stop_with_savepoint, &job.stop_at) {
         config = config.with_stop_with_savepoint(
             streamtask::StopWithSavepoint::new(dir).with_handle(stop.handle.clone()),
@@ -965,6 +1029,8 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         }
     }
     check_space(&job, models)?;
+    let exporter = options.metrics.start()?;
+    let metrics = exporter.as_ref().map(MetricsExporter::registry);
     prepare(options, &job, cancel)?;
     phase(
         options,
@@ -987,7 +1053,7 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
         } else {
             Tracer::off()
         };
-        let run = run_model(options, &job, model, tracer, cancel)?;
+        let run = run_model(options, &job, model, tracer, cancel, metrics)?;
         reports.push(report_of(&job, &run));
         traces.push((model, log));
     }
@@ -1067,8 +1133,10 @@ fn run_to_savepoint(
         Err(e) => return Err(CliError::of_job(model, e)),
     }
     check_space(&job, &[model])?;
+    let exporter = options.metrics.start()?;
+    let metrics = exporter.as_ref().map(MetricsExporter::registry);
     prepare(options, &job, cancel)?;
-    let run = run_model(options, &job, model, Tracer::off(), cancel)?;
+    let run = run_model(options, &job, model, Tracer::off(), cancel, metrics)?;
     match &run.result.savepoint {
         Some(path) => {
             eprintln!(
@@ -1171,6 +1239,8 @@ fn soak(
     job.restarts = plan.restarts;
     let _lock = lock_work_dir(&job.work_dir)?;
     check_space(&job, models)?;
+    let exporter = options.metrics.start()?;
+    let metrics = exporter.as_ref().map(MetricsExporter::registry);
     prepare(options, &job, cancel)?;
     let faults = options.faults.max(1);
     if options.faults == 0 {
@@ -1202,10 +1272,14 @@ fn soak(
                 job.data.orders,
             ));
             // Every seed starts over: an earlier seed that failed leaves its state behind.
-            let config = JobConfig::new(&job.work_dir)
+            let mut config = JobConfig::new(&job.work_dir)
                 .with_fairness(options.fairness())
                 .with_cancel(Arc::clone(cancel))
-                .with_restore(Restore::DiscardState);
+                .with_restore(Restore::DiscardState)
+                .with_job_name(DEMO_JOB_NAME);
+            if let Some(registry) = metrics {
+                config = config.with_metrics(registry.clone());
+            }
             match job.run(model, config) {
                 Ok(run) if run.exactly_once => restarts += run.result.restarts,
                 Ok(_) => failed.push(format!("seed {seed}: output differs from the reference")),

@@ -175,6 +175,11 @@ impl TimedHistogram {
         &self.histogram
     }
 
+    /// The newest value recorded, in microseconds; `None` before the first.
+    pub fn last_micros(&self) -> Option<u64> {
+        self.samples.lock().back().map(|&(_, micros)| micros)
+    }
+
     /// The kept samples: when, and how many microseconds.
     pub fn samples(&self) -> Vec<(std::time::Instant, u64)> {
         self.samples.lock().iter().copied().collect()
@@ -383,6 +388,15 @@ mod tests {
         b.record_micros(20);
         a.merge(&b);
         assert_eq!(a.count(), 2);
+    }
+
+    #[test]
+    fn a_timed_histogram_knows_its_newest_value() {
+        let h = TimedHistogram::new();
+        assert_eq!(h.last_micros(), None);
+        h.record_micros(30);
+        h.record_micros(20);
+        assert_eq!(h.last_micros(), Some(20));
     }
 
     #[test]

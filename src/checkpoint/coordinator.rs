@@ -425,6 +425,11 @@ impl CheckpointStats {
         self.series.lock().iter().copied().collect()
     }
 
+    /// The newest completed checkpoint's timing, if any completed.
+    pub fn last_completed(&self) -> Option<CheckpointTiming> {
+        self.series.lock().back().copied()
+    }
+
     /// Records a completed checkpoint in the histogram and the series.
     fn record_completed(&self, timing: CheckpointTiming) {
         self.duration

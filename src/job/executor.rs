@@ -32,6 +32,7 @@ use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStorage,
     CompletedCheckpoint, CoordinatorAction, CoordinatorDriver, SavepointFailure,
 };
+use crate::metrics::{AttemptScope, JobScope, MetricsRegistry};
 use streamtask_core::metrics::{LatencyHistogram, MetricsSummary, TaskMetrics};
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::task::{CheckpointResponder, TaskConfig};
@@ -139,6 +140,11 @@ pub struct JobConfig {
     /// mails run in between (Flink's `execution.interruptible-timers.enabled`; default on,
     /// see [`InterruptibleTimers`]). The legacy model cannot and ignores it.
     pub interruptible_timers: InterruptibleTimers,
+    /// Where the tasks' and the job's metrics are registered while it runs (default: nowhere;
+    /// see [`MetricsRegistry`]).
+    pub metrics: Option<MetricsRegistry>,
+    /// The job's name, its `job` label in the [`metrics`](Self::metrics) (default `"job"`).
+    pub job_name: String,
 }
 
 impl JobConfig {
@@ -163,7 +169,22 @@ impl JobConfig {
             allow_non_restored_state: false,
             cancel_grace: streamtask_core::task::DEFAULT_CANCEL_GRACE,
             interruptible_timers: InterruptibleTimers::default(),
+            metrics: None,
+            job_name: "job".to_string(),
         }
+    }
+
+    /// Registers every attempt's tasks, and the job's checkpoint counts and restarts, in
+    /// `registry` while the job runs (see [`MetricsRegistry`]).
+    pub fn with_metrics(mut self, registry: MetricsRegistry) -> Self {
+        self.metrics = Some(registry);
+        self
+    }
+
+    /// Names the job (its `job` label in the [metrics](Self::with_metrics)).
+    pub fn with_job_name(mut self, name: impl Into<String>) -> Self {
+        self.job_name = name.into();
+        self
     }
 
     /// Sets how tasks fire many due event-time timers (see
@@ -282,6 +303,7 @@ impl std::fmt::Debug for JobConfig {
             .field("fallback_to_older", &self.fallback_to_older)
             .field("stop_with_savepoint", &self.stop_with_savepoint)
             .field("allow_non_restored_state", &self.allow_non_restored_state)
+            .field("job_name", &self.job_name)
             .finish_non_exhaustive()
     }
 }
@@ -443,6 +465,10 @@ impl JobGraph {
         let mut completed = 0;
         let mut aborted = 0;
         let mut metrics = JobMetrics::default();
+        let registered = config
+            .metrics
+            .as_ref()
+            .map(|registry| registry.start_job(&config.job_name, self.model));
         loop {
             let end = self.run_attempt(
                 config,
@@ -450,6 +476,7 @@ impl JobGraph {
                 restored.take(),
                 (last_id, completed),
                 &mut sampler,
+                registered.as_ref(),
             )?;
             last_id = end.last_checkpoint_id;
             completed += end.completed;
@@ -607,6 +634,7 @@ impl JobGraph {
         restored: Option<CompletedCheckpoint>,
         (last_id, completed_before): (u64, u64),
         sampler: &mut Sampler,
+        registered: Option<&JobScope>,
     ) -> Result<AttemptEnd, JobError> {
         let names = self.task_names();
         let sources: Vec<String> = names
@@ -691,6 +719,8 @@ impl JobGraph {
             None => None,
         };
 
+        let registered: Option<AttemptScope> = registered
+            .map(|job| job.start_attempt(driver.as_ref().map(CoordinatorDriver::stats), storage));
         let mut task_metrics = Vec::with_capacity(names.len());
         for (vi, subtask, name) in &names {
             let responder = match &driver {
@@ -699,6 +729,9 @@ impl JobGraph {
             };
             let metrics = Arc::new(TaskMetrics::new(name.clone()));
             task_metrics.push(Arc::clone(&metrics));
+            if let Some(attempt) = &registered {
+                attempt.register_task(&self.vertices[*vi].name, *subtask, Arc::clone(&metrics));
+            }
             let task_config = TaskConfig::new(name.clone())
                 .with_clock(config.clock.clone())
                 .with_responder(responder)
@@ -767,6 +800,9 @@ impl JobGraph {
                 let running = task.running_operator();
                 let outcome = task.join();
                 ran[i] = running.name();
+                if let Some(attempt) = &registered {
+                    attempt.task_ended(i);
+                }
                 match &outcome {
                     TaskOutcome::Finished => {
                         if let Some(d) = &driver {
@@ -815,6 +851,9 @@ impl JobGraph {
                     let running = task.running_operator();
                     outcomes[i] = Some(task.join());
                     ran[i] = running.name();
+                    if let Some(attempt) = &registered {
+                        attempt.task_ended(i);
+                    }
                 }
                 break;
             }
