@@ -702,7 +702,7 @@ impl JobGraph {
                 .with_clock(config.clock.clone())
                 .with_responder(responder)
                 .with_restore(restored.as_ref().and_then(|c| c.task(name).cloned()))
-                .with_metrics(metrics)
+                .with_metrics(Arc::clone(&metrics))
                 .with_tracer(config.tracer.clone())
                 .with_cancel_grace(config.cancel_grace)
                 .with_interruptible_timers(config.interruptible_timers);
@@ -716,6 +716,7 @@ impl JobGraph {
                     .checkpoint
                     .as_ref()
                     .map_or(streamtask_core::Alignment::Aligned, |c| c.alignment),
+                metrics,
             };
             match (self.vertices[*vi].spawn)(&ctx, task_config) {
                 Ok(task) => handles.lock().push(Some(task)),

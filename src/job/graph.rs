@@ -58,6 +58,8 @@ pub(crate) struct SpawnCtx<'a> {
     pub(crate) codecs: &'a Codecs,
     /// How the job's checkpoints align.
     pub(crate) alignment: streamtask_core::Alignment,
+    /// The task's metrics, whose live state its writers show a blocked send in.
+    pub(crate) metrics: Arc<streamtask_core::metrics::TaskMetrics>,
 }
 
 pub(crate) type Spawner =
@@ -698,8 +700,9 @@ impl<T: Send + 'static> DataStream<T> {
         let writer_name = format!("{} -> {next_vertex}", self.vertex);
         let tail: Tail<T> = Arc::new(move |ctx| {
             let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
-            let output = ChannelOutput::new(senders.clone())?;
-            let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?;
+            let output = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
+            let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?
+                .with_live(Arc::clone(&ctx.metrics));
             let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
@@ -1189,9 +1192,12 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             for &edge in &tail_edges {
                 let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
                 all.extend(senders.iter().cloned());
-                writers.push(RecordWriter::new(senders, Partitioner::Forward)?);
+                writers.push(
+                    RecordWriter::new(senders, Partitioner::Forward)?
+                        .with_live(Arc::clone(&ctx.metrics)),
+                );
             }
-            let output = ChannelOutput::new(all)?;
+            let output = ChannelOutput::new(all)?.with_live(&ctx.metrics);
             let op: BoxOperator<T, ()> = Box::new(FanOutWriter {
                 name: writer_name.clone(),
                 writers,

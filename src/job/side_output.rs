@@ -261,10 +261,11 @@ impl<T> DataStream<T> {
             .lock()
             .push(Box::new(move |ctx, side: &mut SideOutputs| {
                 let senders = ctx.wiring.take_senders::<X>(edge, ctx.subtask);
-                let channels = ChannelOutput::new(senders.clone())?;
+                let channels = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
                 side.add(
                     &install_tag,
-                    RecordWriter::new(senders, Partitioner::Forward)?,
+                    RecordWriter::new(senders, Partitioner::Forward)?
+                        .with_live(std::sync::Arc::clone(&ctx.metrics)),
                 );
                 Ok(Box::new(channels) as Box<dyn TaskOutput<()>>)
             }));
