@@ -1,6 +1,7 @@
 //! `SourceStreamTask`: the source runs on the task thread, the chain behind it, every emit
 //! under the checkpoint lock.
 
+use streamtask_core::live::Activity;
 use std::fmt;
 use std::sync::Arc as StdArc;
 
@@ -154,9 +155,12 @@ where
                 SourceCell::new(F::State::default(), Emission::new(context, timers), body)
                     .with_name(source_name)
             },
-            move |parts| match run_source(&mut source, &parts.lock, &parts.cancel)? {
+            move |parts| {
+                parts.task.metrics.live.enter(Activity::Source);
+                match run_source(&mut source, &parts.lock, &parts.cancel)? {
                 SourceEnd::Finished => parts.finish(),
-                SourceEnd::Cancelled => Ok(()),
+                    SourceEnd::Cancelled => Ok(()),
+                }
             },
         )
     }

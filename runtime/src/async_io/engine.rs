@@ -153,6 +153,9 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     /// call has one (see the module docs, *Timeouts*).
     timeout_timer: Option<SetTimer>,
     phase: Phase,
+    /// The task's metrics (from the services at `open`), whose live state shows the queue's
+    /// fill: one relaxed store per element in and per batch out.
+    metrics: Option<std::sync::Arc<streamtask_core::metrics::TaskMetrics>>,
 }
 
 impl<F> AsyncWaitEngine<F>
@@ -184,6 +187,7 @@ where
             spares: Spares::new(config.capacity),
             timeout_timer: None,
             phase: Phase::Created,
+            metrics: None,
         })
     }
 
@@ -240,7 +244,19 @@ where
         self.function.open()?;
         self.sink = Some(sink);
         self.phase = Phase::Open;
+        self.metrics = ctx.services().metrics().cloned();
+        if let Some(metrics) = &self.metrics {
+            metrics.live.set_async_capacity(self.queue.capacity());
+        }
         self.emit_ready(ctx)
+    }
+
+    /// Shows the queue's fill in the task's live state.
+    #[inline]
+    fn publish_fill(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.set_async_in_flight(self.queue.len());
+        }
     }
 
     /// Admits a record (starting its call), or holds it when the queue is full or others are
@@ -355,6 +371,7 @@ where
             }
             // Room freed: admit held elements; an admitted watermark may be ready at once.
             if !self.admit_held(ctx)? {
+                self.publish_fill();
                 return Ok(());
             }
         }
@@ -601,12 +618,14 @@ where
                 if self.queue.try_put(input).is_err() {
                     unreachable!("admit is called only with room in the queue");
                 }
+                self.publish_fill();
                 return Ok(());
             }
         };
         let Ok(entry) = self.queue.try_put(input) else {
             unreachable!("admit is called only with room in the queue");
         };
+        self.publish_fill();
         // The key the call gets (its future and retry timers carry it).
         let key = self.calls.next_key();
         let deadline = match self.timeout_ms {
