@@ -27,11 +27,12 @@ pub use crate::checkpoint::{
     CheckpointConfig, CheckpointCoordinator, CheckpointStorage, CompletedCheckpoint,
 };
 pub use crate::job::{
-    AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, IterativeStream,
-    JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan, JobResult, KeyedConnectedStreams,
-    KeyedStream, LockError, NonRecoverable, PhaseCallback, PlannedInput, PlannedTask,
-    ProgressCallback, RestartStrategy, Restore, SavepointDirProblem, SavepointHandle,
-    SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskFailed, TaskResult,
+    AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, InputChannel,
+    IterativeStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan, JobResult,
+    KeyedConnectedStreams, KeyedStream, LockError, NonRecoverable, PhaseCallback, PlannedInput,
+    PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointDirProblem, SavepointHandle,
+    SourceAdapter, StallCallback, StallReport, StopWithSavepoint, StreamEnvironment, TaskFailed,
+    TaskResult, TaskStall,
 };
 pub use crate::model::{Model, UnknownModel};
 pub use crate::sink::{CollectHandle, CollectSink, SinkError, TwoPhaseCommitFileSink};

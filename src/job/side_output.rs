@@ -252,6 +252,8 @@ impl<T> DataStream<T> {
                 create: Box::new(|pattern, up, down, capacity| {
                     EdgeChannels::create::<X>(pattern, up, down, capacity)
                 }),
+                from: self.vertex.clone(),
+                to: tag.name().to_string(),
             });
             g.edges.len() - 1
         };

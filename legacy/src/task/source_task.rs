@@ -1,9 +1,9 @@
 //! `SourceStreamTask`: the source runs on the task thread, the chain behind it, every emit
 //! under the checkpoint lock.
 
-use streamtask_core::live::Activity;
 use std::fmt;
 use std::sync::Arc as StdArc;
+use streamtask_core::live::Activity;
 
 use streamtask_core::TimerService;
 use streamtask_core::operator::{Operator, TaskOutput};
@@ -158,7 +158,7 @@ where
             move |parts| {
                 parts.task.metrics.live.enter(Activity::Source);
                 match run_source(&mut source, &parts.lock, &parts.cancel)? {
-                SourceEnd::Finished => parts.finish(),
+                    SourceEnd::Finished => parts.finish(),
                     SourceEnd::Cancelled => Ok(()),
                 }
             },

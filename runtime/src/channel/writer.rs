@@ -319,9 +319,7 @@ impl<T> Output<T> for RecordWriter<T> {
             live: self.live.as_deref(),
         };
         match &mut self.partitioner {
-            Partitioner::Forward => {
-                send(&self.channels[0], StreamElement::Record(record), watch)?
-            }
+            Partitioner::Forward => send(&self.channels[0], StreamElement::Record(record), watch)?,
             Partitioner::Hash(hash) => {
                 let n = self.channels.len() as u64;
                 // The remainder is below the channel count, so it fits a usize.
