@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use streamtask_core::live::{Activity, AsyncQueueFill, BarrierState, LockView};
 use streamtask_core::sync::Mutex;
@@ -28,7 +28,7 @@ pub type StallCallback = Arc<dyn Fn(&StallReport) + Send + Sync>;
 /// [`TaskStall`] for every task that has not acknowledged it.
 ///
 /// `Display` renders it as one block of lines (what the CLI logs); `Serialize` as one object
-/// (what the CLI's `--json` lists under `stalled_checkpoints`).
+/// (what the CLI's `--json` lists under `stalled_checkpoints`), which `Deserialize` reads back.
 ///
 /// # Examples
 ///
@@ -59,7 +59,7 @@ pub type StallCallback = Arc<dyn Fn(&StallReport) + Send + Sync>;
 /// assert!(block.contains("in operator \"stuck\""));
 /// assert!(block.contains("awaited on channel 0 (from numbers#0)"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StallReport {
     /// The checkpoint.
     pub checkpoint: u64,
@@ -81,7 +81,7 @@ pub struct StallReport {
 
 /// One task that has not acknowledged a stalled checkpoint: where the barrier is on its inputs
 /// and what its threads are doing (see [`StallReport`]).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct TaskStall {
     /// `<vertex>#<subtask>`.
@@ -136,7 +136,7 @@ impl TaskStall {
 }
 
 /// One input channel of a [`TaskStall`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputChannel {
     /// The channel's index in the task's gate (input 1's channels first in a two-input task).
     pub channel: usize,
