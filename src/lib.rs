@@ -12,6 +12,11 @@
 //! storage ([`checkpoint`]) and the sinks ([`sink`]). No model crate uses them, so they live
 //! here rather than in `streamtask-core`, which keeps what every model runs on (the task's side
 //! of a checkpoint: barriers, snapshots, [`TaskReport`](streamtask_core::task::TaskReport)).
+//!
+//! A checkpoint that stays pending too long is reported as a [`StallReport`]: for every task
+//! that has not acknowledged it, where its barrier is on each input channel and what its
+//! threads are doing ([`CheckpointConfig::stall_report_after`],
+//! [`JobConfig::with_stall_reports`]).
 
 #![forbid(unsafe_code)]
 

@@ -95,7 +95,7 @@ fn first_stall(model: Model) -> StallReport {
         let numbers = (0u64..).take_while(move |_| !source_release.flag.load(Ordering::Acquire));
         let blocker = Arc::clone(&job_release);
         env.from_iter("numbers", numbers)
-            .filter("sparse", |n: &u64| n % 64 == 0)
+            .filter("sparse", |n: &u64| n.is_multiple_of(64))
             .partition_custom("stuck", 2, |n: &u64, _| usize::from(*n != 0))
             .map("block", move |n: u64| {
                 if n == 0 {
