@@ -201,7 +201,7 @@ impl fmt::Display for TaskStall {
         if self.inputs.is_empty() {
             f.write_str("\n    inputs: none (a source: the coordinator triggers it)")?;
         } else {
-            f.write_str("\n    inputs:")?;
+            let mut parts = Vec::new();
             for (state, word) in [
                 (BarrierState::Awaited, "awaited"),
                 (BarrierState::Arrived, "arrived"),
@@ -222,9 +222,14 @@ impl fmt::Display for TaskStall {
                     } else {
                         "barrier"
                     };
-                    write!(f, " {noun} {word} on channel {};", channels.join(", "))?;
+                    let plural = if channels.len() > 1 { "s" } else { "" };
+                    parts.push(format!(
+                        "{noun} {word} on channel{plural} {}",
+                        channels.join(", ")
+                    ));
                 }
             }
+            write!(f, "\n    inputs: {}", parts.join("; "))?;
         }
         if let Some(lock) = &self.lock {
             f.write_str("\n    checkpoint lock: ")?;
@@ -385,11 +390,11 @@ mod tests {
 checkpoint 7 stalled: pending 1500 ms (reported after 1000 ms, report 2), 2 of 4 tasks acknowledged, legacy model
   task stuck#0 (legacy OneInputStreamTask, Running)
     thread: processing input, in operator \"stuck\"
-    inputs: barrier awaited on channel 0 (from numbers#0);
+    inputs: barrier awaited on channel 0 (from numbers#0)
     checkpoint lock: held by the task thread; waiting: the async-calls thread (checkpoint triggers, notices)
   task merge#0 (legacy OneInputStreamTask, Running)
     thread: waiting for input (operator \"merge\" ran last)
-    inputs: barrier awaited on channel 0 (from stuck#0); barrier arrived on channel 1 (from stuck#1);
+    inputs: barrier awaited on channel 0 (from stuck#0); barrier arrived on channel 1 (from stuck#1)
     async queue: 4 of 4 in flight (full: the task takes no input until a result comes back)";
         assert_eq!(block, expected);
     }

@@ -991,6 +991,45 @@ mod tests {
         QueuedInput::Record(StreamRecord::with_timestamp(value, i64::from(value)))
     }
 
+    #[test]
+    fn the_queue_fill_shows_in_the_tasks_live_state() {
+        use streamtask_core::live::AsyncQueueFill;
+        let metrics = Arc::new(streamtask_core::metrics::TaskMetrics::new("rig"));
+        let function = ManualAsyncFunction::new();
+        let calls = function.calls();
+        let config = AsyncConfig::new(OutputMode::Ordered, 4);
+        let mut engine = AsyncWaitEngine::new("rig", function, config).unwrap();
+        let services = HarnessServices::new("rig")
+            .services
+            .with_metrics(Arc::clone(&metrics));
+        let sink = Arc::new(Keep::default());
+        let mut out: Vec<Emitted<u32>> = Vec::new();
+        let mut ctx = Context::new(&mut out, &services, 0);
+        engine
+            .open(Arc::clone(&sink) as Arc<dyn CompletionSink<u32>>, &mut ctx)
+            .unwrap();
+        let fill = |in_flight| {
+            Some(AsyncQueueFill {
+                in_flight,
+                capacity: 4,
+            })
+        };
+        assert_eq!(metrics.live.async_queue(), fill(0));
+        for value in 1..=3 {
+            engine
+                .process_element(StreamRecord::new(value), &mut ctx)
+                .unwrap();
+        }
+        assert_eq!(metrics.live.async_queue(), fill(3));
+        // The head's result leaves the queue; the two behind it wait for theirs.
+        assert!(calls.complete(&1, vec![10]));
+        for completion in sink.0.lock().unwrap().drain(..) {
+            engine.on_completion(completion, &mut ctx).unwrap();
+        }
+        engine.emit_ready(&mut ctx).unwrap();
+        assert_eq!(metrics.live.async_queue(), fill(2));
+    }
+
     fn w(timestamp: i64) -> QueuedInput<u32> {
         QueuedInput::Watermark(Watermark(timestamp))
     }
