@@ -7,7 +7,7 @@
 //! bounds the wait, so a missing report fails the test instead of hanging it), and the
 //! threshold is a setting made small.
 //!
-//! The job:
+//! The main job (`first_stall`):
 //!
 //! ```text
 //! numbers (infinite until released) -> "sparse" (every 64th) -> custom partition: 0 to
@@ -59,22 +59,39 @@ impl Release {
     }
 }
 
-/// Runs the job under `model` and returns the first report in which `stuck#0` is blocked in its
-/// user function and the barrier reached `merge#0` from `stuck#1` (the function blocks on the
-/// source's first record, so every checkpoint from then on stalls on it, and is reported again
-/// every threshold); the function is released when that report arrives.
-fn first_stall(model: Model) -> StallReport {
+/// The numbers 0, 1, 2, ... until `release` is released.
+fn numbers(release: &Arc<Release>) -> impl Iterator<Item = u64> + Clone + Send + Sync + use<> {
+    let release = Arc::clone(release);
+    (0u64..).take_while(move |_| !release.flag.load(Ordering::Acquire))
+}
+
+/// A user function that blocks on the value 0 until `release` is released.
+fn block_on_zero(release: &Arc<Release>) -> impl Fn(u64) -> u64 + Clone + Send + Sync + use<> {
+    let release = Arc::clone(release);
+    move |n| {
+        if n == 0 {
+            release.wait();
+        }
+        n
+    }
+}
+
+/// Runs the job `build` makes under `model` (channels of `capacity` elements) until a stall
+/// report `wanted` accepts arrives (the checkpoint stays stalled while the function blocks, and
+/// is reported again every threshold), then releases the function and returns that report.
+fn stall_until(
+    model: Model,
+    capacity: usize,
+    build: impl FnOnce(&StreamEnvironment, &Arc<Release>, &CollectHandle<u64>) + Send + 'static,
+    wanted: impl Fn(&StallReport) -> bool + Send + Sync + 'static,
+) -> StallReport {
     let release = Arc::new(Release::default());
     let seen: Arc<Mutex<Option<StallReport>>> = Arc::default();
     let on_stall = {
         let (release, seen) = (Arc::clone(&release), Arc::clone(&seen));
         Arc::new(move |report: &StallReport| {
-            let blocked =
-                task(report, "stuck#0").is_some_and(|t| t.operator.as_deref() == Some("block"));
-            let aligning = task(report, "merge#0")
-                .is_some_and(|t| t.inputs.iter().any(|c| c.barrier == BarrierState::Arrived));
             let mut first = seen.lock().unwrap();
-            if blocked && aligning && first.is_none() {
+            if first.is_none() && wanted(report) {
                 *first = Some(report.clone());
                 release.release();
             }
@@ -82,29 +99,20 @@ fn first_stall(model: Model) -> StallReport {
     };
     let dir = tempfile::tempdir().unwrap();
     let config = JobConfig::new(dir.path())
+        .with_channel_capacity(capacity)
         .with_checkpoints(Some(
             CheckpointConfig::new(Duration::from_millis(10))
-                .with_stall_report_after(Duration::from_millis(100)),
+                .with_stall_report_after(Duration::from_millis(100))
+                // Later checkpoints are triggered while the first stays pending: whichever
+                // barrier was sent after the channels filled is held where the test looks.
+                .with_max_concurrent(100),
         ))
         .with_stall_reports(on_stall);
     let out = CollectHandle::new();
     let sink = out.clone();
     let job_release = Arc::clone(&release);
     let result = bounded_run::run_bounded(model, config, HANG_GUARD, move |env| {
-        let source_release = Arc::clone(&job_release);
-        let numbers = (0u64..).take_while(move |_| !source_release.flag.load(Ordering::Acquire));
-        let blocker = Arc::clone(&job_release);
-        env.from_iter("numbers", numbers)
-            .filter("sparse", |n: &u64| n.is_multiple_of(64))
-            .partition_custom("stuck", 2, |n: &u64, _| usize::from(*n != 0))
-            .map("block", move |n: u64| {
-                if n == 0 {
-                    blocker.wait();
-                }
-                n
-            })
-            .global("merge")
-            .collect_sink("collect", &sink);
+        build(env, &job_release, &sink);
     });
     result.unwrap_or_else(|e| panic!("{model:?}: the job failed: {e}"));
     assert!(
@@ -112,8 +120,26 @@ fn first_stall(model: Model) -> StallReport {
         "{model:?}: the blocked record went through once released"
     );
     let report = seen.lock().unwrap().take();
-    report.unwrap_or_else(|| {
-        panic!("{model:?}: no stall report named stuck#0 blocked with merge#0 aligning")
+    report.unwrap_or_else(|| panic!("{model:?}: no stall report showed what the test waits for"))
+}
+
+/// The first report in which `stuck#0` is blocked in its user function and the barrier
+/// reached `merge#0` from `stuck#1`.
+fn first_stall(model: Model) -> StallReport {
+    let build = |env: &StreamEnvironment, release: &Arc<Release>, sink: &CollectHandle<u64>| {
+        env.from_iter("numbers", numbers(release))
+            .filter("sparse", |n: &u64| n.is_multiple_of(64))
+            .partition_custom("stuck", 2, |n: &u64, _| usize::from(*n != 0))
+            .map("block", block_on_zero(release))
+            .global("merge")
+            .collect_sink("collect", sink);
+    };
+    stall_until(model, 1024, build, |report| {
+        let blocked =
+            task(report, "stuck#0").is_some_and(|t| t.operator.as_deref() == Some("block"));
+        let aligning = task(report, "merge#0")
+            .is_some_and(|t| t.inputs.iter().any(|c| c.barrier == BarrierState::Arrived));
+        blocked && aligning
     })
 }
 
@@ -208,4 +234,54 @@ fn no_report_is_made_when_the_reports_are_off() {
     .unwrap();
     assert_eq!(out.committed().len(), 2_000);
     assert_eq!(*reports.lock().unwrap(), 0);
+}
+
+#[test]
+fn a_task_behind_a_blocked_one_shows_its_full_output_or_its_suspension() {
+    for model in MODELS {
+        // numbers -> pass (its own task) -> hold (blocks on 0) -> collect; channels of 4, so
+        // `pass` soon waits in a full send to `hold`.
+        let build = |env: &StreamEnvironment, release: &Arc<Release>, sink: &CollectHandle<u64>| {
+            env.from_iter("numbers", numbers(release))
+                .rebalance("pass", 1)
+                .map("pass", |n: u64| n)
+                .rebalance("hold", 1)
+                .map("hold", block_on_zero(release))
+                .collect_sink("collect", sink);
+        };
+        // The lock model blocks in the full send; the mailbox model never sends into a full
+        // channel: it suspends its input until the channel has room (soft backpressure).
+        let held_back = move |t: &TaskStall| match model {
+            Model::Legacy => t.output_blocked,
+            Model::Mailbox | Model::Bridge => t.activity == Activity::Backpressured,
+        };
+        let report = stall_until(model, 4, build, move |report| {
+            task(report, "pass#0").is_some_and(held_back)
+                && task(report, "hold#0").is_some_and(|t| t.operator.as_deref() == Some("hold"))
+        });
+        let block = report.to_string();
+        println!("{block}");
+        let pass = task(&report, "pass#0").expect("pass#0 is missing");
+        assert!(held_back(pass), "{model:?}: {block}");
+        let shown = match model {
+            Model::Legacy => "output: blocked on a full channel",
+            Model::Mailbox | Model::Bridge => {
+                "thread: suspended: the output or the chain takes no input"
+            }
+        };
+        assert!(block.contains(shown), "{model:?}: {block}");
+        let hold = task(&report, "hold#0").expect("hold#0 is missing");
+        assert_eq!(hold.activity, Activity::Processing, "{model:?}: {block}");
+        assert_eq!(
+            hold.inputs[0].upstream.as_deref(),
+            Some("pass#0"),
+            "{block}"
+        );
+        assert_eq!(hold.inputs[0].barrier, BarrierState::Awaited, "{block}");
+        if model == Model::Legacy {
+            // The lock model sends under the checkpoint lock: the blocked task's thread holds it.
+            let lock = pass.lock.as_ref().expect("a legacy task has a lock");
+            assert_eq!(lock.holder, Some(ThreadRole::Task), "{block}");
+        }
+    }
 }
