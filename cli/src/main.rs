@@ -215,8 +215,9 @@ struct JobArgs {
     aligned_timeout: Option<u64>,
     /// Report a checkpoint still pending after this many milliseconds as stalled, and again
     /// every such period while it stays pending: a block logged as a warning (which tasks
-    /// await its barrier on which inputs, what their threads do) and an entry of --json's
-    /// `stalled_checkpoints` [default: 3 checkpoint intervals, at least 1000; 0: no reports].
+    /// await its barrier on which inputs, what their threads do) and, where the subcommand
+    /// writes a JSON report, an entry of its `stalled_checkpoints` [default: 3 checkpoint
+    /// intervals, at least 1000; 0: no reports].
     #[arg(long, value_name = "MS")]
     stall_report_ms: Option<u64>,
     /// Work directory for data, checkpoints and output [default: <temp>/streamtask-demo].
