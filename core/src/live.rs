@@ -175,6 +175,8 @@ impl fmt::Display for ThreadRole {
     }
 }
 
+// A plain per-OS-thread cell, not a synchronization primitive: a thread writes only its own,
+// so there is nothing for the sync facade (or loom) to model.
 std::thread_local! {
     static ROLE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
 }
