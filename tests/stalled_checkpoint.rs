@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use streamtask::prelude::*;
 use streamtask::{CollectHandle, StallReport, TaskStall};
+use streamtask_core::OperatorError;
 use streamtask_core::live::{Activity, BarrierState, ThreadRole};
 
 #[path = "common/bounded_run.rs"]
@@ -282,6 +283,74 @@ fn a_task_behind_a_blocked_one_shows_its_full_output_or_its_suspension() {
             // The lock model sends under the checkpoint lock: the blocked task's thread holds it.
             let lock = pass.lock.as_ref().expect("a legacy task has a lock");
             assert_eq!(lock.holder, Some(ThreadRole::Task), "{block}");
+        }
+    }
+}
+
+/// A legacy source that emits a few records, then blocks in user code holding the checkpoint
+/// lock (a section that never ends) until released.
+struct HoldsTheLock {
+    release: Arc<Release>,
+}
+
+impl SourceFunction for HoldsTheLock {
+    type Out = u64;
+    type State = u64;
+
+    fn name(&self) -> &str {
+        "holds the lock"
+    }
+
+    fn run(&mut self, ctx: &mut SourceContext<'_, u64, u64>) -> Result<(), OperatorError> {
+        for n in 0..16 {
+            let mut locked = ctx.lock();
+            locked.collect(n)?;
+            *locked.state_mut() = n + 1;
+        }
+        let locked = ctx.lock();
+        self.release.wait();
+        drop(locked);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_source_stuck_under_the_checkpoint_lock_is_named_with_the_thread_holding_it() {
+    for model in MODELS {
+        // Where the function runs: on the legacy task thread, on the bridge's source thread,
+        // on the mailbox model's handoff thread (a source thread too).
+        let holder = match model {
+            Model::Legacy => ThreadRole::Task,
+            Model::Mailbox | Model::Bridge => ThreadRole::Source,
+        };
+        let build = |env: &StreamEnvironment, release: &Arc<Release>, sink: &CollectHandle<u64>| {
+            let release = Arc::clone(release);
+            env.add_source("lines", move |_| HoldsTheLock {
+                release: Arc::clone(&release),
+            })
+            .map("pass", |n: u64| n)
+            .collect_sink("collect", sink);
+        };
+        let report = stall_until(model, 1024, build, move |report| {
+            task(report, "lines#0")
+                .and_then(|t| t.lock.as_ref())
+                .is_some_and(|lock| lock.holder == Some(holder))
+        });
+        let block = report.to_string();
+        println!("{block}");
+        let lines = task(&report, "lines#0").expect("lines#0 is missing");
+        let lock = lines.lock.as_ref().expect("the source has a lock");
+        assert_eq!(lock.holder, Some(holder), "{model:?}: {block}");
+        assert!(
+            block.contains(&format!("checkpoint lock: held by {holder}")),
+            "{model:?}: {block}"
+        );
+        if model == Model::Legacy {
+            // The trigger's thread waits for the lock the source holds.
+            assert!(
+                lock.waiting.contains(&ThreadRole::AsyncCalls),
+                "{model:?}: {block}"
+            );
         }
     }
 }

@@ -184,11 +184,9 @@ impl fmt::Display for TaskStall {
             write!(f, " \"{mail}\"")?;
         }
         if let Some(operator) = &self.operator {
-            // The operator is in a call only while the thread runs the chain.
-            let running = matches!(
-                self.activity,
-                Activity::Processing | Activity::Source | Activity::Mail
-            );
+            // The operator is in a call only while the thread runs the chain: an input step or a
+            // mail (a source function's own code is not the chain's).
+            let running = matches!(self.activity, Activity::Processing | Activity::Mail);
             if running || self.output_blocked {
                 write!(f, ", in operator \"{operator}\"")?;
             } else {
