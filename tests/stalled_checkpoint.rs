@@ -17,6 +17,12 @@
 //!
 //! The source sends few records, so its output never fills: a legacy source blocked in a full
 //! send holds the checkpoint lock, and its trigger (and the barrier) would wait for it.
+//!
+//! | test | what blocks | what the report must name |
+//! |---|---|---|
+//! | `every_model_reports_the_blocked_operator_and_the_awaited_input` | a map on one subtask | the task in its user function; downstream, the barrier arrived from the other subtask and awaited from it; the legacy task's lock held by its task thread |
+//! | `a_task_behind_a_blocked_one_shows_its_full_output_or_its_suspension` | a map behind a task with small channels | the task before it blocked in a full send (legacy) or suspended by backpressure (mailbox, bridge) |
+//! | `a_source_stuck_under_the_checkpoint_lock_is_named_with_the_thread_holding_it` | a legacy source function inside its locked section | who holds the lock (task, source or handoff thread) and, in the lock model, the trigger's thread waiting for it |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
