@@ -12,6 +12,11 @@
 //! storage ([`checkpoint`]) and the sinks ([`sink`]). No model crate uses them, so they live
 //! here rather than in `streamtask-core`, which keeps what every model runs on (the task's side
 //! of a checkpoint: barriers, snapshots, [`TaskReport`](streamtask_core::task::TaskReport)).
+//!
+//! A checkpoint that stays pending too long is reported as a [`StallReport`]: for every task
+//! that has not acknowledged it, where its barrier is on each input channel and what its
+//! threads are doing ([`CheckpointConfig::stall_report_after`](checkpoint::CheckpointConfig::stall_report_after),
+//! [`JobConfig::with_stall_reports`]).
 
 #![forbid(unsafe_code)]
 
@@ -25,11 +30,12 @@ pub mod prelude;
 pub mod sink;
 
 pub use crate::job::{
-    AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, IterativeStream,
-    JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan, JobResult, KeyedConnectedStreams,
-    KeyedStream, LockError, NonRecoverable, PhaseCallback, PlannedInput, PlannedTask,
-    ProgressCallback, RestartStrategy, Restore, SavepointDirProblem, SavepointHandle,
-    SourceAdapter, StopWithSavepoint, StreamEnvironment, TaskFailed, TaskResult,
+    AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, InputChannel,
+    IterativeStream, JobConfig, JobError, JobGraph, JobMetrics, JobPhase, JobPlan, JobResult,
+    KeyedConnectedStreams, KeyedStream, LockError, NonRecoverable, PhaseCallback, PlannedInput,
+    PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointDirProblem, SavepointHandle,
+    SourceAdapter, StallCallback, StallReport, StopWithSavepoint, StreamEnvironment, TaskFailed,
+    TaskResult, TaskStall,
 };
 pub use crate::metrics::{MetricsRegistry, OPENMETRICS_CONTENT_TYPE, RATE_WINDOW};
 pub use crate::model::{Model, UnknownModel};

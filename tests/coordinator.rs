@@ -811,3 +811,58 @@ fn unlimited_tolerance_never_fails_the_job() {
     }
     assert!(all.iter().all(|a| !a.starts_with('F')), "{all:?}");
 }
+
+#[test]
+fn a_pending_checkpoint_is_reported_stalled_once_per_threshold_with_its_missing_tasks() {
+    let storage = storage();
+    let config = CheckpointConfig::new(ms(100)).with_stall_report_after(ms(250));
+    let mut c = coordinator(config, &storage);
+    assert_eq!(triggered(&c.poll(100)), vec![1]);
+    assert_eq!(c.next_stall_report(), Some(350));
+    assert!(c.stalled(349).is_empty());
+    c.receive(ack("source", 1), 200).unwrap();
+
+    let first = c.stalled(350);
+    assert_eq!(first.len(), 1);
+    let s = &first[0];
+    assert_eq!(
+        (s.id, s.report, s.pending_ms, s.threshold_ms),
+        (1, 1, 250, 250)
+    );
+    assert_eq!(s.acknowledged, vec!["source".to_string()]);
+    assert_eq!(s.missing, vec!["sink".to_string()]);
+    assert!(!s.savepoint);
+
+    // At most once per threshold, however often the driver looks (no catching up either).
+    assert!(c.stalled(351).is_empty());
+    assert_eq!(c.next_stall_report(), Some(600));
+    let again = c.stalled(900);
+    assert_eq!((again[0].report, again[0].pending_ms), (2, 800));
+    assert_eq!(c.next_stall_report(), Some(1150));
+
+    // Completed: nothing left to report.
+    c.receive(ack("sink", 1), 950).unwrap();
+    assert_eq!(c.next_stall_report(), None);
+    assert!(c.stalled(2_000).is_empty());
+}
+
+#[test]
+fn stall_reports_default_to_three_intervals_and_can_be_turned_off() {
+    let config = CheckpointConfig::new(ms(500));
+    assert_eq!(config.stall_report_after, Some(ms(1_500)));
+    assert_eq!(
+        CheckpointConfig::new(ms(10)).stall_report_after,
+        Some(CheckpointConfig::MIN_DEFAULT_STALL_REPORT_AFTER)
+    );
+    let storage = storage();
+    let mut c = coordinator(config.without_stall_reports(), &storage);
+    assert_eq!(triggered(&c.poll(500)), vec![1]);
+    assert_eq!(c.next_stall_report(), None);
+    assert!(c.stalled(1_000_000).is_empty());
+    assert!(matches!(
+        CheckpointConfig::new(ms(10))
+            .with_stall_report_after(Duration::ZERO)
+            .validate(),
+        Err(ConfigError::ZeroStallReportAfter)
+    ));
+}

@@ -216,6 +216,13 @@ struct JobArgs {
     /// Flink's execution.checkpointing.aligned-checkpoint-timeout.
     #[arg(long, value_name = "MS")]
     aligned_timeout: Option<u64>,
+    /// Report a checkpoint still pending after this many milliseconds as stalled, and again
+    /// every such period while it stays pending: a block logged as a warning (which tasks
+    /// await its barrier on which inputs, what their threads do) and, where the subcommand
+    /// writes a JSON report, an entry of its `stalled_checkpoints` [default: 3 checkpoint
+    /// intervals, at least 1000; 0: no reports].
+    #[arg(long, value_name = "MS")]
+    stall_report_ms: Option<u64>,
     /// Work directory for data, checkpoints and output [default: <temp>/streamtask-demo].
     #[arg(long, env = "STREAMTASK_WORK_DIR")]
     work_dir: Option<PathBuf>,
@@ -347,6 +354,7 @@ struct Options {
     scenario: ScenarioArg,
     checkpoint_alignment: AlignmentArg,
     aligned_timeout: Option<u64>,
+    stall_report_ms: Option<u64>,
     work_dir: Option<PathBuf>,
     output_dir: Option<PathBuf>,
     quiet: bool,
@@ -383,6 +391,7 @@ impl Options {
             scenario: job.scenario,
             checkpoint_alignment: job.checkpoint_alignment,
             aligned_timeout: job.aligned_timeout,
+            stall_report_ms: job.stall_report_ms,
             work_dir: job.work_dir,
             output_dir: job.output_dir,
             quiet: job.quiet,
@@ -514,6 +523,8 @@ impl Options {
         job.checkpoint_interval = Duration::from_millis(self.checkpoint_interval_ms);
         job.tolerable_failed_checkpoints = self.tolerable_failed_checkpoints;
         job.checkpoint_alignment = self.alignment();
+        // 0 turns the reports off: the demo's `Some(ZERO)`.
+        job.stall_report_after = self.stall_report_ms.map(Duration::from_millis);
         job.scenario = match self.scenario {
             ScenarioArg::Normal => Scenario::Normal,
             ScenarioArg::Backpressure => Scenario::Backpressure,
@@ -1005,6 +1016,7 @@ fn report_of(job: &DemoJob, run: &DemoRun) -> ModelReport {
             .iter()
             .map(|c| (c.id, c.triggered_secs, c.duration_us))
             .collect(),
+        stalled_checkpoints: run.stalled_checkpoints.clone(),
     }
 }
 

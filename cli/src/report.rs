@@ -31,7 +31,15 @@
 //!     "restarts": u32, "faults_fired": u32, "threads": u64,
 //!     "throughput_series": [[seconds, records_per_sec], ...],
 //!     "checkpoint_series": [[seconds, delay_us], ...],
-//!     "checkpoint_end_to_end_series": [[id, seconds, duration_us], ...]
+//!     "checkpoint_end_to_end_series": [[id, seconds, duration_us], ...],
+//!     "stalled_checkpoints": [{      // each checkpoint pending past --stall-report-ms
+//!       "checkpoint", "savepoint", "model", "pending_ms", "threshold_ms", "report",
+//!       "acknowledged": [task, ...],
+//!       "tasks": [{"task", "runtime", "state", "activity", "mail", "operator",
+//!                  "output_blocked", "inputs": [{"channel", "upstream", "barrier"}],
+//!                  "lock": {"present", "holder", "last_holder", "waiting"} | null,
+//!                  "async_queue": {"in_flight", "capacity"} | null}]
+//!     }, ...]
 //!   }]
 //! }
 //! ```
@@ -41,6 +49,7 @@ use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use streamtask::StallReport;
 use streamtask_core::Alignment;
 use streamtask_core::metrics::LatencySummary;
 
@@ -122,6 +131,11 @@ pub struct ModelReport {
     /// trigger, microseconds).
     #[serde(default)]
     pub checkpoint_end_to_end_series: Vec<(u64, f64, u64)>,
+    /// Every stalled-checkpoint report of the run (the first
+    /// [`MAX_STALL_REPORTS`](crate::demo::job::MAX_STALL_REPORTS)), as the library's
+    /// [`StallReport`] serializes.
+    #[serde(default)]
+    pub stalled_checkpoints: Vec<StallReport>,
 }
 
 fn aligned() -> String {

@@ -22,6 +22,7 @@
 //! | [`time`] | the clock and the timer service an operator registers with | `ProcessingTimeService` |
 //! | [`async_io`] | the async operator's config, retry policies, the blocking pool | `AsyncDataStream`'s options, `AsyncRetryStrategy` |
 //! | [`metrics`], [`trace`] | a task's counters and latency histograms; spans of who ran what | `TaskIOMetricGroup` |
+//! | [`live`] | what a task is doing right now (its thread's activity, barriers per input channel, the checkpoint lock's holder), for the stalled-checkpoint report | the thread dumps and back-pressure sampling of Flink's web UI |
 //! | [`sync`] | the one place that names locks, atomics and threads (loom under `cfg(loom)`) | - |
 //! | [`testing`] | operator and two-input harnesses, a manual timer service, `Send`/`Sync` checks | `OneInputStreamOperatorTestHarness` |
 //!
@@ -59,6 +60,7 @@ mod error;
 pub mod async_io;
 pub mod function;
 pub mod keygroup;
+pub mod live;
 pub mod metrics;
 pub mod operator;
 pub mod state;

@@ -276,6 +276,9 @@ pub struct TaskMetrics {
     /// The checkpoint lock the task's state lives under and its fairness (`"unfair"`,
     /// `"eventual"`, `"fair"`), set by the lock-model runtimes; `None` in the mailbox model.
     pub checkpoint_lock: crate::sync::Mutex<Option<&'static str>>,
+    /// What the task is doing right now (not part of the [`summary`](Self::summary)): read by
+    /// the job's stalled-checkpoint report.
+    pub live: crate::live::TaskLive,
 }
 
 impl TaskMetrics {

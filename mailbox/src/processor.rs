@@ -7,6 +7,7 @@ use std::fmt;
 use std::task::Waker;
 use std::time::Instant;
 
+use streamtask_core::live::Activity;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::Arc;
 use streamtask_core::sync::atomic::Ordering;
@@ -417,6 +418,9 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
         if !process_mail(core, executor, owner, doorbell)? {
             return Ok(());
         }
+        // What the thread does shows in the task's live state: input steps from here until a
+        // mail runs (which shows itself), so one store per mail batch, never per record.
+        core.enter(Activity::Processing);
         loop {
             // One default-action step; it is bounded (it checks the mail flag between records), so
             // a mail waits for at most the record in flight.
@@ -424,8 +428,11 @@ impl<S, E, X: ActionExecutor<S>> MailboxProcessor<S, E, X> {
                 .run(|state| default.run_default_action(state, &mut controller))
                 .map_err(LoopError::Failed)?;
             // The hot path: one atomic load when no mail is waiting.
-            if core.mailbox.has_mail_hint() && !process_mail(core, executor, owner, doorbell)? {
-                return Ok(());
+            if core.mailbox.has_mail_hint() {
+                if !process_mail(core, executor, owner, doorbell)? {
+                    return Ok(());
+                }
+                core.enter(Activity::Processing);
             }
         }
     }
@@ -637,6 +644,11 @@ fn take_blocking<S, E>(
     core: &Core<S, E>,
     owner: &OwnerLocal,
 ) -> Result<Mail<Letter<S, E>>, TakeError> {
+    core.enter(match owner.cause.get() {
+        Some(SuspendCause::Idle) => Activity::Idle,
+        Some(SuspendCause::Backpressure) => Activity::Backpressured,
+        None => Activity::Suspended,
+    });
     // The clock is read only when the suspension has a cause to count the wait as.
     match owner.cause.get() {
         Some(cause) => {

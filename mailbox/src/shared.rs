@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use streamtask_core::live::Activity;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::OperatorEvent;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,6 +74,7 @@ impl<S, E> Core<S, E> {
         let letter = mail.into_body();
         let is_signal = matches!(letter.kind, LetterKind::Control(Control::Signal));
         if let (Some(metrics), false) = (&self.metrics, is_signal) {
+            metrics.live.enter_mail(letter.description);
             metrics.mails.inc();
             // Sampled: only the mails stamped at enqueue (see `letter`'s module docs).
             if let Some(enqueued) = letter.enqueued {
@@ -270,6 +272,14 @@ impl<S, E> Core<S, E> {
                 Priority::MAX,
                 Letter::control("signal check", Control::Signal),
             ));
+        }
+    }
+
+    /// The mailbox thread now does `activity` (see `streamtask_core::live`).
+    #[inline]
+    pub(crate) fn enter(&self, activity: Activity) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.enter(activity);
         }
     }
 

@@ -158,6 +158,7 @@ impl TimerScheduler {
         let thread_shared = Arc::clone(&shared);
         let thread_clock = clock.clone();
         let body = move || {
+            streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Timer);
             let waker = Waker::from(std::sync::Arc::new(EpochWaker(Arc::clone(&thread_shared))));
             let _subscription = thread_clock.subscribe(waker);
             if let Err(e) = run_scheduler(&thread_shared, &thread_clock, &mut fire) {

@@ -80,6 +80,12 @@ pub struct CheckpointConfig {
     /// unaligned, or aligned until a timeout. Savepoints are always aligned. The legacy model
     /// aligns every barrier (see MIGRATION.md, "Checkpoints under backpressure").
     pub alignment: Alignment,
+    /// How long a checkpoint may stay pending before it is reported as stalled (the job's
+    /// [`StallReport`](crate::StallReport): where each missing task's barrier is and what its
+    /// thread does), and again every such period while it stays pending; `None` reports none.
+    /// By default [`default_stall_report_after`](Self::default_stall_report_after) of the
+    /// interval given to [`new`](Self::new).
+    pub stall_report_after: Option<Duration>,
 }
 
 impl CheckpointConfig {
@@ -89,6 +95,30 @@ impl CheckpointConfig {
 
     /// [`tolerable_failures`](Self::tolerable_failures) that no number of failures exceeds.
     pub const UNLIMITED_FAILURES: u32 = u32::MAX;
+
+    /// The shortest default [`stall_report_after`](Self::stall_report_after): one second.
+    pub const MIN_DEFAULT_STALL_REPORT_AFTER: Duration = Duration::from_secs(1);
+
+    /// The stall-report threshold unless told otherwise: three intervals (a checkpoint that
+    /// is still pending when two more would have been due is late by any measure), but at
+    /// least [`MIN_DEFAULT_STALL_REPORT_AFTER`](Self::MIN_DEFAULT_STALL_REPORT_AFTER), so short
+    /// intervals do not report every hiccup.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamtask::checkpoint::CheckpointConfig;
+    ///
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(CheckpointConfig::default_stall_report_after(ms(50)), ms(1000));
+    /// assert_eq!(CheckpointConfig::default_stall_report_after(ms(2000)), ms(6000));
+    /// ```
+    pub fn default_stall_report_after(interval: Duration) -> Duration {
+        interval
+            .saturating_mul(3)
+            .max(Self::MIN_DEFAULT_STALL_REPORT_AFTER)
+    }
 
     /// Checkpoints every `interval`, no minimum pause, one at a time, timing out after
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT) or the interval, whichever is longer.
@@ -100,7 +130,21 @@ impl CheckpointConfig {
             timeout: interval.max(Self::DEFAULT_TIMEOUT),
             tolerable_failures: 0,
             alignment: Alignment::Aligned,
+            stall_report_after: Some(Self::default_stall_report_after(interval)),
         }
+    }
+
+    /// Reports a checkpoint as stalled once it was pending for `after`, and again every
+    /// `after` while it stays pending (see [`stall_report_after`](Self::stall_report_after)).
+    pub fn with_stall_report_after(mut self, after: Duration) -> Self {
+        self.stall_report_after = Some(after);
+        self
+    }
+
+    /// Reports no stalled checkpoint.
+    pub fn without_stall_reports(mut self) -> Self {
+        self.stall_report_after = None;
+        self
     }
 
     /// Unaligned checkpoints (Flink's `execution.checkpointing.unaligned.enabled`): a barrier
@@ -154,8 +198,15 @@ impl CheckpointConfig {
     ///
     /// [`ConfigError::ZeroInterval`] for an interval under 1 ms,
     /// [`ConfigError::ZeroMaxConcurrent`] for `max_concurrent == 0`,
-    /// [`ConfigError::TimeoutShorterThanInterval`] for a timeout shorter than the interval.
+    /// [`ConfigError::TimeoutShorterThanInterval`] for a timeout shorter than the interval,
+    /// [`ConfigError::ZeroStallReportAfter`] for a stall-report threshold under 1 ms.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .stall_report_after
+            .is_some_and(|after| after < Duration::from_millis(1))
+        {
+            return Err(ConfigError::ZeroStallReportAfter);
+        }
         if self.interval < Duration::from_millis(1) {
             return Err(ConfigError::ZeroInterval);
         }
@@ -193,6 +244,12 @@ pub enum ConfigError {
         /// The configured interval.
         interval: Duration,
     },
+    /// Every pending checkpoint would be reported as stalled at once.
+    #[error(
+        "the stall-report threshold is zero or under 1 ms; set at least 1 ms, or turn the \
+         reports off (CheckpointConfig::without_stall_reports)"
+    )]
+    ZeroStallReportAfter,
 }
 
 /// What the executor must do after a coordinator call.
@@ -377,6 +434,30 @@ pub enum CoordinatorError {
         /// The newest id triggered.
         newest: u64,
     },
+}
+
+/// A checkpoint pending for longer than its configuration's
+/// [`stall_report_after`](CheckpointConfig::stall_report_after), as the coordinator sees it (see
+/// [`CheckpointCoordinator::stalled`]): which tasks acknowledged it and which did not. The job
+/// completes it into a [`StallReport`](crate::StallReport) with what each missing task does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StalledCheckpoint {
+    /// The checkpoint.
+    pub id: u64,
+    /// Whether it is the stop-with-savepoint's savepoint.
+    pub savepoint: bool,
+    /// When it was triggered (the coordinator's `now`, milliseconds).
+    pub triggered_at: i64,
+    /// How long it has been pending, milliseconds.
+    pub pending_ms: u64,
+    /// The threshold it passed, milliseconds.
+    pub threshold_ms: u64,
+    /// Which report of this checkpoint this is: 1 at one threshold, 2 a threshold later, ...
+    pub report: u32,
+    /// The tasks that acknowledged it, in name order.
+    pub acknowledged: Vec<String>,
+    /// The tasks that did not, in name order.
+    pub missing: Vec<String>,
 }
 
 /// Checkpoint statistics, shared (`Arc`) between the coordinator and whoever reads them.
@@ -613,6 +694,7 @@ struct Timing {
     max_concurrent: usize,
     tolerable_failures: u32,
     alignment: Alignment,
+    stall_after: Option<i64>,
 }
 
 impl Timing {
@@ -625,6 +707,7 @@ impl Timing {
             max_concurrent: config.max_concurrent,
             tolerable_failures: config.tolerable_failures,
             alignment: config.alignment,
+            stall_after: config.stall_report_after.map(millis),
         }
     }
 }
@@ -638,6 +721,10 @@ struct PendingCheckpoint {
     deadline: i64,
     /// The snapshots of the tasks that acknowledged so far.
     acks: BTreeMap<String, TaskSnapshot>,
+    /// When it is reported as stalled next (`i64::MAX`: never).
+    stall_report_at: i64,
+    /// How many stall reports it had.
+    stall_reports: u32,
 }
 
 impl CheckpointCoordinator {
@@ -770,6 +857,8 @@ impl CheckpointCoordinator {
                 timestamp: now,
                 deadline: now.saturating_add(self.timing.timeout),
                 acks: BTreeMap::new(),
+                stall_report_at: self.stall_report_at(now),
+                stall_reports: 0,
             },
         );
         self.savepoint = SavepointState::Pending(id);
@@ -806,6 +895,8 @@ impl CheckpointCoordinator {
                     timestamp: now,
                     deadline: now.saturating_add(self.timing.timeout),
                     acks: BTreeMap::new(),
+                    stall_report_at: self.stall_report_at(now),
+                    stall_reports: 0,
                 },
             );
             self.last_trigger = Some(now);
@@ -916,6 +1007,62 @@ impl CheckpointCoordinator {
             }
         }
         Ok(actions)
+    }
+
+    /// When a checkpoint triggered at `now` is first reported as stalled.
+    fn stall_report_at(&self, now: i64) -> i64 {
+        self.timing
+            .stall_after
+            .map_or(i64::MAX, |after| now.saturating_add(after))
+    }
+
+    /// The pending checkpoints that are stalled at `now`: pending for the configured
+    /// [`stall_report_after`](CheckpointConfig::stall_report_after), each reported once per
+    /// such period while it stays pending (the first report at one period, the next at two).
+    /// Oldest first.
+    pub fn stalled(&mut self, now: i64) -> Vec<StalledCheckpoint> {
+        let Some(after) = self.timing.stall_after else {
+            return Vec::new();
+        };
+        let savepoint = match self.savepoint {
+            SavepointState::Pending(id) => Some(id),
+            _ => None,
+        };
+        let mut stalled = Vec::new();
+        for (&id, pending) in &mut self.pending {
+            if now < pending.stall_report_at {
+                continue;
+            }
+            pending.stall_reports += 1;
+            // At most one report per period, however late the poll (no catching up).
+            pending.stall_report_at = now.saturating_add(after);
+            stalled.push(StalledCheckpoint {
+                id,
+                savepoint: savepoint == Some(id),
+                triggered_at: pending.timestamp,
+                pending_ms: u64::try_from(now.saturating_sub(pending.timestamp)).unwrap_or(0),
+                threshold_ms: u64::try_from(after).unwrap_or(0),
+                report: pending.stall_reports,
+                acknowledged: pending.acks.keys().cloned().collect(),
+                missing: self
+                    .tasks
+                    .iter()
+                    .filter(|t| !pending.acks.contains_key(*t))
+                    .cloned()
+                    .collect(),
+            });
+        }
+        stalled
+    }
+
+    /// When [`stalled`](Self::stalled) reports next; `None` when nothing is pending or the
+    /// reports are off.
+    pub fn next_stall_report(&self) -> Option<i64> {
+        self.pending
+            .values()
+            .map(|p| p.stall_report_at)
+            .filter(|&at| at != i64::MAX)
+            .min()
     }
 
     /// The earliest time at which [`poll`](Self::poll) has something to do (a trigger or an

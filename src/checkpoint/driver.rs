@@ -8,7 +8,8 @@
 //! 1. Before its first clock read it subscribes to the clock ([`Clock::subscribe`]); each move
 //!    of a [`ManualClock`](streamtask_core::time::ManualClock) puts a token into a one-slot `wake` channel (a
 //!    full slot already means "look again").
-//! 2. Each round it reads `now`, polls the coordinator, and computes the next deadline.
+//! 2. Each round it reads `now`, polls the coordinator, hands out the stalled checkpoints, and
+//!    computes the next deadline (a trigger, an expiry or a stall report).
 //! 3. It selects over reports, control and `wake`; with the system clock the select times out
 //!    at the deadline, with a manual clock it does not time out (manual time only moves by a
 //!    call that leaves a token).
@@ -28,7 +29,7 @@ use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::{CheckpointResponder, TaskReport};
 use streamtask_core::time::Clock;
 
-use super::{CheckpointCoordinator, CheckpointStats, CoordinatorAction};
+use super::{CheckpointCoordinator, CheckpointStats, CoordinatorAction, StalledCheckpoint};
 
 /// Runs a [`CheckpointCoordinator`] on a thread of its own: triggers on time, takes the tasks'
 /// reports from a channel, and hands every resulting [`CoordinatorAction`] to a callback (the
@@ -110,6 +111,22 @@ impl CoordinatorDriver {
         clock: Clock,
         on_action: impl FnMut(&CoordinatorAction) + Send + 'static,
     ) -> Self {
+        Self::spawn_with_stalls(coordinator, clock, on_action, |_| {})
+    }
+
+    /// As [`spawn`](Self::spawn), and hands each stalled checkpoint (see
+    /// [`CheckpointCoordinator::stalled`]) to `on_stall`, on the driver thread, when it falls
+    /// due: the thread wakes for it as for a trigger.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system refuses to start a thread.
+    pub fn spawn_with_stalls(
+        coordinator: CheckpointCoordinator,
+        clock: Clock,
+        on_action: impl FnMut(&CoordinatorAction) + Send + 'static,
+        on_stall: impl FnMut(&StalledCheckpoint) + Send + 'static,
+    ) -> Self {
         let (reports, reports_rx) = channel::unbounded();
         let (control, control_rx) = channel::unbounded();
         let stats = coordinator.stats();
@@ -118,7 +135,7 @@ impl CoordinatorDriver {
             control: control_rx,
         };
         let thread = spawn_named("checkpoint-coordinator", move || {
-            catch_panic(move || run(coordinator, &clock, &channels, on_action))
+            catch_panic(move || run(coordinator, &clock, &channels, on_action, on_stall))
         });
         CoordinatorDriver {
             reports,
@@ -232,6 +249,7 @@ fn run(
     clock: &Clock,
     channels: &Channels,
     mut on_action: impl FnMut(&CoordinatorAction),
+    mut on_stall: impl FnMut(&StalledCheckpoint),
 ) -> CheckpointCoordinator {
     let (wake_tx, wake) = channel::bounded(1);
     // Step 1 of the protocol: subscribe before the first read of the clock.
@@ -240,9 +258,14 @@ fn run(
     loop {
         let now = clock.now_millis();
         act(coordinator.poll(now));
+        // After the poll: a checkpoint that just expired is not reported as stalled.
+        coordinator.stalled(now).iter().for_each(&mut on_stall);
+        let deadline = match (coordinator.next_deadline(), coordinator.next_stall_report()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let timeout = match clock {
-            Clock::System => coordinator
-                .next_deadline()
+            Clock::System => deadline
                 .map(|deadline| Duration::from_millis(u64::try_from(deadline - now).unwrap_or(0))),
             // Manual time moves only by calls that leave a token in `wake`.
             Clock::Manual(_) => None,

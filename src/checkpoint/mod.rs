@@ -32,6 +32,12 @@
 //! | pending | a newer checkpoint completed | aborted | `Abort` |
 //! | pending | a task finished | aborted | `Abort` |
 //! | completed, aborted | any report | unchanged | none (logged) |
+//!
+//! A checkpoint pending for longer than [`CheckpointConfig::stall_report_after`] is also
+//! handed out as a [`StalledCheckpoint`] ([`CheckpointCoordinator::stalled`]), and again every
+//! such period while it stays pending; the driver gives it to its stall callback, and the job
+//! completes it into a [`StallReport`](crate::StallReport). A report changes nothing: the
+//! checkpoint stays pending until it completes, is aborted or expires.
 
 mod coordinator;
 mod directory;
@@ -48,7 +54,7 @@ use streamtask_core::state::TaskSnapshot;
 pub use self::coordinator::{
     AbortReason, CheckpointConfig, CheckpointCoordinator, CheckpointFailures, CheckpointStats,
     CheckpointStatsSummary, CheckpointTiming, ConfigError, CoordinatorAction, CoordinatorError,
-    SavepointFailure, SavepointWriter,
+    SavepointFailure, SavepointWriter, StalledCheckpoint,
 };
 pub use self::driver::{CoordinatorDriver, DriverError};
 pub use self::error::{Corruption, StorageError};

@@ -47,6 +47,7 @@ use super::graph::{JobGraph, SpawnCtx};
 use super::non_recoverable::restart_cannot_fix;
 use super::restore::{Restore, write_marker};
 use super::savepoint::StopWithSavepoint;
+use super::stall::{StallCallback, StallProbe};
 use super::wiring::Wiring;
 use super::{DirLock, JobError, RunningTask};
 
@@ -119,6 +120,8 @@ pub struct JobConfig {
     pub on_progress: Option<ProgressCallback>,
     /// Checkpoint phase reports.
     pub on_phase: Option<PhaseCallback>,
+    /// Stalled-checkpoint reports (see [`with_stall_reports`](Self::with_stall_reports)).
+    pub on_stall: Option<StallCallback>,
     /// Set to cancel the job from another thread.
     pub cancel: Arc<AtomicBool>,
     /// Where the first attempt starts (default: fresh).
@@ -162,6 +165,7 @@ impl JobConfig {
             fairness: Fairness::default(),
             on_progress: None,
             on_phase: None,
+            on_stall: None,
             cancel: Arc::new(AtomicBool::new(false)),
             restore: Restore::Fresh,
             fallback_to_older: false,
@@ -281,6 +285,37 @@ impl JobConfig {
     /// Reports checkpoint phases through `callback`.
     pub fn with_phases(mut self, callback: PhaseCallback) -> Self {
         self.on_phase = Some(callback);
+        self
+    }
+
+    /// Hands every [`StallReport`](crate::StallReport) to `callback`: a checkpoint pending for longer than
+    /// [`CheckpointConfig::stall_report_after`] (and again every such period while it stays
+    /// pending), with where each missing task's barrier is and what its threads do. Without a
+    /// callback the report is logged as a warning.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use streamtask::prelude::*;
+    /// use streamtask::StallReport;
+    ///
+    /// let seen: Arc<Mutex<Vec<StallReport>>> = Arc::default();
+    /// let sink = Arc::clone(&seen);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let config = JobConfig::new(dir.path())
+    ///     .with_checkpoints(Some(
+    ///         CheckpointConfig::new(Duration::from_millis(50))
+    ///             .with_stall_report_after(Duration::from_millis(500)),
+    ///     ))
+    ///     .with_stall_reports(Arc::new(move |report: &StallReport| {
+    ///         sink.lock().unwrap().push(report.clone());
+    ///     }));
+    /// assert!(config.on_stall.is_some());
+    /// ```
+    pub fn with_stall_reports(mut self, callback: StallCallback) -> Self {
+        self.on_stall = Some(callback);
         self
     }
 
@@ -612,6 +647,27 @@ impl JobGraph {
             .collect::<Result<_, _>>()?)
     }
 
+    /// For the stall reports: each task's name, runtime and the upstream task of each of its
+    /// gate's channels (see [`EdgeSpec::upstream_of`](super::graph::EdgeSpec::upstream_of)).
+    fn stall_targets(
+        &self,
+        names: &[(usize, usize, String)],
+    ) -> Vec<(String, &'static str, Vec<String>)> {
+        names
+            .iter()
+            .map(|(vi, subtask, name)| {
+                let vertex = &self.vertices[*vi];
+                let upstream = self
+                    .edges
+                    .iter()
+                    .filter(|e| e.to == vertex.name)
+                    .flat_map(|e| e.upstream_of(*subtask))
+                    .collect();
+                (name.clone(), vertex.plan.runtime, upstream)
+            })
+            .collect()
+    }
+
     fn is_source_task(&self, task: &str) -> bool {
         let vertex = task.rsplit_once('#').map_or(task, |(v, _)| v);
         self.vertices
@@ -684,7 +740,13 @@ impl JobGraph {
                 let on_phase = config.on_phase.clone();
                 let spawned = Arc::clone(&spawned);
                 let failed = Arc::clone(&checkpoints_failed);
-                Some(CoordinatorDriver::spawn(
+                let probe = StallProbe {
+                    model: self.model.name(),
+                    tasks: self.stall_targets(&names),
+                    running: Arc::clone(&handles),
+                };
+                let on_stall = config.on_stall.clone();
+                Some(CoordinatorDriver::spawn_with_stalls(
                     coordinator,
                     config.clock.clone(),
                     move |action| {
@@ -714,6 +776,13 @@ impl JobGraph {
                             report(JobPhase::CheckpointTriggered { id: barrier.id });
                         }
                     },
+                    move |stalled| {
+                        let report = probe.report(stalled);
+                        match &on_stall {
+                            Some(callback) => callback(&report),
+                            None => log::warn!("{report}"),
+                        }
+                    },
                 ))
             }
             None => None,
@@ -736,7 +805,7 @@ impl JobGraph {
                 .with_clock(config.clock.clone())
                 .with_responder(responder)
                 .with_restore(restored.as_ref().and_then(|c| c.task(name).cloned()))
-                .with_metrics(metrics)
+                .with_metrics(Arc::clone(&metrics))
                 .with_tracer(config.tracer.clone())
                 .with_cancel_grace(config.cancel_grace)
                 .with_interruptible_timers(config.interruptible_timers);
@@ -750,6 +819,7 @@ impl JobGraph {
                     .checkpoint
                     .as_ref()
                     .map_or(streamtask_core::Alignment::Aligned, |c| c.alignment),
+                metrics,
             };
             match (self.vertices[*vi].spawn)(&ctx, task_config) {
                 Ok(task) => handles.lock().push(Some(task)),

@@ -58,6 +58,8 @@ pub(crate) struct SpawnCtx<'a> {
     pub(crate) codecs: &'a Codecs,
     /// How the job's checkpoints align.
     pub(crate) alignment: streamtask_core::Alignment,
+    /// The task's metrics, whose live state its writers show a blocked send in.
+    pub(crate) metrics: Arc<streamtask_core::metrics::TaskMetrics>,
 }
 
 pub(crate) type Spawner =
@@ -89,6 +91,37 @@ pub(crate) struct EdgeSpec {
     pub(crate) up: usize,
     pub(crate) down: usize,
     pub(crate) create: EdgeFactory,
+    /// The upstream vertex.
+    pub(crate) from: String,
+    /// The downstream vertex whose input gate reads the edge; empty for an iteration's
+    /// feedback edge, which its head reads outside the gate. A gate reads its edges in the
+    /// order they were made (see [`EdgeSpec::upstream_of`]).
+    pub(crate) to: String,
+}
+
+impl EdgeSpec {
+    /// The upstream tasks of downstream subtask `subtask`'s channels of this edge, in the
+    /// order its gate reads them (as `EdgeChannels::create` wires them).
+    pub(crate) fn upstream_of(&self, subtask: usize) -> Vec<String> {
+        let task = |i: usize| format!("{}#{i}", self.from);
+        match self.pattern {
+            EdgePattern::Forward => (subtask < self.up.min(self.down))
+                .then(|| task(subtask))
+                .into_iter()
+                .collect(),
+            EdgePattern::Pointwise => (0..self.up)
+                .filter(|&i| {
+                    if self.up <= self.down {
+                        subtask * self.up / self.down == i
+                    } else {
+                        i * self.down / self.up == subtask
+                    }
+                })
+                .map(task)
+                .collect(),
+            EdgePattern::AllToAll => (0..self.up).map(task).collect(),
+        }
+    }
 }
 
 pub(crate) type Finalizer = Box<dyn Fn() -> Result<(), JobError> + Send + Sync>;
@@ -698,12 +731,14 @@ impl<T: Send + 'static> DataStream<T> {
         let writer_name = format!("{} -> {next_vertex}", self.vertex);
         let tail: Tail<T> = Arc::new(move |ctx| {
             let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
-            let output = ChannelOutput::new(senders.clone())?;
-            let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?;
+            let output = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
+            let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?
+                .with_live(Arc::clone(&ctx.metrics));
             let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
         let up = self.parallelism;
+        let from = self.vertex.clone();
         self.finish_vertex(tail);
         self.env.graph.borrow_mut().edges.push(EdgeSpec {
             pattern,
@@ -712,6 +747,8 @@ impl<T: Send + 'static> DataStream<T> {
             create: Box::new(|pattern, up, down, capacity| {
                 EdgeChannels::create::<T>(pattern, up, down, capacity)
             }),
+            from,
+            to: next_vertex.to_string(),
         });
         let input = PlannedInput {
             from: self.vertex.clone(),
@@ -1189,9 +1226,12 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             for &edge in &tail_edges {
                 let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
                 all.extend(senders.iter().cloned());
-                writers.push(RecordWriter::new(senders, Partitioner::Forward)?);
+                writers.push(
+                    RecordWriter::new(senders, Partitioner::Forward)?
+                        .with_live(Arc::clone(&ctx.metrics)),
+                );
             }
-            let output = ChannelOutput::new(all)?;
+            let output = ChannelOutput::new(all)?.with_live(&ctx.metrics);
             let op: BoxOperator<T, ()> = Box::new(FanOutWriter {
                 name: writer_name.clone(),
                 writers,
@@ -1213,6 +1253,8 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                     create: Box::new(|pattern, up, down, capacity| {
                         EdgeChannels::create::<T>(pattern, up, down, capacity)
                     }),
+                    from: from.clone(),
+                    to: name.to_string(),
                 });
                 let input = PlannedInput {
                     from: from.clone(),

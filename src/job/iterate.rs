@@ -95,6 +95,9 @@ where
                 up: parallelism,
                 down: parallelism,
                 create: Box::new(|_, up, _, _| Ok(EdgeChannels::feedback::<T>(up))),
+                from: name.to_string(),
+                // Read by the head outside its gate.
+                to: String::new(),
             });
             graph.edges.len() - 1
         };

@@ -18,6 +18,7 @@ mod savepoint;
 mod sequence;
 mod side_output;
 mod sources;
+mod stall;
 mod time;
 mod wiring;
 
@@ -36,3 +37,4 @@ pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
 pub use self::savepoint::{SavepointHandle, StopWithSavepoint};
+pub use self::stall::{InputChannel, StallCallback, StallReport, TaskStall};

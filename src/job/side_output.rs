@@ -252,6 +252,8 @@ impl<T> DataStream<T> {
                 create: Box::new(|pattern, up, down, capacity| {
                     EdgeChannels::create::<X>(pattern, up, down, capacity)
                 }),
+                from: self.vertex.clone(),
+                to: tag.name().to_string(),
             });
             g.edges.len() - 1
         };
@@ -261,10 +263,11 @@ impl<T> DataStream<T> {
             .lock()
             .push(Box::new(move |ctx, side: &mut SideOutputs| {
                 let senders = ctx.wiring.take_senders::<X>(edge, ctx.subtask);
-                let channels = ChannelOutput::new(senders.clone())?;
+                let channels = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
                 side.add(
                     &install_tag,
-                    RecordWriter::new(senders, Partitioner::Forward)?,
+                    RecordWriter::new(senders, Partitioner::Forward)?
+                        .with_live(std::sync::Arc::clone(&ctx.metrics)),
                 );
                 Ok(Box::new(channels) as Box<dyn TaskOutput<()>>)
             }));

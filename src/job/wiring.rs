@@ -13,6 +13,7 @@ use std::any::Any;
 use std::fmt;
 use std::task::Waker;
 
+use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::{Context, Operator, Output, TaskOutput};
 use streamtask_core::sync::Mutex;
 use streamtask_core::{
@@ -309,6 +310,12 @@ impl<T: Send> ChannelOutput<T> {
         Ok(ChannelOutput {
             writer: RecordWriter::new(senders, Partitioner::RoundRobin)?,
         })
+    }
+
+    /// Shows a barrier or end of input blocked on a full channel in the task's live state.
+    pub(crate) fn with_live(mut self, metrics: &std::sync::Arc<TaskMetrics>) -> Self {
+        self.writer = self.writer.with_live(std::sync::Arc::clone(metrics));
+        self
     }
 }
 

@@ -424,6 +424,7 @@ where
         let thread = {
             let (cancel, exit) = (cancel.clone(), Arc::clone(&exit));
             streamtask_core::sync::spawn_named(format!("{}-handoff", self.name), move || {
+                streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Source);
                 run_handoff_source(function, &lock, &cancel);
                 if !exit.source_ended() {
                     // `close` gave up on this thread: shut the context's timers down here.

@@ -132,6 +132,7 @@ where
 {
     let (setup_tx, setup_rx) = streamtask_core::sync::channel::bounded::<Setup<F, C, W>>(1);
     let thread = spawn_named(config.name.clone(), move || {
+        streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Task);
         // The spawning thread fails only before anything ran; then there is nothing to do.
         if let Ok(setup) = setup_rx.recv() {
             task_main(setup);
@@ -389,6 +390,7 @@ where
     let thread_name = format!("{}-legacy-source", task.name);
     task.metrics.threads.inc();
     spawn_named(thread_name.clone(), move || {
+        streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Source);
         let error = match catch_panic(|| run_source(&mut function, &lock, &cancel)) {
             Ok(Ok(_end)) => None,
             Ok(Err(error)) => Some(TaskError::from(error)),

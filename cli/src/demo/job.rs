@@ -17,10 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use streamtask::StallReport;
 use streamtask::checkpoint::CheckpointConfig;
 use streamtask_core::Alignment;
 use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
 use streamtask_core::function::AsyncError;
+use streamtask_core::sync::Mutex;
 
 use super::checkpoints::{EndToEnd, EndToEndRecorder};
 use super::data::{DemoData, Order, TotalEvent, expected_output};
@@ -132,6 +134,9 @@ pub struct DemoJob {
     /// Where the sink writes, instead of `<model dir>/output` (a run restored from another
     /// model's savepoint continues that run's output).
     pub output_dir: Option<PathBuf>,
+    /// When a pending checkpoint is reported as stalled: `None` at the library's default for
+    /// the interval ([`CheckpointConfig::default_stall_report_after`]), `Some(ZERO)` never.
+    pub stall_report_after: Option<Duration>,
 }
 
 /// One model's run of the demo job.
@@ -151,7 +156,14 @@ pub struct DemoRun {
     pub alignment: Alignment,
     /// Each completed checkpoint's end-to-end duration, every attempt.
     pub end_to_end: EndToEnd,
+    /// The stalled-checkpoint reports of every attempt, the first
+    /// [`MAX_STALL_REPORTS`].
+    pub stalled_checkpoints: Vec<StallReport>,
 }
+
+/// Stall reports a run keeps for its report (each is also logged): enough to see what held
+/// the checkpoints, bounded for a long run that stalls all along.
+pub const MAX_STALL_REPORTS: usize = 100;
 
 impl DemoJob {
     /// The demo on `data` in `work_dir`, checkpointing every 50 ms, no faults.
@@ -167,6 +179,7 @@ impl DemoJob {
             restarts: 10,
             stop_at: None,
             output_dir: None,
+            stall_report_after: None,
         }
     }
 
@@ -436,9 +449,34 @@ impl DemoJob {
         let mut checkpoint = CheckpointConfig::new(self.checkpoint_interval)
             .with_tolerable_failures(self.tolerable_failed_checkpoints);
         checkpoint.alignment = alignment;
+        checkpoint = match self.stall_report_after {
+            None => checkpoint,
+            Some(after) if after.is_zero() => checkpoint.without_stall_reports(),
+            Some(after) => checkpoint.with_stall_report_after(after),
+        };
+        // Every stall report is kept for the run's report; a callback of the caller's (the
+        // CLI's log) runs after.
+        let stalls: Arc<Mutex<Vec<StallReport>>> = Arc::default();
+        let on_stall: streamtask::StallCallback = {
+            let stalls = Arc::clone(&stalls);
+            let inner = config.on_stall.clone();
+            Arc::new(move |report| {
+                {
+                    let mut kept = stalls.lock();
+                    if kept.len() < MAX_STALL_REPORTS {
+                        kept.push(report.clone());
+                    }
+                }
+                match &inner {
+                    Some(inner) => inner(report),
+                    None => log::warn!("{report}"),
+                }
+            })
+        };
         let config = JobConfig {
             checkpoint: Some(checkpoint),
             on_phase: Some(on_phase),
+            on_stall: Some(on_stall),
             checkpoint_dir: self.checkpoint_dir(model),
             restart: streamtask::RestartStrategy::fixed_delay(
                 self.restarts,
@@ -461,6 +499,7 @@ impl DemoJob {
             exactly_once,
             alignment,
             end_to_end: recorder.end_to_end(),
+            stalled_checkpoints: std::mem::take(&mut *stalls.lock()),
         })
     }
 }

@@ -315,6 +315,7 @@ pub struct TaskServices {
     events: Arc<dyn EventSink>,
     firing: Arc<dyn TimerFiring>,
     running: Arc<RunningOperator>,
+    metrics: Option<Arc<crate::metrics::TaskMetrics>>,
 }
 
 impl TaskServices {
@@ -327,7 +328,20 @@ impl TaskServices {
             events,
             firing: Arc::new(Uninterruptible),
             running: Arc::new(RunningOperator::new()),
+            metrics: None,
         }
+    }
+
+    /// Gives operators the task's metrics, whose live state an operator with a queue shows
+    /// its fill in (the async operator).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::TaskMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The task's metrics, if the runtime gave them.
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::TaskMetrics>> {
+        self.metrics.as_ref()
     }
 
     /// Lets operators interrupt long firings of event-time timers through `firing`.

@@ -38,6 +38,13 @@
 //! | held | one [`CheckpointGuard`] exists | free (guard dropped; fair hand-off if `Fair`), waiting |
 //! | waiting | the guard's owner blocks in `wait_until` with the lock released | held (re-acquired after a notification) |
 //!
+//! With [`CheckpointLock::with_metrics`], the task's live state
+//! ([`TaskLive`](streamtask_core::live::TaskLive)) names the holder and the threads blocked taking
+//! the lock by their [`ThreadRole`](streamtask_core::live::ThreadRole): each acquisition stores its
+//! thread's role (a relaxed store), each release clears the held bit before the unlock, and an
+//! acquisition that blocks marks its role waiting around the block. A stalled checkpoint's report
+//! reads it ("held by the source thread; waiting: the async-calls thread").
+//!
 //! # Bounded hand-over
 //!
 //! Whatever the fairness, a thread may ask the source to let go: [`CheckpointLock::request_handover`]
@@ -90,6 +97,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
+use streamtask_core::live::thread_role;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::sync::atomic::{AtomicUsize, Ordering};
 use streamtask_core::sync::{BargingMutex, BargingMutexGuard, Mutex, MutexGuard, unlock_fair};
@@ -197,6 +205,25 @@ struct LockShared {
     tracer: Tracer,
 }
 
+impl LockShared {
+    /// The calling thread took the lock: the task's live state names it the holder (a relaxed
+    /// store on the line the mutex's acquisition just brought in anyway).
+    #[inline]
+    fn taken(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.lock_taken(thread_role());
+        }
+    }
+
+    /// The holder lets go of the lock.
+    #[inline]
+    fn released(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.lock_released();
+        }
+    }
+}
+
 /// The checkpoint lock: a mutex around a task's state, with a [`Fairness`] setting, a condition
 /// to wait on (see [`CheckpointGuard::wait_until`]), and the time every acquirer waited recorded
 /// into [`TaskMetrics::lock_wait`].
@@ -254,9 +281,12 @@ impl<T> CheckpointLock<T> {
         }
     }
 
-    /// Records every acquirer's wait into `metrics.lock_wait`.
+    /// Records every acquirer's wait into `metrics.lock_wait`, and who holds the lock and who
+    /// waits for it into `metrics.live` (each thread named by its
+    /// [`ThreadRole`](streamtask_core::live::ThreadRole)).
     pub fn with_metrics(mut self, metrics: StdArc<TaskMetrics>) -> Self {
         *metrics.checkpoint_lock.lock() = Some(self.shared.fairness.name());
+        metrics.live.set_has_lock();
         self.shared.metrics = Some(metrics);
         self
     }
@@ -417,6 +447,7 @@ impl<T> CheckpointLock<T> {
             LockMutex::Barging(m) => (MutexRef::Barging(m), GuardKind::Barging(m.try_lock()?)),
             LockMutex::Parking(m) => (MutexRef::Parking(m), GuardKind::Parking(m.try_lock()?)),
         };
+        self.shared.taken();
         Some(CheckpointGuard {
             shared: &self.shared,
             mutex,
@@ -464,6 +495,7 @@ impl<T> CheckpointLock<T> {
                 break guard;
             }
         };
+        self.shared.taken();
         CheckpointGuard {
             shared: &self.shared,
             mutex,
@@ -508,6 +540,7 @@ impl<T> CheckpointLock<T> {
             LockMutex::Parking(m) => MutexRef::Parking(parking(m)),
         };
         let guard = mutex.acquire(&self.shared);
+        self.shared.taken();
         CheckpointGuard {
             shared: &self.shared,
             mutex,
@@ -567,10 +600,16 @@ impl<'a, T: ?Sized> MutexRef<'a, T> {
     /// Blocks on the mutex; records the wait since `start`.
     #[cold]
     fn acquire_slow(self, shared: &LockShared, start: Instant) -> GuardKind<'a, T> {
+        // Shown while it blocks: a stalled checkpoint's report names who waits for the lock.
+        let waiting = shared
+            .metrics
+            .as_ref()
+            .map(|m| m.live.lock_waiting(thread_role()));
         let guard = match self {
             MutexRef::Barging(m) => GuardKind::Barging(m.lock()),
             MutexRef::Parking(m) => GuardKind::Parking(m.lock()),
         };
+        drop(waiting);
         if let Some(metrics) = &shared.metrics {
             metrics.lock_wait.record(start.elapsed());
         }
@@ -702,6 +741,7 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
             let notified = self.shared.condition.block(ticket, deadline);
             // Take the lock again before checking: `done` reads the guarded state.
             self.guard = Some(self.mutex.acquire(self.shared));
+            self.shared.taken();
             // Timed out: one last check, under the lock, is the answer.
             if !notified {
                 return done(&mut **self);
@@ -717,6 +757,7 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
         impl<T: ?Sized> Drop for Relock<'_, '_, T> {
             fn drop(&mut self) {
                 self.0.guard = Some(self.0.mutex.acquire(self.0.shared));
+                self.0.shared.taken();
             }
         }
         let _relock = Relock(self);
@@ -795,6 +836,8 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     }
 
     fn release(&mut self) {
+        // Before the unlock: the next holder's `taken` comes after it, so it is the one left.
+        self.shared.released();
         // `Fair` hands a parking lock to the longest waiter; otherwise a plain unlock, which a hot
         // thread may barge back into.
         match self.guard.take() {
@@ -806,6 +849,7 @@ impl<T: ?Sized> CheckpointGuard<'_, T> {
     /// Lets go of the lock handing it to the longest waiter (a parking mutex; the barging one
     /// has no hand-off), whatever the fairness setting.
     fn release_fair(&mut self) {
+        self.shared.released();
         match self.guard.take() {
             Some(GuardKind::Parking(g)) => unlock_fair(g),
             other => drop(other),

@@ -9,6 +9,7 @@ use std::sync::{Arc as StdArc, OnceLock};
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
+use streamtask_core::live::Activity;
 use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::{EventSink, OperatorEvent, TaskServices};
 use streamtask_core::sync::channel::{Receiver, SendError, Sender, unbounded};
@@ -224,6 +225,7 @@ where
         before_wait: OnceLock::new(),
     };
     let task_thread = spawn_named(name, move || {
+        streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Task);
         run_task_thread(&mut parts, restore, main);
     });
     let control = LegacyControl {
@@ -274,6 +276,7 @@ fn run_task_thread<B, M>(
     }
     parts.teardown();
     drop(wake_on_cancel);
+    parts.task.metrics.live.enter(Activity::Ended);
     lifecycle.complete();
 }
 
@@ -341,7 +344,10 @@ impl<B: LockedBody> Parts<B> {
             // Waiting for the chain is backpressure (`backpressured_micros`, as the mailbox's
             // backpressure suspensions; a full output channel adds its own in the writer).
             let waited = Instant::now();
+            let live = &self.task.metrics.live;
+            live.enter(Activity::Backpressured);
             guard.wait_until(|b| b.body().accepts_input() || cancel.is_cancelled());
+            live.enter(Activity::Processing);
             self.task
                 .metrics
                 .backpressured_micros
@@ -413,6 +419,7 @@ pub(crate) fn spawn_async_calls<B: LockedBody>(
     let lock = Arc::clone(lock);
     let thread_name = format!("{}-async-calls", task.name);
     spawn_named(thread_name.clone(), move || {
+        streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::AsyncCalls);
         run_async_calls(&task, &lock, &calls, &thread_name);
     })
 }
@@ -542,6 +549,7 @@ where
     W: TaskOutput<C::Out> + 'static,
 {
     let reader = GateReader::new(&parts.cancel, &parts.aborts, &parts.task.metrics);
+    parts.task.metrics.live.enter(Activity::Processing);
     loop {
         let event = match reader.next(gate, || parts.work_before_park()) {
             Ok(Some(event)) => event,
@@ -663,6 +671,9 @@ impl<'a> GateReader<'a> {
                 continue;
             }
             before_park();
+            // What the thread does shows in the task's live state; stored around a park only,
+            // never per record.
+            self.metrics.live.enter(Activity::Idle);
             // Clock reads only around a park, never per record.
             let parked = Instant::now();
             match gate.wake_at() {
@@ -672,6 +683,7 @@ impl<'a> GateReader<'a> {
                 None => thread::park(),
             }
             self.metrics.idle_micros.add(micros_since(parked));
+            self.metrics.live.enter(Activity::Processing);
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc as StdArc;
+use streamtask_core::live::Activity;
 
 use streamtask_core::operator::{Operator, TaskOutput};
 use streamtask_core::task::TaskConfig;
@@ -154,9 +155,12 @@ where
                 SourceCell::new(F::State::default(), Emission::new(context, timers), body)
                     .with_name(source_name)
             },
-            move |parts| match run_source(&mut source, &parts.lock, &parts.cancel)? {
-                SourceEnd::Finished => parts.finish(),
-                SourceEnd::Cancelled => Ok(()),
+            move |parts| {
+                parts.task.metrics.live.enter(Activity::Source);
+                match run_source(&mut source, &parts.lock, &parts.cancel)? {
+                    SourceEnd::Finished => parts.finish(),
+                    SourceEnd::Cancelled => Ok(()),
+                }
             },
         )
     }

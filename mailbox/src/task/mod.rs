@@ -228,6 +228,7 @@ where
     type Body<I, C, W> = MailboxBody<I, C, W>;
     let (setup_tx, setup_rx) = streamtask_core::sync::channel::bounded::<Setup<Body<I, C, W>>>(1);
     let thread = spawn_named(config.name.clone(), move || {
+        streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Task);
         // The spawning thread fails only before anything ran; then there is nothing to do.
         if let Ok(setup) = setup_rx.recv() {
             task_main(setup);

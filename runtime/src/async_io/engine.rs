@@ -153,6 +153,9 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     /// call has one (see the module docs, *Timeouts*).
     timeout_timer: Option<SetTimer>,
     phase: Phase,
+    /// The task's metrics (from the services at `open`), whose live state shows the queue's
+    /// fill: one relaxed store per element in and per batch out.
+    metrics: Option<std::sync::Arc<streamtask_core::metrics::TaskMetrics>>,
 }
 
 impl<F> AsyncWaitEngine<F>
@@ -184,6 +187,7 @@ where
             spares: Spares::new(config.capacity),
             timeout_timer: None,
             phase: Phase::Created,
+            metrics: None,
         })
     }
 
@@ -240,7 +244,19 @@ where
         self.function.open()?;
         self.sink = Some(sink);
         self.phase = Phase::Open;
+        self.metrics = ctx.services().metrics().cloned();
+        if let Some(metrics) = &self.metrics {
+            metrics.live.set_async_capacity(self.queue.capacity());
+        }
         self.emit_ready(ctx)
+    }
+
+    /// Shows the queue's fill in the task's live state.
+    #[inline]
+    fn publish_fill(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.set_async_in_flight(self.queue.len());
+        }
     }
 
     /// Admits a record (starting its call), or holds it when the queue is full or others are
@@ -355,6 +371,7 @@ where
             }
             // Room freed: admit held elements; an admitted watermark may be ready at once.
             if !self.admit_held(ctx)? {
+                self.publish_fill();
                 return Ok(());
             }
         }
@@ -601,12 +618,14 @@ where
                 if self.queue.try_put(input).is_err() {
                     unreachable!("admit is called only with room in the queue");
                 }
+                self.publish_fill();
                 return Ok(());
             }
         };
         let Ok(entry) = self.queue.try_put(input) else {
             unreachable!("admit is called only with room in the queue");
         };
+        self.publish_fill();
         // The key the call gets (its future and retry timers carry it).
         let key = self.calls.next_key();
         let deadline = match self.timeout_ms {
@@ -970,6 +989,45 @@ mod tests {
 
     fn r(value: u32) -> QueuedInput<u32> {
         QueuedInput::Record(StreamRecord::with_timestamp(value, i64::from(value)))
+    }
+
+    #[test]
+    fn the_queue_fill_shows_in_the_tasks_live_state() {
+        use streamtask_core::live::AsyncQueueFill;
+        let metrics = Arc::new(streamtask_core::metrics::TaskMetrics::new("rig"));
+        let function = ManualAsyncFunction::new();
+        let calls = function.calls();
+        let config = AsyncConfig::new(OutputMode::Ordered, 4);
+        let mut engine = AsyncWaitEngine::new("rig", function, config).unwrap();
+        let services = HarnessServices::new("rig")
+            .services
+            .with_metrics(Arc::clone(&metrics));
+        let sink = Arc::new(Keep::default());
+        let mut out: Vec<Emitted<u32>> = Vec::new();
+        let mut ctx = Context::new(&mut out, &services, 0);
+        engine
+            .open(Arc::clone(&sink) as Arc<dyn CompletionSink<u32>>, &mut ctx)
+            .unwrap();
+        let fill = |in_flight| {
+            Some(AsyncQueueFill {
+                in_flight,
+                capacity: 4,
+            })
+        };
+        assert_eq!(metrics.live.async_queue(), fill(0));
+        for value in 1..=3 {
+            engine
+                .process_element(StreamRecord::new(value), &mut ctx)
+                .unwrap();
+        }
+        assert_eq!(metrics.live.async_queue(), fill(3));
+        // The head's result leaves the queue; the two behind it wait for theirs.
+        assert!(calls.complete(&1, vec![10]));
+        for completion in sink.0.lock().unwrap().drain(..) {
+            engine.on_completion(completion, &mut ctx).unwrap();
+        }
+        engine.emit_ready(&mut ctx).unwrap();
+        assert_eq!(metrics.live.async_queue(), fill(2));
     }
 
     fn w(timestamp: i64) -> QueuedInput<u32> {

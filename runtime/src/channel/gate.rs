@@ -288,9 +288,10 @@ impl<T> InputGate<T> {
         }
     }
 
-    /// Records alignment durations into `metrics.alignment` (when there are several channels).
+    /// Records alignment durations into `metrics.alignment` (when there are several channels),
+    /// and each channel's barriers into `metrics.live`.
     pub fn with_metrics(mut self, metrics: Arc<TaskMetrics>) -> Self {
-        self.core.metrics = Some(metrics);
+        self.core.set_metrics(metrics);
         self
     }
 
@@ -535,9 +536,10 @@ impl<A, B> TwoInputGate<A, B> {
         }
     }
 
-    /// Records alignment durations into `metrics.alignment`.
+    /// Records alignment durations into `metrics.alignment`, and each channel's barriers into
+    /// `metrics.live` (input 1's channels first).
     pub fn with_metrics(mut self, metrics: Arc<TaskMetrics>) -> Self {
-        self.core.metrics = Some(metrics);
+        self.core.set_metrics(metrics);
         self
     }
 
@@ -991,6 +993,20 @@ struct GateCore {
 }
 
 impl GateCore {
+    /// Records into `metrics`; its live state learns how many channels the gate reads.
+    fn set_metrics(&mut self, metrics: Arc<TaskMetrics>) {
+        metrics.live.set_inputs(self.aligner.channels());
+        self.metrics = Some(metrics);
+    }
+
+    /// Channel `ch` delivered checkpoint `id`'s barrier (in order or early): the live state
+    /// shows it arrived there. Once per barrier and channel.
+    fn note_barrier(&self, ch: usize, id: u64) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.barrier_received(ch, id);
+        }
+    }
+
     fn new(sizes: &[usize]) -> Self {
         let mut starts = Vec::with_capacity(sizes.len() + 1);
         let mut total = 0;
@@ -1173,6 +1189,7 @@ impl GateCore {
         barrier: CheckpointBarrier,
         now: Instant,
     ) {
+        self.note_barrier(ch, barrier.id);
         match &mut self.capture {
             Some(capture) if capture.barrier.id == barrier.id => {
                 // This channel's barrier of the checkpoint being taken: what it overtook
@@ -1351,6 +1368,9 @@ impl GateCore {
             }
             Control::Barrier(b) => self.on_barrier(ch, b),
             Control::End => {
+                if let Some(metrics) = &self.metrics {
+                    metrics.live.input_ended(ch);
+                }
                 let update = self.inputs[input].on_end_of_input(local);
                 for output in update {
                     self.forward(input, output);
@@ -1377,6 +1397,7 @@ impl GateCore {
 
     /// A barrier read in order.
     fn on_barrier(&mut self, ch: usize, b: CheckpointBarrier) {
+        self.note_barrier(ch, b.id);
         if let Some(capture) = &mut self.capture {
             if capture.barrier.id == b.id {
                 // Came in order before the gate took it early: the channel's state is complete.

@@ -167,7 +167,9 @@ pub enum WriterError {
 /// To unblock a writer stuck on a full channel (cancellation), drop that channel's receiver.
 ///
 /// With [`with_metrics`](Self::with_metrics) it counts `records_out` (once per record, also when
-/// broadcast) and adds the time spent blocked on full channels to `backpressured_micros`.
+/// broadcast) and adds the time spent blocked on full channels to `backpressured_micros`; with
+/// [`with_live`](Self::with_live) (or `with_metrics`) a send blocked on a full channel shows in
+/// the task's live state while it blocks.
 ///
 /// # Examples
 ///
@@ -194,6 +196,9 @@ pub struct RecordWriter<T> {
     /// The next channel of round-robin partitioning.
     next: usize,
     metrics: Option<Arc<TaskMetrics>>,
+    /// Whose live state shows a blocked send (see
+    /// [`TaskLive::send_blocked`](streamtask_core::live::TaskLive::send_blocked)).
+    live: Option<Arc<TaskMetrics>>,
 }
 
 impl<T> RecordWriter<T> {
@@ -220,12 +225,22 @@ impl<T> RecordWriter<T> {
             partitioner,
             next: 0,
             metrics: None,
+            live: None,
         })
     }
 
-    /// Counts `records_out` and backpressured time into `metrics`.
+    /// Counts `records_out` and backpressured time into `metrics`, and shows a blocked send in
+    /// its live state.
     pub fn with_metrics(mut self, metrics: Arc<TaskMetrics>) -> Self {
+        self.live = Some(Arc::clone(&metrics));
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Shows a send blocked on a full channel in `metrics.live` while it blocks, counting
+    /// nothing (for a writer whose task counts its records elsewhere).
+    pub fn with_live(mut self, metrics: Arc<TaskMetrics>) -> Self {
+        self.live = Some(metrics);
         self
     }
 
@@ -242,11 +257,23 @@ impl<T> RecordWriter<T> {
     /// Sends the element `make` builds (one without a record, so `T` need not be `Clone`) to
     /// every channel, blocking on full ones.
     fn send_to_all(&mut self, make: impl Fn() -> StreamElement<T>) -> Result<(), OperatorError> {
+        let watch = Watch {
+            metrics: self.metrics.as_deref(),
+            live: self.live.as_deref(),
+        };
         for channel in &self.channels {
-            send(channel, make(), self.metrics.as_deref())?;
+            send(channel, make(), watch)?;
         }
         Ok(())
     }
+}
+
+/// Who watches a writer's sends: the metrics it counts into, the live state a blocked send
+/// shows in.
+#[derive(Clone, Copy)]
+struct Watch<'a> {
+    metrics: Option<&'a TaskMetrics>,
+    live: Option<&'a TaskMetrics>,
 }
 
 /// Sends `element`, blocking while the channel is full.
@@ -254,11 +281,11 @@ impl<T> RecordWriter<T> {
 fn send<T>(
     channel: &Sender<StreamElement<T>>,
     element: StreamElement<T>,
-    metrics: Option<&TaskMetrics>,
+    watch: Watch<'_>,
 ) -> Result<(), OperatorError> {
     match channel.try_send(element) {
         Ok(()) => Ok(()),
-        Err(TrySendError::Full(element)) => send_blocking_slow(channel, element, metrics),
+        Err(TrySendError::Full(element)) => send_blocking_slow(channel, element, watch),
         Err(TrySendError::Disconnected(_)) => Err(OperatorError::OutputClosed),
     }
 }
@@ -267,12 +294,16 @@ fn send<T>(
 fn send_blocking_slow<T>(
     channel: &Sender<StreamElement<T>>,
     element: StreamElement<T>,
-    metrics: Option<&TaskMetrics>,
+    watch: Watch<'_>,
 ) -> Result<(), OperatorError> {
+    let metrics = watch.metrics;
     let started = metrics.map(|_| Instant::now());
+    // Shown while the send blocks: a stalled checkpoint's report names the full output.
+    let blocked = watch.live.map(|m| m.live.send_blocked());
     let sent = channel
         .send(element)
         .map_err(|_| OperatorError::OutputClosed);
+    drop(blocked);
     if let (Some(metrics), Some(started)) = (metrics, started) {
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         metrics.backpressured_micros.add(micros);
@@ -283,15 +314,17 @@ fn send_blocking_slow<T>(
 impl<T> Output<T> for RecordWriter<T> {
     fn collect(&mut self, record: StreamRecord<T>) -> Result<(), OperatorError> {
         let metrics = self.metrics.as_deref();
+        let watch = Watch {
+            metrics,
+            live: self.live.as_deref(),
+        };
         match &mut self.partitioner {
-            Partitioner::Forward => {
-                send(&self.channels[0], StreamElement::Record(record), metrics)?
-            }
+            Partitioner::Forward => send(&self.channels[0], StreamElement::Record(record), watch)?,
             Partitioner::Hash(hash) => {
                 let n = self.channels.len() as u64;
                 // The remainder is below the channel count, so it fits a usize.
                 let ch = (hash(&record.value) % n) as usize;
-                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+                send(&self.channels[ch], StreamElement::Record(record), watch)?;
             }
             Partitioner::KeyGroups {
                 max_parallelism,
@@ -301,7 +334,7 @@ impl<T> Output<T> for RecordWriter<T> {
                 let group = key_group(&record.value);
                 // The owner index is below the channel count, so it fits a usize.
                 let ch = operator_index_for_key_group(*max_parallelism, n, group) as usize;
-                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+                send(&self.channels[ch], StreamElement::Record(record), watch)?;
             }
             Partitioner::RoundRobin => {
                 let ch = self.next;
@@ -310,20 +343,20 @@ impl<T> Output<T> for RecordWriter<T> {
                 } else {
                     ch + 1
                 };
-                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+                send(&self.channels[ch], StreamElement::Record(record), watch)?;
             }
             Partitioner::Custom(pick) => {
                 let n = self.channels.len();
                 let ch = pick(&record.value, n) % n;
-                send(&self.channels[ch], StreamElement::Record(record), metrics)?;
+                send(&self.channels[ch], StreamElement::Record(record), watch)?;
             }
             Partitioner::Broadcast(copy) => {
                 let (last, rest) = self.channels.split_last().expect("at least one channel");
                 for channel in rest {
                     let copy = record.replace(copy(&record.value));
-                    send(channel, StreamElement::Record(copy), metrics)?;
+                    send(channel, StreamElement::Record(copy), watch)?;
                 }
-                send(last, StreamElement::Record(record), metrics)?;
+                send(last, StreamElement::Record(record), watch)?;
             }
         }
         if let Some(metrics) = metrics {

@@ -146,7 +146,9 @@ impl TaskEnv {
     /// The environment of the task `parts` names, with its `services` and `tracer`.
     pub fn new(parts: TaskParts, services: TaskServices, tracer: Tracer) -> Self {
         // The chain reports its running operator where the task's handle reads it.
-        let services = services.with_running(StdArc::clone(&parts.running));
+        let services = services
+            .with_running(StdArc::clone(&parts.running))
+            .with_metrics(StdArc::clone(&parts.metrics));
         TaskEnv {
             parts,
             services,

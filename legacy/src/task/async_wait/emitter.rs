@@ -240,6 +240,7 @@ impl<O: Send + 'static> Emitter<O> {
         task.metrics.threads.inc();
         let inbox = Arc::clone(&shared);
         let thread = spawn_named(name.clone(), move || {
+            streamtask_core::live::set_thread_role(streamtask_core::live::ThreadRole::Emitter);
             run(&task, &lock, &name, &inbox);
         });
         Emitter {
