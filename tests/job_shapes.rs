@@ -52,6 +52,39 @@ fn smoke() {
 }
 
 #[test]
+fn tasks_count_the_records_they_send_downstream_and_take_in_under_every_model() {
+    for model in MODELS {
+        let env = StreamEnvironment::new(model);
+        let out = CollectHandle::new();
+        env.from_sequence("numbers", 0..300)
+            .key_by(|n: &u64| n % 7)
+            .map_with_parallelism("keep", 3, |n: u64| n)
+            .collect_sink("collect", &out);
+        let work = tempfile::tempdir().unwrap();
+        let result = env
+            .build()
+            .unwrap()
+            .run(&JobConfig::new(work.path()))
+            .unwrap();
+        assert_eq!(out.committed().len(), 300, "{model}");
+        let sum = |vertex: &str, pick: fn(&streamtask_core::metrics::MetricsSummary) -> u64| {
+            result
+                .tasks
+                .iter()
+                .filter(|t| t.name.starts_with(&format!("{vertex}#")))
+                .map(|t| pick(&t.metrics))
+                .sum::<u64>()
+        };
+        assert_eq!(
+            sum("numbers", |m| m.records_out),
+            300,
+            "{model}: source out"
+        );
+        assert_eq!(sum("keep", |m| m.records_in), 300, "{model}: keyed in");
+    }
+}
+
+#[test]
 fn a_legacy_source_runs_unchanged_under_every_model_exactly_once() {
     let expected: Vec<u64> = (0..2_000).map(|n| n * 3 + 1).collect();
     exactly_once_everywhere(

@@ -733,7 +733,7 @@ impl<T: Send + 'static> DataStream<T> {
             let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
             let output = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
             let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?
-                .with_live(Arc::clone(&ctx.metrics));
+                .with_metrics(Arc::clone(&ctx.metrics));
             let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
@@ -1228,7 +1228,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 all.extend(senders.iter().cloned());
                 writers.push(
                     RecordWriter::new(senders, Partitioner::Forward)?
-                        .with_live(Arc::clone(&ctx.metrics)),
+                        .with_metrics(Arc::clone(&ctx.metrics)),
                 );
             }
             let output = ChannelOutput::new(all)?.with_live(&ctx.metrics);

@@ -267,7 +267,7 @@ impl<T> DataStream<T> {
                 side.add(
                     &install_tag,
                     RecordWriter::new(senders, Partitioner::Forward)?
-                        .with_live(std::sync::Arc::clone(&ctx.metrics)),
+                        .with_metrics(std::sync::Arc::clone(&ctx.metrics)),
                 );
                 Ok(Box::new(channels) as Box<dyn TaskOutput<()>>)
             }));
