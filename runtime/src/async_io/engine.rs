@@ -258,8 +258,8 @@ where
                 // Key-ordered: each key group's records in input order, then the latest
                 // watermark in flight (later than where it was: a watermark may be late, never
                 // early).
-                StateKind::KeyGrouped => {
-                    KeyGroupedState::<Vec<QueuedInput<F::In>>>::decode(bytes).map(|s| {
+                StateKind::KeyGrouped => KeyGroupedState::<Vec<QueuedInput<F::In>>>::decode(bytes)
+                    .map(|s| {
                         let watermark = s.watermark;
                         let mut items: Vec<_> =
                             s.into_groups().into_iter().flat_map(|(_, g)| g).collect();
@@ -267,8 +267,7 @@ where
                             items.push(QueuedInput::Watermark(Watermark(watermark)));
                         }
                         items
-                    })
-                }
+                    }),
                 StateKind::Union | StateKind::Subtask => decode(bytes),
             }
             .map_err(|e| OperatorError::state(self.name.clone(), e))?;
@@ -1087,7 +1086,8 @@ mod tests {
         /// second from the first comes too late).
         fn advance_taking_all(&mut self, millis: i64, order: impl FnOnce(&mut Vec<Timer>)) {
             self.services.clock.advance(millis);
-            let mut due: Vec<Timer> = std::iter::from_fn(|| self.services.timers.pop_due()).collect();
+            let mut due: Vec<Timer> =
+                std::iter::from_fn(|| self.services.timers.pop_due()).collect();
             order(&mut due);
             for timer in due {
                 let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
@@ -1552,7 +1552,11 @@ mod tests {
     }
 
     fn invoked(rig: &Rig) -> Vec<u32> {
-        rig.calls.invocations().into_iter().map(|c| c.input).collect()
+        rig.calls
+            .invocations()
+            .into_iter()
+            .map(|c| c.input)
+            .collect()
     }
 
     #[test]
@@ -1566,14 +1570,26 @@ mod tests {
         rig.record(21);
         rig.record(3);
         assert_eq!(invoked(&rig), vec![1, 2, 3], "11 and 21 wait for 1");
-        assert_eq!(rig.engine.queue().len(), 6, "waiting records hold their slots");
+        assert_eq!(
+            rig.engine.queue().len(),
+            6,
+            "waiting records hold their slots"
+        );
         rig.calls.complete(&2, vec![2]);
         rig.calls.complete(&3, vec![3]);
         rig.apply().unwrap();
-        assert_eq!(rig.emitted(), vec!["2@2"], "no head-of-line blocking across keys");
+        assert_eq!(
+            rig.emitted(),
+            vec!["2@2"],
+            "no head-of-line blocking across keys"
+        );
         rig.calls.complete(&1, vec![1]);
         rig.apply().unwrap();
-        assert_eq!(invoked(&rig), vec![1, 2, 3, 11], "11 starts once 1 is final");
+        assert_eq!(
+            invoked(&rig),
+            vec![1, 2, 3, 11],
+            "11 starts once 1 is final"
+        );
         rig.calls.complete(&11, vec![11]);
         rig.apply().unwrap();
         assert_eq!(invoked(&rig), vec![1, 2, 3, 11, 21]);
@@ -1590,10 +1606,7 @@ mod tests {
     fn key_ordered_mode_without_a_key_is_refused() {
         let config = AsyncConfig::new(OutputMode::KeyOrdered, 4);
         let refused = AsyncWaitEngine::new("rig", ManualAsyncFunction::<u32, u32>::new(), config);
-        assert_eq!(
-            refused.unwrap_err(),
-            AsyncConfigError::KeyOrderedWithoutKey
-        );
+        assert_eq!(refused.unwrap_err(), AsyncConfigError::KeyOrderedWithoutKey);
     }
 
     /// The snapshot is keyed state: every key group's records in input order (completed and
@@ -1618,12 +1631,17 @@ mod tests {
         let group_of = |v: u32| streamtask_core::keygroup::key_group_of(&(v % 10), 128);
         for (group, records) in &by_group {
             assert!(
-                records.iter().all(|r| matches!(r, QueuedInput::Record(x) if group_of(x.value) == *group)),
+                records
+                    .iter()
+                    .all(|r| matches!(r, QueuedInput::Record(x) if group_of(x.value) == *group)),
                 "{records:?} in group {group}"
             );
         }
         let mut all: Vec<QueuedInput<u32>> = by_group.into_iter().flat_map(|(_, g)| g).collect();
-        let key1: Vec<&QueuedInput<u32>> = all.iter().filter(|r| matches!(r, QueuedInput::Record(x) if x.value % 10 == 1)).collect();
+        let key1: Vec<&QueuedInput<u32>> = all
+            .iter()
+            .filter(|r| matches!(r, QueuedInput::Record(x) if x.value % 10 == 1))
+            .collect();
         assert_eq!(key1, vec![&r(11), &r(21)], "key 1 in input order");
         all.sort_by_key(|e| match e {
             QueuedInput::Record(x) => x.value,
@@ -1664,7 +1682,11 @@ mod tests {
             rig.calls.complete(&1, vec![]); // the retry is due at 10, the deadline too (fire at 11)
             rig.apply().unwrap();
             rig.advance_taking_all(11, |due| {
-                assert_eq!(due.len(), 2, "the timeout and the retry timers are due together");
+                assert_eq!(
+                    due.len(),
+                    2,
+                    "the timeout and the retry timers are due together"
+                );
                 // The timeout timer's tag is even, the retry timer's odd.
                 due.sort_by_key(|t| (t.tag & 1 == TIMEOUT_TIMER) != timeout_first);
             });
@@ -1683,10 +1705,21 @@ mod tests {
                 rig.calls.invocation_count(),
                 rig.emitted()
             );
-            assert!(!late_retry_won, "the hook's answer was final (timeout first: {timeout_first})");
-            assert_eq!(rig.emitted(), vec!["1001@1"], "timeout first: {timeout_first}");
+            assert!(
+                !late_retry_won,
+                "the hook's answer was final (timeout first: {timeout_first})"
+            );
+            assert_eq!(
+                rig.emitted(),
+                vec!["1001@1"],
+                "timeout first: {timeout_first}"
+            );
             assert!(rig.engine.is_drained(), "timeout first: {timeout_first}");
-            assert_eq!(rig.services.timers.pending(), 0, "timeout first: {timeout_first}");
+            assert_eq!(
+                rig.services.timers.pending(),
+                0,
+                "timeout first: {timeout_first}"
+            );
         }
     }
 }

@@ -91,7 +91,11 @@ mod tests {
         let mut lanes = KeyLanes::new();
         assert_eq!(lanes.enter(7, w(0)).map(|r| r.entry), Some(0));
         assert!(lanes.enter(7, w(1)).is_none());
-        assert_eq!(lanes.enter(8, w(2)).map(|r| r.entry), Some(2), "another key runs");
+        assert_eq!(
+            lanes.enter(8, w(2)).map(|r| r.entry),
+            Some(2),
+            "another key runs"
+        );
         assert!(lanes.enter(7, w(3)).is_none());
         assert_eq!(lanes.waiting(), 2);
         assert_eq!(lanes.leave(7).map(|r| r.entry), Some(1));
