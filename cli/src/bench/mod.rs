@@ -584,7 +584,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
                     Duration::from_millis(1),
                     records,
                 );
-                s.push(&key_ordered_name(model, keys), law.of_bound);
+                s.push(key_ordered_name(model, keys), law.of_bound);
             }
         }
 
