@@ -442,6 +442,9 @@ where
         let Some(sink) = self.sink.as_ref() else {
             return Ok(());
         };
+        // Only the call's current retry timer starts the retry: after a timeout (due at the same
+        // instant, say) took the retry over, the hook's future is the last attempt, and a retry
+        // started now would make its answer stale and lose the result (FLINK-40456).
         if call.retry.is_none_or(|t| t.at != timer.timestamp) {
             return Ok(());
         }
