@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, OutputMode, RetryPolicy};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, OutputMode, RetryPolicy};
 use streamtask_core::function::{AsyncError, AsyncFunction};
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
@@ -234,6 +234,40 @@ fn start_function_inline<F>(
 where
     F: AsyncFunction<In = u64, Out = u64>,
 {
+    start_any(model, config, function, restore, inline, None)
+}
+
+/// The key of the key-ordered tests: a record's last digit.
+fn last_digit() -> AsyncKey<u64> {
+    AsyncKey::new(128, |v: &u64| v % 10)
+}
+
+/// A key-ordered async operator (capacity `capacity`, keys: last digits) with a manual function.
+fn start_key_ordered(
+    model: Model,
+    config: AsyncConfig<u64>,
+    function: ManualAsyncFunction<u64, u64>,
+    restore: Option<TaskSnapshot>,
+) -> AsyncTask {
+    let calls = function.calls();
+    AsyncTask {
+        calls,
+        ..start_any(model, config, function, restore, true, Some(last_digit()))
+    }
+}
+
+/// Any async operator: `key` makes it keyed (see `AsyncWaitOperator::keyed`).
+fn start_any<F>(
+    model: Model,
+    config: AsyncConfig<u64>,
+    function: F,
+    restore: Option<TaskSnapshot>,
+    inline: bool,
+    key: Option<AsyncKey<u64>>,
+) -> AsyncTask
+where
+    F: AsyncFunction<In = u64, Out = u64>,
+{
     let clock = ManualClock::new(0);
     let (reports_tx, reports) = crossbeam::channel::unbounded();
     let task_config = TaskConfig::new("async")
@@ -245,9 +279,12 @@ where
     let output = Collected::default();
     let handle = match model {
         Model::Legacy => {
-            let head = streamtask_legacy::AsyncHead::new("async", function, config)
-                .unwrap()
-                .with_inline_completions(inline);
+            let head = match key {
+                Some(key) => streamtask_legacy::AsyncHead::keyed("async", function, config, key),
+                None => streamtask_legacy::AsyncHead::new("async", function, config),
+            }
+            .unwrap()
+            .with_inline_completions(inline);
             Handle::Legacy(
                 streamtask_legacy::AsyncWaitStreamTask::new(
                     task_config,
@@ -259,9 +296,14 @@ where
             )
         }
         Model::Mailbox => {
-            let op = streamtask_runtime::AsyncWaitOperator::new("async", function, config)
-                .unwrap()
-                .with_inline_completions(inline);
+            let op = match key {
+                Some(key) => {
+                    streamtask_runtime::AsyncWaitOperator::keyed("async", function, config, key)
+                }
+                None => streamtask_runtime::AsyncWaitOperator::new("async", function, config),
+            }
+            .unwrap()
+            .with_inline_completions(inline);
             Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
                 task_config,
                 gate,
@@ -1309,5 +1351,192 @@ fn in_flight_futures_based_calls_are_in_the_checkpoint_and_re_run_on_restore() {
         let out = finished(model, second.join());
         runtime.shutdown();
         assert_eq!(out, vec![rec(20, 2), rec(30, 3)], "{model:?}");
+    }
+}
+
+// ---- key-ordered mode (FLINK-37874) -------------------------------------------------------------
+
+fn key_ordered(capacity: usize) -> AsyncConfig<u64> {
+    AsyncConfig::new(OutputMode::KeyOrdered, capacity)
+}
+
+/// Each key's results, in output order (keys are last digits).
+fn per_key(out: &[Emitted<u64>], divisor: u64) -> std::collections::BTreeMap<u64, Vec<u64>> {
+    let mut keys = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+    for e in out {
+        if let Emitted::Record(r) = e {
+            let input = r.value / divisor;
+            keys.entry(input % 10).or_default().push(input);
+        }
+    }
+    keys
+}
+
+#[test]
+fn key_ordered_emits_each_keys_results_in_input_order_and_keys_independently() {
+    for model in MODELS {
+        // Keys are last digits: 1, 11 and 21 share key 1.
+        let t = start_key_ordered(model, key_ordered(10), ManualAsyncFunction::new(), None);
+        t.record(1, 1);
+        t.record(11, 11);
+        t.record(2, 2);
+        t.watermark(20);
+        t.record(21, 21);
+        t.record(3, 3);
+        assert_eq!(
+            t.invoked(3),
+            vec![1, 2, 3],
+            "{model:?}: 11 and 21 wait for 1"
+        );
+        t.complete(2, vec![20]);
+        assert_eq!(
+            t.output.wait_len(1),
+            vec![rec(20, 2)],
+            "{model:?}: no head-of-line blocking across keys"
+        );
+        t.complete(3, vec![30]); // of the segment after W20: waits for it
+        t.complete(1, vec![10]);
+        assert_eq!(t.invoked(4)[3], 11, "{model:?}: 11 starts once 1 is final");
+        t.complete(11, vec![110]);
+        assert_eq!(t.invoked(5)[4], 21, "{model:?}");
+        t.complete(21, vec![210]);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![
+                rec(20, 2),
+                rec(10, 1),
+                rec(110, 11),
+                wm(20),
+                rec(30, 3),
+                rec(210, 21)
+            ],
+            "{model:?}"
+        );
+    }
+}
+
+#[test]
+fn key_ordered_mode_without_a_key_is_a_typed_error_in_both_models() {
+    let legacy = streamtask_legacy::AsyncHead::new(
+        "async",
+        ManualAsyncFunction::<u64, u64>::new(),
+        key_ordered(4),
+    );
+    assert_eq!(legacy.unwrap_err(), AsyncConfigError::KeyOrderedWithoutKey);
+    let mailbox = streamtask_runtime::AsyncWaitOperator::new(
+        "async",
+        ManualAsyncFunction::<u64, u64>::new(),
+        key_ordered(4),
+    );
+    assert_eq!(mailbox.unwrap_err(), AsyncConfigError::KeyOrderedWithoutKey);
+}
+
+/// A task fails (here: is cancelled) with records of several keys in flight, some of them
+/// waiting behind their key's call; the restored task, with less room than the snapshot
+/// holds, calls every key's records again in input order, and each key's results leave in
+/// that order.
+#[test]
+fn key_ordered_records_in_flight_at_a_checkpoint_are_restored_in_each_keys_order() {
+    for model in MODELS {
+        let first = start_key_ordered(model, key_ordered(10), ManualAsyncFunction::new(), None);
+        for x in [1, 11, 2, 21, 12, 3, 31, 22] {
+            first.record(x, x as i64);
+        }
+        first.watermark(40);
+        assert_eq!(first.invoked(3), vec![1, 2, 3], "{model:?}");
+        first.complete(2, vec![20]); // emitted before the barrier: not in the snapshot
+        assert_eq!(first.invoked(4)[3], 12, "{model:?}");
+        first.complete(12, vec![120]); // completed, emitted too (unordered within keys)
+        assert_eq!(first.output.wait_len(2), vec![rec(20, 2), rec(120, 12)]);
+        let snapshot = first.snapshot(1);
+        first.cancel();
+
+        let second = start_key_ordered(
+            model,
+            key_ordered(3),
+            ManualAsyncFunction::new(),
+            Some(snapshot),
+        );
+        // Complete whatever is called, as it is called: a key's next record is called only
+        // once its previous one is final.
+        let mut completed = 0;
+        while completed < 6 {
+            let inputs = second.invoked(completed + 1);
+            for &x in &inputs[completed..] {
+                second.complete(x, vec![x * 10]);
+                completed += 1;
+            }
+        }
+        let calls = second.invoked(6);
+        let keys = |list: &[u64]| {
+            let mut by_key = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+            for &x in list {
+                by_key.entry(x % 10).or_default().push(x);
+            }
+            by_key
+        };
+        let expected: std::collections::BTreeMap<u64, Vec<u64>> =
+            [(1, vec![1, 11, 21, 31]), (2, vec![22]), (3, vec![3])]
+                .into_iter()
+                .collect();
+        assert_eq!(keys(&calls), expected, "{model:?}: calls per key");
+        second.end();
+        let out = finished(model, second.join());
+        assert_eq!(
+            per_key(&out, 10),
+            expected,
+            "{model:?}: results per key: {out:?}"
+        );
+        assert_eq!(
+            out.last(),
+            Some(&wm(40)),
+            "{model:?}: the watermark after the restored records"
+        );
+    }
+}
+
+// ---- a retry due at the instant of the timeout (FLINK-40456) -----------------------------------
+
+/// FLINK-40456: a retry scheduled for the very instant its record times out. The timeout hook
+/// answers later (an asynchronous fallback); the record's result is emitted exactly once (the
+/// hook's), never dropped for a retry nobody ends, never twice.
+#[test]
+fn a_retry_due_at_the_instant_of_the_timeout_emits_the_result_exactly_once() {
+    for model in MODELS {
+        let function = ManualAsyncFunction::new().with_deferred_timeout();
+        let config = unordered(10)
+            .with_timeout(Duration::from_millis(100))
+            .with_retry(retry_on_empty(5, 100));
+        let t = start_with(model, config, function, None);
+        t.record(1, 1);
+        t.record(2, 2);
+        t.invoked(2);
+        t.complete(1, vec![]); // the retry is due at 100, the record's deadline too
+        t.complete(2, vec![2]); // the probe: its result shows the retry was scheduled
+        t.output.wait_len(1);
+        t.advance(101); // both timers are due
+        let timeouts = t.calls.wait_for_timeouts(1);
+        assert!(timeouts[0].result.complete(vec![1001]), "{model:?}");
+        assert_eq!(
+            t.output.wait_len(2),
+            vec![rec(2, 2), rec(1001, 1)],
+            "{model:?}"
+        );
+        // Whatever attempt the function was last called with, it answers too late: the
+        // hook's answer was final.
+        assert!(
+            !t.calls.complete(&1, vec![7]),
+            "{model:?}: a later attempt was still open"
+        );
+        t.advance(1_000);
+        t.end();
+        let calls = t.calls.clone();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![rec(2, 2), rec(1001, 1)],
+            "{model:?}"
+        );
+        assert_eq!(calls.timeouts().len(), 1, "{model:?}: one timeout");
     }
 }

@@ -237,22 +237,33 @@ mod in_flight {
 
     /// How many numbers of each key were seen so far: `key,count` per number. The lines do
     /// not depend on the order the numbers arrive in, which a parallel source and an unordered
-    /// async operator leave open.
-    struct RunningCount;
+    /// async operator leave open. With `in_order`, it also fails the job when a number of a key
+    /// arrives after a larger one of that key (the state keeps the largest seen, plus one).
+    struct RunningCount {
+        in_order: bool,
+    }
 
     impl KeyedProcessFunction for RunningCount {
         type Key = u64;
         type In = u64;
         type Out = String;
-        type State = u64;
+        type State = (u64, u64);
 
         fn process_element(
             &mut self,
             value: u64,
-            ctx: &mut KeyedContext<'_, '_, u64, u64, String>,
+            ctx: &mut KeyedContext<'_, '_, u64, (u64, u64), String>,
         ) -> Result<(), OperatorError> {
-            *ctx.state() += 1;
-            let count = *ctx.state();
+            let (count, next) = ctx.state();
+            if self.in_order && value < *next {
+                return Err(OperatorError::user(
+                    "counts",
+                    format!("key {} got {value} after {}", value % KEYS, *next - 1),
+                ));
+            }
+            *count += 1;
+            *next = value + 1;
+            let count = *count;
             ctx.collect(format!("{},{count}", value % KEYS))
         }
 
@@ -260,7 +271,7 @@ mod in_flight {
             &mut self,
             _timestamp: i64,
             _domain: TimeDomain,
-            _ctx: &mut KeyedContext<'_, '_, u64, u64, String>,
+            _ctx: &mut KeyedContext<'_, '_, u64, (u64, u64), String>,
         ) -> Result<(), OperatorError> {
             Ok(())
         }
@@ -286,7 +297,10 @@ mod in_flight {
     }
 
     /// One run: `numbers` (parallel) -> `lookup` (async, `mode`) -> key_by -> `counts` ->
-    /// `sink`; `numbers` and `lookup` at `sources`, `counts` and `sink` at `parallelism`. With `pull_at`, the run holds calls in flight
+    /// `sink`; `numbers` and `lookup` at `sources`, `counts` and `sink` at `parallelism`.
+    /// Key-ordered: `numbers` -> key_by -> `lookup` (at `parallelism`, keyed as the counts
+    /// are) -> key_by -> `counts`, and the counts check that each key's numbers arrive in
+    /// order (with one source, input order is ascending per key). With `pull_at`, the run holds calls in flight
     /// and stops with a savepoint once `pull_at` calls were made; the held calls are released
     /// only after the savepoint was written (or after the run, whichever the gate's thread
     /// sees first), so they are in flight at the barrier and the stop does not wait for them.
@@ -305,15 +319,23 @@ mod in_flight {
         };
         let env = StreamEnvironment::new(model);
         let for_calls = Arc::clone(&gate);
-        env.from_sequence_parallel("numbers", 0..NUMBERS, sources)
-            .async_wait("lookup", AsyncConfig::new(mode, CAPACITY), move |subtask| {
-                Lagging {
-                    subtask,
-                    gate: Arc::clone(&for_calls),
-                }
-            })
+        let lagging = move |subtask| Lagging {
+            subtask,
+            gate: Arc::clone(&for_calls),
+        };
+        let numbers = env.from_sequence_parallel("numbers", 0..NUMBERS, sources);
+        let config = AsyncConfig::new(mode, CAPACITY);
+        let in_order = mode == OutputMode::KeyOrdered;
+        let looked_up = if in_order {
+            numbers
+                .key_by(|v: &u64| *v % KEYS)
+                .async_wait("lookup", parallelism, config, lagging)
+        } else {
+            numbers.async_wait("lookup", config, lagging)
+        };
+        looked_up
             .key_by(|v: &u64| *v % KEYS)
-            .process("counts", parallelism, |_| RunningCount)
+            .process("counts", parallelism, move |_| RunningCount { in_order })
             .two_phase_file_sink("sink", work.join("output"), |s: &String| s.clone());
         let job = env.build().unwrap();
         let config = JobConfig::new(work)
@@ -352,7 +374,13 @@ mod in_flight {
     pub(super) fn rescale(models: [Model; 3], mode: OutputMode, sources_rescale: bool) {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path();
-        let at = |p: usize| (if sources_rescale { p } else { 2 }, p);
+        // Key-ordered: one source, so each key's input order is ascending (the counts check it).
+        let sources = |p: usize| match mode {
+            OutputMode::KeyOrdered => 1,
+            _ if sources_rescale => p,
+            _ => 2,
+        };
+        let at = |p: usize| (sources(p), p);
         let first = run(models[0], mode, work, at(2), Some(2_000), Restore::Fresh);
         let first_savepoint: PathBuf = first.savepoint.expect("the first run stops");
         let after_first = committed(work).len();
@@ -390,6 +418,33 @@ fn rescale_with_ordered_async_calls_in_flight_under_the_mailbox_model() {
 #[test]
 fn rescale_with_unordered_async_calls_in_flight_under_the_mailbox_model() {
     in_flight::rescale([Model::Mailbox; 3], OutputMode::Unordered, true);
+}
+
+/// Key-ordered async I/O: the in-flight records are keyed state, so each lands (in its key's
+/// order) on the subtask that owns its key at 2, then 3, then 1 subtasks; every key's numbers
+/// reach the counts in order across both savepoints.
+#[test]
+fn rescale_with_key_ordered_async_calls_in_flight_under_the_mailbox_model() {
+    in_flight::rescale([Model::Mailbox; 3], OutputMode::KeyOrdered, false);
+}
+
+#[test]
+fn rescale_with_key_ordered_async_calls_in_flight_under_the_legacy_model() {
+    in_flight::rescale([Model::Legacy; 3], OutputMode::KeyOrdered, false);
+}
+
+#[test]
+fn rescale_with_key_ordered_async_calls_in_flight_under_the_bridge_model() {
+    in_flight::rescale([Model::Bridge; 3], OutputMode::KeyOrdered, false);
+}
+
+#[test]
+fn rescale_with_key_ordered_async_calls_in_flight_from_legacy_to_mailbox_to_bridge() {
+    in_flight::rescale(
+        [Model::Legacy, Model::Mailbox, Model::Bridge],
+        OutputMode::KeyOrdered,
+        false,
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ use streamtask_cli::demo::job::{DemoJob, DemoRun, Scenario};
 use streamtask_cli::exporter::{ExporterConfig, MetricsExporter};
 use streamtask_cli::report::{CompareReport, ModelReport, alignment_keys};
 use streamtask_core::Alignment;
+use streamtask_core::async_io::OutputMode;
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
@@ -171,6 +172,17 @@ enum ScenarioArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AsyncModeArg {
+    /// Results in input order (the default).
+    Ordered,
+    /// Results as they complete, never across a watermark.
+    Unordered,
+    /// A customer's results in input order, customers independently (Flink 2.1's key-ordered
+    /// mode): the enrichment runs behind a hash partitioning by customer.
+    KeyOrdered,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum AlignmentArg {
     /// Barriers travel behind the records queued before them (Flink's default).
     Aligned,
@@ -206,6 +218,10 @@ struct JobArgs {
     /// the committed output is the same.
     #[arg(long, value_enum, default_value_t = ScenarioArg::Normal)]
     scenario: ScenarioArg,
+    /// The enrichment's async output mode. The committed output is the same in every mode
+    /// (compared as a multiset); `key-ordered` also keeps each customer's lines in order.
+    #[arg(long, value_enum, default_value_t = AsyncModeArg::Ordered)]
+    async_mode: AsyncModeArg,
     /// How checkpoint barriers pass the queued records, under every model (the legacy model's
     /// source triggers still wait for its checkpoint lock). Flink's
     /// execution.checkpointing.unaligned.enabled.
@@ -352,6 +368,7 @@ struct Options {
     tolerable_failed_checkpoints: u32,
     fairness: FairnessArg,
     scenario: ScenarioArg,
+    async_mode: AsyncModeArg,
     checkpoint_alignment: AlignmentArg,
     aligned_timeout: Option<u64>,
     stall_report_ms: Option<u64>,
@@ -389,6 +406,7 @@ impl Options {
             tolerable_failed_checkpoints: job.tolerable_failed_checkpoints,
             fairness: job.fairness,
             scenario: job.scenario,
+            async_mode: job.async_mode,
             checkpoint_alignment: job.checkpoint_alignment,
             aligned_timeout: job.aligned_timeout,
             stall_report_ms: job.stall_report_ms,
@@ -528,6 +546,11 @@ impl Options {
         job.scenario = match self.scenario {
             ScenarioArg::Normal => Scenario::Normal,
             ScenarioArg::Backpressure => Scenario::Backpressure,
+        };
+        job.async_mode = match self.async_mode {
+            AsyncModeArg::Ordered => OutputMode::Ordered,
+            AsyncModeArg::Unordered => OutputMode::Unordered,
+            AsyncModeArg::KeyOrdered => OutputMode::KeyOrdered,
         };
         job
     }

@@ -856,3 +856,118 @@ mod priority_lane {
         });
     }
 }
+
+/// FLINK-40456 under the legacy model's threads: a retry and the timeout of one call fall due
+/// at the same instant, and both timers were already taken from the scheduler (a timer thread
+/// hands a due timer on, then waits for the checkpoint lock) when the firings run, one on each
+/// thread, under the lock, in either order. The engine's call slot decides: whichever comes
+/// first, the record's result is emitted exactly once, the timeout hook's.
+mod async_retry_at_the_timeout {
+    use std::time::Duration;
+
+    use streamtask_core::async_io::{AsyncConfig, OutputMode, RetryPolicy};
+    use streamtask_core::function::{Completion, CompletionSink};
+    use streamtask_core::operator::{Context, Emitted};
+    use streamtask_core::sync::{Arc, Mutex, thread};
+    use streamtask_core::testing::{HarnessServices, ManualAsyncFunction};
+    use streamtask_core::{StreamRecord, time::Timer};
+    use streamtask_runtime::AsyncWaitEngine;
+
+    #[derive(Default)]
+    struct Keep(Mutex<Vec<Completion<u32>>>);
+
+    impl CompletionSink<u32> for Keep {
+        fn deliver(&self, completion: Completion<u32>) {
+            self.0.lock().push(completion);
+        }
+    }
+
+    /// What the checkpoint lock guards: the engine and its output.
+    struct Locked {
+        engine: AsyncWaitEngine<ManualAsyncFunction<u32, u32>>,
+        out: Vec<Emitted<u32>>,
+    }
+
+    fn fire(locked: &Mutex<Locked>, services: &HarnessServices, timer: Timer) {
+        let mut guard = locked.lock();
+        let Locked { engine, out } = &mut *guard;
+        let mut ctx = Context::new(out, &services.services, 0);
+        engine.on_timer(timer, &mut ctx).unwrap();
+    }
+
+    fn apply(locked: &Mutex<Locked>, services: &HarnessServices, sink: &Keep) {
+        let delivered: Vec<_> = sink.0.lock().drain(..).collect();
+        let mut guard = locked.lock();
+        let Locked { engine, out } = &mut *guard;
+        let mut ctx = Context::new(out, &services.services, 0);
+        for completion in delivered {
+            engine.on_completion(completion, &mut ctx).unwrap();
+        }
+        engine.emit_ready(&mut ctx).unwrap();
+    }
+
+    #[test]
+    fn a_retry_and_the_timeout_fired_from_two_threads_emit_the_result_once() {
+        loom::model(|| {
+            let function = ManualAsyncFunction::new().with_deferred_timeout();
+            let calls = function.calls();
+            let retry = RetryPolicy::fixed_delay(3, Duration::from_millis(10))
+                .unwrap()
+                .retry_if_result(|values: &[u32]| values.is_empty());
+            let config = AsyncConfig::new(OutputMode::Unordered, 2)
+                .with_timeout(Duration::from_millis(10))
+                .with_retry(retry);
+            let services = Arc::new(HarnessServices::new("loom"));
+            let sink = Arc::new(Keep::default());
+            let mut engine = AsyncWaitEngine::new("async", function, config).unwrap();
+            let mut out = Vec::new();
+            {
+                let mut ctx = Context::new(&mut out, &services.services, 0);
+                let to_sink: std::sync::Arc<dyn CompletionSink<u32>> =
+                    std::sync::Arc::new(Forward(Arc::clone(&sink)));
+                engine.open(to_sink, &mut ctx).unwrap();
+                engine
+                    .process_element(StreamRecord::with_timestamp(1, 1), &mut ctx)
+                    .unwrap();
+            }
+            let locked = Arc::new(Mutex::new(Locked { engine, out }));
+            // The first attempt asks for a retry: due at 10, as the deadline is.
+            assert!(calls.invocations()[0].result.complete(Vec::new()));
+            apply(&locked, &services, &sink);
+            services.clock.advance(11);
+            let due: Vec<Timer> = std::iter::from_fn(|| services.timers.pop_due()).collect();
+            assert_eq!(due.len(), 2, "the timeout and the retry");
+
+            let (first, second) = (due[0], due[1]);
+            let timer_thread = {
+                let (locked, services) = (Arc::clone(&locked), Arc::clone(&services));
+                thread::spawn(move || fire(&locked, &services, second))
+            };
+            fire(&locked, &services, first);
+            timer_thread.join().unwrap();
+
+            // The hook answers; an attempt the retry started, if it ran first, answers later.
+            let timeouts = calls.timeouts();
+            assert_eq!(timeouts.len(), 1);
+            assert!(timeouts[0].result.complete(vec![1001]));
+            let late = calls.invocations().len() > 1 && calls.complete(&1, vec![7]);
+            assert!(!late, "the hook's answer is final");
+            apply(&locked, &services, &sink);
+            let guard = locked.lock();
+            assert_eq!(
+                guard.out,
+                vec![Emitted::Record(StreamRecord::with_timestamp(1001, 1))]
+            );
+            assert!(guard.engine.is_drained());
+        });
+    }
+
+    /// The engine takes a std `Arc` of a sink; this one forwards to the loom-visible list.
+    struct Forward(Arc<Keep>);
+
+    impl CompletionSink<u32> for Forward {
+        fn deliver(&self, completion: Completion<u32>) {
+            self.0.deliver(completion);
+        }
+    }
+}

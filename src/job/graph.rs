@@ -26,7 +26,7 @@ use std::sync::Arc;
 use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::async_io::AsyncConfig;
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, OutputMode};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::keygroup::StableKey;
 use streamtask_core::operator::{
@@ -613,15 +613,37 @@ impl<T: Send + 'static> DataStream<T> {
     /// (and watermarks) in flight, ordered or unordered, with the timeout and retries of
     /// `config`; `factory(subtask)` makes the function for every task and attempt.
     ///
+    /// Key-ordered mode needs a key: use [`KeyedStream::async_wait`] (here it fails the job
+    /// with [`AsyncConfigError::KeyOrderedWithoutKey`]).
+    ///
     /// Chaining follows the model: under the legacy model the async operator always heads a
     /// task of its own, with an emitter thread (FLINK-13063); under the bridge model it is not
     /// chained behind a legacy source (FLINK-16219); under the mailbox model it chains
     /// anywhere.
     pub fn async_wait<F, FF>(
+        self,
+        name: &str,
+        config: AsyncConfig<F::Out>,
+        factory: FF,
+    ) -> DataStream<F::Out>
+    where
+        F: AsyncFunction<In = T>,
+        T: Clone + Serialize + DeserializeOwned,
+        FF: Fn(usize) -> F + Send + Sync + 'static,
+    {
+        if config.mode == OutputMode::KeyOrdered {
+            self.env.fail(AsyncConfigError::KeyOrderedWithoutKey.into());
+        }
+        self.async_wait_keyed(name, config, factory, None)
+    }
+
+    /// [`async_wait`](Self::async_wait) whose records have `key` (a keyed stream's).
+    fn async_wait_keyed<F, FF>(
         mut self,
         name: &str,
         config: AsyncConfig<F::Out>,
         factory: FF,
+        key: Option<AsyncKey<T>>,
     ) -> DataStream<F::Out>
     where
         F: AsyncFunction<In = T>,
@@ -660,6 +682,7 @@ impl<T: Send + 'static> DataStream<T> {
                         edge,
                         name: name_owned,
                         config,
+                        key,
                         factory: Arc::new(factory),
                     })),
                     vertex: std::mem::take(&mut self.vertex),
@@ -677,13 +700,24 @@ impl<T: Send + 'static> DataStream<T> {
                 self.then(
                     name,
                     Arc::new(move |ctx| {
-                        Box::new(
-                            streamtask_runtime::AsyncWaitOperator::new(
+                        let function = factory(ctx.subtask);
+                        let operator = match &key {
+                            Some(key) => streamtask_runtime::AsyncWaitOperator::keyed(
                                 name_owned.clone(),
-                                factory(ctx.subtask),
+                                function,
                                 config.clone(),
-                            )
-                            .expect("the async configuration was validated when the job was built"),
+                                key.clone(),
+                            ),
+                            None => streamtask_runtime::AsyncWaitOperator::new(
+                                name_owned.clone(),
+                                function,
+                                config.clone(),
+                            ),
+                        };
+                        Box::new(
+                            operator.expect(
+                                "the async configuration was validated when the job was built",
+                            ),
                         )
                     }),
                 )
@@ -1359,6 +1393,65 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
         )
     }
 
+    /// Calls `function` asynchronously for every value, in `parallelism` tasks behind the hash
+    /// partitioning, with the stream's key as the async operator's key; otherwise as
+    /// [`DataStream::async_wait`]. With [`OutputMode::KeyOrdered`] the results of one key leave
+    /// in input order (its calls run one at a time), keys proceed independently, and the
+    /// in-flight records are snapshotted by key group, so a restore at another parallelism
+    /// re-submits each where its key now lives, in its key's order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::prelude::*;
+    /// use streamtask_core::async_io::{AsyncConfig, OutputMode};
+    ///
+    /// /// Tags an event with its account's tier (a real client would answer from its I/O thread).
+    /// struct Tier;
+    /// impl AsyncFunction for Tier {
+    ///     type In = (u32, u64); // (account, event)
+    ///     type Out = String;
+    ///     fn invoke(&mut self, input: &(u32, u64), result: ResultFuture<String>) {
+    ///         result.complete(vec![format!("{}:{}:gold", input.0, input.1)]);
+    ///     }
+    /// }
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let events: Vec<(u32, u64)> = (0..60).map(|i| (i % 3, u64::from(i))).collect();
+    /// let out = CollectHandle::new();
+    /// env.from_iter("events", events)
+    ///     .key_by(|e: &(u32, u64)| e.0)
+    ///     .async_wait("tier", 2, AsyncConfig::new(OutputMode::KeyOrdered, 10), |_| Tier)
+    ///     .collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// let lines = out.committed();
+    /// assert_eq!(lines.len(), 60);
+    /// // Each account's events in input order.
+    /// let account_1: Vec<&String> = lines.iter().filter(|l| l.starts_with("1:")).collect();
+    /// assert!(account_1.windows(2).all(|w| {
+    ///     let n = |l: &str| l.split(':').nth(1).unwrap().parse::<u64>().unwrap();
+    ///     n(w[0]) < n(w[1])
+    /// }));
+    /// ```
+    pub fn async_wait<F, FF>(
+        self,
+        name: &str,
+        parallelism: usize,
+        config: AsyncConfig<F::Out>,
+        factory: FF,
+    ) -> DataStream<F::Out>
+    where
+        F: AsyncFunction<In = T>,
+        T: Clone + Serialize + DeserializeOwned,
+        FF: Fn(usize) -> F + Send + Sync + 'static,
+    {
+        let (stream, key) = self.partitioned(name, parallelism);
+        let max_parallelism = stream.env.graph.borrow().ids.max_parallelism;
+        let key = AsyncKey::new(max_parallelism, move |v: &T| key(v));
+        stream.async_wait_keyed(name, config, factory, Some(key))
+    }
+
     /// Applies `f` in `parallelism` tasks behind the hash partitioning (no keyed state).
     pub fn map_with_parallelism<U, F>(self, name: &str, parallelism: usize, f: F) -> DataStream<U>
     where
@@ -1535,6 +1628,7 @@ struct LegacyAsyncSegment<F: AsyncFunction, FF> {
     edge: usize,
     name: String,
     config: AsyncConfig<F::Out>,
+    key: Option<AsyncKey<F::In>>,
     factory: Arc<FF>,
 }
 
@@ -1549,16 +1643,22 @@ where
             edge,
             name,
             config,
+            key,
             factory,
         } = *self;
         Box::new(move |ctx, task_config| {
             let (chain, output) = tail(ctx)?;
             let gate = input_gate::<F::In>(ctx, &[edge], &task_config)?;
-            let head = streamtask_legacy::AsyncHead::new(
-                name.clone(),
-                factory(ctx.subtask),
-                config.clone(),
-            )?;
+            let function = factory(ctx.subtask);
+            let head = match &key {
+                Some(key) => streamtask_legacy::AsyncHead::keyed(
+                    name.clone(),
+                    function,
+                    config.clone(),
+                    key.clone(),
+                )?,
+                None => streamtask_legacy::AsyncHead::new(name.clone(), function, config.clone())?,
+            };
             let task = streamtask_legacy::AsyncWaitStreamTask::chained(
                 task_config,
                 gate,

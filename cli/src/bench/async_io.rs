@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use streamtask::Model;
-use streamtask_core::async_io::{AsyncConfig, OutputMode};
+use streamtask_core::async_io::{AsyncConfig, AsyncKey, OutputMode};
 use streamtask_core::function::{AsyncFunction, ResultFuture};
 use streamtask_core::operator::{Discard, Map};
 use streamtask_core::task::TaskConfig;
@@ -20,6 +20,9 @@ use streamtask_runtime::channel::{InputGate, bounded};
 pub enum Chain {
     /// The async operator (capacity, mode).
     Async(usize, OutputMode),
+    /// The async operator in key-ordered mode (capacity, number of keys): record `x`'s key is
+    /// a hash of `x` modulo the number of keys, so keys follow one another at random.
+    KeyOrdered(usize, u64),
     /// A map instead: the task's per-record cost without async I/O, the baseline.
     Map,
 }
@@ -63,6 +66,30 @@ where
         tx.send(StreamElement::EndOfInput).unwrap();
     });
     let outcome = match (model, chain) {
+        (Model::Legacy, Chain::KeyOrdered(capacity, keys)) => {
+            let head = streamtask_legacy::AsyncHead::keyed(
+                "async",
+                function,
+                AsyncConfig::new(OutputMode::KeyOrdered, capacity),
+                random_key(keys),
+            )
+            .unwrap()
+            .with_inline_completions(inline);
+            streamtask_legacy::AsyncWaitStreamTask::new(config, gate, head, Discard)
+                .spawn()
+                .join()
+        }
+        (_, Chain::KeyOrdered(capacity, keys)) => {
+            let op = streamtask_runtime::AsyncWaitOperator::keyed(
+                "async",
+                function,
+                AsyncConfig::new(OutputMode::KeyOrdered, capacity),
+                random_key(keys),
+            )
+            .unwrap()
+            .with_inline_completions(inline);
+            streamtask_mailbox::OneInputTask::spawn(config, gate, op, Discard).join()
+        }
         (Model::Legacy, Chain::Async(capacity, mode)) => {
             let head = streamtask_legacy::AsyncHead::new(
                 "async",
@@ -350,6 +377,52 @@ pub fn littles_law(
         mean_latency,
         of_effective_bound: achieved / effective,
     }
+}
+
+/// Key-ordered async I/O over `keys` keys at `capacity` and a constant `latency`: records/s
+/// achieved over Little's bound (`capacity / latency`). At most one call per key is in flight,
+/// so with fewer keys than the capacity the bound is `keys / latency` instead: the figure is
+/// then at most `keys / capacity`.
+///
+/// # Panics
+///
+/// If the task fails or loses records.
+pub fn key_ordered_littles_law(
+    model: Model,
+    keys: u64,
+    capacity: usize,
+    latency: Duration,
+    records: u64,
+) -> LittlesLaw {
+    let completer = Completer::start(latency);
+    let elapsed = run(
+        model,
+        Chain::KeyOrdered(capacity, keys),
+        completer.function(),
+        records,
+    );
+    let mean_latency = completer.mean_latency();
+    drop(completer); // joins its thread
+    let achieved = rate(records, elapsed);
+    let bound = capacity as f64 / latency.as_secs_f64();
+    let effective = capacity as f64 / mean_latency.as_secs_f64().max(f64::MIN_POSITIVE);
+    LittlesLaw {
+        achieved,
+        of_bound: achieved / bound,
+        mean_latency,
+        of_effective_bound: achieved / effective,
+    }
+}
+
+/// Record `x`'s key among `keys`: a hash (splitmix64's finalizer), so consecutive records'
+/// keys are uncorrelated, as a real keyed stream's are.
+fn random_key(keys: u64) -> AsyncKey<u64> {
+    AsyncKey::new(128, move |x: &u64| {
+        let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % keys.max(1)
+    })
 }
 
 /// How a zero-latency call completes and how its completion comes back: the three rows of

@@ -14,6 +14,7 @@
 //! | `trigger_call_p50_us` | the mailbox `trigger_checkpoint` call on the triggering thread, median | lower |
 //! | `put_take_vs_crossbeam` | crossbeam unbounded time over mailbox time, 1/2/4 producers, `take` and batch paths | higher |
 //! | `async_littles_law` | async I/O (capacity 100, 1 ms) achieved over Little's bound | higher |
+//! | `async_key_ordered_littles_law` | key-ordered async I/O (capacity 100, 1 ms) over Little's bound, with 1, 10 and 1,000 keys per model (one call per key in flight: with fewer keys than the capacity the figure is at most `keys / 100`) | higher |
 //! | `async_zero_latency` | async I/O at zero latency (capacity 100), ns/record of the whole job, per model and mode, for three ways a call completes (below), each model's map task as the baseline, and legacy over mailbox | lower |
 //! | `handoff_vs_legacy` | the `HandoffReader`'s records/s over the legacy task's, capacity 64 and 1024 | higher |
 //! | `bridge_vs_legacy_trigger_p99` | trigger latency p99 under a hot legacy source, bridge over legacy: each runner's samples of every round pooled, the ratio of the two pooled p99s (as `vs_tokio_batched_p99`) | lower |
@@ -171,6 +172,29 @@ pub struct AsyncLittlesLaw {
     pub legacy: AsyncModes,
     /// The mailbox async operator (completion mails).
     pub mailbox: AsyncModes,
+}
+
+/// Key-ordered async I/O's fraction of Little's bound, by number of keys.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ByKeys {
+    /// One key: one call at a time.
+    #[serde(rename = "1")]
+    pub one: f64,
+    /// Ten keys.
+    #[serde(rename = "10")]
+    pub ten: f64,
+    /// A thousand keys (the target row).
+    #[serde(rename = "1000")]
+    pub thousand: f64,
+}
+
+/// Key-ordered Little's-law fractions of both models.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AsyncKeyOrderedLittlesLaw {
+    /// The legacy async operator.
+    pub legacy: ByKeys,
+    /// The mailbox async operator.
+    pub mailbox: ByKeys,
 }
 
 /// A figure per model.
@@ -357,6 +381,9 @@ pub struct BenchReport {
     pub put_take_vs_crossbeam: Vec<PutTake>,
     /// Async I/O at capacity 100 and 1 ms latency: achieved over Little's bound.
     pub async_littles_law: AsyncLittlesLaw,
+    /// Key-ordered async I/O at capacity 100 and 1 ms latency with 1, 10 and 1,000 keys:
+    /// achieved over Little's bound.
+    pub async_key_ordered_littles_law: AsyncKeyOrderedLittlesLaw,
     /// Async I/O at capacity 100 and zero latency, ns/record.
     pub async_zero_latency: AsyncZeroLatency,
     /// The handoff reader's records/s over the legacy task's, by capacity ("64", "1024").
@@ -442,6 +469,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let interval = Duration::from_millis(1);
     let mails = config.pick(20_000, 200_000);
     let async_records = config.pick(2_000, 50_000);
+    let key_ordered_records_per_key = config.pick(50, 500);
     let zero_latency_records = config.pick(2_000, 250_000);
     let handoff_records = config.pick(100_000, 2_000_000);
     let backpressure_orders = config.pick(10_000, 20_000);
@@ -541,6 +569,23 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             let law =
                 async_io::littles_law(model, mode, 100, Duration::from_millis(1), async_records);
             s.push(name, law.of_bound);
+        }
+
+        progress(round, "key-ordered async I/O at Little's bound");
+        for model in [Model::Legacy, Model::Mailbox] {
+            for keys in KEY_COUNTS {
+                // One call per key in flight: few keys run at `keys / latency` records/s, so
+                // their runs are shorter, to last about as long as the others.
+                let records = async_records.min(keys * key_ordered_records_per_key);
+                let law = async_io::key_ordered_littles_law(
+                    model,
+                    keys,
+                    100,
+                    Duration::from_millis(1),
+                    records,
+                );
+                s.push(key_ordered_name(model, keys), law.of_bound);
+            }
         }
 
         progress(round, "async I/O at zero latency");
@@ -761,6 +806,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
                 unordered: s.median("async_mailbox_unordered"),
             },
         },
+        async_key_ordered_littles_law: AsyncKeyOrderedLittlesLaw {
+            legacy: by_keys(&s, Model::Legacy),
+            mailbox: by_keys(&s, Model::Mailbox),
+        },
         async_zero_latency: AsyncZeroLatency {
             records: zero_latency_records,
             capacity: ZERO_LATENCY_CAPACITY,
@@ -826,6 +875,24 @@ fn mode_key(mode: OutputMode) -> &'static str {
     match mode {
         OutputMode::Ordered => "ordered",
         OutputMode::Unordered => "unordered",
+        OutputMode::KeyOrdered => "key_ordered",
+    }
+}
+
+/// The key counts of the key-ordered Little's-law row.
+const KEY_COUNTS: [u64; 3] = [1, 10, 1_000];
+
+/// The sample name of a key-ordered Little's-law run.
+fn key_ordered_name(model: Model, keys: u64) -> String {
+    format!("async_{model}_key_ordered_{keys}")
+}
+
+/// The medians of one model's key-ordered Little's-law runs.
+fn by_keys(s: &Samples, model: Model) -> ByKeys {
+    ByKeys {
+        one: s.median(&key_ordered_name(model, 1)),
+        ten: s.median(&key_ordered_name(model, 10)),
+        thousand: s.median(&key_ordered_name(model, 1_000)),
     }
 }
 
@@ -964,6 +1031,28 @@ impl fmt::Display for BenchReport {
                     format!("{value:.3}"),
                     ">= 0.9",
                     value >= 0.9,
+                )?;
+            }
+        }
+        let keyed = &self.async_key_ordered_littles_law;
+        for (model, by) in [("legacy", keyed.legacy), ("mailbox", keyed.mailbox)] {
+            for (keys, value, target) in [
+                (1, by.one, None),
+                (10, by.ten, None),
+                (1_000, by.thousand, Some(0.9)),
+            ] {
+                row(
+                    format!(
+                        "async key-ordered (C=100, 1 ms), {keys} key(s), of Little's bound: {model}{}",
+                        if target.is_some() {
+                            ""
+                        } else {
+                            "; reference (at most keys/100)"
+                        }
+                    ),
+                    format!("{value:.3}"),
+                    if target.is_some() { ">= 0.9" } else { "-" },
+                    target.is_none_or(|t| value >= t),
                 )?;
             }
         }

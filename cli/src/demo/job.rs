@@ -64,10 +64,15 @@ pub const ENRICH_THREADS: usize = 2;
 /// The enrichment's async configuration: ordered, 100 in flight, a generous timeout, and
 /// retries only for a busy database (an injected fault must fail the task, not be retried).
 pub fn enrich_config() -> AsyncConfig<String> {
+    enrich_config_in(OutputMode::Ordered)
+}
+
+/// [`enrich_config`] in output mode `mode`.
+pub fn enrich_config_in(mode: OutputMode) -> AsyncConfig<String> {
     let busy = RetryPolicy::fixed_delay(3, Duration::from_millis(5))
         .expect("a valid retry policy")
         .retry_if_error(|e| matches!(e, AsyncError::Failed(m) if m.contains("database is locked")));
-    AsyncConfig::new(OutputMode::Ordered, 100)
+    AsyncConfig::new(mode, 100)
         .with_timeout(Duration::from_secs(30))
         .with_retry(busy)
 }
@@ -125,6 +130,9 @@ pub struct DemoJob {
     pub checkpoint_alignment: Alignment,
     /// The load the job runs under.
     pub scenario: Scenario,
+    /// The enrichment's async output mode ([`enrich_config`]'s is ordered). Key-ordered runs the
+    /// enrichment behind a hash partitioning by customer, keyed by the customer.
+    pub async_mode: OutputMode,
     /// Faults to inject (shared by every attempt of one run).
     pub faults: Arc<FaultPlan>,
     /// Restarts allowed.
@@ -175,6 +183,7 @@ impl DemoJob {
             tolerable_failed_checkpoints: 0,
             checkpoint_alignment: Alignment::Aligned,
             scenario: Scenario::Normal,
+            async_mode: OutputMode::Ordered,
             faults: Arc::new(FaultPlan::none()),
             restarts: 10,
             stop_at: None,
@@ -386,9 +395,20 @@ impl DemoJob {
         let db = self.database();
         let faults = Arc::clone(&self.faults);
         let delay = self.scenario.enrich_delay();
-        let lines = totals.async_wait("enrich", enrich_config(), move |_| {
-            throttled_enrichment(Arc::clone(&pool), &db, Arc::clone(&faults), delay)
-        });
+        let enrich =
+            move |_| throttled_enrichment(Arc::clone(&pool), &db, Arc::clone(&faults), delay);
+        let config = enrich_config_in(self.async_mode);
+        let lines = match self.async_mode {
+            OutputMode::KeyOrdered => totals.key_by(|e: &TotalEvent| e.customer()).async_wait(
+                "enrich",
+                KEYED_PARALLELISM,
+                config,
+                enrich,
+            ),
+            OutputMode::Ordered | OutputMode::Unordered => {
+                totals.async_wait("enrich", config, enrich)
+            }
+        };
         lines.two_phase_file_sink("sink", self.output_dir(model), |l: &String| l.clone());
         env.build()
     }

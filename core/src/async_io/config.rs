@@ -7,13 +7,25 @@ use serde::{Deserialize, Serialize};
 
 use super::retry::RetryPolicy;
 
-/// Ordered or unordered results.
+/// In which order results leave the async operator.
+///
+/// | mode | results leave | calls in flight | a watermark leaves |
+/// |---|---|---|---|
+/// | `Ordered` | in input order | up to the capacity | after every record before it |
+/// | `Unordered` | as they complete | up to the capacity | after every record before it |
+/// | `KeyOrdered` | in input order per key, as they complete across keys | one per key, up to the capacity | after every record before it |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OutputMode {
     /// Results leave in input order.
     Ordered,
     /// Results leave as they complete, but never across a watermark.
     Unordered,
+    /// Results of one key leave in input order; keys proceed independently (Flink 2.1's
+    /// key-ordered mode, FLINK-37874). A record whose key has a call in flight waits (it counts
+    /// against the capacity) until that call is final, so the calls of one key also *run* in
+    /// input order: the external system sees a key's requests one at a time, in order. Needs a
+    /// key: [`AsyncKey`](super::AsyncKey), or a keyed stream's key in the job API.
+    KeyOrdered,
 }
 
 /// An async operator was configured wrongly.
@@ -30,9 +42,18 @@ pub enum AsyncConfigError {
         "retries need a timeout (it spans all attempts); set one with AsyncConfig::with_timeout"
     )]
     RetryWithoutTimeout,
+    /// Key-ordered mode without a key to order by.
+    #[error(
+        "key-ordered async I/O needs a key; key the stream first (key_by(..).async_wait) or give \
+         the operator an AsyncKey"
+    )]
+    KeyOrderedWithoutKey,
 }
 
 /// How an async operator runs: output mode, capacity (watermarks count), timeout and retries.
+///
+/// A record's timeout spans all its attempts and starts when its first attempt does (in
+/// key-ordered mode a record waiting for its key's earlier call has no timeout running yet).
 ///
 /// # Examples
 ///
@@ -51,7 +72,7 @@ pub enum AsyncConfigError {
 /// assert_eq!(no_timeout.validate(), Err(AsyncConfigError::RetryWithoutTimeout));
 /// ```
 pub struct AsyncConfig<O> {
-    /// Ordered or unordered.
+    /// Ordered, unordered or key-ordered.
     pub mode: OutputMode,
     /// Elements (records and watermarks) in flight at most.
     pub capacity: usize,

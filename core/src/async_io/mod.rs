@@ -1,5 +1,5 @@
 //! What a user configures and writes async I/O with: the operator's configuration
-//! ([`AsyncConfig`], [`OutputMode`]), retry policies, and the blocking pool that turns a
+//! ([`AsyncConfig`], [`OutputMode`], the key of key-ordered mode: [`AsyncKey`]), retry policies, and the blocking pool that turns a
 //! blocking client into an [`AsyncFunction`](crate::function::AsyncFunction).
 //!
 //! The user-facing [`AsyncFunction`](crate::function::AsyncFunction) and
@@ -9,10 +9,12 @@
 //! async operators wrap it.
 
 mod config;
+mod key;
 mod pool;
 mod retry;
 
 pub use self::config::{AsyncConfig, AsyncConfigError, OutputMode};
+pub use self::key::{AsyncKey, KeyPlace};
 pub use self::pool::{
     BatchQueue, BatchedBlockingAsyncFunction, BlockingAsyncFunction, BlockingPool, PoolError,
 };

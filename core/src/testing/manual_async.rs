@@ -73,6 +73,8 @@ type Fallback<I, O> = std::sync::Arc<dyn Fn(&I) -> Vec<O> + Send + Sync>;
 pub struct ManualAsyncFunction<I, O> {
     calls: ManualCalls<I, O>,
     fallback: Option<Fallback<I, O>>,
+    /// The timeout hook only records the call; the test completes its future.
+    defer_timeout: bool,
 }
 
 /// The test's side of a [`ManualAsyncFunction`]: what was called, and the means to complete it.
@@ -97,6 +99,7 @@ impl<I, O> ManualAsyncFunction<I, O> {
                 )),
             },
             fallback: None,
+            defer_timeout: false,
         }
     }
 
@@ -106,6 +109,14 @@ impl<I, O> ManualAsyncFunction<I, O> {
         fallback: impl Fn(&I) -> Vec<O> + Send + Sync + 'static,
     ) -> Self {
         self.fallback = Some(std::sync::Arc::new(fallback));
+        self
+    }
+
+    /// Its timeout hook only records the call (with the future it was handed) and completes
+    /// nothing: the test completes it later through [`ManualCalls::timeouts`], as a hook that
+    /// starts an asynchronous fallback would.
+    pub fn with_deferred_timeout(mut self) -> Self {
+        self.defer_timeout = true;
         self
     }
 
@@ -150,6 +161,9 @@ where
             result: result.clone(),
         };
         self.calls.update(|r| r.timeouts.push(call));
+        if self.defer_timeout {
+            return;
+        }
         match &self.fallback {
             Some(fallback) => result.complete(fallback(input)),
             None => result.complete_exceptionally(AsyncError::Timeout),
@@ -167,6 +181,7 @@ impl<I, O> fmt::Debug for ManualAsyncFunction<I, O> {
         f.debug_struct("ManualAsyncFunction")
             .field("calls", &self.calls)
             .field("fallback", &self.fallback.is_some())
+            .field("defer_timeout", &self.defer_timeout)
             .finish()
     }
 }
@@ -207,19 +222,37 @@ impl<I: Clone, O> ManualCalls<I, O> {
     ///
     /// If they were not made within [`MANUAL_CALL_GUARD`] (a hang guard).
     pub fn wait_for_invocations(&self, n: usize) -> Vec<ManualCall<I, O>> {
+        self.wait_for("async invocations", n, |r| &r.invocations)
+    }
+
+    /// Waits until the `timeout` hook was called at least `n` times and returns those calls.
+    ///
+    /// # Panics
+    ///
+    /// If it was not within [`MANUAL_CALL_GUARD`] (a hang guard).
+    pub fn wait_for_timeouts(&self, n: usize) -> Vec<ManualCall<I, O>> {
+        self.wait_for("timeout hook calls", n, |r| &r.timeouts)
+    }
+
+    fn wait_for(
+        &self,
+        what: &str,
+        n: usize,
+        list: impl Fn(&Recorded<I, O>) -> &Vec<ManualCall<I, O>>,
+    ) -> Vec<ManualCall<I, O>> {
         let (lock, changed) = &*self.shared;
         let deadline = Instant::now() + MANUAL_CALL_GUARD;
         let mut recorded = lock.lock();
-        while recorded.invocations.len() < n {
+        while list(&recorded).len() < n {
             let now = Instant::now();
             assert!(
                 now < deadline,
-                "waited for {n} async invocations, saw {}",
-                recorded.invocations.len()
+                "waited for {n} {what}, saw {}",
+                list(&recorded).len()
             );
             changed.wait_for(&mut recorded, deadline - now);
         }
-        recorded.invocations.clone()
+        list(&recorded).clone()
     }
 }
 

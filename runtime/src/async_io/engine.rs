@@ -7,14 +7,15 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::key_lanes::{KeyLanes, Waiting};
 use super::queue::{ElementQueue, QueueOutput, QueuedInput};
 use streamtask_core::OperatorError;
 use streamtask_core::async_io::RetryPolicy;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, OutputMode};
 use streamtask_core::function::{
     AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture,
 };
-use streamtask_core::keygroup::{ListState, StateKind, state_kind};
+use streamtask_core::keygroup::{KeyGroupedState, ListState, StateKind, state_kind};
 use streamtask_core::operator::Context;
 use streamtask_core::state::{decode, encode};
 use streamtask_core::time::{Timer, TimerHandle};
@@ -67,6 +68,8 @@ struct Call<I, O> {
     retry: Option<SetTimer>,
     /// The timeout fired (`LastAttempt`): the next outcome is final.
     last_attempt: bool,
+    /// Key-ordered mode: the key's lane, whose next record starts once this call is final.
+    lane: Option<u64>,
 }
 
 /// The logic of an async wait operator, shared by every model's operator; the protocol is
@@ -146,6 +149,11 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     calls: Calls<F::In, F::Out>,
     /// Elements waiting for room, oldest first.
     held: VecDeque<QueuedInput<F::In>>,
+    /// Key-ordered mode's key (`None` in the other modes).
+    key: Option<AsyncKey<F::In>>,
+    /// Key-ordered mode: the keys with a call in flight, and the admitted records waiting
+    /// behind them.
+    lanes: KeyLanes<F::In>,
     sink: Option<Arc<dyn CompletionSink<F::Out>>>,
     /// Futures of calls that ended, renewed for new calls (see [`Spares`]).
     spares: Spares<F::Out>,
@@ -174,7 +182,36 @@ where
         function: F,
         config: AsyncConfig<F::Out>,
     ) -> Result<Self, AsyncConfigError> {
+        Self::build(name, function, config, None)
+    }
+
+    /// An engine whose records have `key`: what [`OutputMode::KeyOrdered`] orders by, and
+    /// what its snapshot is grouped by (key groups, so a rescale hands each in-flight record
+    /// to the subtask owning its key). The other modes ignore the key.
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] when `config` does not [validate](AsyncConfig::validate).
+    pub fn keyed(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+        key: AsyncKey<F::In>,
+    ) -> Result<Self, AsyncConfigError> {
+        Self::build(name, function, config, Some(key))
+    }
+
+    fn build(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+        key: Option<AsyncKey<F::In>>,
+    ) -> Result<Self, AsyncConfigError> {
         config.validate()?;
+        let key = match config.mode {
+            OutputMode::KeyOrdered => Some(key.ok_or(AsyncConfigError::KeyOrderedWithoutKey)?),
+            OutputMode::Ordered | OutputMode::Unordered => None,
+        };
         Ok(AsyncWaitEngine {
             name: name.into(),
             function,
@@ -183,6 +220,8 @@ where
             retry: config.retry,
             calls: Calls::new(),
             held: VecDeque::new(),
+            key,
+            lanes: KeyLanes::new(),
             sink: None,
             spares: Spares::new(config.capacity),
             timeout_timer: None,
@@ -218,10 +257,22 @@ where
     /// [`OperatorError::State`] when the bytes do not decode.
     pub fn restore(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
         if let Some(bytes) = restored {
-            let elements: Vec<QueuedInput<F::In>> = if state_kind(bytes) == StateKind::List {
-                ListState::decode(bytes).map(|s| s.items)
-            } else {
-                decode(bytes)
+            let elements: Vec<QueuedInput<F::In>> = match state_kind(bytes) {
+                StateKind::List => ListState::decode(bytes).map(|s| s.items),
+                // Key-ordered: each key group's records in input order, then the latest
+                // watermark in flight (later than where it was: a watermark may be late, never
+                // early).
+                StateKind::KeyGrouped => KeyGroupedState::<Vec<QueuedInput<F::In>>>::decode(bytes)
+                    .map(|s| {
+                        let watermark = s.watermark;
+                        let mut items: Vec<_> =
+                            s.into_groups().into_iter().flat_map(|(_, g)| g).collect();
+                        if watermark > i64::MIN {
+                            items.push(QueuedInput::Watermark(Watermark(watermark)));
+                        }
+                        items
+                    }),
+                StateKind::Union | StateKind::Subtask => decode(bytes),
             }
             .map_err(|e| OperatorError::state(self.name.clone(), e))?;
             self.held.extend(elements);
@@ -329,6 +380,14 @@ where
             unreachable!("looked up above");
         };
         self.spares.keep(call.future.take());
+        // Key-ordered: the key's next record (if one waits) starts now that this call is final,
+        // so the key's calls, and so its results, follow input order.
+        if let Some(lane) = call.lane
+            && let Some(next) = self.lanes.leave(lane)
+            && self.sink.is_some()
+        {
+            self.start_call(next, Some(lane), ctx)?;
+        }
         // The timeout timer stays (it serves every call); only the last call of a finishing
         // operator takes it down, so no timer outlives the input.
         if self.phase != Phase::Open && self.calls.len() == 0 {
@@ -400,6 +459,9 @@ where
         let Some(sink) = self.sink.as_ref() else {
             return Ok(());
         };
+        // Only the call's current retry timer starts the retry: after a timeout (due at the same
+        // instant, say) took the retry over, the hook's future is the last attempt, and a retry
+        // started now would make its answer stale and lose the result (FLINK-40456).
         if call.retry.is_none_or(|t| t.at != timer.timestamp) {
             return Ok(());
         }
@@ -542,12 +604,35 @@ where
     /// # Errors
     ///
     /// [`OperatorError::State`] when an input cannot be encoded.
+    ///
+    /// In key-ordered mode the inputs are keyed state instead ([`KeyGroupedState`]): each key
+    /// group's records in input order (a key's records stay in its key group, so their order
+    /// survives any rescale, and each lands on the subtask owning its key), with the latest
+    /// watermark in flight as the snapshot's watermark.
     pub fn snapshot(&self) -> Result<Vec<u8>, OperatorError> {
-        let elements: Vec<&QueuedInput<F::In>> =
-            self.queue.values().into_iter().chain(&self.held).collect();
-        ListState::new(elements)
-            .encode()
-            .map_err(|e| OperatorError::state(self.name.clone(), e))
+        let elements = self.queue.values().into_iter().chain(&self.held);
+        let encoded = match &self.key {
+            None => ListState::new(elements.collect()).encode(),
+            Some(key) => {
+                let mut watermark = i64::MIN;
+                let mut groups: std::collections::BTreeMap<u32, Vec<&QueuedInput<F::In>>> =
+                    std::collections::BTreeMap::new();
+                // A key's records are listed in input order (the queue lists a segment's
+                // completed records before its calls in flight, and a key's later record
+                // starts only once its earlier one is final).
+                for element in elements {
+                    match element {
+                        QueuedInput::Record(r) => groups
+                            .entry(key.place(&r.value).key_group)
+                            .or_default()
+                            .push(element),
+                        QueuedInput::Watermark(w) => watermark = watermark.max(w.0),
+                    }
+                }
+                KeyGroupedState::new(key.max_parallelism(), watermark, groups).encode()
+            }
+        };
+        encoded.map_err(|e| OperatorError::state(self.name.clone(), e))
     }
 
     /// Closes the function (once; later calls do nothing).
@@ -609,9 +694,9 @@ where
         input: QueuedInput<F::In>,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
-        let Some(sink) = self.sink.as_ref() else {
+        if self.sink.is_none() {
             unreachable!("elements are admitted only once the engine is open");
-        };
+        }
         let (value, timestamp) = match &input {
             QueuedInput::Record(r) => (r.value.clone(), r.timestamp),
             QueuedInput::Watermark(_) => {
@@ -626,6 +711,37 @@ where
             unreachable!("admit is called only with room in the queue");
         };
         self.publish_fill();
+        let record = Waiting {
+            entry,
+            input: value,
+            timestamp,
+        };
+        match &self.key {
+            None => self.start_call(record, None, ctx),
+            Some(key) => {
+                // Key-ordered: the call starts only if no call of its key is in flight;
+                // otherwise the record waits in the key's lane (in the queue all the same: it
+                // counts against the capacity and is in the snapshot).
+                let lane = key.place(&record.input).lane;
+                match self.lanes.enter(lane, record) {
+                    Some(record) => self.start_call(record, Some(lane), ctx),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Starts the first attempt of the call of `record` (admitted to the queue), whose timeout
+    /// runs from now.
+    fn start_call(
+        &mut self,
+        record: Waiting<F::In>,
+        lane: Option<u64>,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        let Some(sink) = self.sink.as_ref() else {
+            unreachable!("calls start only once the engine is open");
+        };
         // The key the call gets (its future and retry timers carry it).
         let key = self.calls.next_key();
         let deadline = match self.timeout_ms {
@@ -645,14 +761,15 @@ where
         };
         let future = self.spares.future(key, 1, sink);
         let call = self.calls.insert(Call {
-            entry,
-            input: value,
-            timestamp,
+            entry: record.entry,
+            input: record.input,
+            timestamp: record.timestamp,
             attempt: 1,
             future: Some(future.clone()),
             deadline,
             retry: None,
             last_attempt: false,
+            lane,
         });
         self.function.invoke(&call.input, future);
         Ok(())
@@ -861,6 +978,7 @@ impl<F: AsyncFunction> fmt::Debug for AsyncWaitEngine<F> {
             .field("queue", &self.queue)
             .field("in_flight", &self.calls.len())
             .field("held", &self.held.len())
+            .field("waiting_for_key", &self.lanes.waiting())
             .finish()
     }
 }
@@ -908,7 +1026,28 @@ mod tests {
             restored: Option<&[u8]>,
         ) -> Rig {
             let calls = function.calls();
-            let mut engine = AsyncWaitEngine::new("rig", function, config).unwrap();
+            let engine = AsyncWaitEngine::new("rig", function, config).unwrap();
+            Rig::around(engine, calls, restored)
+        }
+
+        /// A key-ordered rig: a record's key is its value's last digit.
+        fn key_ordered(
+            function: ManualAsyncFunction<u32, u32>,
+            capacity: usize,
+            restored: Option<&[u8]>,
+        ) -> Rig {
+            let config = AsyncConfig::new(OutputMode::KeyOrdered, capacity);
+            let key = AsyncKey::new(128, |v: &u32| v % 10);
+            let calls = function.calls();
+            let engine = AsyncWaitEngine::keyed("rig", function, config, key).unwrap();
+            Rig::around(engine, calls, restored)
+        }
+
+        fn around(
+            mut engine: AsyncWaitEngine<ManualAsyncFunction<u32, u32>>,
+            calls: ManualCalls<u32, u32>,
+            restored: Option<&[u8]>,
+        ) -> Rig {
             engine.restore(restored).unwrap();
             let mut rig = Rig {
                 engine,
@@ -958,6 +1097,21 @@ mod tests {
                     fired <= MAX_FIRINGS,
                     "more than {MAX_FIRINGS} timers fired in one advance: a timer set again for a time that passed"
                 );
+                let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
+                self.engine.on_timer(timer, &mut ctx).unwrap();
+            }
+        }
+
+        /// Moves the clock on and takes every due timer *before* firing any, then fires them in
+        /// the order `order` puts them: what a timer thread does that took both due timers
+        /// and then waited for the lock while the first one's firing ran (so cancelling the
+        /// second from the first comes too late).
+        fn advance_taking_all(&mut self, millis: i64, order: impl FnOnce(&mut Vec<Timer>)) {
+            self.services.clock.advance(millis);
+            let mut due: Vec<Timer> =
+                std::iter::from_fn(|| self.services.timers.pop_due()).collect();
+            order(&mut due);
+            for timer in due {
                 let mut ctx = Context::new(&mut self.out, &self.services.services, 0);
                 self.engine.on_timer(timer, &mut ctx).unwrap();
             }
@@ -1456,5 +1610,177 @@ mod tests {
         rig.engine.close().unwrap();
         assert_eq!(rig.calls.opened_and_closed(), (1, 1));
         assert!(!rig.engine.accepts_input());
+    }
+
+    fn invoked(rig: &Rig) -> Vec<u32> {
+        rig.calls
+            .invocations()
+            .into_iter()
+            .map(|c| c.input)
+            .collect()
+    }
+
+    #[test]
+    fn key_ordered_runs_one_call_per_key_and_emits_each_key_in_input_order() {
+        // Keys are last digits: 1, 11 and 21 share key 1.
+        let mut rig = Rig::key_ordered(ManualAsyncFunction::new(), 8, None);
+        rig.record(1);
+        rig.record(11);
+        rig.record(2);
+        rig.watermark(5);
+        rig.record(21);
+        rig.record(3);
+        assert_eq!(invoked(&rig), vec![1, 2, 3], "11 and 21 wait for 1");
+        assert_eq!(
+            rig.engine.queue().len(),
+            6,
+            "waiting records hold their slots"
+        );
+        rig.calls.complete(&2, vec![2]);
+        rig.calls.complete(&3, vec![3]);
+        rig.apply().unwrap();
+        assert_eq!(
+            rig.emitted(),
+            vec!["2@2"],
+            "no head-of-line blocking across keys"
+        );
+        rig.calls.complete(&1, vec![1]);
+        rig.apply().unwrap();
+        assert_eq!(
+            invoked(&rig),
+            vec![1, 2, 3, 11],
+            "11 starts once 1 is final"
+        );
+        rig.calls.complete(&11, vec![11]);
+        rig.apply().unwrap();
+        assert_eq!(invoked(&rig), vec![1, 2, 3, 11, 21]);
+        // W5 waited for every record before it (11 included); 3 of the next segment left
+        // before 21 (another key).
+        assert_eq!(rig.emitted(), vec!["2@2", "1@1", "11@11", "W5", "3@3"]);
+        rig.calls.complete(&21, vec![21]);
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted()[5..], ["21@21"]);
+        assert!(rig.engine.is_drained());
+    }
+
+    #[test]
+    fn key_ordered_mode_without_a_key_is_refused() {
+        let config = AsyncConfig::new(OutputMode::KeyOrdered, 4);
+        let refused = AsyncWaitEngine::new("rig", ManualAsyncFunction::<u32, u32>::new(), config);
+        assert_eq!(refused.unwrap_err(), AsyncConfigError::KeyOrderedWithoutKey);
+    }
+
+    /// The snapshot is keyed state: every key group's records in input order (completed and
+    /// waiting ones alike), the latest watermark in flight as the snapshot's; a restore calls
+    /// each key's records again in that order, then forwards the watermark.
+    #[test]
+    fn key_ordered_in_flight_records_are_snapshotted_by_key_group_and_restored_in_order() {
+        let mut rig = Rig::key_ordered(ManualAsyncFunction::new(), 8, None);
+        for v in [1, 11, 2, 21, 12] {
+            rig.record(v);
+        }
+        rig.watermark(30);
+        rig.calls.complete(&2, vec![2]); // emitted: not in the snapshot
+        rig.calls.complete(&1, vec![1]); // emitted too; 11 starts
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["2@2", "1@1"]);
+        let bytes = rig.engine.snapshot().unwrap();
+        assert_eq!(state_kind(&bytes), StateKind::KeyGrouped);
+        let state = KeyGroupedState::<Vec<QueuedInput<u32>>>::decode(&bytes).unwrap();
+        assert_eq!(state.watermark, 30);
+        let by_group: Vec<(u32, Vec<QueuedInput<u32>>)> = state.into_groups();
+        let group_of = |v: u32| streamtask_core::keygroup::key_group_of(&(v % 10), 128);
+        for (group, records) in &by_group {
+            assert!(
+                records
+                    .iter()
+                    .all(|r| matches!(r, QueuedInput::Record(x) if group_of(x.value) == *group)),
+                "{records:?} in group {group}"
+            );
+        }
+        let mut all: Vec<QueuedInput<u32>> = by_group.into_iter().flat_map(|(_, g)| g).collect();
+        let key1: Vec<&QueuedInput<u32>> = all
+            .iter()
+            .filter(|r| matches!(r, QueuedInput::Record(x) if x.value % 10 == 1))
+            .collect();
+        assert_eq!(key1, vec![&r(11), &r(21)], "key 1 in input order");
+        all.sort_by_key(|e| match e {
+            QueuedInput::Record(x) => x.value,
+            QueuedInput::Watermark(_) => u32::MAX,
+        });
+        assert_eq!(all, vec![r(11), r(12), r(21)]);
+
+        let mut restored = Rig::key_ordered(ManualAsyncFunction::new(), 8, Some(&bytes));
+        let first = invoked(&restored);
+        assert_eq!(first.len(), 2, "one call per key: {first:?}");
+        assert!(first.contains(&11) && first.contains(&12), "{first:?}");
+        restored.calls.complete(&12, vec![12]);
+        restored.calls.complete(&11, vec![11]);
+        restored.apply().unwrap();
+        restored.calls.complete(&21, vec![21]);
+        restored.apply().unwrap();
+        let out = restored.emitted();
+        assert_eq!(out.last().map(String::as_str), Some("W30"), "{out:?}");
+        let pos = |s: &str| out.iter().position(|e| e == s).unwrap();
+        assert!(pos("11@11") < pos("21@21"), "{out:?}");
+        assert_eq!(out.len(), 4);
+    }
+
+    /// FLINK-40456: a retry due at the very instant the call times out. Whichever of the two
+    /// timers fires first (a timer thread may have taken both before either ran), the record's
+    /// result is emitted exactly once: the timeout hook's, through the attempt it was handed.
+    /// The hook answers later (an asynchronous fallback), so the retry timer's firing finds
+    /// the call still pending; it must not start another attempt that nothing would ever end.
+    #[test]
+    fn a_retry_due_at_the_instant_of_the_timeout_emits_the_result_exactly_once() {
+        for timeout_first in [true, false] {
+            let function = ManualAsyncFunction::new().with_deferred_timeout();
+            let config = AsyncConfig::new(OutputMode::Unordered, 4)
+                .with_timeout(Duration::from_millis(10))
+                .with_retry(retry_on_empty(3, 10));
+            let mut rig = Rig::with(function, config, None);
+            rig.record(1);
+            rig.calls.complete(&1, vec![]); // the retry is due at 10, the deadline too (fire at 11)
+            rig.apply().unwrap();
+            rig.advance_taking_all(11, |due| {
+                assert_eq!(
+                    due.len(),
+                    2,
+                    "the timeout and the retry timers are due together"
+                );
+                // The timeout timer's tag is even, the retry timer's odd.
+                due.sort_by_key(|t| (t.tag & 1 == TIMEOUT_TIMER) != timeout_first);
+            });
+            let timeouts = rig.calls.wait_for_timeouts(1);
+            assert_eq!(timeouts.len(), 1, "timeout first: {timeout_first}");
+            // The hook's fallback answers; if the retry ran, its attempt answers too, later.
+            assert!(timeouts[0].result.complete(vec![1001]));
+            let retried = rig.calls.invocation_count() > 1;
+            let late_retry_won = retried && rig.calls.complete(&1, vec![7]);
+            rig.apply().unwrap();
+            rig.advance(1_000);
+            rig.apply().unwrap();
+            println!(
+                "timeout first: {timeout_first}, invocations {}, retry answered after the \
+                 hook and won: {late_retry_won}, emitted {:?}",
+                rig.calls.invocation_count(),
+                rig.emitted()
+            );
+            assert!(
+                !late_retry_won,
+                "the hook's answer was final (timeout first: {timeout_first})"
+            );
+            assert_eq!(
+                rig.emitted(),
+                vec!["1001@1"],
+                "timeout first: {timeout_first}"
+            );
+            assert!(rig.engine.is_drained(), "timeout first: {timeout_first}");
+            assert_eq!(
+                rig.services.timers.pending(),
+                0,
+                "timeout first: {timeout_first}"
+            );
+        }
     }
 }

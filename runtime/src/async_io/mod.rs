@@ -9,6 +9,7 @@
 mod engine;
 #[cfg(not(loom))]
 mod future_fn;
+mod key_lanes;
 mod operator;
 mod queue;
 #[cfg(not(loom))]

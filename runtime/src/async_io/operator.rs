@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use super::AsyncWaitEngine;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, thread};
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey};
 use streamtask_core::function::{AsyncFunction, Completion, CompletionSink};
 use streamtask_core::operator::{Context, EventSender, Operator, OperatorEvent};
 use streamtask_core::{OperatorError, StreamRecord, Watermark, time::Timer};
@@ -20,7 +20,8 @@ use streamtask_core::{OperatorError, StreamRecord, Watermark, time::Timer};
 ///
 /// The output timestamp is the input's; results leave in input order
 /// ([`OutputMode::Ordered`](streamtask_core::async_io::OutputMode::Ordered)) or as they complete, never across a
-/// watermark (`Unordered`). Each batch of completions emits every element that became ready
+/// watermark (`Unordered`), or in input order per key with keys independent (`KeyOrdered`, built
+/// with [`keyed`](Self::keyed)). Each batch of completions emits every element that became ready
 /// (Flink emits one per mail and enqueues another mail for the rest).
 ///
 /// | what | how |
@@ -71,7 +72,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, or retries without a timeout.
+    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, retries without a timeout, or
+    /// key-ordered mode (which needs a key: use [`keyed`](Self::keyed)).
     pub fn new(
         name: impl Into<String>,
         function: F,
@@ -79,6 +81,54 @@ where
     ) -> Result<Self, AsyncConfigError> {
         Ok(AsyncWaitOperator {
             engine: AsyncWaitEngine::new(name, function, config)?,
+            sink: None,
+            route: None,
+            inline: true,
+            arrived: Vec::new(),
+        })
+    }
+
+    /// An operator named `name` running `function` as `config` says, whose records have `key`
+    /// ([`OutputMode::KeyOrdered`](streamtask_core::async_io::OutputMode::KeyOrdered) needs
+    /// one: a key's results leave in input order, its calls run one at a time, and the
+    /// in-flight records are snapshotted by key group).
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, or retries without a timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask_core::async_io::{AsyncConfig, AsyncKey, OutputMode};
+    /// use streamtask_core::function::{AsyncFunction, ResultFuture};
+    /// use streamtask_runtime::AsyncWaitOperator;
+    ///
+    /// /// Looks up an order's status (a real client would answer from its I/O thread).
+    /// struct Status;
+    /// impl AsyncFunction for Status {
+    ///     type In = (u32, u64); // (customer, order)
+    ///     type Out = String;
+    ///     fn invoke(&mut self, input: &(u32, u64), result: ResultFuture<String>) {
+    ///         result.complete(vec![format!("order {} shipped", input.1)]);
+    ///     }
+    /// }
+    ///
+    /// let config = AsyncConfig::new(OutputMode::KeyOrdered, 100);
+    /// let key = AsyncKey::new(128, |order: &(u32, u64)| order.0);
+    /// let op = AsyncWaitOperator::keyed("status", Status, config.clone(), key).unwrap();
+    /// assert_eq!(op.engine().queue().mode(), OutputMode::KeyOrdered);
+    /// // Without a key, key-ordered mode is refused.
+    /// assert!(AsyncWaitOperator::new("status", Status, config).is_err());
+    /// ```
+    pub fn keyed(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+        key: AsyncKey<F::In>,
+    ) -> Result<Self, AsyncConfigError> {
+        Ok(AsyncWaitOperator {
+            engine: AsyncWaitEngine::keyed(name, function, config, key)?,
             sink: None,
             route: None,
             inline: true,

@@ -1,4 +1,4 @@
-//! The single-threaded element queues of the async operator: ordered and unordered.
+//! The single-threaded element queues of the async operator: ordered, unordered and key-ordered.
 //!
 //! Both hold records (waiting for their results) and watermarks (always complete), count both
 //! against the capacity, and hand out completed elements in the order their mode allows:
@@ -8,6 +8,10 @@
 //!   within the first segment; a watermark leaves after every record before it and before every
 //!   record after it; a record of a later segment that completed early waits until its segment
 //!   becomes the first (and then leaves in completion order too).
+//! - **key-ordered**: the unordered queue. The engine starts one call per key at a time, in
+//!   input order, so a key's records complete in input order, and completion order within a
+//!   segment is then input order per key; across keys nothing waits (no head-of-line blocking),
+//!   and a watermark still leaves after every record before it.
 //!
 //! The queues are owned by one thread (the task thread, or under the legacy model's checkpoint
 //! lock); completions reach them through that thread. [`ElementQueue::values`] lists the inputs of
@@ -294,7 +298,7 @@ impl<I, O> UnorderedQueue<I, O> {
     }
 }
 
-/// The async operator's queue, ordered or unordered.
+/// The async operator's queue, ordered or unordered (key-ordered mode uses the unordered queue).
 ///
 /// # Examples
 ///
@@ -319,6 +323,7 @@ impl<I, O> UnorderedQueue<I, O> {
 /// ```
 pub struct ElementQueue<I, O> {
     flavor: Flavor<I, O>,
+    mode: OutputMode,
     next_id: u64,
 }
 
@@ -341,17 +346,21 @@ impl<I, O> ElementQueue<I, O> {
         );
         let flavor = match mode {
             OutputMode::Ordered => Flavor::Ordered(OrderedQueue::new(capacity)),
-            OutputMode::Unordered => Flavor::Unordered(UnorderedQueue::new(capacity)),
+            // Per-key order comes from the engine starting a key's calls one at a time.
+            OutputMode::Unordered | OutputMode::KeyOrdered => {
+                Flavor::Unordered(UnorderedQueue::new(capacity))
+            }
         };
-        ElementQueue { flavor, next_id: 0 }
+        ElementQueue {
+            flavor,
+            mode,
+            next_id: 0,
+        }
     }
 
-    /// Ordered or unordered.
+    /// Ordered, unordered or key-ordered.
     pub fn mode(&self) -> OutputMode {
-        match self.flavor {
-            Flavor::Ordered(_) => OutputMode::Ordered,
-            Flavor::Unordered(_) => OutputMode::Unordered,
-        }
+        self.mode
     }
 
     /// The capacity.

@@ -7,7 +7,7 @@ use std::sync::Arc as StdArc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey};
 use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{Chain, Map, Operator, TaskOutput};
 use streamtask_core::task::TaskConfig;
@@ -40,7 +40,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, or retries without a timeout.
+    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, retries without a timeout, or
+    /// key-ordered mode (which needs a key: use [`keyed`](Self::keyed)).
     pub fn new(
         name: impl Into<String>,
         function: F,
@@ -48,6 +49,23 @@ where
     ) -> Result<Self, AsyncConfigError> {
         Ok(AsyncHead {
             operator: AsyncWaitOperator::new(name, function, config)?,
+        })
+    }
+
+    /// An async operator whose records have `key` (see [`AsyncWaitOperator::keyed`]):
+    /// key-ordered mode needs one.
+    ///
+    /// # Errors
+    ///
+    /// [`AsyncConfigError`] for a capacity of 0, a zero timeout, or retries without a timeout.
+    pub fn keyed(
+        name: impl Into<String>,
+        function: F,
+        config: AsyncConfig<F::Out>,
+        key: AsyncKey<F::In>,
+    ) -> Result<Self, AsyncConfigError> {
+        Ok(AsyncHead {
+            operator: AsyncWaitOperator::keyed(name, function, config, key)?,
         })
     }
 
@@ -97,8 +115,9 @@ pub enum AsyncChainError {
 /// of input are described below.
 ///
 /// The output timestamp is the input's; results leave in input order
-/// ([`OutputMode::Ordered`](streamtask_core::async_io::OutputMode::Ordered)) or as they
-/// complete, never across a watermark (`Unordered`).
+/// ([`OutputMode::Ordered`](streamtask_core::async_io::OutputMode::Ordered)), as they
+/// complete, never across a watermark (`Unordered`), or in input order per key
+/// (`KeyOrdered`, a head built with [`AsyncHead::keyed`]).
 ///
 /// # Examples
 ///
