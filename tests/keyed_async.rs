@@ -153,8 +153,8 @@ impl Concurrency {
 }
 
 /// Keyed by `x / 100`; per record counts the key's records (its state, written *before* the
-/// await, so a write of a call in flight would show in a snapshot that took it), awaits the
-/// test's completion, emits `x * 1000 + count`.
+/// awaits, so a write of a call in flight would show in a snapshot that took it), yields,
+/// awaits the test's completion, emits `x * 1000 + count`.
 struct Counting {
     calls: Calls,
     running: Concurrency,
@@ -179,6 +179,8 @@ impl KeyedAsyncOperator for Counting {
     ) -> Result<(), OperatorError> {
         let count = state.unwrap_or(0) + 1;
         *state = Some(count);
+        // Every call is pending at least once (its wake is a mail, whatever the test does).
+        cx.yield_now().await;
         self.running.enter();
         let _ = self.calls.register(record.value).await;
         self.running.leave();
@@ -258,6 +260,9 @@ impl Task {
     }
     fn finish(self) -> streamtask_core::TaskOutcome {
         self.send(StreamElement::EndOfInput);
+        self.join()
+    }
+    fn join(self) -> streamtask_core::TaskOutcome {
         let outcome = match self.handle {
             Handle::Legacy(h) => h.join(),
             Handle::Mailbox(h) => h.join(),
@@ -468,10 +473,9 @@ fn under_the_checkpoint_lock_model_it_is_refused_naming_the_fix() {
         10,
         None,
     );
+    // The call's first wake (its yield) arrives on the legacy task's async-calls thread.
     t.record(1);
-    calls.wait(1);
-    calls.resolve(1); // the wake arrives on the legacy task's async-calls thread
-    let outcome = t.finish();
+    let outcome = t.join();
     let error = match outcome.failure().map(|f| &f.error) {
         Some(TaskError::Operator(OperatorError::User { source, .. })) => source
             .downcast_ref::<AsyncOperatorError>()
