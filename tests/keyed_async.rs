@@ -650,3 +650,134 @@ proptest! {
         }
     }
 }
+
+// ---- in a job, every model ----------------------------------------------------------------------
+
+/// Counts to `limit`, pausing a millisecond every 5 records (outside the lock) so checkpoints
+/// fall inside the run.
+struct SlowCount {
+    limit: u64,
+}
+
+impl streamtask_legacy::SourceFunction for SlowCount {
+    type Out = u64;
+    type State = u64;
+    fn run(
+        &mut self,
+        ctx: &mut streamtask_legacy::SourceContext<'_, u64, u64>,
+    ) -> Result<(), OperatorError> {
+        while !ctx.is_cancelled() {
+            let n = {
+                let mut locked = ctx.lock();
+                let n = *locked.state();
+                if n == self.limit {
+                    return Ok(());
+                }
+                locked.collect(n)?;
+                *locked.state_mut() = n + 1;
+                n
+            };
+            if n % 5 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Per record: asks a "service" thread for `x * x` and awaits it, then counts the key's
+/// records (its state) and emits `(x * x, count)`; fails once, while in flight, at record 300.
+struct CountSquares(Arc<std::sync::atomic::AtomicBool>);
+
+impl KeyedAsyncOperator for CountSquares {
+    type Key = u64;
+    type In = u64;
+    type Out = (u64, u64);
+    type State = u64;
+
+    fn name(&self) -> &str {
+        "count-squares"
+    }
+
+    async fn process_element(
+        &self,
+        _key: &u64,
+        state: &mut Option<u64>,
+        record: StreamRecord<u64>,
+        cx: &mut AsyncContext<(u64, u64)>,
+    ) -> Result<(), OperatorError> {
+        let (tx, rx) = oneshot::channel();
+        let x = record.value;
+        let service = std::thread::spawn(move || tx.send(x * x).unwrap());
+        let squared = rx.await.unwrap();
+        service.join().unwrap();
+        if x == 300 && self.0.swap(false, Ordering::SeqCst) {
+            return Err(OperatorError::User {
+                operator: "count-squares".into(),
+                source: "injected failure".into(),
+            });
+        }
+        let count = state.unwrap_or(0) + 1;
+        *state = Some(count);
+        cx.collect(record.map(|_| (squared, count)));
+        Ok(())
+    }
+}
+
+const JOB_RECORDS: u64 = 600;
+const JOB_KEYS: u64 = 7;
+
+/// count -> key_by(x % 7) -> process_async (2 tasks, cap 16) -> sink, checkpoints every
+/// 10 ms, one injected failure.
+fn count_squares_job(model: streamtask::Model) -> Result<streamtask::JobResult, streamtask::JobError> {
+    use streamtask::{CheckpointConfig, JobConfig, Model, RestartStrategy, StreamEnvironment};
+    let env = StreamEnvironment::new(model);
+    let out = streamtask::CollectHandle::new();
+    let fail_once = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let numbers = match model {
+        Model::Legacy | Model::Bridge => {
+            env.add_source("count", |_| SlowCount { limit: JOB_RECORDS })
+        }
+        Model::Mailbox => env.add_reader("count", |_| {
+            streamtask_bridge::HandoffReader::new(SlowCount { limit: JOB_RECORDS })
+        }),
+    };
+    numbers
+        .key_by(|x: &u64| x % JOB_KEYS)
+        .process_async("count-squares", 2, 16, move |_| {
+            CountSquares(Arc::clone(&fail_once))
+        })
+        .collect_sink("out", &out);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = JobConfig::new(dir.path());
+    config.checkpoint = Some(CheckpointConfig::new(Duration::from_millis(10)));
+    config.restart = RestartStrategy::fixed_delay(3, Duration::from_millis(10));
+    let result = env.build()?.run(&config)?;
+    // Exactly once, and per key in input order: each key's squares, ascending, counted 1, 2, ...
+    let mut got = out.committed();
+    got.sort_unstable();
+    let mut expected: Vec<(u64, u64)> = (0..JOB_RECORDS)
+        .map(|x| (x * x, x / JOB_KEYS + 1))
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(got, expected, "{model}");
+    Ok(result)
+}
+
+#[test]
+fn in_a_job_it_is_exactly_once_and_in_key_order_through_a_failure_under_mailbox_and_bridge() {
+    for model in [streamtask::Model::Mailbox, streamtask::Model::Bridge] {
+        let result = count_squares_job(model).unwrap();
+        assert_eq!(result.restarts, 1, "{model}: {:?}", result.failures);
+    }
+}
+
+#[test]
+fn in_a_job_under_the_lock_model_it_is_refused_when_built_naming_the_fix() {
+    let refused = count_squares_job(streamtask::Model::Legacy).expect_err("refused");
+    assert!(
+        matches!(refused, streamtask::JobError::Unsupported { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("mailbox"), "{refused}");
+}
