@@ -363,7 +363,11 @@ fn the_in_flight_cap_is_never_exceeded_and_is_reached() {
     }
     t.output.wait_records(20);
     assert!(t.finish().is_finished());
-    assert_eq!(running.max(), CAP, "at most the cap, and the cap was reached");
+    assert_eq!(
+        running.max(),
+        CAP,
+        "at most the cap, and the cap was reached"
+    );
 }
 
 #[test]
@@ -729,7 +733,9 @@ const JOB_KEYS: u64 = 7;
 
 /// count -> key_by(x % 7) -> process_async (2 tasks, cap 16) -> sink, checkpoints every
 /// 10 ms, one injected failure.
-fn count_squares_job(model: streamtask::Model) -> Result<streamtask::JobResult, streamtask::JobError> {
+fn count_squares_job(
+    model: streamtask::Model,
+) -> Result<streamtask::JobResult, streamtask::JobError> {
     use streamtask::{CheckpointConfig, JobConfig, Model, RestartStrategy, StreamEnvironment};
     let env = StreamEnvironment::new(model);
     let out = streamtask::CollectHandle::new();

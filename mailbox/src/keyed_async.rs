@@ -485,7 +485,11 @@ where
     }
 
     /// Closes the open epoch with `held`, which leaves once the epoch's records completed.
-    fn close_epoch(&mut self, held: Held, ctx: &mut Context<'_, A::Out>) -> Result<(), OperatorError> {
+    fn close_epoch(
+        &mut self,
+        held: Held,
+        ctx: &mut Context<'_, A::Out>,
+    ) -> Result<(), OperatorError> {
         self.epochs.back_mut().expect("an open epoch").closed_by = Some(held);
         self.epochs.push_back(Epoch::default());
         self.release_epochs(ctx)

@@ -125,10 +125,10 @@ pub use crate::action::{ActionExecutor, Immediate};
 pub use crate::async_operator::{
     AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask,
 };
-#[cfg(not(loom))]
-pub use crate::keyed_async::{DEFAULT_MAX_IN_FLIGHT, KeyedAsyncOperator, KeyedAsyncOperatorTask};
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
 pub use crate::firing::MailboxFiring;
+#[cfg(not(loom))]
+pub use crate::keyed_async::{DEFAULT_MAX_IN_FLIGHT, KeyedAsyncOperator, KeyedAsyncOperatorTask};
 pub use crate::letter::{Letter, MAILBOX_LATENCY_SAMPLE};
 pub use crate::mail::{Mail, Priority};
 pub use crate::mailbox::{Exclusive, MailboxState, PutError, TakeError, TaskMailbox, WrongThread};

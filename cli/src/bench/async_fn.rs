@@ -75,10 +75,9 @@ pub fn littles_law(cap: usize, latency: Duration, records: u64) -> InFlightRun {
     let metrics = std::sync::Arc::clone(&config.metrics);
     let (tx, rx) = bounded(4096).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
-    let operator = KeyedAsyncOperatorTask::new(AskService(completer.function()), |x: &u64| {
-        x % KEYS
-    })
-    .with_max_in_flight(cap);
+    let operator =
+        KeyedAsyncOperatorTask::new(AskService(completer.function()), |x: &u64| x % KEYS)
+            .with_max_in_flight(cap);
     let started = Instant::now();
     let producer = std::thread::spawn(move || {
         for x in 0..records {
