@@ -501,14 +501,17 @@ fn under_the_checkpoint_lock_model_it_is_refused_naming_the_fix() {
 /// Completes every call it is handed in a seeded random order, from its own thread: it waits
 /// for a few calls to gather (a bounded wait, so the schedule varies but never the result),
 /// then completes a random one.
+/// The calls waiting for a reply, and whether the service is told to stop.
+type Pending = Mutex<(Vec<oneshot::Sender<()>>, bool)>;
+
 struct RandomService {
-    shared: Arc<(Mutex<(Vec<oneshot::Sender<()>>, bool)>, Condvar)>,
+    shared: Arc<(Pending, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RandomService {
     fn start(seed: u64) -> Self {
-        let shared: Arc<(Mutex<(Vec<oneshot::Sender<()>>, bool)>, Condvar)> = Arc::default();
+        let shared: Arc<(Pending, Condvar)> = Arc::default();
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::spawn(move || {
