@@ -790,3 +790,9 @@ fn in_a_job_under_the_lock_model_it_is_refused_when_built_naming_the_fix() {
     );
     assert!(refused.to_string().contains("mailbox"), "{refused}");
 }
+
+#[test]
+fn public_types_are_send() {
+    fn send<T: Send>() {}
+    send::<KeyedAsyncOperatorTask<Counting, fn(&u64) -> u64>>();
+}

@@ -8,7 +8,9 @@
 //! operator into a future (`op.process_element(record, &mut cx).await`, then the operator comes
 //! back), polls it once, and if it is pending parks it in a thread-local slot of the mailbox
 //! thread. The future is never sent anywhere, so it needs no `Send` bound; the driver itself
-//! stays `Send` because it holds only the slot's key. One call runs at a time:
+//! stays `Send` because it holds only the slot's key. One call runs at a time (the handlers
+//! take `&mut self`; a keyed operator with many calls in flight, one per key, is a
+//! [`KeyedAsyncOperator`](crate::KeyedAsyncOperator)):
 //!
 //! | state | `accepts_input()` | what runs meanwhile |
 //! |---|---|---|
