@@ -8,7 +8,9 @@
 //! operator into a future (`op.process_element(record, &mut cx).await`, then the operator comes
 //! back), polls it once, and if it is pending parks it in a thread-local slot of the mailbox
 //! thread. The future is never sent anywhere, so it needs no `Send` bound; the driver itself
-//! stays `Send` because it holds only the slot's key. One call runs at a time:
+//! stays `Send` because it holds only the slot's key. One call runs at a time (the handlers
+//! take `&mut self`; a keyed operator with many calls in flight, one per key, is a
+//! [`KeyedAsyncOperator`](crate::KeyedAsyncOperator)):
 //!
 //! | state | `accepts_input()` | what runs meanwhile |
 //! |---|---|---|
@@ -67,6 +69,8 @@ use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use streamtask_core::sync::{Arc, Mutex};
 use streamtask_core::time::TimerService;
 use streamtask_core::{OperatorError, StreamRecord, Watermark, operator::Operator, time::Timer};
+
+use crate::call_waker::WakeEvent;
 
 /// An operator whose element, watermark and timer handlers are `async fn`s polled by the
 /// mailbox thread. Run it in a task as an [`AsyncOperatorTask`].
@@ -185,6 +189,16 @@ pub enum AsyncOperatorError {
         /// The operator's name.
         operator: String,
     },
+    /// A keyed async operator's timer fired: it has no timer handler (its calls await
+    /// [`AsyncContext::sleep_until`] instead).
+    #[error(
+        "keyed async operator {operator} registered a timer, which it has no handler for; \
+         await AsyncContext::sleep_until inside the call instead"
+    )]
+    NoTimerHandler {
+        /// The operator's name.
+        operator: String,
+    },
     /// Processing time could not be waited for: the task's timer service is shut down.
     #[error("async operator {operator} cannot sleep: the task's timers are shut down")]
     TimersShutDown {
@@ -195,43 +209,78 @@ pub enum AsyncOperatorError {
 
 /// Tags of the driver's own timers (sleeps) have this bit set; the operator's own timers may
 /// not use it.
-const SLEEP_TAG: u64 = 1 << 63;
+pub(crate) const SLEEP_TAG: u64 = 1 << 63;
 
-/// What an [`AsyncOperator`]'s handlers see: emit, read and wait for processing time, yield.
+/// What an [`AsyncOperator`]'s or a [`KeyedAsyncOperator`](crate::KeyedAsyncOperator)'s
+/// handlers see: emit, read and wait for processing time, yield. Each call has its own
+/// context, so what it emits leaves with it.
 pub struct AsyncContext<O> {
-    shared: Arc<Shared<O>>,
+    /// What this call emitted; leaves when the call completes.
+    emitted: Vec<Emitted<O>>,
+    sleeps: Arc<Sleeps>,
     timers: std::sync::Arc<dyn TimerService>,
     operator: usize,
     name: String,
 }
 
-/// What the driver and the contexts of its calls share (all on the task thread, but the driver
-/// must stay `Send`, so the fields are behind the facade's mutex).
-struct Shared<O> {
-    /// What the running call emitted; leaves when the call completes.
-    emitted: Mutex<Vec<Emitted<O>>>,
-    next_sleep: AtomicU64,
-    /// The wake mail's sender and flag, set at `open` (a std `Arc`: what `Waker::from` takes).
-    wake: Mutex<Option<std::sync::Arc<WakeMail>>>,
+/// The sleeps of one driver's calls: distinct tags, and the waker of each pending sleep, so its
+/// timer mail can wake the call that sleeps (all on the task thread, but the driver must stay
+/// `Send`, so behind the facade's mutex).
+pub(crate) struct Sleeps {
+    next: AtomicU64,
+    wakers: Mutex<HashMap<u64, Waker>>,
 }
 
-enum Emitted<O> {
+impl Sleeps {
+    pub(crate) fn new() -> Self {
+        Sleeps {
+            next: AtomicU64::new(0),
+            wakers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The waker of the sleep whose timer (`tag`) fired, if it still waits.
+    pub(crate) fn take(&self, tag: u64) -> Option<Waker> {
+        self.wakers.lock().remove(&tag)
+    }
+}
+
+/// An element a call emitted, held until the call completes.
+pub(crate) enum Emitted<O> {
     Record(StreamRecord<O>),
     Watermark(Watermark),
 }
 
 impl<O> AsyncContext<O> {
+    /// A context for one call of the operator at chain index `operator`.
+    pub(crate) fn new(
+        sleeps: Arc<Sleeps>,
+        timers: std::sync::Arc<dyn TimerService>,
+        operator: usize,
+        name: String,
+    ) -> Self {
+        AsyncContext {
+            emitted: Vec::new(),
+            sleeps,
+            timers,
+            operator,
+            name,
+        }
+    }
+
+    /// What the call emitted, in order.
+    pub(crate) fn into_emitted(self) -> Vec<Emitted<O>> {
+        self.emitted
+    }
+
     /// Emits `record` (when the call completes).
     pub fn collect(&mut self, record: StreamRecord<O>) {
-        self.shared.emitted.lock().push(Emitted::Record(record));
+        self.emitted.push(Emitted::Record(record));
     }
 
     /// Emits `watermark` (when the call completes).
     pub fn emit_watermark(&mut self, watermark: Watermark) {
-        self.shared
-            .emitted
-            .lock()
-            .push(Emitted::Watermark(watermark));
+        self.emitted.push(Emitted::Watermark(watermark));
     }
 
     /// The current processing time in milliseconds.
@@ -263,15 +312,17 @@ impl<O> AsyncContext<O> {
     /// [`AsyncOperatorError::TimersShutDown`] once the task is over.
     pub async fn sleep_until(&self, timestamp: i64) -> Result<(), OperatorError> {
         // Relaxed: a counter for distinct tags, on one thread.
-        let tag = SLEEP_TAG | self.shared.next_sleep.fetch_add(1, Ordering::Relaxed);
+        let tag = SLEEP_TAG | self.sleeps.next.fetch_add(1, Ordering::Relaxed);
         self.register(timestamp, tag)?;
-        std::future::poll_fn(|_| {
+        std::future::poll_fn(|cx| {
             // The clock, not the timer mail, decides: a stale timer (one restored from before
             // a failure, with a tag reused since) only causes a poll that finds it too early.
             if self.timers.current_processing_time() >= timestamp {
+                self.sleeps.wakers.lock().remove(&tag);
                 Poll::Ready(())
             } else {
-                // The timer mail polls again; no waker needed.
+                // The timer mail wakes this call (a driver with many calls must know which).
+                self.sleeps.wakers.lock().insert(tag, cx.waker().clone());
                 Poll::Pending
             }
         })
@@ -319,9 +370,6 @@ impl<O> fmt::Debug for AsyncContext<O> {
             .finish()
     }
 }
-
-/// The wake mail's event.
-struct WakeEvent;
 
 /// A [`Waker`] that enqueues a wake mail for the operator (see the module doc's protocol).
 struct WakeMail {
@@ -371,7 +419,11 @@ struct Snapshot<I> {
     calls: Vec<CallInput<I>>,
 }
 
-type Finished<A> = (Box<A>, Result<(), OperatorError>);
+type Finished<A> = (
+    Box<A>,
+    Result<(), OperatorError>,
+    Vec<Emitted<<A as AsyncOperator>::Out>>,
+);
 
 /// The running call's input, and the operator's state from before it (what a checkpoint takes).
 type Running<I> = (CallInput<I>, Option<Vec<u8>>);
@@ -410,7 +462,9 @@ pub struct AsyncOperatorTask<A: AsyncOperator> {
     key: u64,
     /// Where a finished call leaves the operator and its result.
     finished: Arc<Mutex<Option<Finished<A>>>>,
-    shared: Arc<Shared<A::Out>>,
+    sleeps: Arc<Sleeps>,
+    /// The wake mail's sender and flag, set at `open` (a std `Arc`: what `Waker::from` takes).
+    wake: Option<std::sync::Arc<WakeMail>>,
     timers: Option<std::sync::Arc<dyn TimerService>>,
     operator: usize,
     /// The running call's input, and the operator's state from before it.
@@ -429,11 +483,8 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
             // Relaxed: only uniqueness matters.
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             finished: Arc::new(Mutex::new(None)),
-            shared: Arc::new(Shared {
-                emitted: Mutex::new(Vec::new()),
-                next_sleep: AtomicU64::new(0),
-                wake: Mutex::new(None),
-            }),
+            sleeps: Arc::new(Sleeps::new()),
+            wake: None,
             timers: None,
             operator: 0,
             running: None,
@@ -481,12 +532,12 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
                 .take()
                 .expect("an idle operator has no pending call");
             let before = op.snapshot_state()?;
-            let mut cx = AsyncContext {
-                shared: Arc::clone(&self.shared),
-                timers: std::sync::Arc::clone(self.timers.as_ref().expect("opened")),
-                operator: self.operator,
-                name: self.name.clone(),
-            };
+            let mut cx = AsyncContext::new(
+                Arc::clone(&self.sleeps),
+                std::sync::Arc::clone(self.timers.as_ref().expect("opened")),
+                self.operator,
+                self.name.clone(),
+            );
             let finished = Arc::clone(&self.finished);
             let call = input.clone();
             let future = async move {
@@ -499,7 +550,7 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
                         op.on_timer(timestamp, tag, &mut cx).await
                     }
                 };
-                *finished.lock() = Some((op, result));
+                *finished.lock() = Some((op, result, cx.into_emitted()));
             };
             PARKED.with(|parked| parked.borrow_mut().insert(self.key, Box::pin(future)));
             self.running = Some((input, before));
@@ -523,8 +574,7 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
         let Some(mut future) = PARKED.with(|parked| parked.borrow_mut().remove(&self.key)) else {
             return Ok(());
         };
-        let wake = self.shared.wake.lock().clone();
-        let waker = match wake {
+        let waker = match self.wake.clone() {
             Some(wake) => Waker::from(wake),
             None => Waker::noop().clone(),
         };
@@ -535,14 +585,13 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
                 Ok(())
             }
             Poll::Ready(()) => {
-                let (op, result) = self
+                let (op, result, emitted) = self
                     .finished
                     .lock()
                     .take()
                     .expect("a finished call leaves the operator");
                 self.idle = Some(op);
                 self.running = None;
-                let emitted = std::mem::take(&mut *self.shared.emitted.lock());
                 for e in emitted {
                     match e {
                         Emitted::Record(r) => ctx.collect(r)?,
@@ -593,7 +642,7 @@ where
         self.home = Some(std::thread::current().id());
         self.operator = ctx.operator_index();
         self.timers = Some(std::sync::Arc::clone(ctx.services().timers()));
-        *self.shared.wake.lock() = Some(std::sync::Arc::new(WakeMail {
+        self.wake = Some(std::sync::Arc::new(WakeMail {
             events: ctx.event_sender(),
             queued: AtomicBool::new(false),
         }));
@@ -622,6 +671,8 @@ where
         ctx: &mut Context<'_, A::Out>,
     ) -> Result<(), OperatorError> {
         if timer.tag & SLEEP_TAG != 0 {
+            // One call at a time: the sleeper is the pending call, polled right here.
+            let _ = self.sleeps.take(timer.tag);
             self.poll(ctx)?;
             return self.run_backlog(ctx);
         }
@@ -641,7 +692,7 @@ where
     ) -> Result<(), OperatorError> {
         match event.downcast::<WakeEvent>() {
             Ok(_) => {
-                if let Some(wake) = self.shared.wake.lock().as_ref() {
+                if let Some(wake) = self.wake.as_ref() {
                     // Release: before the poll, so a wake from now on enqueues another mail.
                     wake.queued.store(false, Ordering::Release);
                 }

@@ -15,6 +15,8 @@
 //! | [`MailboxFiring`] | interruptible firing of event-time timers: chunks, a deferrable continuation mail | `MailboxWatermarkProcessor` |
 //! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
 //! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`](streamtask_runtime::TaskHandle) | whole tasks on the kit (`streamtask_runtime`) behind the one handle every model shares | `StreamTask` |
+//! | [`AsyncOperator`], [`AsyncOperatorTask`] | an operator of `async fn`s, one call at a time | `MailboxExecutor.yield()` |
+//! | [`KeyedAsyncOperator`], [`KeyedAsyncOperatorTask`] | a keyed operator of `async fn`s: many calls in flight, one per key, a cap, watermarks held by epoch | `AsyncExecutionController` (FLIP-425) |
 //!
 //! Protocols are written out where they live: the mailbox states and the lost-wakeup argument in
 //! [`TaskMailbox`]'s module, the loop, suspension and poison protocols in
@@ -98,8 +100,15 @@ mod action;
 // Its thread-local parking and static key counter have no loom model; not in loom builds.
 #[cfg(not(loom))]
 mod async_operator;
+mod call_waker;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod call_waker_model;
 mod executor;
 mod firing;
+// As `async_operator`: thread-local parking, no loom model (its wakers' protocol has one).
+#[cfg(not(loom))]
+mod keyed_async;
 mod letter;
 mod mail;
 mod mailbox;
@@ -121,6 +130,8 @@ pub use crate::async_operator::{
 };
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
 pub use crate::firing::MailboxFiring;
+#[cfg(not(loom))]
+pub use crate::keyed_async::{DEFAULT_MAX_IN_FLIGHT, KeyedAsyncOperator, KeyedAsyncOperatorTask};
 pub use crate::letter::{Letter, MAILBOX_LATENCY_SAMPLE};
 pub use crate::mail::{Mail, Priority};
 pub use crate::mailbox::{Exclusive, MailboxState, PutError, TakeError, TaskMailbox, WrongThread};

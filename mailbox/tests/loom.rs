@@ -700,3 +700,110 @@ mod trigger_slot {
         });
     }
 }
+
+// ---- the keyed async operator's call wakers ---------------------------------------------------
+
+mod call_wakers {
+    use loom::sync::Arc;
+    use loom::sync::Mutex;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::thread;
+
+    use streamtask_core::operator::{EventSender, EventSink, OperatorEvent};
+    use streamtask_mailbox::call_waker_model::Queue;
+
+    /// The operator's mailbox: counts the wake mails enqueued.
+    #[derive(Default)]
+    struct Mails(Mutex<usize>);
+
+    impl EventSink for Mails {
+        fn send_event(&self, _operator: usize, _event: OperatorEvent) -> Result<(), OperatorEvent> {
+            *self.0.lock().unwrap() += 1;
+            Ok(())
+        }
+    }
+
+    /// Runs one queued wake mail, if any: takes the woken ids and "polls" each call (a call
+    /// completes once its flag is up). Returns whether a mail ran.
+    fn run_mail(
+        mails: &Mails,
+        queue: &Queue,
+        calls: &[(streamtask_mailbox::call_waker_model::Call, Arc<AtomicBool>)],
+        done: &mut [bool],
+    ) -> bool {
+        {
+            let mut queued = mails.0.lock().unwrap();
+            if *queued == 0 {
+                return false;
+            }
+            *queued -= 1;
+        }
+        for id in queue.take() {
+            let (call, ready) = &calls[id as usize];
+            call.begin_poll();
+            if ready.load(Ordering::Acquire) {
+                done[id as usize] = true;
+            }
+        }
+        true
+    }
+
+    /// Two calls in flight, each completed and woken by its own thread while the mailbox thread
+    /// runs wake mails: once the wakers are done and the mails drained, both calls were polled
+    /// after their completion (no wake lost), with at most one mail per wake.
+    #[test]
+    fn wakes_of_many_calls_racing_the_wake_mail_lose_none() {
+        loom::model(|| {
+            let mails = std::sync::Arc::new(Mails::default());
+            let sink: std::sync::Arc<dyn EventSink> = mails.clone();
+            let queue = Queue::new(EventSender::new(sink, 0));
+            let calls: Vec<_> = (0..2)
+                .map(|id| (queue.call(id), Arc::new(AtomicBool::new(false))))
+                .collect();
+            let mut done = [false; 2];
+            let wakers: Vec<_> = calls
+                .iter()
+                .map(|(call, ready)| {
+                    let (call, ready) = (call.clone(), Arc::clone(ready));
+                    thread::spawn(move || {
+                        ready.store(true, Ordering::Release);
+                        call.wake();
+                    })
+                })
+                .collect();
+            // The mailbox thread runs whatever mail is queued meanwhile.
+            run_mail(&mails, &queue, &calls, &mut done);
+            for w in wakers {
+                w.join().unwrap();
+            }
+            while run_mail(&mails, &queue, &calls, &mut done) {}
+            assert_eq!(done, [true, true], "a wake was lost");
+        });
+    }
+
+    /// One call woken twice (by two threads) while a poll clears its flag: the second wake is
+    /// either absorbed by a poll that sees its completion or enqueues a new mail.
+    #[test]
+    fn a_wake_during_the_poll_lists_the_call_again() {
+        loom::model(|| {
+            let mails = std::sync::Arc::new(Mails::default());
+            let sink: std::sync::Arc<dyn EventSink> = mails.clone();
+            let queue = Queue::new(EventSender::new(sink, 0));
+            let calls = vec![(queue.call(0), Arc::new(AtomicBool::new(false)))];
+            let mut done = [false];
+            // A first wake, already listed (the call is waiting for its poll).
+            calls[0].0.wake();
+            let waker = {
+                let (call, ready) = (calls[0].0.clone(), Arc::clone(&calls[0].1));
+                thread::spawn(move || {
+                    ready.store(true, Ordering::Release);
+                    call.wake();
+                })
+            };
+            run_mail(&mails, &queue, &calls, &mut done);
+            waker.join().unwrap();
+            while run_mail(&mails, &queue, &calls, &mut done) {}
+            assert_eq!(done, [true], "the second wake was lost");
+        });
+    }
+}

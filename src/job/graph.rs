@@ -1452,6 +1452,63 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
         stream.async_wait_keyed(name, config, factory, Some(key))
     }
 
+    /// Runs a [`KeyedAsyncOperator`](streamtask_mailbox::KeyedAsyncOperator) per key in
+    /// `parallelism` tasks: many calls in flight per task, one at a time per key, at most
+    /// `max_in_flight` records held per task
+    /// ([`DEFAULT_MAX_IN_FLIGHT`](streamtask_mailbox::DEFAULT_MAX_IN_FLIGHT) is the
+    /// operator's default), watermarks held until the records before them completed, and the
+    /// records in flight snapshotted with the keys' states (see
+    /// [`KeyedAsyncOperatorTask`](streamtask_mailbox::KeyedAsyncOperatorTask));
+    /// `factory(subtask)` makes the operator for every task and attempt.
+    ///
+    /// Under the mailbox and bridge models it runs on the task thread. Under the legacy model
+    /// the job is refused when built ([`JobError::Unsupported`]): that model delivers an
+    /// operator's wakes and timers on its own threads, where a call's future (not `Send`)
+    /// cannot be polled; the error names the fix.
+    ///
+    /// # Panics
+    ///
+    /// If `max_in_flight` is 0.
+    pub fn process_async<A, FF>(
+        self,
+        name: &str,
+        parallelism: usize,
+        max_in_flight: usize,
+        factory: FF,
+    ) -> DataStream<A::Out>
+    where
+        A: streamtask_mailbox::KeyedAsyncOperator<In = T, Key = K>,
+        T: Serialize + DeserializeOwned,
+        FF: Fn(usize) -> A + Send + Sync + 'static,
+    {
+        assert!(max_in_flight > 0, "the in-flight cap must be at least 1");
+        if self.stream.env.model == Model::Legacy {
+            self.stream.env.fail(JobError::Unsupported {
+                what: format!("keyed async operator {name:?}"),
+                model: Model::Legacy,
+                fix: "run the job under the mailbox or bridge model, or move the waiting into an \
+                      AsyncFunction behind async_wait, which every model runs",
+            });
+        }
+        self.stream.env.graph.borrow().codecs.register::<T>();
+        let (stream, key) = self.partitioned(name, parallelism);
+        let max_parallelism = stream.env.graph.borrow().ids.max_parallelism;
+        stream.then(
+            name,
+            Arc::new(move |ctx| {
+                let key = Arc::clone(&key);
+                Box::new(
+                    streamtask_mailbox::KeyedAsyncOperatorTask::new(
+                        factory(ctx.subtask),
+                        move |v: &T| key(v),
+                    )
+                    .with_max_in_flight(max_in_flight)
+                    .with_max_parallelism(max_parallelism),
+                )
+            }),
+        )
+    }
+
     /// Applies `f` in `parallelism` tasks behind the hash partitioning (no keyed state).
     pub fn map_with_parallelism<U, F>(self, name: &str, parallelism: usize, f: F) -> DataStream<U>
     where

@@ -151,8 +151,8 @@ impl AsyncFunction for Immediate {
 struct Pending {
     called: Instant,
     due: Instant,
-    value: u64,
-    result: ResultFuture<u64>,
+    /// What completing the call does (completes a `ResultFuture`, wakes an awaiting call).
+    complete: Box<dyn FnOnce() + Send>,
 }
 
 struct CompleterState {
@@ -217,7 +217,8 @@ impl Completer {
             .unwrap_or_default()
     }
 
-    /// An async function whose calls this completer completes.
+    /// An async function whose calls this completer completes (also a handle that completes
+    /// anything after the latency: [`Delayed::after_latency`]).
     pub fn function(&self) -> Delayed {
         Delayed {
             latency: self.latency,
@@ -250,7 +251,7 @@ fn complete_due(shared: &(Mutex<CompleterState>, Condvar)) {
             let n = due.len() as u64;
             let mut latency = Duration::ZERO;
             for p in due.drain(..) {
-                p.result.complete(vec![p.value * 2]);
+                (p.complete)();
                 // After the completion was delivered: what the operator waited.
                 latency += p.called.elapsed();
             }
@@ -281,6 +282,7 @@ impl Drop for Completer {
 }
 
 /// Hands every call to a [`Completer`].
+#[derive(Clone)]
 pub struct Delayed {
     latency: Duration,
     shared: Arc<(Mutex<CompleterState>, Condvar)>,
@@ -290,12 +292,22 @@ impl AsyncFunction for Delayed {
     type In = u64;
     type Out = u64;
     fn invoke(&mut self, input: &u64, result: ResultFuture<u64>) {
+        let value = *input;
+        self.after_latency(move || {
+            result.complete(vec![value * 2]);
+        });
+    }
+}
+
+impl Delayed {
+    /// Runs `complete` on the completer's thread once the latency has passed: what a remote
+    /// service's reply does (an async operator's call awaits a oneshot `complete` sends on).
+    pub fn after_latency(&self, complete: impl FnOnce() + Send + 'static) {
         let called = Instant::now();
         let pending = Pending {
             called,
             due: called + self.latency,
-            value: *input,
-            result,
+            complete: Box::new(complete),
         };
         let (lock, changed) = &*self.shared;
         let mut state = lock.lock().unwrap();

@@ -15,6 +15,7 @@
 //! | `put_take_vs_crossbeam` | crossbeam unbounded time over mailbox time, 1/2/4 producers, `take` and batch paths | higher |
 //! | `async_littles_law` | async I/O (capacity 100, 1 ms) achieved over Little's bound | higher |
 //! | `async_key_ordered_littles_law` | key-ordered async I/O (capacity 100, 1 ms) over Little's bound, with 1, 10 and 1,000 keys per model (one call per key in flight: with fewer keys than the capacity the figure is at most `keys / 100`) | higher |
+//! | `async_fn_inflight_littles_law` | the keyed async-fn operator (mailbox model) awaiting a 1 ms reply per record, at in-flight caps 1, 100 and 1,000 (`{"1": .., "100": .., "1000": ..}`), records/s over Little's bound `cap / 1 ms` ([`async_fn`]) | higher |
 //! | `async_zero_latency` | async I/O at zero latency (capacity 100), ns/record of the whole job, per model and mode, for three ways a call completes (below), each model's map task as the baseline, and legacy over mailbox | lower |
 //! | `handoff_vs_legacy` | the `HandoffReader`'s records/s over the legacy task's, capacity 64 and 1024 | higher |
 //! | `bridge_vs_legacy_trigger_p99` | trigger latency p99 under a hot legacy source, bridge over legacy: each runner's samples of every round pooled, the ratio of the two pooled p99s (as `vs_tokio_batched_p99`) | lower |
@@ -81,6 +82,7 @@
 //! The figures are for reading, never for asserting: CI runs `streamtask bench --quick` and
 //! checks only that it completes and what keys the report has.
 
+pub mod async_fn;
 pub mod async_io;
 pub mod backpressure;
 pub mod clock;
@@ -384,6 +386,9 @@ pub struct BenchReport {
     /// Key-ordered async I/O at capacity 100 and 1 ms latency with 1, 10 and 1,000 keys:
     /// achieved over Little's bound.
     pub async_key_ordered_littles_law: AsyncKeyOrderedLittlesLaw,
+    /// The keyed async-fn operator awaiting 1 ms per record: records/s over Little's bound, by
+    /// in-flight cap ("1", "100", "1000").
+    pub async_fn_inflight_littles_law: BTreeMap<String, f64>,
     /// Async I/O at capacity 100 and zero latency, ns/record.
     pub async_zero_latency: AsyncZeroLatency,
     /// The handoff reader's records/s over the legacy task's, by capacity ("64", "1024").
@@ -470,6 +475,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let mails = config.pick(20_000, 200_000);
     let async_records = config.pick(2_000, 50_000);
     let key_ordered_records_per_key = config.pick(50, 500);
+    let async_fn_per_cap = config.pick(20, 200);
     let zero_latency_records = config.pick(2_000, 250_000);
     let handoff_records = config.pick(100_000, 2_000_000);
     let backpressure_orders = config.pick(10_000, 20_000);
@@ -586,6 +592,14 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
                 );
                 s.push(key_ordered_name(model, keys), law.of_bound);
             }
+        }
+
+        progress(round, "async-fn operator at Little's bound");
+        for cap in async_fn::CAPS {
+            // Calls of 1 ms: `cap * per_cap` records take about `per_cap` ms at the bound.
+            let records = cap as u64 * async_fn_per_cap;
+            let run = async_fn::littles_law(cap, Duration::from_millis(1), records);
+            s.push(format!("async_fn_{cap}"), run.of_bound);
         }
 
         progress(round, "async I/O at zero latency");
@@ -810,6 +824,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             legacy: by_keys(&s, Model::Legacy),
             mailbox: by_keys(&s, Model::Mailbox),
         },
+        async_fn_inflight_littles_law: async_fn::CAPS
+            .iter()
+            .map(|cap| (cap.to_string(), s.median(&format!("async_fn_{cap}"))))
+            .collect(),
         async_zero_latency: AsyncZeroLatency {
             records: zero_latency_records,
             capacity: ZERO_LATENCY_CAPACITY,
@@ -1055,6 +1073,21 @@ impl fmt::Display for BenchReport {
                     target.is_none_or(|t| value >= t),
                 )?;
             }
+        }
+        for cap in async_fn::CAPS {
+            let value = self
+                .async_fn_inflight_littles_law
+                .get(&cap.to_string())
+                .copied()
+                .unwrap_or(f64::NAN);
+            // The target is at cap 100; the others show how it scales.
+            let target = cap == 100;
+            row(
+                format!("async-fn keyed operator (1 ms) of Little's bound: cap {cap}"),
+                format!("{value:.3}"),
+                if target { ">= 0.8" } else { "-" },
+                !target || value >= 0.8,
+            )?;
         }
         let zero = &self.async_zero_latency;
         for (how, run, note) in [
