@@ -11,6 +11,11 @@
 //! Nothing depends on timing: processing time is a `ManualClock`, completions are oneshot
 //! channels the test resolves; waits have hang guards only.
 
+#[path = "common/slow_count.rs"]
+mod slow_count;
+
+use slow_count::SlowCount;
+
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -610,38 +615,6 @@ fn in_a_job_it_runs_under_the_mailbox_and_bridge_models_and_is_refused_under_the
         let refused = square_job(Model::Legacy, new_chain).expect_err("refused under the lock");
         let chain = error_chain(&refused);
         assert!(chain.contains("under the mailbox model"), "{chain}");
-    }
-}
-
-/// Counts to `limit`, pausing a millisecond every 5 records (outside the lock) so checkpoints
-/// fall inside the run.
-struct SlowCount {
-    limit: u64,
-}
-
-impl streamtask_legacy::SourceFunction for SlowCount {
-    type Out = u64;
-    type State = u64;
-    fn run(
-        &mut self,
-        ctx: &mut streamtask_legacy::SourceContext<'_, u64, u64>,
-    ) -> Result<(), OperatorError> {
-        while !ctx.is_cancelled() {
-            let n = {
-                let mut locked = ctx.lock();
-                let n = *locked.state();
-                if n == self.limit {
-                    return Ok(());
-                }
-                locked.collect(n)?;
-                *locked.state_mut() = n + 1;
-                n
-            };
-            if n % 5 == 0 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        Ok(())
     }
 }
 

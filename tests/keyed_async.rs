@@ -6,6 +6,11 @@
 //! Nothing depends on timing: completions are oneshot channels resolved by the test or by a
 //! service thread in a seeded random order; waits have hang guards only.
 
+#[path = "common/slow_count.rs"]
+mod slow_count;
+
+use slow_count::SlowCount;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -660,38 +665,6 @@ proptest! {
 }
 
 // ---- in a job, every model ----------------------------------------------------------------------
-
-/// Counts to `limit`, pausing a millisecond every 5 records (outside the lock) so checkpoints
-/// fall inside the run.
-struct SlowCount {
-    limit: u64,
-}
-
-impl streamtask_legacy::SourceFunction for SlowCount {
-    type Out = u64;
-    type State = u64;
-    fn run(
-        &mut self,
-        ctx: &mut streamtask_legacy::SourceContext<'_, u64, u64>,
-    ) -> Result<(), OperatorError> {
-        while !ctx.is_cancelled() {
-            let n = {
-                let mut locked = ctx.lock();
-                let n = *locked.state();
-                if n == self.limit {
-                    return Ok(());
-                }
-                locked.collect(n)?;
-                *locked.state_mut() = n + 1;
-                n
-            };
-            if n % 5 == 0 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// Per record: asks a "service" thread for `x * x` and awaits it, then counts the key's
 /// records (its state) and emits `(x * x, count)`; fails once, while in flight, at record 300.
