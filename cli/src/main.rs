@@ -1052,7 +1052,9 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
     for &model in models {
         let config = JobConfig {
             checkpoint_dir: job.checkpoint_dir(model),
-            ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+            ..JobConfig::new(&job.work_dir)
+                .with_restore(options.restore())
+                .with_fallback_to_older(options.fallback_to_older_checkpoint)
         };
         // The job itself: a resume must read the input its state was taken over.
         match job
@@ -1157,7 +1159,9 @@ fn run_to_savepoint(
     });
     let config = JobConfig {
         checkpoint_dir: job.checkpoint_dir(model),
-        ..JobConfig::new(&job.work_dir).with_restore(options.restore())
+        ..JobConfig::new(&job.work_dir)
+            .with_restore(options.restore())
+            .with_fallback_to_older(options.fallback_to_older_checkpoint)
     };
     // The job itself: a resume must read the input its state was taken over.
     match job

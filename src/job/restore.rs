@@ -382,14 +382,22 @@ impl JobGraph {
                 if !matches!(found(dir, &storage)?, Found::Unfinished { .. }) {
                     return Ok(());
                 }
-                match self.restore_point(config.fallback_to_older, &storage)? {
-                    Some(checkpoint) => {
+                // The checkpoint the run would restore; a damaged one is the run's to report.
+                let restored = if config.fallback_to_older {
+                    storage.latest()
+                } else {
+                    storage.newest()
+                };
+                match restored {
+                    Ok(Some(checkpoint)) => {
                         let path = storage
                             .checkpoint_path(checkpoint.id)
                             .unwrap_or_else(|| dir.clone());
                         self.check_checkpoint_identities(&checkpoint, &path)
                     }
-                    None => Ok(()),
+                    Ok(None) => Ok(()),
+                    Err(e) if e.is_damage() => Ok(()),
+                    Err(e) => Err(e.into()),
                 }
             }
             _ => Ok(()),
