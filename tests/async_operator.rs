@@ -101,11 +101,24 @@ impl TaskOutput<u64> for Collected {
 struct Calls(Arc<(Mutex<Vec<(u64, Option<oneshot::Sender<u64>>)>>, Condvar)>);
 
 impl Calls {
-    fn register(&self, x: u64) -> oneshot::Receiver<u64> {
-        let (tx, rx) = oneshot::channel();
-        self.0.0.lock().unwrap().push((x, Some(tx)));
-        self.0.1.notify_all();
-        rx
+    /// A call for `x`, awaited by the operator. The call is published to the test (`wait`,
+    /// `resolve`) only once the operator's first poll found it pending, so a resolve always
+    /// wakes the operator from the resolving thread (never completes it before it waits).
+    fn register(
+        &self,
+        x: u64,
+    ) -> impl std::future::Future<Output = Result<u64, oneshot::error::RecvError>> + use<> {
+        let (tx, mut rx) = oneshot::channel();
+        let calls = self.clone();
+        let mut unpublished = Some(tx);
+        std::future::poll_fn(move |cx| {
+            let poll = std::pin::Pin::new(&mut rx).poll(cx);
+            if let Some(tx) = unpublished.take() {
+                calls.0.0.lock().unwrap().push((x, Some(tx)));
+                calls.0.1.notify_all();
+            }
+            poll
+        })
     }
     fn wait(&self, n: usize) -> Vec<u64> {
         let deadline = Instant::now() + GUARD;
