@@ -1452,6 +1452,8 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
         stream.async_wait_keyed(name, config, factory, Some(key))
     }
 
+    // Not under loom: the mailbox crate's async operators need a real executor.
+    #[cfg(not(loom))]
     /// Runs a [`KeyedAsyncOperator`](streamtask_mailbox::KeyedAsyncOperator) per key in
     /// `parallelism` tasks: many calls in flight per task, one at a time per key, at most
     /// `max_in_flight` records held per task
