@@ -17,26 +17,35 @@ use streamtask::StallReport;
 /// everything into the channels before the first checkpoint is triggered).
 const ORDERS: u64 = 10_000;
 
-#[test]
-fn smoke() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.json");
+/// Runs the legacy model under backpressure with `--stall-report-ms stall_ms` in `dir`; the
+/// command's output and its `--json` report.
+fn run_legacy_under_backpressure(
+    dir: &std::path::Path,
+    stall_ms: &str,
+) -> (std::process::Output, serde_json::Value) {
+    let report = dir.join("report.json");
     let out = streamtask(&run_args_sized(
         "legacy",
-        dir.path(),
+        dir,
         ORDERS,
         &[
             "--scenario",
             "backpressure",
             "--stall-report-ms",
-            "1",
+            stall_ms,
             "--json",
             report.to_str().unwrap(),
         ],
     ));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let json = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    (out, json)
+}
+
+#[test]
+fn smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, json) = run_legacy_under_backpressure(dir.path(), "1");
     let stalls = json["models"][0]["stalled_checkpoints"]
         .as_array()
         .expect("a stalled_checkpoints array");
@@ -64,23 +73,7 @@ fn smoke() {
 #[test]
 fn zero_turns_the_reports_off() {
     let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.json");
-    let out = streamtask(&run_args_sized(
-        "legacy",
-        dir.path(),
-        ORDERS,
-        &[
-            "--scenario",
-            "backpressure",
-            "--stall-report-ms",
-            "0",
-            "--json",
-            report.to_str().unwrap(),
-        ],
-    ));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let (out, json) = run_legacy_under_backpressure(dir.path(), "0");
     assert_eq!(
         json["models"][0]["stalled_checkpoints"],
         serde_json::json!([])

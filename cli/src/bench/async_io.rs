@@ -371,24 +371,13 @@ pub fn littles_law(
     latency: Duration,
     records: u64,
 ) -> LittlesLaw {
-    let completer = Completer::start(latency);
-    let elapsed = run(
+    measure(
         model,
         Chain::Async(capacity, mode),
-        completer.function(),
+        capacity,
+        latency,
         records,
-    );
-    let mean_latency = completer.mean_latency();
-    drop(completer); // joins its thread
-    let achieved = rate(records, elapsed);
-    let bound = capacity as f64 / latency.as_secs_f64();
-    let effective = capacity as f64 / mean_latency.as_secs_f64().max(f64::MIN_POSITIVE);
-    LittlesLaw {
-        achieved,
-        of_bound: achieved / bound,
-        mean_latency,
-        of_effective_bound: achieved / effective,
-    }
+    )
 }
 
 /// Key-ordered async I/O over `keys` keys at `capacity` and a constant `latency`: records/s
@@ -406,13 +395,26 @@ pub fn key_ordered_littles_law(
     latency: Duration,
     records: u64,
 ) -> LittlesLaw {
-    let completer = Completer::start(latency);
-    let elapsed = run(
+    measure(
         model,
         Chain::KeyOrdered(capacity, keys),
-        completer.function(),
+        capacity,
+        latency,
         records,
-    );
+    )
+}
+
+/// Runs `records` records through `chain` (whose capacity is `capacity`) with every call
+/// taking `latency`, and compares the rate with Little's bound `capacity / latency`.
+fn measure(
+    model: Model,
+    chain: Chain,
+    capacity: usize,
+    latency: Duration,
+    records: u64,
+) -> LittlesLaw {
+    let completer = Completer::start(latency);
+    let elapsed = run(model, chain, completer.function(), records);
     let mean_latency = completer.mean_latency();
     drop(completer); // joins its thread
     let achieved = rate(records, elapsed);
