@@ -13,7 +13,7 @@
 //! | part | what | Flink |
 //! |---|---|---|
 //! | [`ChainBody`], [`TaskEnv`], [`Burst`], [`Drain`], [`Applied`] | the operator chain of a task with its counted output and the operations every task runs on it: open, records in, checkpoint, notices, timers, end of input, close | `StreamTask`, `OperatorChain` |
-//! | [`TaskInput`], [`InputEvent`] | a task's input gate read the same way for one or two inputs | `StreamOneInputProcessor`, `StreamTwoInputProcessor` |
+//! | [`TaskInput`], [`channel::InputEvent`] | a task's input gate read the same way for one or two inputs; the gate yields the event the chain takes | `StreamOneInputProcessor`, `StreamTwoInputProcessor` |
 //! | [`IterationInput`], [`FeedbackWriter`], [`feedback_edge`] | an iteration's head input and tail, with the feedback log | `StreamIterationHead`, `StreamIterationTail` |
 //! | [`Lifecycle`], [`TaskParts`], [`TaskSetup`] | one task state machine with the first failure, the stop hook and the done latch; a task's identity split from its config | `Task`'s `ExecutionState` |
 //! | [`TaskHandle`], [`TaskControl`] | one control surface, with one cancel/join contract, over a model's way to reach its task | `Task` (`cancelExecution`), `TaskExecutor` |
@@ -36,7 +36,7 @@
 //!
 //! ```
 //! use streamtask_core::{operator::Output, StreamRecord, operator::TaskOutput};
-//! use streamtask_runtime::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
+//! use streamtask_runtime::channel::{InputEvent, InputGate, Partitioner, RecordWriter, bounded};
 //!
 //! let (tx, rx) = bounded(16).unwrap();
 //! let mut writer = RecordWriter::new(vec![tx], Partitioner::Forward).unwrap();
@@ -44,7 +44,7 @@
 //! writer.end_of_input().unwrap();
 //!
 //! let mut gate = InputGate::new(vec![rx]).unwrap();
-//! assert_eq!(gate.poll_next().unwrap(), GateEvent::Record(StreamRecord::new(7)));
+//! assert_eq!(gate.poll_next().unwrap(), InputEvent::Record(StreamRecord::new(7)));
 //! ```
 
 #![forbid(unsafe_code)]
@@ -66,8 +66,8 @@ pub use crate::async_io::{
 pub use crate::async_io::{FutureAsyncFunction, FutureCallError, TokioRuntime, TokioRuntimeError};
 pub use crate::kit::{
     Applied, BodyPhase, Burst, ChainBody, Counted, Drain, FEEDBACK_LOG, FeedbackOutput,
-    FeedbackReceiver, FeedbackSender, FeedbackWriter, InputEvent, InputRecord, IterationError,
-    IterationInput, Lifecycle, PUBLISH_EVERY, TaskControl, TaskEnv, TaskHandle, TaskInput,
-    TaskParts, TaskSetup, TriggerMode, TwoInputRecord, feedback_edge, feedback_log,
+    FeedbackReceiver, FeedbackSender, FeedbackWriter, InputRecord, IterationError, IterationInput,
+    Lifecycle, PUBLISH_EVERY, TaskControl, TaskEnv, TaskHandle, TaskInput, TaskParts, TaskSetup,
+    TriggerMode, feedback_edge, feedback_log,
 };
 pub use crate::scheduler::{Rearm, SchedulerState, TimerScheduler};

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord};
-use streamtask_runtime::channel::{AlignerAction, BarrierAligner, GateEvent, InputGate, bounded};
+use streamtask_runtime::channel::{AlignerAction, BarrierAligner, InputEvent, InputGate, bounded};
 
 #[path = "common/scripts.rs"]
 mod scripts;
@@ -332,8 +332,8 @@ proptest! {
         let mut aborted: Vec<u64> = Vec::new();
         loop {
             match gate.poll_next().unwrap() {
-                GateEvent::Record(r) => released[r.value.0].push(r.value.1),
-                GateEvent::Checkpoint(b) => {
+                InputEvent::Record(r) => released[r.value.0].push(r.value.1),
+                InputEvent::Barrier(b) => {
                     prop_assert!(triggered.last().is_none_or(|&t| t < b.id));
                     for c in 0..n {
                         let cut = if gate.is_ended(c) {
@@ -345,15 +345,16 @@ proptest! {
                     }
                     triggered.push(b.id);
                 }
-                GateEvent::CheckpointAborted { id } => {
+                InputEvent::Superseded { id } => {
                     prop_assert!(aborted.last().is_none_or(|&a| a < id));
                     aborted.push(id);
                 }
-                GateEvent::Watermark(_) | GateEvent::Status(_) => {}
-                GateEvent::UnalignedCheckpoint(_) | GateEvent::ChannelState { .. } => {
+                InputEvent::Watermark(_) | InputEvent::Status(_) => {}
+                InputEvent::UnalignedBarrier(_) | InputEvent::ChannelState { .. } => {
                     prop_assert!(false, "aligned barriers only")
                 }
-                GateEvent::Nothing | GateEvent::EndOfInput => break,
+                InputEvent::InputEnded(n) => prop_assert!(false, "a one-input gate ended input {n}"),
+                InputEvent::Nothing | InputEvent::EndOfInput => break,
             }
         }
         prop_assert!(triggered.iter().all(|t| !aborted.contains(t)));

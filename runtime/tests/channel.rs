@@ -14,9 +14,9 @@ use streamtask_core::{
     operator::Output, operator::TaskOutput, task::TaskError,
 };
 use streamtask_runtime::channel::{
-    ChannelError, GateError, GateEvent, InputClosed, InputGate, Partitioner, RecordWriter,
+    ChannelError, GateError, InputClosed, InputEvent, InputGate, Partitioner, RecordWriter,
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
-    TwoInputEvent, TwoInputGate, WriterError, bounded,
+    TwoInputGate, TwoInputRecord, WriterError, bounded,
 };
 
 /// Counts how often it was woken.
@@ -57,8 +57,8 @@ fn wm<T>(t: i64) -> StreamElement<T> {
     StreamElement::Watermark(Watermark(t))
 }
 
-fn record<T>(value: T) -> GateEvent<T> {
-    GateEvent::Record(StreamRecord::new(value))
+fn record<T>(value: T) -> InputEvent<StreamRecord<T>> {
+    InputEvent::Record(StreamRecord::new(value))
 }
 
 /// `n` channels of capacity 16 and a gate over them.
@@ -73,11 +73,11 @@ fn gate<T>(
 }
 
 /// Polls until `Nothing` or `EndOfInput` (included), collecting the events.
-fn drain<T>(gate: &mut InputGate<T>) -> Vec<GateEvent<T>> {
+fn drain<T>(gate: &mut InputGate<T>) -> Vec<InputEvent<StreamRecord<T>>> {
     let mut events = Vec::new();
     loop {
         let event = gate.poll_next().unwrap();
-        let stop = matches!(event, GateEvent::Nothing | GateEvent::EndOfInput);
+        let stop = matches!(event, InputEvent::Nothing | InputEvent::EndOfInput);
         events.push(event);
         if stop {
             return events;
@@ -97,9 +97,9 @@ fn smoke() {
         drain(&mut gate),
         [
             record(1),
-            GateEvent::Checkpoint(barrier(1)),
-            GateEvent::Watermark(Watermark::MAX),
-            GateEvent::EndOfInput
+            InputEvent::Barrier(barrier(1)),
+            InputEvent::Watermark(Watermark::MAX),
+            InputEvent::EndOfInput
         ]
     );
 }
@@ -403,7 +403,7 @@ fn the_gate_reads_channels_round_robin() {
             record((1, 1)),
             record((2, 1)),
             record((1, 2)),
-            GateEvent::Nothing
+            InputEvent::Nothing
         ]
     );
 }
@@ -412,9 +412,9 @@ fn the_gate_reads_channels_round_robin() {
 fn an_empty_gate_wakes_the_registered_waker_when_any_channel_gets_data() {
     let (tx, mut gate) = gate::<u8>(3);
     let (count, waker) = CountingWaker::new();
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     gate.register_waker(&waker);
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     assert_eq!(count.count(), 0);
     tx[2].send(rec(9)).unwrap();
     assert_eq!(count.count(), 1);
@@ -425,7 +425,7 @@ fn an_empty_gate_wakes_the_registered_waker_when_any_channel_gets_data() {
 fn the_gate_waker_is_not_registered_on_blocked_channels() {
     let (tx, mut gate) = gate(2);
     tx[0].send(bar(1)).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     assert!(gate.is_blocked(0));
     let (count, waker) = CountingWaker::new();
     gate.register_waker(&waker);
@@ -437,7 +437,7 @@ fn the_gate_waker_is_not_registered_on_blocked_channels() {
     );
     tx[1].send(bar(1)).unwrap();
     assert_eq!(count.count(), 1);
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(1)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(1)));
     assert_eq!(gate.poll_next().unwrap(), record("after the barrier"));
 }
 
@@ -456,11 +456,11 @@ fn alignment_holds_back_a_channel_until_every_channel_delivered_the_barrier() {
     assert_eq!(gate.poll_next().unwrap(), record("b2"));
     assert!(gate.is_blocked(0));
     assert_eq!(gate.pending_checkpoint(), Some(barrier(1)));
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(1)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(1)));
     assert!(!gate.is_blocked(0));
     assert_eq!(
         drain(&mut gate),
-        [record("a2"), record("b3"), GateEvent::Nothing]
+        [record("a2"), record("b3"), InputEvent::Nothing]
     );
 }
 
@@ -474,15 +474,12 @@ fn a_newer_barrier_supersedes_and_aborts_the_unfinished_alignment() {
     for e in [bar(2), rec("y")] {
         tx[1].send(e).unwrap();
     }
-    assert_eq!(
-        gate.poll_next().unwrap(),
-        GateEvent::CheckpointAborted { id: 1 }
-    );
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Superseded { id: 1 });
     // Channel 0 is released (it owes barrier 2), channel 1 is held for checkpoint 2.
     assert!(!gate.is_blocked(0) && gate.is_blocked(1));
     assert_eq!(gate.poll_next().unwrap(), record("x"));
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(2)));
-    assert_eq!(drain(&mut gate), [record("y"), GateEvent::Nothing]);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(2)));
+    assert_eq!(drain(&mut gate), [record("y"), InputEvent::Nothing]);
 }
 
 #[test]
@@ -493,8 +490,8 @@ fn a_barrier_older_than_the_current_one_is_ignored() {
         tx[1].send(e).unwrap();
     }
     assert_eq!(gate.poll_next().unwrap(), record("r"));
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(2)));
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(2)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
 }
 
 #[test]
@@ -504,11 +501,11 @@ fn end_of_input_on_a_channel_counts_as_aligned() {
         tx[0].send(e).unwrap();
     }
     tx[1].send(StreamElement::EndOfInput).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(1)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(1)));
     assert_eq!(gate.poll_next().unwrap(), record("after 1"));
     // From now on channel 0 alone aligns.
     tx[0].send(bar(2)).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(2)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(2)));
     assert!(gate.is_ended(1));
 }
 
@@ -522,9 +519,9 @@ fn a_single_channel_aligns_at_once() {
         drain(&mut gate),
         [
             record(1),
-            GateEvent::Checkpoint(barrier(5)),
+            InputEvent::Barrier(barrier(5)),
             record(2),
-            GateEvent::Nothing
+            InputEvent::Nothing
         ]
     );
 }
@@ -535,7 +532,7 @@ fn the_coordinator_can_abort_an_alignment() {
     for e in [bar(3), rec("held")] {
         tx[0].send(e).unwrap();
     }
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     assert_eq!(gate.abort_checkpoint(3), Some(barrier(3)));
     assert_eq!(gate.poll_next().unwrap(), record("held"));
     // The late barrier of the aborted checkpoint does not block channel 1.
@@ -556,9 +553,9 @@ fn the_gate_emits_the_minimum_watermark_only_when_it_advances() {
     assert_eq!(
         drain(&mut gate),
         [
-            GateEvent::Watermark(Watermark(3)),
-            GateEvent::Watermark(Watermark(7)),
-            GateEvent::Nothing
+            InputEvent::Watermark(Watermark(3)),
+            InputEvent::Watermark(Watermark(7)),
+            InputEvent::Nothing
         ]
     );
     assert_eq!(gate.watermark(), Watermark(7));
@@ -580,10 +577,10 @@ fn idle_channels_are_left_out_and_all_idle_makes_the_gate_idle() {
     assert_eq!(
         drain(&mut gate),
         [
-            GateEvent::Watermark(Watermark(10)),
-            GateEvent::Status(StreamStatus::Idle),
-            GateEvent::Status(StreamStatus::Active),
-            GateEvent::Nothing
+            InputEvent::Watermark(Watermark(10)),
+            InputEvent::Status(StreamStatus::Idle),
+            InputEvent::Status(StreamStatus::Active),
+            InputEvent::Nothing
         ]
     );
     assert_eq!(gate.status(), StreamStatus::Active);
@@ -601,11 +598,11 @@ fn when_every_channel_ended_the_gate_ends_for_good() {
         drain(&mut gate),
         [
             record(1),
-            GateEvent::Watermark(Watermark::MAX),
-            GateEvent::EndOfInput
+            InputEvent::Watermark(Watermark::MAX),
+            InputEvent::EndOfInput
         ]
     );
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::EndOfInput);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::EndOfInput);
     let (count, waker) = CountingWaker::new();
     gate.register_waker(&waker);
     assert_eq!(count.count(), 1, "an ended gate has an event at once");
@@ -648,9 +645,9 @@ fn next_blocking_parks_until_data_arrives() {
     let mut got = Vec::new();
     loop {
         match gate.next_blocking().unwrap() {
-            GateEvent::Record(r) => got.push(r.value),
-            GateEvent::Watermark(w) => assert!(w.is_max()),
-            GateEvent::EndOfInput => break,
+            InputEvent::Record(r) => got.push(r.value),
+            InputEvent::Watermark(w) => assert!(w.is_max()),
+            InputEvent::EndOfInput => break,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -666,7 +663,7 @@ fn next_timeout_reports_nothing_when_nothing_came() {
     let (tx, mut gate) = gate::<u8>(1);
     assert_eq!(
         gate.next_timeout(Duration::from_millis(1)).unwrap(),
-        GateEvent::Nothing
+        InputEvent::Nothing
     );
     tx[0].send(rec(3)).unwrap();
     assert_eq!(
@@ -684,7 +681,7 @@ fn the_gate_records_alignment_time_for_several_channels() {
         .with_metrics(Arc::clone(&metrics));
     tx[0].send(bar(1)).unwrap();
     tx[1].send(bar(1)).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(1)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(1)));
     assert_eq!(metrics.alignment.count(), 1);
 
     let single = Arc::new(TaskMetrics::new("single"));
@@ -693,7 +690,7 @@ fn the_gate_records_alignment_time_for_several_channels() {
         .unwrap()
         .with_metrics(Arc::clone(&single));
     tx.send(bar(1)).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier(1)));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(1)));
     assert_eq!(single.alignment.count(), 0, "one channel never aligns");
 }
 
@@ -730,22 +727,19 @@ fn two_input_alignment_spans_both_inputs() {
         .unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Record2(StreamRecord::new("before".into()))
+        InputEvent::Record(TwoInputRecord::Second(StreamRecord::new("before".into())))
     );
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     assert!(gate.is_blocked(0) && gate.is_blocked(1) && !gate.is_blocked(2));
     tx2[0].send(bar(1)).unwrap();
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier(1)));
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Checkpoint(barrier(1))
+        InputEvent::Record(TwoInputRecord::First(StreamRecord::new(1)))
     );
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Record1(StreamRecord::new(1))
-    );
-    assert_eq!(
-        gate.poll_next().unwrap(),
-        TwoInputEvent::Record1(StreamRecord::new(1))
+        InputEvent::Record(TwoInputRecord::First(StreamRecord::new(1)))
     );
 }
 
@@ -754,17 +748,17 @@ fn the_two_input_watermark_is_the_minimum_of_both_inputs() {
     let (tx1, tx2, mut gate) = two_input(2, 1);
     tx1[0].send(wm(10)).unwrap();
     tx1[1].send(wm(12)).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     assert_eq!(gate.input_watermark(1), Watermark(10));
     tx2[0].send(wm(4)).unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Watermark(Watermark(4))
+        InputEvent::Watermark(Watermark(4))
     );
     tx2[0].send(wm(40)).unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Watermark(Watermark(10))
+        InputEvent::Watermark(Watermark(10))
     );
     assert_eq!(gate.input_watermark(2), Watermark(40));
     // An idle input does not hold the other back.
@@ -775,11 +769,11 @@ fn the_two_input_watermark_is_the_minimum_of_both_inputs() {
     tx1[1].send(wm(20)).unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Watermark(Watermark(12))
+        InputEvent::Watermark(Watermark(12))
     );
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Watermark(Watermark(20))
+        InputEvent::Watermark(Watermark(20))
     );
     assert_eq!(gate.watermark(), Watermark(20));
 }
@@ -788,18 +782,18 @@ fn the_two_input_watermark_is_the_minimum_of_both_inputs() {
 fn the_two_input_gate_reports_each_input_ending() {
     let (tx1, tx2, mut gate) = two_input(1, 2);
     tx1[0].send(StreamElement::EndOfInput).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::EndOfInput1);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::InputEnded(1));
     assert!(gate.is_input_ended(1) && !gate.is_input_ended(2));
     tx2[0].send(StreamElement::EndOfInput).unwrap();
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Nothing);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
     tx2[1].send(StreamElement::EndOfInput).unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        TwoInputEvent::Watermark(Watermark::MAX)
+        InputEvent::Watermark(Watermark::MAX)
     );
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::EndOfInput2);
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::EndOfInput);
-    assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::EndOfInput);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::InputEnded(2));
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::EndOfInput);
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::EndOfInput);
 }
 
 // ---- the record writer ----

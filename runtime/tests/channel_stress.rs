@@ -12,7 +12,7 @@ use streamtask_core::sync::atomic::{AtomicBool, Ordering};
 use streamtask_core::sync::thread::{self, Thread};
 use streamtask_core::{CheckpointBarrier, StreamRecord, operator::Output, operator::TaskOutput};
 use streamtask_runtime::channel::{
-    GateEvent, InputGate, Partitioner, RecordWriter, TryRecvError, TrySendError, bounded,
+    InputEvent, InputGate, Partitioner, RecordWriter, TryRecvError, TrySendError, bounded,
 };
 
 /// How long a suspended party may wait for a notice before the test calls it a lost wakeup.
@@ -218,16 +218,16 @@ fn a_polling_gate_over_writers_cuts_every_checkpoint_exactly_once() {
     let mut checkpoints = Vec::new();
     loop {
         let mut event = gate.poll_next().unwrap();
-        if event == GateEvent::Nothing {
+        if event == InputEvent::Nothing {
             gate.register_waker(&waker);
             event = gate.poll_next().unwrap();
-            if event == GateEvent::Nothing {
+            if event == InputEvent::Nothing {
                 resume.suspend("gate consumer");
                 continue;
             }
         }
         match event {
-            GateEvent::Record(r) => {
+            InputEvent::Record(r) => {
                 let (c, seq) = r.value;
                 assert_eq!(
                     seq, released[c],
@@ -235,14 +235,14 @@ fn a_polling_gate_over_writers_cuts_every_checkpoint_exactly_once() {
                 );
                 released[c] += 1;
             }
-            GateEvent::Checkpoint(b) => {
+            InputEvent::Barrier(b) => {
                 // The exactly-once cut: every channel released exactly its records before b.
                 let cut = u32::try_from(b.id).unwrap() * PER_CHECKPOINT;
                 assert_eq!(released, [cut; CHANNELS], "cut of checkpoint {}", b.id);
                 checkpoints.push(b.id);
             }
-            GateEvent::Watermark(w) => assert!(w.is_max()),
-            GateEvent::EndOfInput => break,
+            InputEvent::Watermark(w) => assert!(w.is_max()),
+            InputEvent::EndOfInput => break,
             other => panic!("unexpected {other:?}"),
         }
     }

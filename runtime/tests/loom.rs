@@ -274,7 +274,7 @@ mod channel_notices {
 mod input_gate {
     use streamtask_core::sync::thread;
     use streamtask_core::{StreamElement, StreamRecord};
-    use streamtask_runtime::channel::{GateEvent, InputGate, bounded};
+    use streamtask_runtime::channel::{InputEvent, InputGate, bounded};
 
     /// `next_blocking` parks until a producer on either channel sends; the send's notice
     /// unparks it. (The parking reader runs on a spawned thread that joins nothing: a late
@@ -292,7 +292,7 @@ mod input_gate {
             tx1.send(StreamElement::Record(StreamRecord::new(7)))
                 .unwrap();
             let (event, gate) = reader.join().unwrap();
-            assert_eq!(event, GateEvent::Record(StreamRecord::new(7)));
+            assert_eq!(event, InputEvent::Record(StreamRecord::new(7)));
             drop((tx0, tx1, gate));
         });
     }

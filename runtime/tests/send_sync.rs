@@ -11,10 +11,11 @@ fn smoke() {
     streamtask_core::testing::assert_send_sync::<u8>();
 }
 
+use streamtask_core::StreamRecord;
 use streamtask_runtime::channel::{
-    Aligned, AlignerAction, BarrierAligner, ChannelError, GateError, GateEvent, InputClosed,
+    Aligned, AlignerAction, BarrierAligner, ChannelError, GateError, InputClosed, InputEvent,
     InputGate, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender,
-    TryRecvError, TrySendError, TwoInputEvent, TwoInputGate, ValveOutput, ValveUpdate,
+    TryRecvError, TrySendError, TwoInputGate, TwoInputRecord, ValveOutput, ValveUpdate,
     WatermarkValve, WriterError,
 };
 use streamtask_runtime::{QueueFull, QueueOutput, QueuedInput, TimerScheduler};
@@ -31,8 +32,8 @@ assert_send_sync!(
     WatermarkValve,
     ValveOutput,
     ValveUpdate,
-    GateEvent<u64>,
-    TwoInputEvent<u64, String>,
+    InputEvent<StreamRecord<u64>>,
+    InputEvent<TwoInputRecord<u64, String>>,
     InputClosed,
 );
 assert_send_sync!(

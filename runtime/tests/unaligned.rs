@@ -4,7 +4,7 @@
 //! cases one by one.
 //!
 //! The exactly-once cut of an unaligned checkpoint `k`, per channel: the records the task
-//! processed before it snapshotted (at `UnalignedCheckpoint(k)`), followed by the channel state
+//! processed before it snapshotted (at `UnalignedBarrier(k)`), followed by the channel state
 //! `ChannelState { id: k }` stored for that channel, are exactly the records the channel carried
 //! before its barrier `k` (all of them, if it ended first). Nothing is lost or duplicated: every
 //! record is processed once, in its channel's order.
@@ -18,7 +18,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use streamtask_core::{Alignment, CheckpointBarrier, StreamElement, StreamRecord};
 use streamtask_runtime::channel::{
-    ChannelCodec, ChannelState, GateEvent, InputGate, Receiver, Sender, bounded,
+    ChannelCodec, ChannelState, InputEvent, InputGate, Receiver, Sender, bounded,
 };
 
 #[path = "common/scripts.rs"]
@@ -84,13 +84,13 @@ proptest! {
         let mut aborted = BTreeSet::new();
         loop {
             match gate.poll_next().unwrap() {
-                GateEvent::Record(r) => released[r.value.0].push(r.value.1),
-                GateEvent::UnalignedCheckpoint(b) => {
+                InputEvent::Record(r) => released[r.value.0].push(r.value.1),
+                InputEvent::UnalignedBarrier(b) => {
                     prop_assert!(snapshots.last().is_none_or(|(id, _)| *id < b.id));
                     prop_assert!(b.is_unaligned());
                     snapshots.push((b.id, released.clone()));
                 }
-                GateEvent::ChannelState { id, state } => {
+                InputEvent::ChannelState { id, state } => {
                     let state = state.unwrap();
                     let (_, taken) = snapshots
                         .iter()
@@ -107,12 +107,13 @@ proptest! {
                     }
                     completed.insert(id);
                 }
-                GateEvent::CheckpointAborted { id } => {
+                InputEvent::Superseded { id } => {
                     aborted.insert(id);
                 }
-                GateEvent::Checkpoint(b) => prop_assert!(false, "aligned {b:?}"),
-                GateEvent::Watermark(_) | GateEvent::Status(_) => {}
-                GateEvent::Nothing | GateEvent::EndOfInput => break,
+                InputEvent::Barrier(b) => prop_assert!(false, "aligned {b:?}"),
+                InputEvent::InputEnded(n) => prop_assert!(false, "a one-input gate ended input {n}"),
+                InputEvent::Watermark(_) | InputEvent::Status(_) => {}
+                InputEvent::Nothing | InputEvent::EndOfInput => break,
             }
         }
         prop_assert!(completed.is_disjoint(&aborted));
@@ -156,9 +157,9 @@ fn a_barrier_overtakes_a_full_channel_and_rings_the_waker() {
     assert!(gate.has_priority());
     assert_eq!(
         gate.poll_priority(),
-        Some(GateEvent::UnalignedCheckpoint(unaligned(1)))
+        Some(InputEvent::UnalignedBarrier(unaligned(1)))
     );
-    let Some(GateEvent::ChannelState { id: 1, state }) = gate.poll_priority() else {
+    let Some(InputEvent::ChannelState { id: 1, state }) = gate.poll_priority() else {
         panic!("channel state expected");
     };
     assert_eq!(state_records(&state.unwrap(), 0), [0, 1, 2, 3]);
@@ -166,7 +167,7 @@ fn a_barrier_overtakes_a_full_channel_and_rings_the_waker() {
     for r in 0..4 {
         assert_eq!(
             gate.poll_next().unwrap(),
-            GateEvent::Record(StreamRecord::new((0, r)))
+            InputEvent::Record(StreamRecord::new((0, r)))
         );
     }
 }
@@ -181,24 +182,24 @@ fn a_record_put_back_is_stored_once() {
         .unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        GateEvent::UnalignedCheckpoint(unaligned(1))
+        InputEvent::UnalignedBarrier(unaligned(1))
     );
     // Channel 1's barrier has not arrived: what it delivers is stored.
     senders[1]
         .send(StreamElement::Record(StreamRecord::new((1, 7))))
         .unwrap();
-    let GateEvent::Record(record) = gate.poll_next().unwrap() else {
+    let InputEvent::Record(record) = gate.poll_next().unwrap() else {
         panic!("record expected");
     };
     gate.unread(record);
     assert_eq!(
         gate.poll_next().unwrap(),
-        GateEvent::Record(StreamRecord::new((1, 7)))
+        InputEvent::Record(StreamRecord::new((1, 7)))
     );
     senders[1]
         .send_priority(StreamElement::Barrier(unaligned(1)))
         .unwrap();
-    let GateEvent::ChannelState { id: 1, state } = gate.poll_next().unwrap() else {
+    let InputEvent::ChannelState { id: 1, state } = gate.poll_next().unwrap() else {
         panic!("channel state expected");
     };
     let state = state.unwrap();
@@ -216,25 +217,22 @@ fn a_newer_barrier_supersedes_an_unfinished_unaligned_checkpoint() {
         .unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        GateEvent::UnalignedCheckpoint(unaligned(1))
+        InputEvent::UnalignedBarrier(unaligned(1))
     );
     senders[1]
         .send_priority(StreamElement::Barrier(unaligned(2)))
         .unwrap();
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Superseded { id: 1 });
     assert_eq!(
         gate.poll_next().unwrap(),
-        GateEvent::CheckpointAborted { id: 1 }
-    );
-    assert_eq!(
-        gate.poll_next().unwrap(),
-        GateEvent::UnalignedCheckpoint(unaligned(2))
+        InputEvent::UnalignedBarrier(unaligned(2))
     );
     senders[0]
         .send_priority(StreamElement::Barrier(unaligned(2)))
         .unwrap();
     assert!(matches!(
         gate.poll_next().unwrap(),
-        GateEvent::ChannelState {
+        InputEvent::ChannelState {
             id: 2,
             state: Ok(_)
         }
@@ -257,15 +255,12 @@ fn a_gate_without_a_codec_aligns() {
         .unwrap();
     assert_eq!(
         gate.poll_next().unwrap(),
-        GateEvent::Record(StreamRecord::new((0, 1)))
+        InputEvent::Record(StreamRecord::new((0, 1)))
     );
+    assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(unaligned(1)));
     assert_eq!(
         gate.poll_next().unwrap(),
-        GateEvent::Checkpoint(unaligned(1))
-    );
-    assert_eq!(
-        gate.poll_next().unwrap(),
-        GateEvent::Record(StreamRecord::new((0, 2)))
+        InputEvent::Record(StreamRecord::new((0, 2)))
     );
 }
 
@@ -288,14 +283,14 @@ fn an_aligned_timeout_switches_an_alignment_to_unaligned() {
         .unwrap();
     // Before the timeout: the record of channel 1 comes first, then the alignment completes.
     let first = gate.poll_next().unwrap();
-    if first == GateEvent::Record(StreamRecord::new((1, 5))) {
-        assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier));
+    if first == InputEvent::Record(StreamRecord::new((1, 5))) {
+        assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier));
         return;
     }
     // Or the timeout passed on a slow machine: then it switched, with the record as state.
     assert_eq!(
         first,
-        GateEvent::UnalignedCheckpoint(barrier.with_alignment(Alignment::Unaligned))
+        InputEvent::UnalignedBarrier(barrier.with_alignment(Alignment::Unaligned))
     );
 }
 
@@ -319,12 +314,12 @@ fn past_its_aligned_timeout_a_barrier_goes_early() {
     if first.is_none() {
         assert_eq!(
             gate.poll_priority(),
-            Some(GateEvent::UnalignedCheckpoint(
+            Some(InputEvent::UnalignedBarrier(
                 barrier.with_alignment(Alignment::Unaligned)
             ))
         );
     }
-    let Some(GateEvent::ChannelState { id: 1, state }) = gate.poll_priority() else {
+    let Some(InputEvent::ChannelState { id: 1, state }) = gate.poll_priority() else {
         panic!("channel state expected");
     };
     assert_eq!(state_records(&state.unwrap(), 0), [1]);

@@ -16,10 +16,10 @@ use streamtask_core::sync::channel::{Receiver, SendError, Sender, unbounded};
 use streamtask_core::sync::{Arc, spawn_named, thread};
 use streamtask_core::task::{CheckpointResponder, DeclineReason, TaskConfig, TaskError};
 use streamtask_core::{CheckpointBarrier, OperatorError, catch_panic, operator::TaskOutput};
-use streamtask_runtime::channel::InputClosed;
+use streamtask_runtime::channel::{InputClosed, InputEvent};
 use streamtask_runtime::{
-    Applied, ChainBody, Drain, InputEvent, InputRecord, TaskControl, TaskEnv, TaskHandle,
-    TaskInput, TaskParts, TaskSetup, TriggerMode,
+    Applied, ChainBody, Drain, InputRecord, TaskControl, TaskEnv, TaskHandle, TaskInput, TaskParts,
+    TaskSetup, TriggerMode,
 };
 
 use super::body::LockedBody;

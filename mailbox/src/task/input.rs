@@ -9,7 +9,8 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, Watermark, operator::TaskOutput, state::TaskSnapshot,
     task::TaskError,
 };
-use streamtask_runtime::{Applied, ChainBody, InputEvent, InputRecord, TaskInput};
+use streamtask_runtime::channel::InputEvent;
+use streamtask_runtime::{Applied, ChainBody, InputRecord, TaskInput};
 
 use crate::mailbox::MailHint;
 use crate::source::{InputStatus, ReaderOutput, SourceReader};

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use super::aligner::{Aligned, AlignerAction, BarrierAligner};
 use super::backoff::Backoff;
 use super::bounded::{PriorityBell, Receiver, TryRecvError};
+use super::event::{InputEvent, TwoInputRecord};
 use super::state::{ChannelCodec, ChannelState};
 use super::valve::{ValveOutput, ValveUpdate, WatermarkValve};
 use crate::sync::thread;
@@ -60,98 +61,25 @@ pub enum GateError {
     },
 }
 
-/// What [`InputGate::poll_next`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GateEvent<T> {
-    /// A record to process.
-    Record(StreamRecord<T>),
-    /// The combined watermark advanced.
-    Watermark(Watermark),
-    /// The combined stream status changed.
-    Status(StreamStatus),
-    /// Every channel delivered this barrier (or ended): snapshot now, then forward the barrier.
-    Checkpoint(CheckpointBarrier),
-    /// The first barrier of an unaligned checkpoint overtook the records before it: snapshot
-    /// now and forward the barrier, but acknowledge only with its
-    /// [`ChannelState`](GateEvent::ChannelState), which follows.
-    UnalignedCheckpoint(CheckpointBarrier),
-    /// Every channel delivered the barrier of unaligned checkpoint `id` (or ended): its
-    /// channel state is complete (`Err` with the reason when an element could not be
-    /// encoded: decline the checkpoint).
-    ChannelState {
-        /// The checkpoint.
-        id: u64,
-        /// What its barriers overtook, per channel.
-        state: Result<ChannelState, String>,
-    },
-    /// A newer barrier superseded this checkpoint during alignment; decline it.
-    CheckpointAborted {
-        /// The aborted checkpoint.
-        id: u64,
-    },
-    /// Nothing can be read now: register a waker, poll again, then suspend.
-    Nothing,
-    /// Every channel ended; nothing will ever follow (returned on every later poll).
-    EndOfInput,
-}
-
-/// What [`TwoInputGate::poll_next`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TwoInputEvent<A, B> {
-    /// A record of input 1.
-    Record1(StreamRecord<A>),
-    /// A record of input 2.
-    Record2(StreamRecord<B>),
-    /// The watermark combined over both inputs advanced.
-    Watermark(Watermark),
-    /// The status combined over both inputs changed.
-    Status(StreamStatus),
-    /// Every channel of both inputs delivered this barrier (or ended): snapshot now.
-    Checkpoint(CheckpointBarrier),
-    /// As [`GateEvent::UnalignedCheckpoint`].
-    UnalignedCheckpoint(CheckpointBarrier),
-    /// As [`GateEvent::ChannelState`].
-    ChannelState {
-        /// The checkpoint.
-        id: u64,
-        /// What its barriers overtook, per channel (input 1's channels first).
-        state: Result<ChannelState, String>,
-    },
-    /// A newer barrier superseded this checkpoint during alignment; decline it.
-    CheckpointAborted {
-        /// The aborted checkpoint.
-        id: u64,
-    },
-    /// Every channel of input 1 ended: call `end_input(1)`.
-    EndOfInput1,
-    /// Every channel of input 2 ended: call `end_input(2)`.
-    EndOfInput2,
-    /// Nothing can be read now: register a waker, poll again, then suspend.
-    Nothing,
-    /// Both inputs ended (after their `EndOfInput1` / `EndOfInput2`); returned on every later
-    /// poll.
-    EndOfInput,
-}
-
 /// A one-input task's input: N channels read round robin, barriers aligned, watermarks and
 /// status combined.
 ///
 /// [`TwoInputGate`] is its two-input sibling (one aligner over the channels of both inputs,
 /// because a checkpoint of a two-input task cuts both). Both read the
 /// channels round robin, one element per channel per turn, skipping channels that are blocked
-/// for alignment or ended; they turn what they read into events:
+/// for alignment or ended; they turn what they read into [`InputEvent`]s:
 ///
 /// | read on a channel | event |
 /// |---|---|
-/// | record | `Record` (`Record1` / `Record2`) |
+/// | record | `Record` (of a two-input gate: [`TwoInputRecord::First`] / [`TwoInputRecord::Second`]) |
 /// | watermark, status | `Watermark` / `Status` only when the combined value changes ([`WatermarkValve`]) |
-/// | barrier | nothing (the channel is blocked), `Checkpoint` once aligned, `CheckpointAborted` when superseded ([`BarrierAligner`]) |
-/// | end of input | maybe `Watermark` / `Checkpoint`; `EndOfInput1` / `EndOfInput2` when an input of a two-input gate ended; `EndOfInput` once every channel ended |
+/// | barrier | nothing (the channel is blocked), `Barrier` once aligned, `Superseded` when superseded ([`BarrierAligner`]) |
+/// | end of input | maybe `Watermark` / `Barrier`; `InputEnded(1)` / `InputEnded(2)` when an input of a two-input gate ended; `EndOfInput` once every channel ended |
 /// | disconnection without end of input | the error [`InputClosed`] (the upstream task failed) |
 ///
 /// # Polling without lost wakeups (the mailbox model)
 ///
-/// [`InputGate::poll_next`] never blocks. When it returns [`GateEvent::Nothing`]:
+/// [`InputGate::poll_next`] never blocks. When it returns [`InputEvent::Nothing`]:
 ///
 /// 1. register the task's waker with [`InputGate::register_waker`] (it registers on every channel
 ///    that may be read: not blocked, not ended);
@@ -174,7 +102,7 @@ pub enum TwoInputEvent<A, B> {
 /// Channel 0 delivers barrier 1 first; it is held back until channel 1 delivers it too:
 ///
 /// ```
-/// use streamtask_runtime::channel::{GateEvent, InputGate, bounded};
+/// use streamtask_runtime::channel::{InputEvent, InputGate, bounded};
 /// use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord};
 ///
 /// let (tx0, rx0) = bounded(8).unwrap();
@@ -186,11 +114,11 @@ pub enum TwoInputEvent<A, B> {
 /// tx1.send(StreamElement::Barrier(barrier)).unwrap();
 ///
 /// let mut gate = InputGate::new(vec![rx0, rx1]).unwrap();
-/// assert_eq!(gate.poll_next().unwrap(), GateEvent::Record(StreamRecord::new("before")));
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Record(StreamRecord::new("before")));
 /// assert!(gate.is_blocked(0));
-/// assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(barrier));
-/// assert_eq!(gate.poll_next().unwrap(), GateEvent::Record(StreamRecord::new("after")));
-/// assert_eq!(gate.poll_next().unwrap(), GateEvent::Nothing);
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(barrier));
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Record(StreamRecord::new("after")));
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing);
 /// ```
 pub struct InputGate<T> {
     lanes: Lanes<T>,
@@ -248,14 +176,14 @@ impl<T> InputGate<T> {
     }
 
     /// Only what unaligned checkpoints produce, taking waiting barriers early: the events
-    /// [`UnalignedCheckpoint`](GateEvent::UnalignedCheckpoint),
-    /// [`ChannelState`](GateEvent::ChannelState) and
-    /// [`CheckpointAborted`](GateEvent::CheckpointAborted) of a superseded one; `None` when
+    /// [`UnalignedBarrier`](InputEvent::UnalignedBarrier),
+    /// [`ChannelState`](InputEvent::ChannelState) and
+    /// [`Superseded`](InputEvent::Superseded) of a superseded one; `None` when
     /// there are none. For a task that does not read its input now (its output is full).
-    pub fn poll_priority(&mut self) -> Option<GateEvent<T>> {
+    pub fn poll_priority(&mut self) -> Option<InputEvent<StreamRecord<T>>> {
         self.core.poll_priority(&mut self.lanes).map(|signal| {
             match Self::event(Polled::Signal(signal)) {
-                GateEvent::Nothing => unreachable!("a priority signal is an event"),
+                InputEvent::Nothing => unreachable!("a priority signal is an event"),
                 event => event,
             }
         })
@@ -271,20 +199,20 @@ impl<T> InputGate<T> {
         self.lanes.unread(ch, StreamElement::Record(record));
     }
 
-    fn event(polled: Polled<StreamRecord<T>>) -> GateEvent<T> {
+    fn event(polled: Polled<StreamRecord<T>>) -> InputEvent<StreamRecord<T>> {
         match polled {
-            Polled::Record(r) => GateEvent::Record(r),
-            Polled::Signal(Signal::Watermark(w)) => GateEvent::Watermark(w),
-            Polled::Signal(Signal::Status(s)) => GateEvent::Status(s),
-            Polled::Signal(Signal::Checkpoint(b)) => GateEvent::Checkpoint(b),
-            Polled::Signal(Signal::Unaligned(b)) => GateEvent::UnalignedCheckpoint(b),
+            Polled::Record(r) => InputEvent::Record(r),
+            Polled::Signal(Signal::Watermark(w)) => InputEvent::Watermark(w),
+            Polled::Signal(Signal::Status(s)) => InputEvent::Status(s),
+            Polled::Signal(Signal::Checkpoint(b)) => InputEvent::Barrier(b),
+            Polled::Signal(Signal::Unaligned(b)) => InputEvent::UnalignedBarrier(b),
             Polled::Signal(Signal::ChannelState(id, state)) => {
-                GateEvent::ChannelState { id, state }
+                InputEvent::ChannelState { id, state }
             }
-            Polled::Signal(Signal::Aborted(id)) => GateEvent::CheckpointAborted { id },
+            Polled::Signal(Signal::Aborted(id)) => InputEvent::Superseded { id },
             // A one-input core reports no per-input ends; all-ended follows.
-            Polled::Signal(Signal::InputEnded(_)) | Polled::AllEnded => GateEvent::EndOfInput,
-            Polled::Nothing => GateEvent::Nothing,
+            Polled::Signal(Signal::InputEnded(_)) | Polled::AllEnded => InputEvent::EndOfInput,
+            Polled::Nothing => InputEvent::Nothing,
         }
     }
 
@@ -300,7 +228,7 @@ impl<T> InputGate<T> {
     /// # Errors
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
-    pub fn poll_next(&mut self) -> Result<GateEvent<T>, InputClosed> {
+    pub fn poll_next(&mut self) -> Result<InputEvent<StreamRecord<T>>, InputClosed> {
         let polled = self.core.poll(&mut self.lanes)?;
         Ok(Self::event(polled))
     }
@@ -323,9 +251,9 @@ impl<T> InputGate<T> {
     /// # Errors
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
-    pub fn next_blocking(&mut self) -> Result<GateEvent<T>, InputClosed> {
+    pub fn next_blocking(&mut self) -> Result<InputEvent<StreamRecord<T>>, InputClosed> {
         wait_for_event(self, None, Self::poll_next, Self::register_waker, |e| {
-            matches!(e, GateEvent::Nothing)
+            matches!(e, InputEvent::Nothing)
         })
     }
 
@@ -336,13 +264,16 @@ impl<T> InputGate<T> {
     /// # Errors
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
-    pub fn next_timeout(&mut self, timeout: Duration) -> Result<GateEvent<T>, InputClosed> {
+    pub fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<InputEvent<StreamRecord<T>>, InputClosed> {
         wait_for_event(
             self,
             Instant::now().checked_add(timeout),
             Self::poll_next,
             Self::register_waker,
-            |e| matches!(e, GateEvent::Nothing),
+            |e| matches!(e, InputEvent::Nothing),
         )
     }
 
@@ -410,7 +341,7 @@ impl<T> fmt::Debug for InputGate<T> {
 /// # Examples
 ///
 /// ```
-/// use streamtask_runtime::channel::{TwoInputEvent, TwoInputGate, bounded};
+/// use streamtask_runtime::channel::{InputEvent, TwoInputGate, TwoInputRecord, bounded};
 /// use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, Watermark};
 ///
 /// let (numbers, rx1) = bounded::<StreamElement<u32>>(8).unwrap();
@@ -420,12 +351,12 @@ impl<T> fmt::Debug for InputGate<T> {
 /// numbers.send(StreamElement::Barrier(CheckpointBarrier::new(1, 0))).unwrap();
 /// numbers.send(StreamElement::Record(StreamRecord::new(7))).unwrap();
 /// numbers.send(StreamElement::Watermark(Watermark(10))).unwrap();
-/// assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Nothing); // input 1 held back
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Nothing); // input 1 held back
 /// words.send(StreamElement::Watermark(Watermark(5))).unwrap();
 /// words.send(StreamElement::Barrier(CheckpointBarrier::new(1, 0))).unwrap();
-/// assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Checkpoint(CheckpointBarrier::new(1, 0)));
-/// assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Record1(StreamRecord::new(7)));
-/// assert_eq!(gate.poll_next().unwrap(), TwoInputEvent::Watermark(Watermark(5)));
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(CheckpointBarrier::new(1, 0)));
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Record(TwoInputRecord::First(StreamRecord::new(7))));
+/// assert_eq!(gate.poll_next().unwrap(), InputEvent::Watermark(Watermark(5)));
 /// ```
 pub struct TwoInputGate<A, B> {
     lanes: Pair<A, B>,
@@ -494,7 +425,7 @@ impl<A, B> TwoInputGate<A, B> {
     }
 
     /// As [`InputGate::poll_priority`].
-    pub fn poll_priority(&mut self) -> Option<TwoInputEvent<A, B>> {
+    pub fn poll_priority(&mut self) -> Option<InputEvent<TwoInputRecord<A, B>>> {
         self.core
             .poll_priority(&mut self.lanes)
             .map(|signal| Self::event(Polled::Signal(signal)))
@@ -517,22 +448,22 @@ impl<A, B> TwoInputGate<A, B> {
             .unread(ch - n1, StreamElement::Record(record));
     }
 
-    fn event(polled: Polled<Either<A, B>>) -> TwoInputEvent<A, B> {
+    fn event(polled: Polled<Either<A, B>>) -> InputEvent<TwoInputRecord<A, B>> {
         match polled {
-            Polled::Record(Either::One(r)) => TwoInputEvent::Record1(r),
-            Polled::Record(Either::Two(r)) => TwoInputEvent::Record2(r),
-            Polled::Signal(Signal::Watermark(w)) => TwoInputEvent::Watermark(w),
-            Polled::Signal(Signal::Status(s)) => TwoInputEvent::Status(s),
-            Polled::Signal(Signal::Checkpoint(b)) => TwoInputEvent::Checkpoint(b),
-            Polled::Signal(Signal::Unaligned(b)) => TwoInputEvent::UnalignedCheckpoint(b),
+            Polled::Record(Either::One(r)) => InputEvent::Record(TwoInputRecord::First(r)),
+            Polled::Record(Either::Two(r)) => InputEvent::Record(TwoInputRecord::Second(r)),
+            Polled::Signal(Signal::Watermark(w)) => InputEvent::Watermark(w),
+            Polled::Signal(Signal::Status(s)) => InputEvent::Status(s),
+            Polled::Signal(Signal::Checkpoint(b)) => InputEvent::Barrier(b),
+            Polled::Signal(Signal::Unaligned(b)) => InputEvent::UnalignedBarrier(b),
             Polled::Signal(Signal::ChannelState(id, state)) => {
-                TwoInputEvent::ChannelState { id, state }
+                InputEvent::ChannelState { id, state }
             }
-            Polled::Signal(Signal::Aborted(id)) => TwoInputEvent::CheckpointAborted { id },
-            Polled::Signal(Signal::InputEnded(0)) => TwoInputEvent::EndOfInput1,
-            Polled::Signal(Signal::InputEnded(_)) => TwoInputEvent::EndOfInput2,
-            Polled::AllEnded => TwoInputEvent::EndOfInput,
-            Polled::Nothing => TwoInputEvent::Nothing,
+            Polled::Signal(Signal::Aborted(id)) => InputEvent::Superseded { id },
+            Polled::Signal(Signal::InputEnded(0)) => InputEvent::InputEnded(1),
+            Polled::Signal(Signal::InputEnded(_)) => InputEvent::InputEnded(2),
+            Polled::AllEnded => InputEvent::EndOfInput,
+            Polled::Nothing => InputEvent::Nothing,
         }
     }
 
@@ -548,7 +479,7 @@ impl<A, B> TwoInputGate<A, B> {
     /// # Errors
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
-    pub fn poll_next(&mut self) -> Result<TwoInputEvent<A, B>, InputClosed> {
+    pub fn poll_next(&mut self) -> Result<InputEvent<TwoInputRecord<A, B>>, InputClosed> {
         let polled = self.core.poll(&mut self.lanes)?;
         Ok(Self::event(polled))
     }
@@ -576,9 +507,9 @@ impl<A, B> TwoInputGate<A, B> {
     /// # Errors
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
-    pub fn next_blocking(&mut self) -> Result<TwoInputEvent<A, B>, InputClosed> {
+    pub fn next_blocking(&mut self) -> Result<InputEvent<TwoInputRecord<A, B>>, InputClosed> {
         wait_for_event(self, None, Self::poll_next, Self::register_waker, |e| {
-            matches!(e, TwoInputEvent::Nothing)
+            matches!(e, InputEvent::Nothing)
         })
     }
 
@@ -587,13 +518,16 @@ impl<A, B> TwoInputGate<A, B> {
     /// # Errors
     ///
     /// [`InputClosed`] when a channel disconnected without end of input.
-    pub fn next_timeout(&mut self, timeout: Duration) -> Result<TwoInputEvent<A, B>, InputClosed> {
+    pub fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<InputEvent<TwoInputRecord<A, B>>, InputClosed> {
         wait_for_event(
             self,
             Instant::now().checked_add(timeout),
             Self::poll_next,
             Self::register_waker,
-            |e| matches!(e, TwoInputEvent::Nothing),
+            |e| matches!(e, InputEvent::Nothing),
         )
     }
 

@@ -78,7 +78,7 @@
 //! [`InputGate`]:
 //!
 //! ```
-//! use streamtask_runtime::channel::{GateEvent, InputGate, Partitioner, RecordWriter, bounded};
+//! use streamtask_runtime::channel::{InputEvent, InputGate, Partitioner, RecordWriter, bounded};
 //! use streamtask_core::{CheckpointBarrier, operator::Output, StreamRecord, operator::TaskOutput, Watermark};
 //!
 //! let (tx, rx) = bounded(16).unwrap();
@@ -88,15 +88,16 @@
 //! writer.end_of_input().unwrap();
 //!
 //! let mut gate = InputGate::new(vec![rx]).unwrap();
-//! assert_eq!(gate.poll_next().unwrap(), GateEvent::Record(StreamRecord::new("hello")));
-//! assert_eq!(gate.poll_next().unwrap(), GateEvent::Checkpoint(CheckpointBarrier::new(1, 0)));
-//! assert_eq!(gate.poll_next().unwrap(), GateEvent::Watermark(Watermark::MAX)); // nothing follows
-//! assert_eq!(gate.poll_next().unwrap(), GateEvent::EndOfInput);
+//! assert_eq!(gate.poll_next().unwrap(), InputEvent::Record(StreamRecord::new("hello")));
+//! assert_eq!(gate.poll_next().unwrap(), InputEvent::Barrier(CheckpointBarrier::new(1, 0)));
+//! assert_eq!(gate.poll_next().unwrap(), InputEvent::Watermark(Watermark::MAX)); // nothing follows
+//! assert_eq!(gate.poll_next().unwrap(), InputEvent::EndOfInput);
 //! ```
 
 mod aligner;
 mod backoff;
 mod bounded;
+mod event;
 mod gate;
 mod state;
 mod valve;
@@ -107,7 +108,8 @@ pub use self::bounded::{
     ChannelError, PriorityBell, Receiver, RecvError, RecvTimeoutError, Release, SendError,
     SendTimeoutError, Sender, TryRecvError, TrySendError, bounded,
 };
-pub use self::gate::{GateError, GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate};
+pub use self::event::{InputEvent, TwoInputRecord};
+pub use self::gate::{GateError, InputClosed, InputGate, TwoInputGate};
 pub use self::state::{ChannelCodec, ChannelState, ChannelStateError};
 pub use self::valve::{ValveOutput, ValveUpdate, WatermarkValve};
 pub use self::writer::{Partitioner, PickChannel, RecordWriter, WriterError};

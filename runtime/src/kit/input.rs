@@ -1,60 +1,15 @@
 //! [`TaskInput`]: a task's input gate seen the same way for one and two inputs, so each model
-//! reads gates with one loop.
+//! reads gates with one loop; [`ChainBody::apply`] puts the gate's [`InputEvent`] through the
+//! chain.
 
 use std::task::Waker;
 
-use crate::channel::{
-    ChannelState, GateEvent, InputClosed, InputGate, TwoInputEvent, TwoInputGate,
-};
+use crate::channel::{InputClosed, InputEvent, InputGate, TwoInputGate, TwoInputRecord};
 use streamtask_core::operator::{Operator, TwoInputChain, TwoInputOperator};
-use streamtask_core::{
-    CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::TaskOutput,
-};
+use streamtask_core::{OperatorError, StreamRecord, operator::TaskOutput};
 
 use super::body::{Applied, ChainBody};
 use streamtask_core::operator::TaskChain;
-
-/// One event of a task's input, whatever the number of inputs.
-#[derive(Debug)]
-pub enum InputEvent<R> {
-    /// A record; it enters the chain through [`InputRecord::deliver`].
-    Record(R),
-    /// The combined watermark advanced.
-    Watermark(Watermark),
-    /// The combined stream status changed.
-    Status(StreamStatus),
-    /// Every channel delivered this barrier: snapshot now.
-    Barrier(CheckpointBarrier),
-    /// The first barrier of an unaligned checkpoint, ahead of the records before it: snapshot
-    /// now; the acknowledgement waits for its [`ChannelState`](InputEvent::ChannelState).
-    UnalignedBarrier(CheckpointBarrier),
-    /// The channel state of unaligned checkpoint `id` is complete (or could not be stored):
-    /// acknowledge (or decline) with it.
-    ChannelState(u64, Result<ChannelState, String>),
-    /// A newer barrier superseded checkpoint `id` during alignment: decline it.
-    Superseded(u64),
-    /// Input `n` (of two) ended; the other may still deliver.
-    InputEnded(u8),
-    /// Nothing can be read now.
-    Nothing,
-    /// Every input ended.
-    EndOfInput,
-}
-
-impl<R> InputEvent<R> {
-    /// Whether the event needs the chain to accept input (a record, or a watermark, which an
-    /// async operator's queue counts too). The end of event time does not: it comes right
-    /// before the end of input and enters the chain whether or not it has room (as Flink's
-    /// `endData` advances the chain to it), so an async operator with a full queue holds it and
-    /// still learns at once that its input ended (its due retries run then).
-    pub fn needs_room(&self) -> bool {
-        match self {
-            InputEvent::Record(_) => true,
-            InputEvent::Watermark(watermark) => !watermark.is_max(),
-            _ => false,
-        }
-    }
-}
 
 impl<C, W> ChainBody<C, W>
 where
@@ -83,8 +38,8 @@ where
                 self.unaligned_barrier_arrived(barrier.id);
                 return Ok(Applied::Barrier(barrier));
             }
-            InputEvent::ChannelState(id, state) => self.complete_channel_state(id, state),
-            InputEvent::Superseded(id) => self.superseded(id),
+            InputEvent::ChannelState { id, state } => self.complete_channel_state(id, state),
+            InputEvent::Superseded { id } => self.superseded(id),
             InputEvent::Nothing => return Ok(Applied::Nothing),
             InputEvent::EndOfInput => return Ok(Applied::EndOfInput),
         }
@@ -116,15 +71,6 @@ where
     ) -> Result<(), OperatorError> {
         body.process(self)
     }
-}
-
-/// A record of a two-input task: of input 1 or of input 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TwoInputRecord<A, B> {
-    /// A record of input 1.
-    First(StreamRecord<A>),
-    /// A record of input 2.
-    Second(StreamRecord<B>),
 }
 
 impl<H, T> InputRecord<TwoInputChain<H, T>> for TwoInputRecord<H::In1, H::In2>
@@ -200,43 +146,12 @@ pub trait TaskInput: Send + 'static {
     }
 }
 
-fn gate_event<T>(event: GateEvent<T>) -> InputEvent<StreamRecord<T>> {
-    match event {
-        GateEvent::Record(record) => InputEvent::Record(record),
-        GateEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
-        GateEvent::Status(status) => InputEvent::Status(status),
-        GateEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
-        GateEvent::UnalignedCheckpoint(barrier) => InputEvent::UnalignedBarrier(barrier),
-        GateEvent::ChannelState { id, state } => InputEvent::ChannelState(id, state),
-        GateEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
-        GateEvent::Nothing => InputEvent::Nothing,
-        GateEvent::EndOfInput => InputEvent::EndOfInput,
-    }
-}
-
-fn two_input_event<A, B>(event: TwoInputEvent<A, B>) -> InputEvent<TwoInputRecord<A, B>> {
-    match event {
-        TwoInputEvent::Record1(record) => InputEvent::Record(TwoInputRecord::First(record)),
-        TwoInputEvent::Record2(record) => InputEvent::Record(TwoInputRecord::Second(record)),
-        TwoInputEvent::Watermark(watermark) => InputEvent::Watermark(watermark),
-        TwoInputEvent::Status(status) => InputEvent::Status(status),
-        TwoInputEvent::Checkpoint(barrier) => InputEvent::Barrier(barrier),
-        TwoInputEvent::UnalignedCheckpoint(barrier) => InputEvent::UnalignedBarrier(barrier),
-        TwoInputEvent::ChannelState { id, state } => InputEvent::ChannelState(id, state),
-        TwoInputEvent::CheckpointAborted { id } => InputEvent::Superseded(id),
-        TwoInputEvent::EndOfInput1 => InputEvent::InputEnded(1),
-        TwoInputEvent::EndOfInput2 => InputEvent::InputEnded(2),
-        TwoInputEvent::Nothing => InputEvent::Nothing,
-        TwoInputEvent::EndOfInput => InputEvent::EndOfInput,
-    }
-}
-
 impl<T: Send + 'static> TaskInput for InputGate<T> {
     type Record = StreamRecord<T>;
 
     #[inline]
     fn poll_event(&mut self) -> Result<InputEvent<StreamRecord<T>>, InputClosed> {
-        Ok(gate_event(self.poll_next()?))
+        self.poll_next()
     }
 
     fn set_priority_waker(&mut self, waker: Waker) {
@@ -249,7 +164,7 @@ impl<T: Send + 'static> TaskInput for InputGate<T> {
     }
 
     fn poll_priority(&mut self) -> Option<InputEvent<StreamRecord<T>>> {
-        InputGate::poll_priority(self).map(gate_event)
+        InputGate::poll_priority(self)
     }
 
     fn unread(&mut self, record: StreamRecord<T>) -> Result<(), StreamRecord<T>> {
@@ -275,7 +190,7 @@ impl<A: Send + 'static, B: Send + 'static> TaskInput for TwoInputGate<A, B> {
 
     #[inline]
     fn poll_event(&mut self) -> Result<InputEvent<TwoInputRecord<A, B>>, InputClosed> {
-        Ok(two_input_event(self.poll_next()?))
+        self.poll_next()
     }
 
     fn set_priority_waker(&mut self, waker: Waker) {
@@ -288,7 +203,7 @@ impl<A: Send + 'static, B: Send + 'static> TaskInput for TwoInputGate<A, B> {
     }
 
     fn poll_priority(&mut self) -> Option<InputEvent<TwoInputRecord<A, B>>> {
-        TwoInputGate::poll_priority(self).map(two_input_event)
+        TwoInputGate::poll_priority(self)
     }
 
     fn unread(&mut self, record: TwoInputRecord<A, B>) -> Result<(), TwoInputRecord<A, B>> {

@@ -76,7 +76,8 @@ use streamtask_core::{
     operator::TaskOutput, state::TaskSnapshot,
 };
 
-use super::input::{InputEvent, TaskInput};
+use super::input::TaskInput;
+use crate::channel::InputEvent;
 
 /// The key of the feedback log in the head's [`TaskSnapshot`]: a [`ListState`] of the
 /// records in the loop at the checkpoint (read it with [`feedback_log`]).

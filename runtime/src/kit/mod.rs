@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`ChainBody`] | the operator chain with its counted output, services and tracing, and the operations every task runs on it: restore and open, records in, Flink's checkpoint order with its metrics and trace span, complete and abort notices, timers and events, end of input head to tail with a drain between operators, finish, close |
 //! | [`TaskChain`](streamtask_core::operator::TaskChain) | what those operations need of a chain: any [`Operator`](streamtask_core::operator::Operator) (one input) or a [`TwoInputChain`](streamtask_core::operator::TwoInputChain) |
-//! | [`TaskInput`], [`InputEvent`] | a task's input gate read the same way for one or two inputs; [`ChainBody::apply`] puts an event through the chain |
+//! | [`TaskInput`], [`InputEvent`](crate::channel::InputEvent) | a task's input gate read the same way for one or two inputs; [`ChainBody::apply`] puts an event through the chain |
 //! | [`IterationInput`], [`FeedbackWriter`], [`FeedbackOutput`] | an iteration's head input and tail, with the cyclic-graph snapshot (the feedback log) of Carbone et al. 2015 |
 //! | [`Lifecycle`] | one task state machine ([`TaskState`](streamtask_core::task::TaskState)) with the first failure, the stop hook and the done latch |
 //! | [`TaskHandle`] | one control surface, with one cancel/join contract, over a model's [`TaskControl`] |
@@ -62,7 +62,7 @@ pub use self::body::{
     Applied, BodyPhase, Burst, ChainBody, Counted, Drain, PUBLISH_EVERY, TaskEnv,
 };
 pub use self::handle::{TaskControl, TaskHandle, TriggerMode};
-pub use self::input::{InputEvent, InputRecord, TaskInput, TwoInputRecord};
+pub use self::input::{InputRecord, TaskInput};
 pub use self::iteration::{
     FEEDBACK_LOG, FeedbackOutput, FeedbackReceiver, FeedbackSender, FeedbackWriter, IterationError,
     IterationInput, feedback_edge, feedback_log,
