@@ -41,12 +41,13 @@ use streamtask_core::trace::Tracer;
 use streamtask_core::{task::TaskError, task::TaskOutcome, time::Clock};
 use streamtask_legacy::Fairness;
 
+use super::environment::JobGraph;
 use super::error::{AttemptFailure, TaskFailed};
 use super::from_source::enumerators_on_action;
-use super::graph::{JobGraph, SpawnCtx};
 use super::non_recoverable::restart_cannot_fix;
 use super::restore::{Restore, write_marker};
 use super::savepoint::StopWithSavepoint;
+use super::spawn::SpawnCtx;
 use super::stall::{StallCallback, StallProbe};
 use super::wiring::Wiring;
 use super::{DirLock, JobError, RunningTask};
@@ -648,7 +649,7 @@ impl JobGraph {
     }
 
     /// For the stall reports: each task's name, runtime and the upstream task of each of its
-    /// gate's channels (see [`EdgeSpec::upstream_of`](super::graph::EdgeSpec::upstream_of)).
+    /// gate's channels (see [`EdgeSpec::upstream_of`](super::builder::EdgeSpec::upstream_of)).
     fn stall_targets(
         &self,
         names: &[(usize, usize, String)],

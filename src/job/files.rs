@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::graph::{DataStream, StreamEnvironment};
+use super::environment::StreamEnvironment;
+use super::stream::DataStream;
 use crate::Model;
 use crate::fault::FaultPlan;
 use crate::files::{FileMonitor, ReadMode, SplitReader};

@@ -16,8 +16,9 @@
 
 use std::sync::Arc;
 
+use super::environment::{JobGraph, StreamEnvironment};
 use super::error::JobError;
-use super::graph::{DataStream, JobGraph, StreamEnvironment};
+use super::stream::DataStream;
 use crate::checkpoint::{CompletedCheckpoint, CoordinatorAction};
 use crate::files::source::restored_entries;
 use crate::files::{FileSource, FileSourceReader, SplitEnumerator};

@@ -19,39 +19,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, check_parallelism};
+use streamtask_core::keygroup::check_parallelism;
 use streamtask_core::state::TaskSnapshot;
 use streamtask_runtime::FEEDBACK_LOG;
 
 use super::JobError;
-use super::graph::{DataStream, JobGraph, StreamEnvironment};
+use super::environment::{JobGraph, StreamEnvironment};
+use super::stream::DataStream;
 use crate::checkpoint::{CompletedCheckpoint, StateEntry, VertexShape};
-
-/// What the builder records about state identity.
-#[derive(Debug, Clone)]
-pub(crate) struct StateIds {
-    /// The number of key groups of every keyed state of the job.
-    pub(crate) max_parallelism: u32,
-    /// Explicit uids: `(vertex, None)` for a vertex's source, `(vertex, Some(i))` for the
-    /// operator at chain index `i`.
-    pub(crate) uids: BTreeMap<(String, Option<usize>), String>,
-    /// The iteration heads: vertices whose snapshots hold a feedback log.
-    pub(crate) feedback_logs: BTreeSet<String>,
-    /// What each source vertex's source reads, as declared with
-    /// [`DataStream::source_identity`]; a savepoint records it and a restore compares it.
-    pub(crate) source_identities: BTreeMap<String, String>,
-}
-
-impl Default for StateIds {
-    fn default() -> Self {
-        StateIds {
-            max_parallelism: DEFAULT_MAX_PARALLELISM,
-            uids: BTreeMap::new(),
-            feedback_logs: BTreeSet::new(),
-            source_identities: BTreeMap::new(),
-        }
-    }
-}
 
 impl StreamEnvironment {
     /// Sets the job's max parallelism: the number of key groups keyed state is cut into, and

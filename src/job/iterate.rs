@@ -27,10 +27,12 @@ use streamtask_core::operator::{BoxOperator, TaskOutput};
 use streamtask_runtime::channel::Partitioner;
 use streamtask_runtime::{FeedbackOutput, FeedbackWriter, IterationError, IterationInput};
 
-use super::graph::{
-    DataStream, EdgeSpec, Head, Segment, Spawner, StreamEnvironment, Tail, input_gate,
-};
+use super::builder::EdgeSpec;
+use super::environment::StreamEnvironment;
 use super::plan::{PlannedInput, PlannedTask};
+use super::segment::{Segment, input_gate};
+use super::spawn::{Spawner, Tail};
+use super::stream::{DataStream, Head};
 use super::wiring::{EdgeChannels, EdgePattern};
 use crate::Model;
 

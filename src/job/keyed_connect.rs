@@ -16,7 +16,9 @@ use streamtask_core::function::CoProcessFunction;
 use streamtask_core::operator::KeyedCoProcessOperator;
 use streamtask_runtime::channel::Partitioner;
 
-use super::graph::{ConnectedStreams, DataStream, KeyFn, SpawnCtx};
+use super::connect::ConnectedStreams;
+use super::spawn::{KeyFn, SpawnCtx};
+use super::stream::DataStream;
 use super::wiring::EdgePattern;
 
 impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{CheckpointStorage, CompletedCheckpoint, Savepoint};
 
-use super::graph::JobGraph;
+use super::environment::JobGraph;
 use super::{JobConfig, JobError};
 
 /// Where a run starts, set with [`JobConfig::with_restore`](crate::JobConfig::with_restore).

@@ -63,8 +63,8 @@ use streamtask_core::state::TaskSnapshot;
 
 use streamtask_core::sync::{Condvar, Mutex};
 
+use super::environment::JobGraph;
 use super::error::SavepointDirProblem;
-use super::graph::JobGraph;
 use super::{JobConfig, JobError};
 use crate::checkpoint::{
     CompletedCheckpoint, CoordinatorAction, Savepoint, SavepointFailure, SavepointWriter,

@@ -3,8 +3,9 @@
 //! Its state is list state (the ranges each subtask has left, see `sources.rs`), so it is the
 //! one built-in source a savepoint can take to another parallelism.
 
-use super::graph::{DataStream, StreamEnvironment};
+use super::environment::StreamEnvironment;
 use super::sources::SequenceReader;
+use super::stream::DataStream;
 
 impl StreamEnvironment {
     /// The numbers of `range`, each once, read by `parallelism` subtasks: subtask `i` starts

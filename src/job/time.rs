@@ -7,7 +7,7 @@ use streamtask_core::operator::{
     MapWithContext, RecordContext, TimestampsAndWatermarks, WatermarkStrategy,
 };
 
-use super::graph::DataStream;
+use super::stream::DataStream;
 
 /// The plan's name for the operator `assign_timestamps_and_watermarks` chains.
 const ASSIGNER: &str = "timestamps/watermarks";

@@ -1,7 +1,7 @@
 //! The adapter: `Model` x `Kind` -> a started task behind one [`Task`] handle. This is the only
 //! file that names a model crate's task types.
 //!
-//! | kind | legacy | mailbox | bridge (as the job layer builds it, `src/job/graph.rs`) |
+//! | kind | legacy | mailbox | bridge (as the job layer builds it, `src/job/segment.rs`) |
 //! |---|---|---|---|
 //! | `Source` | `SourceStreamTask` (scripted `SourceFunction`) -> p0 -> p1 | `SourceTask` (scripted `SourceReader`) -> p0 -> p1 | `LegacySourceStreamTask` (the same `SourceFunction`) -> p0 -> p1 |
 //! | `OneInput` | `OneInputStreamTask`, 2 channels, p0 -> p1 | `OneInputTask`, 2 channels, p0 -> p1 | the mailbox's |
@@ -890,7 +890,7 @@ impl streamtask_core::operator::Operator for HoldAt {
 }
 
 /// A source task of `model` whose source is reader 0 of `enumerator` (a
-/// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/graph.rs`):
+/// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/segment.rs`):
 /// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
 /// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
 /// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
