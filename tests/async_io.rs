@@ -1,6 +1,6 @@
 //! Async I/O: one behaviour suite, run against both models through a thin adapter per model
 //! (legacy: an `AsyncWaitStreamTask` headed by an `AsyncHead`, with its emitter thread; mailbox:
-//! an `AsyncWaitOperator` in a `OneInputTask`).
+//! an `AsyncWaitOperator` in a `OneInputStreamTask`).
 //!
 //! The behaviours are Flink's `AsyncWaitOperatorTest` and element-queue tests: ordered and
 //! unordered, event and processing time, timeouts failing and ignored, user exceptions, restore
@@ -176,12 +176,15 @@ fn start_followed(model: Model, config: AsyncConfig<u64>) -> AsyncTask {
         }
         Model::Mailbox => {
             let op = streamtask_runtime::AsyncWaitOperator::new("async", function, config).unwrap();
-            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-                task_config,
-                gate,
-                streamtask_core::operator::Chain::new(op, EndMarker),
-                output.clone(),
-            ))
+            Handle::Mailbox(
+                streamtask_mailbox::OneInputStreamTask::new(
+                    task_config,
+                    gate,
+                    streamtask_core::operator::Chain::new(op, EndMarker),
+                    output.clone(),
+                )
+                .spawn(),
+            )
         }
     };
     AsyncTask {
@@ -304,12 +307,10 @@ where
             }
             .unwrap()
             .with_inline_completions(inline);
-            Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-                task_config,
-                gate,
-                op,
-                output.clone(),
-            ))
+            Handle::Mailbox(
+                streamtask_mailbox::OneInputStreamTask::new(task_config, gate, op, output.clone())
+                    .spawn(),
+            )
         }
     };
     AsyncTask {

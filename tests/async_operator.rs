@@ -1,4 +1,4 @@
-//! Async operators (`AsyncOperator` run by `AsyncOperatorTask`): operators written as `async fn`s
+//! Async operators (`AsyncOperator` run by `AsyncOperatorDriver`): operators written as `async fn`s
 //! that `.await` completions, processing time and yields, polled by the mailbox thread.
 //!
 //! Under the mailbox model: the awaited completion arrives from another thread (its waker
@@ -27,7 +27,7 @@ use streamtask_core::{
     operator::Output, operator::TaskOutput, state::TaskSnapshot, task::TaskError,
     task::TaskOutcome, time::Clock, time::ManualClock,
 };
-use streamtask_mailbox::{AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask};
+use streamtask_mailbox::{AsyncContext, AsyncOperator, AsyncOperatorDriver, AsyncOperatorError};
 use streamtask_runtime::channel::{InputGate, Sender, bounded};
 use tokio::sync::oneshot;
 
@@ -239,17 +239,14 @@ fn start(model: Model, op: Enrich, restore: Option<TaskSnapshot>) -> Task {
     let (input, rx) = bounded(64).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = Collected::default();
-    let op = AsyncOperatorTask::new(op);
+    let op = AsyncOperatorDriver::new(op);
     let handle = match model {
         Model::Legacy => Handle::Legacy(
             streamtask_legacy::OneInputStreamTask::new(config, gate, op, output.clone()).spawn(),
         ),
-        Model::Mailbox => Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-            config,
-            gate,
-            op,
-            output.clone(),
-        )),
+        Model::Mailbox => Handle::Mailbox(
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, op, output.clone()).spawn(),
+        ),
     };
     Task {
         input,
@@ -490,12 +487,13 @@ fn a_wake_after_the_call_finished_or_after_the_task_ended_is_dropped() {
     let (input, rx) = bounded(8).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = Collected::default();
-    let task = streamtask_mailbox::OneInputTask::spawn(
+    let task = streamtask_mailbox::OneInputStreamTask::new(
         config,
         gate,
-        AsyncOperatorTask::new(Stash(Arc::clone(&waker))),
+        AsyncOperatorDriver::new(Stash(Arc::clone(&waker))),
         output.clone(),
-    );
+    )
+    .spawn();
     input
         .send(StreamElement::Record(StreamRecord::new(7)))
         .unwrap();
@@ -591,7 +589,7 @@ fn square_job(model: streamtask::Model, new_chain: bool) -> Result<Vec<u64>, str
         numbers = numbers.start_new_chain("square");
     }
     numbers
-        .operator(|_| AsyncOperatorTask::new(Square))
+        .operator(|_| AsyncOperatorDriver::new(Square))
         .collect_sink("out", &out);
     let dir = tempfile::tempdir().unwrap();
     let mut config = JobConfig::new(dir.path());
@@ -673,7 +671,7 @@ fn a_job_with_an_async_operator_is_exactly_once_through_a_failure() {
     env.add_reader("count", |_| {
         streamtask_bridge::HandoffReader::new(SlowCount { limit: 600 })
     })
-    .operator(move |_| AsyncOperatorTask::new(FailingSquare(Arc::clone(&fail_once))))
+    .operator(move |_| AsyncOperatorDriver::new(FailingSquare(Arc::clone(&fail_once))))
     .collect_sink("out", &out);
     let dir = tempfile::tempdir().unwrap();
     let mut config = JobConfig::new(dir.path());
@@ -737,16 +735,17 @@ fn concurrent_wakes_racing_the_mailbox_thread_never_lose_the_last_one() {
     let (input, rx) = bounded(256).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = Collected::default();
-    let task = streamtask_mailbox::OneInputTask::spawn(
+    let task = streamtask_mailbox::OneInputStreamTask::new(
         config,
         gate,
-        AsyncOperatorTask::new(Flags {
+        AsyncOperatorDriver::new(Flags {
             raised: Arc::clone(&raised),
             wakers: wakers_tx,
             rounds: THREADS,
         }),
         output.clone(),
-    );
+    )
+    .spawn();
     // Each record needs THREADS flags; each waker thread raises one per record it is handed a
     // waker for, then wakes every waker it holds.
     let threads: Vec<_> = (0..THREADS)
@@ -796,7 +795,7 @@ fn concurrent_wakes_racing_the_mailbox_thread_never_lose_the_last_one() {
 fn public_types_are_send() {
     fn send<T: Send>() {}
     fn send_sync<T: Send + Sync>() {}
-    send::<AsyncOperatorTask<Enrich>>();
+    send::<AsyncOperatorDriver<Enrich>>();
     send_sync::<AsyncOperatorError>();
     send_sync::<streamtask_runtime::TokioRuntime>();
 }
@@ -860,12 +859,13 @@ fn an_operator_awaits_a_mailbox_executors_submit() {
     let (input, rx) = bounded(16).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = Collected::default();
-    let task = streamtask_mailbox::OneInputTask::spawn(
+    let task = streamtask_mailbox::OneInputStreamTask::new(
         config,
         gate,
-        AsyncOperatorTask::new(AskSide(executor)),
+        AsyncOperatorDriver::new(AskSide(executor)),
         output.clone(),
-    );
+    )
+    .spawn();
     for x in 1..=4 {
         input
             .send(StreamElement::Record(StreamRecord::new(x)))

@@ -772,12 +772,13 @@ fn a_decline_because_the_downstream_task_is_gone_is_not_counted() {
     let (downstream, gone) = bounded::<StreamElement<u64>>(4).unwrap();
     drop(gone);
     let output = RecordWriter::new(vec![downstream], Partitioner::global()).unwrap();
-    let task = streamtask_mailbox::OneInputTask::spawn(
+    let task = streamtask_mailbox::OneInputStreamTask::new(
         TaskConfig::new("sink").with_responder(CheckpointResponder::new("sink", reports)),
         InputGate::new(vec![rx]).unwrap(),
         Map::new("identity", |x: u64| x),
         output,
-    );
+    )
+    .spawn();
     input
         .send(StreamElement::Barrier(CheckpointBarrier::new(1, 100)))
         .unwrap();

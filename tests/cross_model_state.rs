@@ -7,8 +7,8 @@
 //! |---|---|---|
 //! | legacy source | legacy | `Count` in a legacy `SourceStreamTask` |
 //! | legacy source | bridge | `Count` in a bridge `LegacySourceStreamTask` |
-//! | port | mailbox | `PortedReader<CountReader>` in a mailbox `SourceTask` |
-//! | port | bridge | `PortedReader<CountReader>` in a mailbox `SourceTask` |
+//! | port | mailbox | `PortedReader<CountReader>` in a mailbox `SourceStreamTask` |
+//! | port | bridge | `PortedReader<CountReader>` in a mailbox `SourceStreamTask` |
 //! | port | legacy | `PortedReader<CountReader>` through a `ReaderSource` in a legacy `SourceStreamTask` (which writes the reader's bytes verbatim) |
 //!
 //! The first run fails for good after a checkpoint committed (no restarts left: an unfinished

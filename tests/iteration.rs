@@ -291,7 +291,7 @@ fn the_plan_shows_the_head_and_the_feedback_edge() {
         let head = plan.task("halve loop").unwrap();
         let expected = match model {
             Model::Legacy => "legacy OneInputStreamTask (iteration head)",
-            Model::Mailbox | Model::Bridge => "mailbox IterationHeadTask",
+            Model::Mailbox | Model::Bridge => "mailbox IterationHeadStreamTask",
         };
         assert_eq!(head.runtime, expected, "{model}");
         assert!(

@@ -177,7 +177,7 @@ fn the_plan_names_the_adapter_each_model_uses() {
     let (reader, legacy, text) = adapters(Model::Mailbox);
     assert_eq!(reader.adapter, None);
     assert_eq!(legacy.adapter, Some(SourceAdapter::HandoffReader));
-    assert_eq!(legacy.runtime, "mailbox SourceTask");
+    assert_eq!(legacy.runtime, "mailbox SourceStreamTask");
     assert!(text.contains("HandoffReader"), "{text}");
 
     let (reader, legacy, _) = adapters(Model::Bridge);
@@ -202,7 +202,7 @@ fn the_plan_lists_chains_and_partitioning() {
     let second = &plan.tasks()[1];
     assert_eq!(second.name, "plus one");
     assert_eq!(second.parallelism, 2);
-    assert_eq!(second.runtime, "mailbox OneInputTask");
+    assert_eq!(second.runtime, "mailbox OneInputStreamTask");
     assert_eq!(second.inputs[0].from, "numbers");
     assert_eq!(second.inputs[0].partitioning, "hash");
     assert_eq!(second.chain, ["plus one", "collect"]);
@@ -391,8 +391,8 @@ fn connect_with_a_co_map_aligns_both_inputs_exactly_once() {
 fn the_plan_shows_a_two_input_task() {
     for (model, runtime) in [
         (Model::Legacy, "legacy TwoInputStreamTask"),
-        (Model::Mailbox, "mailbox TwoInputTask"),
-        (Model::Bridge, "mailbox TwoInputTask"),
+        (Model::Mailbox, "mailbox TwoInputStreamTask"),
+        (Model::Bridge, "mailbox TwoInputStreamTask"),
     ] {
         let env = StreamEnvironment::new(model);
         let out = CollectHandle::new();

@@ -1,4 +1,4 @@
-//! Keyed async operators (`KeyedAsyncOperator` run by `KeyedAsyncOperatorTask`, or
+//! Keyed async operators (`KeyedAsyncOperator` run by `KeyedAsyncOperatorDriver`, or
 //! `KeyedStream::process_async` in a job): many calls in flight on the mailbox thread, one at a
 //! time per key, at most the cap held, watermarks held until the records before them completed,
 //! and checkpoints that never wait for a call (the calls' inputs are snapshotted and run again).
@@ -26,7 +26,7 @@ use streamtask_core::{
     time::ManualClock,
 };
 use streamtask_mailbox::{
-    AsyncContext, AsyncOperatorError, KeyedAsyncOperator, KeyedAsyncOperatorTask,
+    AsyncContext, AsyncOperatorError, KeyedAsyncOperator, KeyedAsyncOperatorDriver,
 };
 use streamtask_runtime::channel::{InputGate, Sender, bounded};
 use tokio::sync::oneshot;
@@ -226,17 +226,14 @@ fn start(model: Model, op: Counting, cap: usize, restore: Option<TaskSnapshot>) 
     let (input, rx) = bounded(64).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = Collected::default();
-    let op = KeyedAsyncOperatorTask::new(op, key_of).with_max_in_flight(cap);
+    let op = KeyedAsyncOperatorDriver::new(op, key_of).with_max_in_flight(cap);
     let handle = match model {
         Model::Legacy => Handle::Legacy(
             streamtask_legacy::OneInputStreamTask::new(config, gate, op, output.clone()).spawn(),
         ),
-        Model::Mailbox => Handle::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-            config,
-            gate,
-            op,
-            output.clone(),
-        )),
+        Model::Mailbox => Handle::Mailbox(
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, op, output.clone()).spawn(),
+        ),
     };
     Task {
         input,
@@ -623,12 +620,12 @@ proptest! {
         let op = Sequenced { service: Arc::clone(&service), running: running.clone() };
         let (input, rx) = bounded(64).unwrap();
         let output = Collected::<(u64, u64, Option<u64>)>::default();
-        let task = streamtask_mailbox::OneInputTask::spawn(
+        let task = streamtask_mailbox::OneInputStreamTask::new(
             TaskConfig::new("sequenced"),
             InputGate::new(vec![rx]).unwrap(),
-            KeyedAsyncOperatorTask::new(op, |r: &(u64, u64)| r.0).with_max_in_flight(cap),
+            KeyedAsyncOperatorDriver::new(op, |r: &(u64, u64)| r.0).with_max_in_flight(cap),
             output.clone(),
-        );
+        ).spawn();
         // Keys in a scrambled but seeded order; seq counts each key's records.
         let mut next_seq = vec![0u64; keys as usize];
         let mut rng = seed | 1;
@@ -770,5 +767,5 @@ fn in_a_job_under_the_lock_model_it_is_refused_when_built_naming_the_fix() {
 #[test]
 fn public_types_are_send() {
     fn send<T: Send>() {}
-    send::<KeyedAsyncOperatorTask<Counting, fn(&u64) -> u64>>();
+    send::<KeyedAsyncOperatorDriver<Counting, fn(&u64) -> u64>>();
 }

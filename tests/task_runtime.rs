@@ -1205,7 +1205,7 @@ mod split_reading {
     /// restored from it (its enumerator restored from the same snapshot) emits exactly the
     /// lines after that.
     ///
-    /// Mailbox and bridge only (both run the reader on the mailbox `SourceTask`'s thread, as
+    /// Mailbox and bridge only (both run the reader on the mailbox `SourceStreamTask`'s thread, as
     /// the job layer does): a legacy trigger reaches the checkpoint lock from the task's
     /// async-calls thread, and nothing a test can see says its request is raised, so a
     /// legacy source may read its split to the end and finish before the trigger; no

@@ -31,8 +31,8 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 ///
 /// | the task runs | the bytes under `source` |
 /// |---|---|
-/// | a legacy `SourceFunction` (legacy `SourceStreamTask`, bridge `LegacySourceStreamTask`, or a [`HandoffReader`](crate::HandoffReader) in a mailbox `SourceTask`) | `encode(&State)`: the JSON of its [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) (the handoff's records in flight go beside it, under `source-in-flight`) |
-/// | a `SourceReader` (in a mailbox `SourceTask`, or a [`ReaderSource`](crate::ReaderSource) in a legacy task) | whatever the reader's `snapshot_state` returned, verbatim |
+/// | a legacy `SourceFunction` (legacy `SourceStreamTask`, bridge `LegacySourceStreamTask`, or a [`HandoffReader`](crate::HandoffReader) in a mailbox `SourceStreamTask`) | `encode(&State)`: the JSON of its [`SourceFunction::State`](streamtask_legacy::SourceFunction::State) (the handoff's records in flight go beside it, under `source-in-flight`) |
+/// | a `SourceReader` (in a mailbox `SourceStreamTask`, or a [`ReaderSource`](crate::ReaderSource) in a legacy task) | whatever the reader's `snapshot_state` returned, verbatim |
 /// | a [`PortedReader`] around a port (either way a reader runs) | `encode(&LegacyState)`, byte for byte what the legacy source writes (declared both ways), or the port's own bytes in an envelope (declared one way) |
 ///
 /// # The same source, or a port

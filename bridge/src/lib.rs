@@ -21,7 +21,7 @@
 //! |---|---|---|---|
 //! | legacy `SourceStreamTask` (`streamtask-legacy`) | on the task thread, emits under the lock | anything but async I/O | the lock per section; triggers and timers contend for it |
 //! | [`LegacySourceStreamTask`] | on its own thread, emits under the lock | anything but operators that wait for their own events | the same lock, plus one mailbox thread; mails wait for the source's sections |
-//! | [`HandoffReader`] in a mailbox `SourceTask` | on its own thread, emits into the handoff | anything, async I/O included | one queue hop per record; in-flight records in every checkpoint |
+//! | [`HandoffReader`] in a mailbox `SourceStreamTask` | on its own thread, emits into the handoff | anything, async I/O included | one queue hop per record; in-flight records in every checkpoint |
 //! | a native `SourceReader` port, proven with [`porting::PortingKit`] | on the mailbox thread | anything | none of the above |
 //!
 //! # State across models
@@ -56,7 +56,6 @@
 //! use streamtask_core::task::TaskConfig;
 //! use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark};
 //! use streamtask_legacy::{SourceContext, SourceFunction, SourceStreamTask};
-//! use streamtask_mailbox::SourceTask;
 //! use std::sync::{Arc, Mutex};
 //!
 //! /// The canonical checkpointed legacy source: state and emit in one locked section.
@@ -110,7 +109,7 @@
 //! assert!(task.join().is_finished());
 //!
 //! let reader = HandoffReader::new(Count(100)).with_capacity(8);
-//! let task = SourceTask::spawn(TaskConfig::new("handoff"), reader, square(), handoff.clone());
+//! let task = streamtask_mailbox::SourceStreamTask::new(TaskConfig::new("handoff"), reader, square(), handoff.clone()).spawn();
 //! assert!(task.join().is_finished());
 //!
 //! let expected: Vec<u64> = (0..100).map(|n| n * n).collect();

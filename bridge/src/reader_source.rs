@@ -58,7 +58,7 @@ use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 /// # State across models
 ///
 /// The legacy task stores exactly the reader's own snapshot bytes (see
-/// [`ReaderSourceState`]), which is what a mailbox `SourceTask` stores for the same reader: a
+/// [`ReaderSourceState`]), which is what a mailbox `SourceStreamTask` stores for the same reader: a
 /// checkpoint or savepoint taken with the reader under one model restores under any other. The
 /// bytes must be JSON (written with `streamtask_core::state::encode`).
 ///
@@ -267,7 +267,7 @@ impl<R, T> fmt::Debug for ReaderSource<R, T> {
 ///
 /// It encodes as the reader's [`snapshot_state`](SourceReader::snapshot_state) bytes, verbatim:
 /// the legacy task stores `encode(&state)` under [`TaskSnapshot::SOURCE`], and that is byte
-/// for byte what a mailbox `SourceTask` stores for the same reader, so a checkpoint or savepoint
+/// for byte what a mailbox `SourceStreamTask` stores for the same reader, so a checkpoint or savepoint
 /// of a job whose source is a `SourceReader` restores under every model. The reader's bytes must
 /// therefore be JSON (what [`encode`](streamtask_core::state::encode) writes, as all of
 /// streamtask's state is); other bytes fail the snapshot with an error naming the fix, rather
@@ -307,7 +307,7 @@ fn raw_json(name: &str, bytes: Vec<u8>) -> Result<Box<RawValue>, String> {
     let not_json = || {
         format!(
             "the state of reader {name:?} is not JSON; a ReaderSource writes a reader's bytes \
-             verbatim into the legacy snapshot (the same bytes a mailbox SourceTask stores), so \
+             verbatim into the legacy snapshot (the same bytes a mailbox SourceStreamTask stores), so \
              encode the reader's position with streamtask_core::state::encode"
         )
     };

@@ -8,7 +8,7 @@ use streamtask_bridge::{ChainingError, HandoffReader, LegacySourceStreamTask};
 use streamtask_core::operator::{Context, Map, OperatorExt};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, StreamRecord, operator::Operator};
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 
 /// Stands for an async operator: it waits for its own completions.
 struct WaitsForItself;
@@ -88,12 +88,13 @@ fn an_operator_deep_in_the_chain_is_found_too() {
 #[test]
 fn the_handoff_reader_is_the_fix_that_keeps_the_chain() {
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("orders"),
         HandoffReader::new(Count::to(10)),
         WaitsForItself,
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     assert_eq!(values(&output.snapshot()), (0..10).collect::<Vec<_>>());
 }

@@ -14,17 +14,18 @@ use streamtask_core::operator::{Emitted, Map};
 use streamtask_core::task::{TaskConfig, TaskOutcome};
 use streamtask_core::{OperatorError, Watermark, time::Clock, time::ManualClock};
 use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceStreamTask};
 
 #[test]
 fn smoke() {
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("count"),
         HandoffReader::new(Count::to(1000)).with_capacity(8),
         Map::new("double", |n: u64| n * 2),
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     let emitted = output.snapshot();
     assert_eq!(
@@ -187,7 +188,7 @@ impl SourceFunction for Pairs {
 }
 
 /// How a cut is snapshotted and restored: the reader's own bytes (`snapshot_state`), or the
-/// task-state entries a `SourceTask` writes (`snapshot_task_state`).
+/// task-state entries a `SourceStreamTask` writes (`snapshot_task_state`).
 #[derive(Clone, Copy)]
 enum SnapshotPath {
     ReaderBytes,
@@ -262,7 +263,7 @@ fn snapshots_with_chunks_in_flight_restore_exactly_once() {
     );
 }
 
-/// The same cuts through the task-state path a `SourceTask` takes (the source's own bytes under
+/// The same cuts through the task-state path a `SourceStreamTask` takes (the source's own bytes under
 /// `source`, the records in flight beside them): the published chunks are in the snapshot too.
 #[test]
 fn task_state_snapshots_with_chunks_in_flight_restore_exactly_once() {
@@ -331,12 +332,13 @@ impl SourceFunction for Fails {
 #[test]
 fn a_failing_source_fails_the_task_after_its_records() {
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("fails"),
         HandoffReader::new(Fails),
         Map::new("id", |n: u64| n),
         output.clone(),
-    );
+    )
+    .spawn();
     let outcome = task.join();
     assert!(
         outcome
@@ -380,7 +382,7 @@ impl Drop for SetOnDrop {
 fn cancelling_the_task_stops_and_joins_the_source_thread() {
     let returned = Arc::new(AtomicBool::new(false));
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("forever"),
         HandoffReader::new(Forever {
             returned: Arc::clone(&returned),
@@ -388,7 +390,8 @@ fn cancelling_the_task_stops_and_joins_the_source_thread() {
         .with_capacity(16),
         Map::new("id", |n: u64| n),
         output.clone(),
-    );
+    )
+    .spawn();
     output.wait_for(|e| e.len() > 100);
     task.cancel();
     assert!(matches!(task.join(), TaskOutcome::Cancelled));
@@ -513,12 +516,13 @@ fn context_timers_run_on_the_readers_clock() {
     let reader = HandoffReader::new(OneThenWait)
         .with_context(SourceContextConfig::ingestion_time(Duration::from_millis(100)).unwrap())
         .with_clock(Clock::Manual(clock.clone()));
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("ingestion"),
         reader,
         Map::new("id", |n: u64| n),
         output.clone(),
-    );
+    )
+    .spawn();
     output.wait_for(|e| values(e) == vec![1]);
     clock.advance(500);
     // The automatic watermark timer fired under the reader's lock and handed off a watermark.

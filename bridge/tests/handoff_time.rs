@@ -10,7 +10,7 @@ use streamtask_core::operator::{Emitted, Map};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, StreamRecord, StreamStatus, Watermark};
 use streamtask_legacy::{SourceContext, SourceContextConfig, SourceFunction};
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 
 /// An event-time source: three timestamped records, a watermark after each, then idle.
 struct Clicks;
@@ -37,12 +37,13 @@ impl SourceFunction for Clicks {
 
 fn run(reader: HandoffReader<Clicks>) -> Vec<Emitted<u64>> {
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("clicks"),
         reader,
         Map::new("id", |n: u64| n),
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     output.snapshot()
 }

@@ -14,7 +14,7 @@ use streamtask_core::operator::{Emitted, Map};
 use streamtask_core::task::{TaskConfig, TaskOutcome, TaskReport};
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord};
 use streamtask_legacy::{SourceContextConfig, SourceStreamTask};
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 /// Counts with event-time timestamps (`n * 10`).
 struct Stamped {
@@ -207,14 +207,15 @@ fn a_reader_run_as_a_legacy_source_is_a_faithful_port_of_itself() {
 fn a_reader_through_both_adapters_is_still_the_same_reader() {
     // Reader -> legacy source (ReaderSource) -> reader (HandoffReader), in a mailbox task.
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = streamtask_mailbox::SourceStreamTask::new(
         TaskConfig::new("round-trip"),
         HandoffReader::new(ReaderSource::new(CountReader::faithful(500)))
             .with_context(SourceContextConfig::event_time())
             .with_capacity(3),
         Map::new("id", |n: u64| n),
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     assert_eq!(values(&output.snapshot()), (0..500).collect::<Vec<_>>());
     // And the kit agrees, across restores.

@@ -1,7 +1,7 @@
 //! Source throughput of one legacy source (a counting `SourceFunction`, one locked section per
 //! record) behind the same chain (a map into a discarding output), under: the legacy
 //! `SourceStreamTask`, the bridge `LegacySourceStreamTask`, and the `HandoffReader` in a mailbox
-//! `SourceTask`; plus the source's native port in a `SourceTask` as a reference. Ratios are
+//! `SourceStreamTask`; plus the source's native port in a `SourceStreamTask` as a reference. Ratios are
 //! against the legacy task, measured in the same run, interleaved, median of the repetitions.
 //! The harness is `streamtask_cli::bench::models` (what `streamtask bench` runs).
 //!

@@ -1,7 +1,7 @@
 //! Checkpoint-trigger latency under a source that emits as fast as it can, for the legacy
 //! `SourceStreamTask` (per lock fairness, with and without the bounded hand-over), the bridge
 //! `LegacySourceStreamTask` (per lock fairness) and the `HandoffReader` in a mailbox
-//! `SourceTask`, in one run: triggers on absolute deadlines every millisecond (a slow snapshot
+//! `SourceStreamTask`, in one run: triggers on absolute deadlines every millisecond (a slow snapshot
 //! does not delay the next trigger: no coordinated omission), latency from each trigger's
 //! *scheduled* time to the start of its snapshot (the chain's `prepare_snapshot_pre_barrier`,
 //! which every model runs first), and the source's throughput meanwhile. The harness is

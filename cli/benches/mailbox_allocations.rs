@@ -6,7 +6,7 @@
 //!
 //! 1. the `MailboxProcessor` loop on this thread, a reader -> map -> output step per default
 //!    action and no mail: allocations inside `run_mailbox_loop`;
-//! 2. a whole `SourceTask` (thread start, metrics, join included): allocations of the run.
+//! 2. a whole `SourceStreamTask` (thread start, metrics, join included): allocations of the run.
 //!
 //! The per-record figure is `(allocations at N2 - allocations at N1) / (N2 - N1)`; the binary
 //! exits with an error if it is not zero.
@@ -19,7 +19,7 @@ use streamtask_core::OperatorError;
 use streamtask_core::operator::Discard;
 use streamtask_core::task::TaskConfig;
 use streamtask_mailbox::{
-    Controller, Immediate, InputStatus, MailboxProcessor, SourceTask, TaskMailbox,
+    Controller, Immediate, InputStatus, MailboxProcessor, SourceStreamTask, TaskMailbox,
 };
 
 #[global_allocator]
@@ -52,7 +52,7 @@ fn processor_loop(records: u64) -> usize {
 /// Allocations made by a whole source task over `records` records.
 fn source_task(records: u64) -> usize {
     let region = Region::new(GLOBAL);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("alloc"),
         Counter {
             next: 0,
@@ -60,7 +60,8 @@ fn source_task(records: u64) -> usize {
         },
         triple(),
         Discard,
-    );
+    )
+    .spawn();
     let metrics = std::sync::Arc::clone(task.metrics());
     assert!(task.join().is_finished());
     let allocations = region.change().allocations;

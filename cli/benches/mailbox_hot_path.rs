@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `bare_loop` | reader step -> map -> sink, in a `for` loop |
 //! | `processor_loop` | the same step as the default action of a `MailboxProcessor` (one atomic load per step) |
-//! | `source_task` | a whole `SourceTask` (thread start and join amortized over the records) |
+//! | `source_task` | a whole `SourceStreamTask` (thread start and join amortized over the records) |
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use streamtask_core::OperatorError;
 use streamtask_core::task::TaskConfig;
 use streamtask_mailbox::{
-    Controller, Immediate, InputStatus, MailboxProcessor, SourceTask, TaskMailbox,
+    Controller, Immediate, InputStatus, MailboxProcessor, SourceStreamTask, TaskMailbox,
 };
 
 const RECORDS: u64 = 100_000;
@@ -69,7 +69,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(RECORDS * 10));
     group.bench_function("source_task", |b| {
         b.iter(|| {
-            let task = SourceTask::spawn(
+            let task = SourceStreamTask::new(
                 TaskConfig::new("bench"),
                 Counter {
                     next: 0,
@@ -77,7 +77,8 @@ fn bench(c: &mut Criterion) {
                 },
                 triple(),
                 streamtask_core::operator::Discard,
-            );
+            )
+            .spawn();
             assert!(task.join().is_finished());
         });
     });

@@ -6,7 +6,7 @@
 //! - legacy: an `AsyncWaitStreamTask` headed by an `AsyncHead`; its emitter thread emits the
 //!   results under the checkpoint lock, and the task waits on the lock's condition while the
 //!   queue is full;
-//! - mailbox: an `AsyncWaitOperator` chained into a `OneInputTask`; each result comes back as a
+//! - mailbox: an `AsyncWaitOperator` chained into a `OneInputStreamTask`; each result comes back as a
 //!   mail, and a full queue suspends the task's input (soft backpressure).
 //!
 //! Then the same enrichment, futures-based: a `FutureAsyncFunction` on a `TokioRuntime` the
@@ -122,12 +122,10 @@ where
         Model::Mailbox | Model::Bridge => {
             let op = streamtask_runtime::AsyncWaitOperator::new("enrich", function, config)?;
             let chain = op.then(sink);
-            Task::Mailbox(streamtask_mailbox::OneInputTask::spawn(
-                task_config,
-                gate,
-                chain,
-                Discard,
-            ))
+            Task::Mailbox(
+                streamtask_mailbox::OneInputStreamTask::new(task_config, gate, chain, Discard)
+                    .spawn(),
+            )
         }
     };
     for order in 0..EVENTS {

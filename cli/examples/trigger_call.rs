@@ -1,4 +1,4 @@
-//! The mailbox `trigger_checkpoint` call alone: a hot `SourceTask` (the bench's counting reader)
+//! The mailbox `trigger_checkpoint` call alone: a hot `SourceStreamTask` (the bench's counting reader)
 //! and a thread that triggers it, timing each call as `streamtask bench` does (`Instant::now`
 //! before, `elapsed` after). Prints the calls' p50 and p90 in nanoseconds.
 //!
@@ -28,7 +28,7 @@ use streamtask_cli::bench::models::new_histogram;
 use streamtask_cli::bench::sources::{CountReader, Stamp};
 use streamtask_core::CheckpointBarrier;
 use streamtask_core::task::TaskConfig;
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 
 fn nanos(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -54,7 +54,7 @@ fn main() {
         Some("sleep") => true,
         Some(other) => panic!("spin or sleep, not {other}"),
     };
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("call").with_cancel_grace(Duration::from_secs(60)),
         CountReader {
             next: 0,
@@ -62,7 +62,8 @@ fn main() {
         },
         Stamp::new(),
         Sum::default(),
-    );
+    )
+    .spawn();
     while task.metrics().records_in.get() == 0 {
         std::thread::sleep(Duration::from_millis(1));
     }

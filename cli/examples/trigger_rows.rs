@@ -1,4 +1,4 @@
-//! The trigger rows of `streamtask bench` on their own: the mailbox `SourceTask`
+//! The trigger rows of `streamtask bench` on their own: the mailbox `SourceStreamTask`
 //! against the tokio `select!` loop batching 1024 records, the `trigger_checkpoint` call's
 //! median, and the bridge against the legacy task under a hot source, under the lock's
 //! `Eventual` and `Unfair` fairness. Each runner's samples pooled over the rounds, the runners'

@@ -28,7 +28,7 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamRecord, operator::Context, operator::Operator,
     time::Clock, time::Timer,
 };
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceStreamTask};
 
 const TRIGGER_PERIOD: Duration = Duration::from_micros(500);
 
@@ -120,13 +120,14 @@ fn row(what: &str, s: &LatencySummary) {
 
 fn checkpoints(Samples { warmup, measured }: Samples) {
     let (reports_tx, reports) = crossbeam::channel::unbounded();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("latency-checkpoints")
             .with_responder(CheckpointResponder::new("latency-checkpoints", reports_tx)),
         Endless(0),
         streamtask_core::operator::Map::new("triple", |x: u64| x.wrapping_mul(3)),
         Discard,
-    );
+    )
+    .spawn();
     let metrics = Arc::clone(task.metrics());
     let mut acked = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
     let mut warm = None;
@@ -175,7 +176,7 @@ fn checkpoints(Samples { warmup, measured }: Samples) {
 fn timers(Samples { warmup, measured }: Samples) {
     let fired = Arc::new(AtomicU64::new(0));
     let first = Clock::System.now_millis() + 50;
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("latency-timers"),
         Endless(0),
         Timed {
@@ -185,7 +186,8 @@ fn timers(Samples { warmup, measured }: Samples) {
             fired: Arc::clone(&fired),
         },
         Discard,
-    );
+    )
+    .spawn();
     let metrics = Arc::clone(task.metrics());
     while fired.load(Ordering::Relaxed) < warmup {
         std::thread::sleep(Duration::from_millis(1));

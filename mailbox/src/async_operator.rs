@@ -1,5 +1,5 @@
 //! [`AsyncOperator`]: an operator written with `async fn`s, polled by the mailbox thread, and
-//! [`AsyncOperatorTask`], the [`Operator`] that drives it (the Rust form of Flink's
+//! [`AsyncOperatorDriver`], the [`Operator`] that drives it (the Rust form of Flink's
 //! `MailboxExecutor.yield()`).
 //!
 //! # How a call runs
@@ -73,7 +73,7 @@ use streamtask_core::{OperatorError, StreamRecord, Watermark, operator::Operator
 use crate::call_waker::WakeEvent;
 
 /// An operator whose element, watermark and timer handlers are `async fn`s polled by the
-/// mailbox thread. Run it in a task as an [`AsyncOperatorTask`].
+/// mailbox thread. Run it in a task as an [`AsyncOperatorDriver`].
 ///
 /// The futures need not be `Send`; the operator itself must be (it moves to the task thread).
 /// What a handler emits through its [`AsyncContext`] leaves when the handler completes.
@@ -446,16 +446,16 @@ type Running<I> = (CallInput<I>, Option<Vec<u8>>);
 /// use streamtask_core::operator::Discard;
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::StreamElement;
-/// use streamtask_mailbox::{AsyncOperatorTask, OneInputTask};
+/// use streamtask_mailbox::{AsyncOperatorDriver, OneInputStreamTask};
 ///
 /// let (tx, rx) = bounded(8).unwrap();
 /// let gate = InputGate::new(vec![rx]).unwrap();
-/// let task = OneInputTask::spawn(TaskConfig::new("doc"), gate, AsyncOperatorTask::new(Echo), Discard);
+/// let task = OneInputStreamTask::new(TaskConfig::new("doc"), gate, AsyncOperatorDriver::new(Echo), Discard).spawn();
 /// tx.send(StreamElement::Record(StreamRecord::new(1))).unwrap();
 /// tx.send(StreamElement::EndOfInput).unwrap();
 /// assert!(task.join().is_finished());
 /// ```
-pub struct AsyncOperatorTask<A: AsyncOperator> {
+pub struct AsyncOperatorDriver<A: AsyncOperator> {
     name: String,
     /// The operator while no call is pending.
     idle: Option<Box<A>>,
@@ -474,10 +474,10 @@ pub struct AsyncOperatorTask<A: AsyncOperator> {
     home: Option<std::thread::ThreadId>,
 }
 
-impl<A: AsyncOperator> AsyncOperatorTask<A> {
+impl<A: AsyncOperator> AsyncOperatorDriver<A> {
     /// Drives `operator`.
     pub fn new(operator: A) -> Self {
-        AsyncOperatorTask {
+        AsyncOperatorDriver {
             name: operator.name().to_string(),
             idle: Some(Box::new(operator)),
             // Relaxed: only uniqueness matters.
@@ -604,7 +604,7 @@ impl<A: AsyncOperator> AsyncOperatorTask<A> {
     }
 }
 
-impl<A> Operator for AsyncOperatorTask<A>
+impl<A> Operator for AsyncOperatorDriver<A>
 where
     A: AsyncOperator,
     A::In: Clone + Serialize + DeserializeOwned,
@@ -737,16 +737,16 @@ where
     }
 }
 
-impl<A: AsyncOperator> Drop for AsyncOperatorTask<A> {
+impl<A: AsyncOperator> Drop for AsyncOperatorDriver<A> {
     fn drop(&mut self) {
         // A task that failed before close: free the parked call if it is on this thread.
         let _ = PARKED.try_with(|parked| parked.borrow_mut().remove(&self.key));
     }
 }
 
-impl<A: AsyncOperator> fmt::Debug for AsyncOperatorTask<A> {
+impl<A: AsyncOperator> fmt::Debug for AsyncOperatorDriver<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncOperatorTask")
+        f.debug_struct("AsyncOperatorDriver")
             .field("name", &self.name)
             .field("pending", &self.running.is_some())
             .field("backlog", &self.backlog.len())

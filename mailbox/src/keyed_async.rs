@@ -23,7 +23,7 @@ use streamtask_core::{
 use crate::async_operator::{AsyncContext, AsyncOperatorError, Emitted, SLEEP_TAG, Sleeps};
 use crate::call_waker::{CallWaker, WakeEvent, WakeQueue};
 
-/// The in-flight cap of a [`KeyedAsyncOperatorTask`] unless set: at most this many records
+/// The in-flight cap of a [`KeyedAsyncOperatorDriver`] unless set: at most this many records
 /// (running, or waiting behind a running record of their key) at once.
 ///
 /// Flink's `AsyncExecutionController` defaults to 6,000. Here every record in flight is part of
@@ -35,7 +35,7 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1_000;
 
 /// An operator on a keyed stream whose element handler is an `async fn`, with many records in
 /// flight at once on the mailbox thread and one at a time per key (the Rust form of Flink 2.x's
-/// async state processing, FLIP-425). Run it in a task as a [`KeyedAsyncOperatorTask`].
+/// async state processing, FLIP-425). Run it in a task as a [`KeyedAsyncOperatorDriver`].
 ///
 /// Each call gets its key, the key's state (`None` if the key has none; set it to `None` to
 /// clear it) and its own [`AsyncContext`]. A call of a key starts only after the previous call
@@ -195,20 +195,20 @@ enum Entry<K, S, I> {
 /// use streamtask_core::operator::{Chain, Discard};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::StreamElement;
-/// use streamtask_mailbox::{KeyedAsyncOperatorTask, OneInputTask};
+/// use streamtask_mailbox::{KeyedAsyncOperatorDriver, OneInputStreamTask};
 /// use streamtask_runtime::channel::{InputGate, bounded};
 ///
 /// let (tx, rx) = bounded(8).unwrap();
 /// let gate = InputGate::new(vec![rx]).unwrap();
-/// let sums = KeyedAsyncOperatorTask::new(Sum, |x: &u64| x % 2).with_max_in_flight(100);
-/// let task = OneInputTask::spawn(TaskConfig::new("doc"), gate, sums, Discard);
+/// let sums = KeyedAsyncOperatorDriver::new(Sum, |x: &u64| x % 2).with_max_in_flight(100);
+/// let task = OneInputStreamTask::new(TaskConfig::new("doc"), gate, sums, Discard).spawn();
 /// for x in 1..=4 {
 ///     tx.send(StreamElement::Record(StreamRecord::new(x))).unwrap();
 /// }
 /// tx.send(StreamElement::EndOfInput).unwrap();
 /// assert!(task.join().is_finished());
 /// ```
-pub struct KeyedAsyncOperatorTask<A: KeyedAsyncOperator, KF> {
+pub struct KeyedAsyncOperatorDriver<A: KeyedAsyncOperator, KF> {
     name: String,
     operator: std::sync::Arc<A>,
     key_of: KF,
@@ -244,7 +244,7 @@ pub struct KeyedAsyncOperatorTask<A: KeyedAsyncOperator, KF> {
     ending: bool,
 }
 
-impl<A, KF> KeyedAsyncOperatorTask<A, KF>
+impl<A, KF> KeyedAsyncOperatorDriver<A, KF>
 where
     A: KeyedAsyncOperator,
     KF: Fn(&A::In) -> A::Key + Send + 'static,
@@ -252,7 +252,7 @@ where
     /// Drives `operator`, keying each record by `key_of`, with the default cap
     /// ([`DEFAULT_MAX_IN_FLIGHT`]) and max parallelism.
     pub fn new(operator: A, key_of: KF) -> Self {
-        KeyedAsyncOperatorTask {
+        KeyedAsyncOperatorDriver {
             name: operator.name().to_string(),
             operator: std::sync::Arc::new(operator),
             key_of,
@@ -511,7 +511,7 @@ where
     }
 }
 
-impl<A, KF> Operator for KeyedAsyncOperatorTask<A, KF>
+impl<A, KF> Operator for KeyedAsyncOperatorDriver<A, KF>
 where
     A: KeyedAsyncOperator,
     KF: Fn(&A::In) -> A::Key + Send + 'static,
@@ -680,23 +680,23 @@ where
     }
 }
 
-impl<A: KeyedAsyncOperator, KF> KeyedAsyncOperatorTask<A, KF> {
+impl<A: KeyedAsyncOperator, KF> KeyedAsyncOperatorDriver<A, KF> {
     fn drop_parked(&self) {
         let driver = self.driver;
         let _ = PARKED.try_with(|parked| parked.borrow_mut().retain(|(d, _), _| *d != driver));
     }
 }
 
-impl<A: KeyedAsyncOperator, KF> Drop for KeyedAsyncOperatorTask<A, KF> {
+impl<A: KeyedAsyncOperator, KF> Drop for KeyedAsyncOperatorDriver<A, KF> {
     fn drop(&mut self) {
         // A task that failed before close: free the parked calls if they are on this thread.
         self.drop_parked();
     }
 }
 
-impl<A: KeyedAsyncOperator, KF> fmt::Debug for KeyedAsyncOperatorTask<A, KF> {
+impl<A: KeyedAsyncOperator, KF> fmt::Debug for KeyedAsyncOperatorDriver<A, KF> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedAsyncOperatorTask")
+        f.debug_struct("KeyedAsyncOperatorDriver")
             .field("name", &self.name)
             .field("max_in_flight", &self.max_in_flight)
             .field("in_flight", &self.admitted)

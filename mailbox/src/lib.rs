@@ -14,14 +14,14 @@
 //! | [`MailboxTimerService`], [`MailboxEvents`], [`OperatorMails`] | timers and operator events as mails at the operator's priority | `ProcessingTimeServiceImpl` |
 //! | [`MailboxFiring`] | interruptible firing of event-time timers: chunks, a deferrable continuation mail | `MailboxWatermarkProcessor` |
 //! | [`SourceReader`], [`ReaderOutput`], [`InputStatus`] | new-style sources polled by the mailbox thread | FLIP-27 `SourceReader` |
-//! | [`SourceTask`], [`OneInputTask`], [`TwoInputTask`], [`TaskHandle`](streamtask_runtime::TaskHandle) | whole tasks on the kit (`streamtask_runtime`) behind the one handle every model shares | `StreamTask` |
-//! | [`AsyncOperator`], [`AsyncOperatorTask`] | an operator of `async fn`s, one call at a time | `MailboxExecutor.yield()` |
-//! | [`KeyedAsyncOperator`], [`KeyedAsyncOperatorTask`] | a keyed operator of `async fn`s: many calls in flight, one per key, a cap, watermarks held by epoch | `AsyncExecutionController` (FLIP-425) |
+//! | [`SourceStreamTask`], [`OneInputStreamTask`], [`TwoInputStreamTask`] ([`InputStreamTask`]), [`IterationHeadStreamTask`], [`TaskHandle`](streamtask_runtime::TaskHandle) | whole tasks on the kit (`streamtask_runtime`), built as in every model (`Kind::new(config, input, chain, output)`, then `spawn()`), behind the one handle every model shares | `SourceStreamTask`, `OneInputStreamTask`, `TwoInputStreamTask`, `StreamIterationHead` |
+//! | [`AsyncOperator`], [`AsyncOperatorDriver`] | an operator of `async fn`s, one call at a time | `MailboxExecutor.yield()` |
+//! | [`KeyedAsyncOperator`], [`KeyedAsyncOperatorDriver`] | a keyed operator of `async fn`s: many calls in flight, one per key, a cap, watermarks held by epoch | `AsyncExecutionController` (FLIP-425) |
 //!
 //! Protocols are written out where they live: the mailbox states and the lost-wakeup argument in
 //! [`TaskMailbox`]'s module, the loop, suspension and poison protocols in
 //! [`MailboxProcessor`]'s, the reader's availability protocol in [`SourceReader`]'s, and the
-//! task lifecycle (soft backpressure, end of input, outcome) in [`SourceTask`]'s.
+//! task lifecycle (soft backpressure, end of input, outcome) in [`SourceStreamTask`]'s.
 //!
 //! # Rust ownership and the mailbox
 //!
@@ -49,7 +49,8 @@
 //! # Name families
 //!
 //! `put` / `put_first`; `take` / `try_take` (`try_` never blocks); `yield_now` / `try_yield`;
-//! `execute` (fire and forget) / `submit` (with a handle). Errors are small enums per operation;
+//! `execute` (fire and forget) / `submit` (with a handle). Tasks carry the legacy model's names
+//! and shape: `Kind::new(required..)`, then `spawn()`. Errors are small enums per operation;
 //! a refused mail or action is handed back ([`PutError::into_inner`], [`Rejected::into_inner`]).
 //!
 //! # Examples
@@ -88,7 +89,7 @@
 //! assert_eq!(processor.action_executor().state(), &vec!["mail"]);
 //! ```
 //!
-//! A whole source task is shown at [`SourceTask`].
+//! A whole source task is shown at [`SourceStreamTask`].
 #![doc = "\n"]
 #![doc = include_str!("task/task.md")]
 #![doc = "\n# The async operator under this model\n\n"]
@@ -126,12 +127,12 @@ pub mod trigger_slot_model;
 pub use crate::action::{ActionExecutor, Immediate};
 #[cfg(not(loom))]
 pub use crate::async_operator::{
-    AsyncContext, AsyncOperator, AsyncOperatorError, AsyncOperatorTask,
+    AsyncContext, AsyncOperator, AsyncOperatorDriver, AsyncOperatorError,
 };
 pub use crate::executor::{MailboxExecutor, Rejected, SubmitError, SubmitHandle, YieldError};
 pub use crate::firing::MailboxFiring;
 #[cfg(not(loom))]
-pub use crate::keyed_async::{DEFAULT_MAX_IN_FLIGHT, KeyedAsyncOperator, KeyedAsyncOperatorTask};
+pub use crate::keyed_async::{DEFAULT_MAX_IN_FLIGHT, KeyedAsyncOperator, KeyedAsyncOperatorDriver};
 pub use crate::letter::{Letter, MAILBOX_LATENCY_SAMPLE};
 pub use crate::mail::{Mail, Priority};
 pub use crate::mailbox::{Exclusive, MailboxState, PutError, TakeError, TaskMailbox, WrongThread};
@@ -141,4 +142,7 @@ pub use crate::processor::{
 };
 pub use crate::services::{MailboxEvents, MailboxTimerService, OperatorMails};
 pub use crate::source::{InputStatus, ReaderOutput, SourceReader};
-pub use crate::task::{IterationHeadTask, OneInputTask, SourceTask, TwoInputTask};
+pub use crate::task::{
+    InputStreamTask, IterationHeadStreamTask, OneInputStreamTask, SourceStreamTask,
+    TwoInputStreamTask,
+};

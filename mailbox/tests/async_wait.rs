@@ -15,7 +15,7 @@ use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_core::{
     CheckpointBarrier, StreamRecord, state::TaskSnapshot, time::Clock, time::ManualClock,
 };
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 use streamtask_runtime::AsyncWaitOperator;
 use streamtask_runtime::QueuedInput;
 
@@ -38,12 +38,13 @@ fn smoke() {
     let function = ManualAsyncFunction::new();
     let calls = function.calls();
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("async"),
         CountingReader::new(3, &log()),
         async_op(2, function),
         output.clone(),
-    );
+    )
+    .spawn();
     for x in 0..3 {
         calls.wait_for_invocations(x + 1);
         assert!(calls.complete(&(x as u64), vec![x as u64 * 10]));
@@ -60,12 +61,13 @@ fn checkpoints_complete_while_the_queue_is_full() {
     let calls = function.calls();
     let (responder, reports) = responder("async");
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("async").with_responder(responder),
         CountingReader::new(10, &log()),
         async_op(2, function),
         output.clone(),
-    );
+    )
+    .spawn();
     // Two records fill the queue; the reader is not polled again until a slot frees.
     calls.wait_for_invocations(2);
     task.trigger_checkpoint(CheckpointBarrier::new(1, 0))
@@ -119,12 +121,13 @@ fn an_async_operator_in_the_middle_of_a_chain_holds_what_a_flat_map_emits_beyond
     .then(operator)
     .then(Map::new("scale", |x: u64| x * 10));
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("chain").with_clock(Clock::Manual(clock.clone())),
         CountingReader::new(2, &log()),
         chain,
         output.clone(),
-    );
+    )
+    .spawn();
     let inputs = |n: usize| -> Vec<u64> {
         calls
             .wait_for_invocations(n)
@@ -172,7 +175,7 @@ impl streamtask_core::function::AsyncFunction for Answering {
 fn answered_at_once(inline: bool, mode: OutputMode) -> (Vec<u64>, u64) {
     use streamtask_core::StreamElement;
     use streamtask_core::operator::Emitted;
-    use streamtask_mailbox::OneInputTask;
+    use streamtask_mailbox::OneInputStreamTask;
     use streamtask_runtime::channel::{InputGate, bounded};
 
     let op = AsyncWaitOperator::new("async", Answering, AsyncConfig::new(mode, 2))
@@ -187,12 +190,13 @@ fn answered_at_once(inline: bool, mode: OutputMode) -> (Vec<u64>, u64) {
     let config = TaskConfig::new("answering");
     let metrics = std::sync::Arc::clone(&config.metrics);
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         config,
         InputGate::new(vec![rx]).unwrap(),
         op,
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     let values = output
         .emitted()
@@ -225,7 +229,7 @@ fn completions_arriving_while_the_task_waits_for_input_are_published() {
     // suspended (between input steps the steps' own publication takes it along): here the
     // task waits for input, so the counts must move with each completion, before the end.
     use streamtask_core::StreamElement;
-    use streamtask_mailbox::OneInputTask;
+    use streamtask_mailbox::OneInputStreamTask;
     use streamtask_runtime::channel::{InputGate, bounded};
 
     let function = ManualAsyncFunction::new();
@@ -234,12 +238,13 @@ fn completions_arriving_while_the_task_waits_for_input_are_published() {
     let config = TaskConfig::new("published");
     let metrics = std::sync::Arc::clone(&config.metrics);
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         config,
         InputGate::new(vec![rx]).unwrap(),
         async_op(4, function),
         output.clone(),
-    );
+    )
+    .spawn();
     for x in 0..3 {
         tx.send(StreamElement::Record(StreamRecord::new(x)))
             .unwrap();

@@ -13,7 +13,7 @@ use common::{
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{TaskConfig, TaskReport};
 use streamtask_core::{CheckpointBarrier, state::TaskSnapshot};
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 
 /// Completes every request as it comes, from its own thread (an async client).
 fn complete_everything(requests: crossbeam::channel::Receiver<Request>) -> thread::JoinHandle<()> {
@@ -30,12 +30,13 @@ fn smoke() {
     let (operator, requests) = AsyncLike::new(2, &log);
     let client = complete_everything(requests);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("async"),
         CountingReader::new(20, &log),
         operator,
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     client.join().unwrap();
     let mut values = output.values();
@@ -49,12 +50,13 @@ fn an_operator_that_accepts_no_input_gets_none_until_its_completion_mail() {
     let log = log();
     let (operator, requests) = AsyncLike::new(2, &log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("one-at-a-time"),
         CountingReader::new(6, &log),
         operator,
         output.clone(),
-    );
+    )
+    .spawn();
     for expected in 0..6u64 {
         let request = requests.recv_timeout(common::GUARD).unwrap();
         assert_eq!(request.value, expected);
@@ -69,12 +71,13 @@ fn checkpoints_keep_flowing_while_the_chain_accepts_no_input() {
     let log = log();
     let (responder, reports) = responder("blocked");
     let (operator, requests) = AsyncLike::new(2, &log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("blocked").with_responder(responder),
         CountingReader::new(5, &log),
         operator,
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     // Two requests in flight, none completed: the operator is full, the reader stopped.
     let held: Vec<Request> = (0..2)
         .map(|_| requests.recv_timeout(common::GUARD).unwrap())
@@ -111,12 +114,13 @@ fn end_of_input_waits_for_in_flight_work_before_finish() {
     let log = log();
     let (operator, requests) = AsyncLike::new(10, &log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("drain"),
         CountingReader::new(3, &log),
         operator,
         output.clone(),
-    );
+    )
+    .spawn();
     wait_for("end_input with work in flight", || {
         entries(&log).contains(&"async end_input with 3 in flight".to_string())
     });
@@ -139,12 +143,13 @@ fn an_output_without_room_suspends_the_task_until_its_waker_fires() {
     let log = log();
     let output = SharedOutput::new();
     output.set_available(false);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("full-output"),
         CountingReader::new(3, &log),
         streamtask_core::operator::Map::new("id", |x: u64| x),
         output.clone(),
-    );
+    )
+    .spawn();
     output.wait_for_waker();
     assert!(
         output.emitted().is_empty(),
@@ -159,12 +164,13 @@ fn an_output_without_room_suspends_the_task_until_its_waker_fires() {
 fn cancel_reaches_a_backpressured_task() {
     let log = log();
     let (operator, requests) = AsyncLike::new(1, &log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("stuck"),
         CountingReader::new(100, &log),
         operator,
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     let _held = requests.recv_timeout(common::GUARD).unwrap();
     task.cancel();
     assert!(matches!(

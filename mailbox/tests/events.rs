@@ -7,7 +7,7 @@ use common::{Exposing, Feed, Probe, SharedOutput, entries, feed, log};
 use streamtask_core::operator::{EventSender, Map, OperatorExt};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{task::TaskError, task::TaskOutcome};
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 
 #[test]
 fn smoke() {
@@ -15,7 +15,8 @@ fn smoke() {
     let (feeder, reader) = feed::<u64>(&log);
     let (head, senders) = Exposing::new(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(TaskConfig::new("events"), reader, head, output.clone());
+    let task =
+        SourceStreamTask::new(TaskConfig::new("events"), reader, head, output.clone()).spawn();
     let (sender, _) = senders.recv().unwrap();
     std::thread::spawn(move || {
         for v in [5u64, 6] {
@@ -43,12 +44,13 @@ fn an_event_reaches_the_operator_at_its_index_and_flows_downstream() {
     let (feeder, reader) = feed::<u64>(&log);
     let (exposing, senders) = Exposing::new(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("indexed"),
         reader,
         exposing.then(Probe::new("tail", &log)),
         output.clone(),
-    );
+    )
+    .spawn();
     let (to_head, sink) = senders.recv().unwrap();
     assert_eq!(to_head.operator(), 0);
     EventSender::new(sink, 1).send(9u64).unwrap();
@@ -68,7 +70,8 @@ fn events_sent_after_the_task_ended_are_handed_back() {
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
     let (head, senders) = Exposing::new(&log);
-    let task = SourceTask::spawn(TaskConfig::new("over"), reader, head, SharedOutput::new());
+    let task =
+        SourceStreamTask::new(TaskConfig::new("over"), reader, head, SharedOutput::new()).spawn();
     let (sender, _) = senders.recv().unwrap();
     feeder.send(Feed::End);
     assert!(task.join().is_finished());
@@ -81,12 +84,13 @@ fn a_panicking_event_callback_fails_the_task_with_its_message() {
     let log = log();
     let (_feeder, reader) = feed::<u64>(&log);
     let (head, senders) = Exposing::new(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("event-panics"),
         reader,
         head,
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     senders.recv().unwrap().0.send(u64::MAX).unwrap();
     match task.join() {
         TaskOutcome::Failed(failure) => {
@@ -101,12 +105,13 @@ fn an_event_for_an_operator_that_handles_none_fails_the_task() {
     let log = log();
     let (_feeder, reader) = feed::<u64>(&log);
     let (exposing, senders) = Exposing::new(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("unexpected"),
         reader,
         exposing.then(Map::new("plain", |x: u64| x)),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     let (_, sink) = senders.recv().unwrap();
     EventSender::new(sink, 1).send(1u64).unwrap();
     let outcome = task.join();

@@ -23,7 +23,7 @@ use streamtask_core::task::{TaskConfig, TaskReport};
 use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, Watermark};
 use streamtask_mailbox::{
-    Controller, Immediate, MailboxProcessor, Priority, SourceTask, TaskMailbox,
+    Controller, Immediate, MailboxProcessor, Priority, SourceStreamTask, TaskMailbox,
 };
 use streamtask_runtime::TaskHandle;
 
@@ -128,12 +128,13 @@ fn spawn_gated(
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         config.with_interruptible_timers(chunks_of(CHUNK)),
         reader,
         echo(gates),
         output.clone(),
-    );
+    )
+    .spawn();
     (feeder, output, task)
 }
 
@@ -370,12 +371,13 @@ fn a_checkpoint_between_two_chunks_keeps_the_timers_not_fired() {
     let restored_log = log();
     let (feeder, reader) = feed::<u64>(&restored_log);
     let output = SharedOutput::new();
-    let restored = SourceTask::spawn(
+    let restored = SourceStreamTask::new(
         TaskConfig::new("restored").with_restore(Some(snapshot)),
         reader,
         echo(Vec::new()),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::End);
     assert!(restored.join().is_finished());
     let emitted = output.emitted();

@@ -13,13 +13,14 @@ fn smoke() {
     streamtask_core::testing::assert_send_sync::<u8>();
 }
 
+use streamtask_core::operator::{Operator, TaskOutput, TwoInputOperator};
 use streamtask_core::testing::ManualAsyncFunction;
 use streamtask_mailbox::{
     Controller, Exclusive, Immediate, Letter, LoopError, Mail, MailboxEvents, MailboxExecutor,
-    MailboxFiring, MailboxProcessor, MailboxState, MailboxTimerService, OneInputTask, Priority,
-    ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected, SourceTask, SubmitError,
-    SubmitHandle, SuspendCause, Suspension, TakeError, TaskMailbox, TwoInputTask, WrongThread,
-    YieldError,
+    MailboxFiring, MailboxProcessor, MailboxState, MailboxTimerService, OneInputStreamTask,
+    Priority, ProcessorBuilder, ProcessorHandle, PutError, ReaderOutput, Rejected, SourceReader,
+    SourceStreamTask, SubmitError, SubmitHandle, SuspendCause, Suspension, TakeError, TaskMailbox,
+    TwoInputStreamTask, WrongThread, YieldError,
 };
 use streamtask_runtime::AsyncWaitOperator;
 use streamtask_runtime::TaskHandle;
@@ -57,8 +58,24 @@ assert_send_sync!(
     LoopError<Error>,
 );
 
-// Task builders (unit structs with `spawn` functions).
-assert_send_sync!(OneInputTask, SourceTask, TwoInputTask);
+// Task builders: they move to the thread that spawns the task.
+/// Compiles only if every task builder is `Send` whenever its parts are.
+#[allow(dead_code)]
+fn task_builders_are_send<R, C, W, H, T>()
+where
+    R: SourceReader<C::In> + 'static,
+    C: Operator + 'static,
+    C::In: Send,
+    W: TaskOutput<C::Out> + TaskOutput<T::Out> + 'static,
+    H: TwoInputOperator + 'static,
+    H::In1: Send + 'static,
+    H::In2: Send + 'static,
+    T: Operator<In = H::Out> + 'static,
+{
+    streamtask_core::testing::assert_send::<SourceStreamTask<R, C, W>>();
+    streamtask_core::testing::assert_send::<OneInputStreamTask<C, W>>();
+    streamtask_core::testing::assert_send::<TwoInputStreamTask<H, T, W>>();
+}
 
 // Owner-side parts: the processor and the operator move to the mailbox thread once.
 assert_send_sync!(

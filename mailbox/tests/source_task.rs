@@ -14,7 +14,7 @@ use streamtask_core::{
     CheckpointBarrier, StreamRecord, StreamStatus, Watermark, state::TaskSnapshot, task::TaskError,
     task::TaskOutcome,
 };
-use streamtask_mailbox::SourceTask;
+use streamtask_mailbox::SourceStreamTask;
 
 fn checkpoint(id: u64) -> CheckpointBarrier {
     CheckpointBarrier::new(id, 0)
@@ -24,12 +24,13 @@ fn checkpoint(id: u64) -> CheckpointBarrier {
 fn smoke() {
     let log = log();
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("smoke"),
         CountingReader::new(5, &log),
         Map::new("double", |x: u64| x * 2),
         output.clone(),
-    );
+    )
+    .spawn();
     assert_eq!(task.name(), "smoke");
     let metrics = Arc::clone(task.metrics());
     assert!(task.join().is_finished());
@@ -49,12 +50,13 @@ fn smoke() {
 #[test]
 fn the_chain_opens_runs_and_closes_on_the_task_thread_in_lifecycle_order() {
     let log = log();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("lifecycle"),
         CountingReader::new(2, &log),
         Probe::new("a", &log).then(Probe::new("b", &log)),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     assert_eq!(
         entries(&log),
@@ -80,12 +82,13 @@ fn a_checkpoint_runs_between_two_reader_steps_and_is_consistent() {
     let (responder, reports) = responder("cp");
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("cp").with_responder(responder),
         reader,
         Probe::new("probe", &log),
         output.clone(),
-    );
+    )
+    .spawn();
     for v in 0..3 {
         feeder.send(Feed::Record(v));
     }
@@ -130,12 +133,13 @@ fn checkpoint_metrics_are_recorded() {
     let log = log();
     let (responder, reports) = responder("m");
     let (feeder, reader) = feed::<u64>(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("m").with_responder(responder),
         reader,
         Probe::new("p", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     for id in 1..=3 {
         task.trigger_checkpoint(checkpoint(id)).unwrap();
         assert!(matches!(
@@ -158,12 +162,13 @@ fn a_restored_task_resumes_from_the_snapshot() {
     let (responder1, reports) = responder("r");
     let (feeder, reader) = feed::<u64>(&log1);
     let first_output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("r").with_responder(responder1),
         reader,
         Probe::new("p", &log1),
         first_output.clone(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::Record(1));
     feeder.send(Feed::Record(2));
     first_output.wait_until(|e| e.len() == 2);
@@ -187,12 +192,13 @@ fn a_restored_task_resumes_from_the_snapshot() {
     );
     let log2 = log();
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("r").with_restore(Some(counted)),
         CountingReader::new(5, &log2),
         Probe::new("p", &log2),
         output.clone(),
-    );
+    )
+    .spawn();
     assert!(task.join().is_finished());
     assert_eq!(output.values(), vec![3, 4]);
     assert!(entries(&log2).contains(&"p: init seen=2".to_string()));
@@ -203,12 +209,13 @@ fn nothing_available_suspends_until_the_reader_wakes_the_task() {
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("idle"),
         reader,
         Map::new("id", |x: u64| x),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.wait_until_idle();
     assert!(output.emitted().is_empty());
     feeder.send(Feed::Record(1));
@@ -228,12 +235,13 @@ fn timestamps_watermarks_and_idleness_reach_the_output() {
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("time"),
         reader,
         Map::new("id", |x: u64| x),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::Timestamped(1, 100));
     feeder.send(Feed::Watermark(100));
     feeder.send(Feed::Idle);
@@ -261,12 +269,13 @@ fn a_trigger_after_the_task_finished_is_declined_as_not_running() {
     let (responder, reports) = responder("done");
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("done").with_responder(responder),
         reader,
         Map::new("id", |x: u64| x),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::End);
     output.wait_until(|e| e.contains(&Emitted::EndOfInput));
     // The task may still be draining or already closed: either way it declines.
@@ -286,12 +295,13 @@ fn a_trigger_that_never_runs_is_declined_as_not_running() {
     let (responder, reports) = responder("fails-first");
     let (_feeder, reader) = feed::<u64>(&log);
     let (head, senders) = common::Exposing::new(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("fails-first").with_responder(responder),
         reader,
         head,
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     let (sender, _) = senders.recv().unwrap();
     // The event fails the task; the trigger behind it never runs, whichever way it is dropped.
     sender.send(u64::MAX).unwrap();
@@ -310,12 +320,13 @@ fn checkpoint_notices_reach_the_chain_and_the_reader() {
     let log = log();
     let (responder, reports) = responder("n");
     let (feeder, reader) = feed::<u64>(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("n").with_responder(responder),
         reader,
         Probe::new("p", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     task.trigger_checkpoint(checkpoint(1)).unwrap();
     next_report(&reports);
     task.notify_checkpoint_complete(1);
@@ -326,12 +337,13 @@ fn checkpoint_notices_reach_the_chain_and_the_reader() {
     assert!(entries.contains(&"p: complete 1".to_string()));
     assert!(entries.contains(&"p: aborted 2".to_string()));
     // Notices after the end are ignored, not errors.
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("late"),
         CountingReader::new(0, &log),
         Probe::new("q", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     while !task.is_done() {
         std::thread::yield_now();
     }
@@ -343,12 +355,13 @@ fn checkpoint_notices_reach_the_chain_and_the_reader() {
 fn complete_notices_for_the_reader_arrive_after_its_checkpoint() {
     let log = log();
     let (responder, reports) = responder("c");
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("c").with_responder(responder),
         CountingReader::new(u64::MAX, &log),
         Map::new("id", |x: u64| x),
         streamtask_core::operator::Discard,
-    );
+    )
+    .spawn();
     task.trigger_checkpoint(checkpoint(1)).unwrap();
     next_report(&reports);
     task.notify_checkpoint_complete(1);
@@ -370,12 +383,13 @@ fn complete_notices_for_the_reader_arrive_after_its_checkpoint() {
 fn cancel_stops_an_idle_task_and_joins_everything() {
     let log = log();
     let (_feeder, reader) = feed::<u64>(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("cancel-idle"),
         reader,
         Probe::new("p", &log).with_timers(&[i64::MAX - 1]),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     task.cancel();
     task.cancel(); // idempotent
     let metrics = Arc::clone(task.metrics());
@@ -397,12 +411,13 @@ fn cancel_stops_an_idle_task_and_joins_everything() {
 #[test]
 fn cancel_stops_a_busy_task() {
     let log = log();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("cancel-busy"),
         CountingReader::new(u64::MAX, &log),
         Map::new("id", |x: u64| x),
         streamtask_core::operator::Discard,
-    );
+    )
+    .spawn();
     // Let it run until it published some records; the outcome does not depend on how long.
     let deadline = std::time::Instant::now() + GUARD;
     while task.metrics().records_in.get() == 0 {
@@ -417,12 +432,13 @@ fn cancel_stops_a_busy_task() {
 fn dropping_a_handle_cancels_the_task_and_waits_for_it() {
     let log = log();
     let (_feeder, reader) = feed::<u64>(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("dropped"),
         reader,
         Probe::new("p", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     drop(task);
     // The drop returned only after the task thread closed the chain and ended.
     assert!(entries(&log).contains(&"p: close".to_string()));
@@ -431,12 +447,13 @@ fn dropping_a_handle_cancels_the_task_and_waits_for_it() {
 #[test]
 fn cancel_after_finish_keeps_the_task_finished() {
     let log = log();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("finished"),
         CountingReader::new(3, &log),
         Map::new("id", |x: u64| x),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     let deadline = std::time::Instant::now() + GUARD;
     while !task.is_done() {
         assert!(std::time::Instant::now() < deadline);
@@ -450,12 +467,13 @@ fn cancel_after_finish_keeps_the_task_finished() {
 fn a_panicking_reader_fails_the_task_with_the_panic_message() {
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("panics"),
         reader,
         Probe::new("p", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::Panic("reader exploded"));
     match task.join() {
         TaskOutcome::Failed(failure) => {
@@ -474,12 +492,13 @@ fn a_panicking_reader_fails_the_task_with_the_panic_message() {
 fn a_failing_reader_fails_the_task_with_its_error() {
     let log = log();
     let (feeder, reader) = feed::<u64>(&log);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("fails"),
         reader,
         Map::new("id", |x: u64| x),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::Fail("connection reset"));
     let outcome = task.join();
     let failure = outcome.failure().expect("failed");
@@ -492,7 +511,7 @@ fn a_failing_reader_fails_the_task_with_its_error() {
 #[test]
 fn an_operator_error_fails_the_task() {
     let log = log();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("op-fails"),
         CountingReader::new(10, &log),
         streamtask_core::operator::FlatMap::new("boom", |x: u64, out: &mut Vec<u64>| {
@@ -502,7 +521,8 @@ fn an_operator_error_fails_the_task() {
             out.push(x);
         }),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     match task.join() {
         TaskOutcome::Failed(failure) => {
             assert!(matches!(&failure.error, TaskError::Panic(m) if m == "operator exploded at 3"))
@@ -523,7 +543,7 @@ fn spans_show_records_mails_timers_and_checkpoints_on_the_task_thread() {
     let (responder, reports) = responder("traced");
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("traced")
             .with_tracer(Tracer::to(&trace))
             .with_clock(Clock::Manual(clock.clone()))
@@ -532,7 +552,8 @@ fn spans_show_records_mails_timers_and_checkpoints_on_the_task_thread() {
         Box::new(reader) as Box<dyn SourceReader<u64>>,
         Probe::new("p", &log).with_timers(&[5]),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.send(Feed::Record(1));
     feeder.send(Feed::Record(2));
     output.wait_until(|e| e.len() == 2);

@@ -9,7 +9,7 @@ use crossbeam::channel::{Receiver, Sender, bounded, unbounded};
 use streamtask_core::operator::{Context, Discard, Map, Operator, OperatorEvent};
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::{CheckpointBarrier, OperatorError, StreamRecord, state::TaskSnapshot};
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceStreamTask};
 
 /// Counts to `end`; while reading record `pause_at` it tells the test and waits for its go.
 struct Pausing {
@@ -52,7 +52,7 @@ fn a_trigger_waits_for_at_most_the_record_in_flight() {
         let (reached_tx, reached) = bounded(1);
         let (go, go_rx) = bounded(1);
         let (reports, acks) = unbounded();
-        let task = SourceTask::spawn(
+        let task = SourceStreamTask::new(
             TaskConfig::new("step-bound")
                 .with_responder(CheckpointResponder::new("step-bound", reports)),
             Pausing {
@@ -64,7 +64,8 @@ fn a_trigger_waits_for_at_most_the_record_in_flight() {
             },
             Map::new("double", |x: u64| x * 2),
             Discard,
-        );
+        )
+        .spawn();
         reached.recv().expect("the reader reaches the pause");
         // Queued while the reader is inside record `pause_at`.
         task.trigger_checkpoint(CheckpointBarrier::new(1, 0))
@@ -121,13 +122,14 @@ impl SourceReader<u64> for Endless {
 fn back_to_back_triggers_are_snapshotted_in_order_hot_or_idle() {
     for hot in [true, false] {
         let (reports, acks) = unbounded();
-        let task = SourceTask::spawn(
+        let task = SourceStreamTask::new(
             TaskConfig::new("in-order")
                 .with_responder(CheckpointResponder::new("in-order", reports)),
             Endless { next: 0, hot },
             Map::new("double", |x: u64| x * 2),
             Discard,
-        );
+        )
+        .spawn();
         // Wait until the task runs (a trigger before that is declined as not running).
         while task.state() != streamtask_core::task::TaskState::Running {
             std::thread::yield_now();
@@ -227,7 +229,7 @@ impl Operator for SelfMail {
 fn a_mail_put_by_the_chain_runs_before_the_next_record() {
     for mail_at in [0, 1, 500, 1_023, 1_024, 5_000] {
         let seen = Seen::default();
-        let task = SourceTask::spawn(
+        let task = SourceStreamTask::new(
             TaskConfig::new("self-mail"),
             CountTo {
                 next: 0,
@@ -238,7 +240,8 @@ fn a_mail_put_by_the_chain_runs_before_the_next_record() {
                 seen: Arc::clone(&seen),
             },
             Discard,
-        );
+        )
+        .spawn();
         let outcome = task.join();
         assert!(outcome.is_finished(), "{outcome}");
         let seen = seen.lock().unwrap();

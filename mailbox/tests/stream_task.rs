@@ -13,7 +13,7 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamElement, StreamRecord, Watermark, state::TaskSnapshot,
     task::TaskError, task::TaskOutcome, task::TriggerError,
 };
-use streamtask_mailbox::{OneInputTask, TwoInputTask};
+use streamtask_mailbox::{OneInputStreamTask, TwoInputStreamTask};
 use streamtask_runtime::channel::{InputGate, Sender, TwoInputGate, bounded};
 
 fn record<T>(value: T) -> StreamElement<T> {
@@ -35,12 +35,13 @@ fn channel<T>() -> (
 fn smoke() {
     let (tx, rx) = channel();
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("one"),
         InputGate::new(vec![rx]).unwrap(),
         Map::new("inc", |x: u64| x + 1),
         output.clone(),
-    );
+    )
+    .spawn();
     for x in 0..4 {
         tx.send(record(x)).unwrap();
     }
@@ -66,12 +67,13 @@ fn smoke() {
 fn an_empty_input_suspends_the_task_until_the_channel_delivers() {
     let (tx, rx) = channel();
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("waits"),
         InputGate::new(vec![rx]).unwrap(),
         Map::new("id", |x: u64| x),
         output.clone(),
-    );
+    )
+    .spawn();
     // Each send is a notice that resumes the suspended default action.
     for x in 0..20 {
         tx.send(record(x)).unwrap();
@@ -89,12 +91,13 @@ fn aligned_barriers_are_snapshotted_inside_input_processing() {
     let (tx0, rx0) = channel();
     let (tx1, rx1) = channel();
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("aligned").with_responder(responder),
         InputGate::new(vec![rx0, rx1]).unwrap(),
         Probe::new("p", &log),
         output.clone(),
-    );
+    )
+    .spawn();
     tx0.send(record(1)).unwrap();
     tx0.send(barrier(1)).unwrap();
     tx0.send(record(100)).unwrap(); // after the barrier: held back until aligned
@@ -138,12 +141,13 @@ fn a_superseded_checkpoint_is_declined() {
     let (responder, reports) = responder("superseded");
     let (tx0, rx0) = channel::<u64>();
     let (tx1, rx1) = channel::<u64>();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("superseded").with_responder(responder),
         InputGate::new(vec![rx0, rx1]).unwrap(),
         Probe::new("p", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     tx0.send(barrier(1)).unwrap();
     tx1.send(barrier(2)).unwrap();
     match next_report(&reports) {
@@ -167,12 +171,13 @@ fn an_aborted_checkpoint_releases_the_channels_held_for_it() {
     let (tx0, rx0) = channel();
     let (tx1, rx1) = channel();
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("abort"),
         InputGate::new(vec![rx0, rx1]).unwrap(),
         Probe::new("p", &log),
         output.clone(),
-    );
+    )
+    .spawn();
     tx0.send(barrier(1)).unwrap();
     tx0.send(record(7)).unwrap(); // held back behind barrier 1
     task.notify_checkpoint_aborted(1);
@@ -193,12 +198,13 @@ fn an_abort_wakes_a_task_idle_behind_the_channels_it_releases() {
     let (tx0, rx0) = channel();
     let (tx1, rx1) = channel();
     let output = SharedOutput::new();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("abort-idle"),
         InputGate::new(vec![rx0, rx1]).unwrap(),
         Probe::new("p", &log),
         output.clone(),
-    );
+    )
+    .spawn();
     tx0.send(barrier(1)).unwrap();
     tx0.send(record(7)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(50));
@@ -212,12 +218,13 @@ fn an_abort_wakes_a_task_idle_behind_the_channels_it_releases() {
 #[test]
 fn tasks_with_inputs_refuse_triggers() {
     let (tx, rx) = channel::<u64>();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("not-a-source"),
         InputGate::new(vec![rx]).unwrap(),
         Map::new("id", |x: u64| x),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     assert_eq!(
         task.trigger_checkpoint(CheckpointBarrier::new(1, 0)),
         Err(TriggerError::NotASource)
@@ -229,12 +236,13 @@ fn tasks_with_inputs_refuse_triggers() {
 #[test]
 fn an_upstream_that_vanishes_fails_the_task() {
     let (tx, rx) = channel::<u64>();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("orphan"),
         InputGate::new(vec![rx]).unwrap(),
         Map::new("id", |x: u64| x),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     tx.send(record(1)).unwrap();
     drop(tx);
     match task.join() {
@@ -252,12 +260,13 @@ fn an_upstream_that_vanishes_fails_the_task() {
 #[test]
 fn cancelling_a_waiting_input_task_ends_it() {
     let (_tx, rx) = channel::<u64>();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("cancelled"),
         InputGate::new(vec![rx]).unwrap(),
         Map::new("id", |x: u64| x),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     task.cancel();
     assert!(matches!(task.join(), TaskOutcome::Cancelled));
 }
@@ -270,12 +279,13 @@ fn a_restored_input_task_gets_its_operator_state_back() {
     snapshot
         .put_value(TaskSnapshot::operator_key(0), &41u64)
         .unwrap();
-    let task = OneInputTask::spawn(
+    let task = OneInputStreamTask::new(
         TaskConfig::new("restored").with_restore(Some(snapshot)),
         InputGate::new(vec![rx]).unwrap(),
         Probe::new("p", &log),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     tx.send(StreamElement::EndOfInput).unwrap();
     assert!(task.join().is_finished());
     assert_eq!(entries(&log)[0], "p: init seen=41");
@@ -346,7 +356,7 @@ fn a_two_input_task_reads_both_inputs_and_aligns_over_both() {
     }
     words.send(barrier(1)).unwrap();
     let output = SharedOutput::new();
-    let task = TwoInputTask::spawn(
+    let task = TwoInputStreamTask::new(
         TaskConfig::new("two").with_responder(responder),
         TwoInputGate::new(vec![rx1], vec![rx2]).unwrap(),
         TwoInputChain::new(
@@ -357,7 +367,8 @@ fn a_two_input_task_reads_both_inputs_and_aligns_over_both() {
             Map::new("upper", |s: String| s.to_uppercase()),
         ),
         output.clone(),
-    );
+    )
+    .spawn();
     match next_report(&reports) {
         TaskReport::Acknowledged { snapshot, .. } => {
             assert_eq!(
@@ -386,7 +397,7 @@ fn a_two_input_task_reads_both_inputs_and_aligns_over_both() {
 fn two_input_tasks_refuse_triggers_and_can_be_cancelled() {
     let (_numbers, rx1) = channel::<u64>();
     let (_words, rx2) = channel::<String>();
-    let task = TwoInputTask::spawn(
+    let task = TwoInputStreamTask::new(
         TaskConfig::new("two-cancel"),
         TwoInputGate::new(vec![rx1], vec![rx2]).unwrap(),
         TwoInputChain::new(
@@ -397,7 +408,8 @@ fn two_input_tasks_refuse_triggers_and_can_be_cancelled() {
             Map::new("id", |s: String| s),
         ),
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     assert_eq!(
         task.trigger_checkpoint(CheckpointBarrier::new(1, 0)),
         Err(TriggerError::NotASource)

@@ -14,7 +14,7 @@ use streamtask_core::{
 };
 use streamtask_mailbox::{
     Controller, Immediate, MailboxTimerService, OperatorMails, Priority, ProcessorBuilder,
-    SourceTask, TaskMailbox,
+    SourceStreamTask, TaskMailbox,
 };
 
 fn timer(operator: usize, timestamp: i64, tag: u64) -> Timer {
@@ -31,12 +31,13 @@ fn smoke() {
     let clock = ManualClock::new(0);
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("timed").with_clock(Clock::Manual(clock.clone())),
         reader,
         Probe::new("p", &log).with_timers(&[10]),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.wait_until_idle(); // opened: the timer is registered
     clock.set(10);
     feeder.send(Feed::Record(1));
@@ -59,14 +60,15 @@ fn each_timer_reaches_the_operator_that_registered_it() {
     let clock = ManualClock::new(0);
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("chain").with_clock(Clock::Manual(clock.clone())),
         reader,
         Probe::new("head", &log)
             .with_timers(&[5])
             .then(Probe::new("tail", &log).with_timers(&[7])),
         output.clone(),
-    );
+    )
+    .spawn();
     feeder.wait_until_idle();
     clock.set(100);
     output.wait_until(|e| e.len() == 2);
@@ -209,12 +211,13 @@ fn system_clock_timers_fire_on_the_task_thread() {
     let (feeder, reader) = feed::<u64>(&log);
     let output = SharedOutput::new();
     let soon = Clock::System.now_millis() + 2;
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("wall"),
         reader,
         Probe::new("p", &log).with_timers(&[soon]),
         output.clone(),
-    );
+    )
+    .spawn();
     output.wait_until(|e| e.contains(&Emitted::Record(StreamRecord::new(1000))));
     feeder.send(Feed::End);
     assert!(task.join().is_finished());
@@ -228,12 +231,13 @@ fn a_panicking_timer_callback_fails_the_task_with_its_message() {
     let (_feeder, reader) = feed::<u64>(&log);
     let mut probe = Probe::new("p", &log).with_timers(&[1]);
     probe.panic_on_timer = true;
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("timer-panics").with_clock(Clock::Manual(clock.clone())),
         reader,
         probe,
         SharedOutput::new(),
-    );
+    )
+    .spawn();
     clock.set(5);
     match task.join() {
         TaskOutcome::Failed(failure) => {

@@ -131,7 +131,7 @@ impl<A: Send + 'static, B: Send + 'static> ConnectedStreams<A, B> {
             parallelism: down,
             runtime: match env.model {
                 Model::Legacy => "legacy TwoInputStreamTask",
-                Model::Mailbox | Model::Bridge => "mailbox TwoInputTask",
+                Model::Mailbox | Model::Bridge => "mailbox TwoInputStreamTask",
             },
             adapter: None,
             inputs: vec![input1, input2],

@@ -5,7 +5,7 @@
 //! the kit's [`IterationInput`] (the regular channels plus the feedback edge) under every model:
 //! the legacy model's input task (the thread polls with the deadline as timeout, records go
 //! through the chain under the checkpoint lock), or the mailbox model's
-//! [`IterationHeadTask`](streamtask_mailbox::IterationHeadTask) (the default action suspends;
+//! [`IterationHeadStreamTask`](streamtask_mailbox::IterationHeadStreamTask) (the default action suspends;
 //! feedback or the alarm resumes it). The bridge model runs the mailbox head: its rule keeps the
 //! legacy form for sources only, and a head is a task with inputs.
 //!
@@ -108,7 +108,7 @@ where
             parallelism,
             runtime: match env.model() {
                 Model::Legacy => "legacy OneInputStreamTask (iteration head)",
-                Model::Mailbox | Model::Bridge => "mailbox IterationHeadTask",
+                Model::Mailbox | Model::Bridge => "mailbox IterationHeadStreamTask",
             },
             adapter: None,
             inputs: vec![
@@ -274,7 +274,8 @@ where
                         .spawn()
                 }
                 Model::Mailbox | Model::Bridge => {
-                    streamtask_mailbox::IterationHeadTask::spawn(config, input, chain, output)
+                    streamtask_mailbox::IterationHeadStreamTask::new(config, input, chain, output)
+                        .spawn()
                 }
             })
         })

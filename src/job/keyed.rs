@@ -159,7 +159,7 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
     /// ([`DEFAULT_MAX_IN_FLIGHT`](streamtask_mailbox::DEFAULT_MAX_IN_FLIGHT) is the
     /// operator's default), watermarks held until the records before them completed, and the
     /// records in flight snapshotted with the keys' states (see
-    /// [`KeyedAsyncOperatorTask`](streamtask_mailbox::KeyedAsyncOperatorTask));
+    /// [`KeyedAsyncOperatorDriver`](streamtask_mailbox::KeyedAsyncOperatorDriver));
     /// `factory(subtask)` makes the operator for every task and attempt.
     ///
     /// Under the mailbox and bridge models it runs on the task thread. Under the legacy model
@@ -199,7 +199,7 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
             Arc::new(move |ctx| {
                 let key = Arc::clone(&key);
                 Box::new(
-                    streamtask_mailbox::KeyedAsyncOperatorTask::new(
+                    streamtask_mailbox::KeyedAsyncOperatorDriver::new(
                         factory(ctx.subtask),
                         move |v: &T| key(v),
                     )

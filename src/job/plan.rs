@@ -58,7 +58,7 @@ pub struct PlannedTask {
     pub name: String,
     /// How many subtasks.
     pub parallelism: usize,
-    /// The task runtime that runs it, e.g. `mailbox OneInputTask`.
+    /// The task runtime that runs it, e.g. `mailbox OneInputStreamTask`.
     pub runtime: &'static str,
     /// The adapter the job API put between the source and the model, if any.
     pub adapter: Option<SourceAdapter>,

@@ -85,9 +85,10 @@ where
                         .with_metrics(Arc::clone(&config.metrics))
                         .with_tracer(config.tracer.clone())
                         .with_cancel_grace(config.cancel_grace);
-                    Ok(streamtask_mailbox::SourceTask::spawn(
-                        config, reader, chain, output,
-                    ))
+                    Ok(
+                        streamtask_mailbox::SourceStreamTask::new(config, reader, chain, output)
+                            .spawn(),
+                    )
                 }
                 Model::Bridge => {
                     let source = replay_in_flight(source, &mut config);
@@ -138,9 +139,10 @@ where
             let (chain, output) = tail(ctx)?;
             let reader = factory(ctx.subtask);
             match ctx.model {
-                Model::Mailbox | Model::Bridge => Ok(streamtask_mailbox::SourceTask::spawn(
+                Model::Mailbox | Model::Bridge => Ok(streamtask_mailbox::SourceStreamTask::new(
                     config, reader, chain, output,
-                )),
+                )
+                .spawn()),
                 // Polled under the checkpoint lock; an event-time context passes the reader's
                 // own timestamps and watermarks through unchanged.
                 Model::Legacy => Ok(streamtask_legacy::SourceStreamTask::new(
@@ -280,7 +282,7 @@ where
                         .spawn()
                 }
                 Model::Mailbox | Model::Bridge => {
-                    streamtask_mailbox::TwoInputTask::spawn(config, gate, chain, output)
+                    streamtask_mailbox::TwoInputStreamTask::new(config, gate, chain, output).spawn()
                 }
             })
         })
@@ -306,7 +308,7 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
                         .spawn()
                 }
                 Model::Mailbox | Model::Bridge => {
-                    streamtask_mailbox::OneInputTask::spawn(config, gate, chain, output)
+                    streamtask_mailbox::OneInputStreamTask::new(config, gate, chain, output).spawn()
                 }
             })
         })

@@ -36,7 +36,7 @@ pub type StallCallback = Arc<dyn Fn(&StallReport) + Send + Sync>;
 /// use streamtask::{InputChannel, StallReport, TaskStall};
 /// use streamtask_core::live::{Activity, BarrierState};
 ///
-/// let mut stuck = TaskStall::new("stuck#0", "mailbox OneInputTask");
+/// let mut stuck = TaskStall::new("stuck#0", "mailbox OneInputStreamTask");
 /// stuck.activity = Activity::Processing;
 /// stuck.operator = Some("stuck".into());
 /// stuck.inputs.push(InputChannel {
@@ -86,7 +86,7 @@ pub struct StallReport {
 pub struct TaskStall {
     /// `<vertex>#<subtask>`.
     pub task: String,
-    /// The task runtime that runs it (`legacy OneInputStreamTask`, `mailbox SourceTask`, ...).
+    /// The task runtime that runs it (`legacy OneInputStreamTask`, `mailbox SourceStreamTask`, ...).
     pub runtime: String,
     /// Where the task is in its lifecycle (`Running`, `Finishing`, ...); `ended` once its
     /// threads ended.
@@ -399,7 +399,7 @@ checkpoint 7 stalled: pending 1500 ms (reported after 1000 ms, report 2), 2 of 4
 
     #[test]
     fn a_source_a_mail_and_a_blocked_output_read_as_such() {
-        let mut source = TaskStall::new("numbers#0", "mailbox SourceTask");
+        let mut source = TaskStall::new("numbers#0", "mailbox SourceStreamTask");
         source.activity = Activity::Mail;
         source.mail = Some("checkpoint trigger".into());
         source.operator = Some("numbers".into());

@@ -60,7 +60,10 @@ impl StreamEnvironment {
         let (runtime, adapter) = match self.model {
             Model::Legacy => ("legacy SourceStreamTask", None),
             Model::Bridge => ("bridge LegacySourceStreamTask", None),
-            Model::Mailbox => ("mailbox SourceTask", Some(SourceAdapter::HandoffReader)),
+            Model::Mailbox => (
+                "mailbox SourceStreamTask",
+                Some(SourceAdapter::HandoffReader),
+            ),
         };
         self.stream(
             name,
@@ -102,7 +105,7 @@ impl StreamEnvironment {
         self.claim_name(name);
         let (runtime, adapter) = match self.model {
             Model::Legacy => ("legacy SourceStreamTask", Some(SourceAdapter::ReaderSource)),
-            Model::Mailbox | Model::Bridge => ("mailbox SourceTask", None),
+            Model::Mailbox | Model::Bridge => ("mailbox SourceStreamTask", None),
         };
         self.stream(
             name,
@@ -495,7 +498,7 @@ impl<T: Send + 'static> DataStream<T> {
             parallelism,
             runtime: match env.model {
                 Model::Legacy => "legacy OneInputStreamTask",
-                Model::Mailbox | Model::Bridge => "mailbox OneInputTask",
+                Model::Mailbox | Model::Bridge => "mailbox OneInputStreamTask",
             },
             adapter: None,
             inputs,

@@ -3,12 +3,12 @@
 //!
 //! | kind | legacy | mailbox | bridge (as the job layer builds it, `src/job/segment.rs`) |
 //! |---|---|---|---|
-//! | `Source` | `SourceStreamTask` (scripted `SourceFunction`) -> p0 -> p1 | `SourceTask` (scripted `SourceReader`) -> p0 -> p1 | `LegacySourceStreamTask` (the same `SourceFunction`) -> p0 -> p1 |
-//! | `OneInput` | `OneInputStreamTask`, 2 channels, p0 -> p1 | `OneInputTask`, 2 channels, p0 -> p1 | the mailbox's |
-//! | `TwoInput` | `TwoInputStreamTask`, co-map -> p1 | `TwoInputTask`, co-map -> p1 | the mailbox's |
-//! | `Async` | `AsyncWaitStreamTask`, 2 channels, async head -> p1 | `OneInputTask`, 2 channels, `AsyncWaitOperator` -> p1 | the mailbox's |
-//! | `IterationHead` | `IterationHeadStreamTask` (an `OneInputStreamTask` over the kit's `IterationInput`), 2 channels + a feedback edge, p0 -> p1 | `IterationHeadTask`, the same | the mailbox's |
-//! | `AsyncSource` | none: an async operator heads its task (FLINK-13063) | `SourceTask` (reader) -> `AsyncWaitOperator` -> p1 | `SourceTask` (`HandoffReader` over the `SourceFunction`) -> `AsyncWaitOperator` -> p1 |
+//! | `Source` | `SourceStreamTask` (scripted `SourceFunction`) -> p0 -> p1 | `SourceStreamTask` (scripted `SourceReader`) -> p0 -> p1 | `LegacySourceStreamTask` (the same `SourceFunction`) -> p0 -> p1 |
+//! | `OneInput` | `OneInputStreamTask`, 2 channels, p0 -> p1 | `OneInputStreamTask`, 2 channels, p0 -> p1 | the mailbox's |
+//! | `TwoInput` | `TwoInputStreamTask`, co-map -> p1 | `TwoInputStreamTask`, co-map -> p1 | the mailbox's |
+//! | `Async` | `AsyncWaitStreamTask`, 2 channels, async head -> p1 | `OneInputStreamTask`, 2 channels, `AsyncWaitOperator` -> p1 | the mailbox's |
+//! | `IterationHead` | `IterationHeadStreamTask` (an `OneInputStreamTask` over the kit's `IterationInput`), 2 channels + a feedback edge, p0 -> p1 | `IterationHeadStreamTask`, the same | the mailbox's |
+//! | `AsyncSource` | none: an async operator heads its task (FLINK-13063) | `SourceStreamTask` (reader) -> `AsyncWaitOperator` -> p1 | `SourceStreamTask` (`HandoffReader` over the `SourceFunction`) -> `AsyncWaitOperator` -> p1 |
 //!
 //! Only [`Handle`] and [`start`] name a model's types; everything below them is
 //! model-agnostic test plumbing; every model returns the kit's one
@@ -210,7 +210,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
                 .spawn()
         }
         (Model::Mailbox, Kind::Source) => {
-            streamtask_mailbox::SourceTask::spawn(config, reader, Chain::new(p0, p1), output)
+            streamtask_mailbox::SourceStreamTask::new(config, reader, Chain::new(p0, p1), output)
+                .spawn()
         }
         (Model::Bridge, Kind::Source) => streamtask_bridge::LegacySourceStreamTask::new(
             config,
@@ -227,7 +228,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         }
         (Model::Mailbox | Model::Bridge, Kind::OneInput) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
-            streamtask_mailbox::OneInputTask::spawn(config, gate, Chain::new(p0, p1), output)
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, Chain::new(p0, p1), output)
+                .spawn()
         }
         (Model::Legacy, Kind::TwoInput) => {
             let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
@@ -241,12 +243,13 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         }
         (Model::Mailbox | Model::Bridge, Kind::TwoInput) => {
             let gate = TwoInputGate::new(vec![channel()], vec![channel()]).unwrap();
-            streamtask_mailbox::TwoInputTask::spawn(
+            streamtask_mailbox::TwoInputStreamTask::new(
                 config,
                 gate,
                 TwoInputChain::new(co_map(), p1),
                 output,
             )
+            .spawn()
         }
         (Model::Legacy, Kind::Async) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
@@ -259,7 +262,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
             let op = streamtask_runtime::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
-            streamtask_mailbox::OneInputTask::spawn(config, gate, Chain::new(op, p1), output)
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, Chain::new(op, p1), output)
+                .spawn()
         }
         (model, Kind::IterationHead) => {
             let gate = InputGate::new(vec![channel(), channel()]).unwrap();
@@ -280,7 +284,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
                         .spawn()
                 }
                 Model::Mailbox | Model::Bridge => {
-                    streamtask_mailbox::IterationHeadTask::spawn(config, input, chain, output)
+                    streamtask_mailbox::IterationHeadStreamTask::new(config, input, chain, output)
+                        .spawn()
                 }
             }
         }
@@ -288,7 +293,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
         (Model::Mailbox, Kind::AsyncSource) => {
             let op = streamtask_runtime::AsyncWaitOperator::new("async", function, async_config)
                 .unwrap();
-            streamtask_mailbox::SourceTask::spawn(config, reader, Chain::new(op, p1), output)
+            streamtask_mailbox::SourceStreamTask::new(config, reader, Chain::new(op, p1), output)
+                .spawn()
         }
         (Model::Bridge, Kind::AsyncSource) => {
             let op = streamtask_runtime::AsyncWaitOperator::new("async", function, async_config)
@@ -296,7 +302,8 @@ pub(crate) fn start(model: Model, kind: Kind, spec: &Spec) -> Option<Task> {
             let handoff = streamtask_bridge::HandoffReader::new(source)
                 .with_clock(Clock::Manual(clock.clone()))
                 .with_cancel_grace(spec.grace);
-            streamtask_mailbox::SourceTask::spawn(config, handoff, Chain::new(op, p1), output)
+            streamtask_mailbox::SourceStreamTask::new(config, handoff, Chain::new(op, p1), output)
+                .spawn()
         }
     };
     let mut latches = Vec::new();
@@ -719,7 +726,7 @@ impl TaskOutput<String> for LineOutput {
 }
 
 /// A one-input task of `model` whose chain is the file reading's [`SplitReader`] in the
-/// model's form: the legacy `OneInputStreamTask`, or the mailbox's `OneInputTask` (which the
+/// model's form: the legacy `OneInputStreamTask`, or the mailbox's `OneInputStreamTask` (which the
 /// bridge runs the reader in too), one input channel of splits. Named `<id>`, the model's
 /// letter and `R`.
 pub(crate) struct SplitReaderTask {
@@ -764,7 +771,7 @@ pub(crate) fn start_split_reader(
             streamtask_legacy::OneInputStreamTask::new(config, gate, reader, output).spawn()
         }
         Model::Mailbox | Model::Bridge => {
-            streamtask_mailbox::OneInputTask::spawn(config, gate, reader, output)
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, reader, output).spawn()
         }
     };
     SplitReaderTask {
@@ -892,7 +899,7 @@ impl streamtask_core::operator::Operator for HoldAt {
 /// A source task of `model` whose source is reader 0 of `enumerator` (a
 /// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/segment.rs`):
 /// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
-/// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
+/// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceStreamTask` (mailbox,
 /// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
 /// (0: never). Named `<id>`, the model's letter and `F`; it has
 /// no input ([`SplitReaderTask::end_and_join`] waits for the source to end).
@@ -945,7 +952,7 @@ pub(crate) fn start_file_source_reader(
         .with_bounded_handover(true)
         .spawn(),
         Model::Mailbox | Model::Bridge => {
-            streamtask_mailbox::SourceTask::spawn(config, reader, chain, output)
+            streamtask_mailbox::SourceStreamTask::new(config, reader, chain, output).spawn()
         }
     };
     let task = SplitReaderTask {

@@ -187,7 +187,7 @@ enum Seen {
 ///
 /// # Examples
 ///
-/// A legacy counting source in a mailbox [`SourceTask`](streamtask_mailbox::SourceTask):
+/// A legacy counting source in a mailbox [`SourceStreamTask`](streamtask_mailbox::SourceStreamTask):
 ///
 /// ```
 /// use streamtask_bridge::HandoffReader;
@@ -195,7 +195,7 @@ enum Seen {
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::OperatorError;
 /// use streamtask_legacy::{SourceContext, SourceFunction};
-/// use streamtask_mailbox::SourceTask;
+/// use streamtask_mailbox::SourceStreamTask;
 ///
 /// struct Count(u64);
 ///
@@ -217,12 +217,12 @@ enum Seen {
 /// }
 ///
 /// let reader = HandoffReader::new(Count(100)).with_capacity(16);
-/// let task = SourceTask::spawn(
+/// let task = SourceStreamTask::new(
 ///     TaskConfig::new("count"),
 ///     reader,
 ///     Map::new("square", |n: u64| n * n),
 ///     Vec::<Emitted<u64>>::new(),
-/// );
+/// ).spawn();
 /// assert!(task.join().is_finished());
 /// ```
 pub struct HandoffReader<F: SourceFunction> {

@@ -1,4 +1,4 @@
-//! The keyed async-fn operator against Little's law: a [`KeyedAsyncOperatorTask`] whose every
+//! The keyed async-fn operator against Little's law: a [`KeyedAsyncOperatorDriver`] whose every
 //! call awaits a reply that a [`Completer`] sends 1 ms after the call (a remote service), at
 //! several in-flight caps. `streamtask bench`'s `async_fn_inflight_littles_law` row.
 
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use streamtask_core::operator::Discard;
 use streamtask_core::task::TaskConfig;
 use streamtask_core::{OperatorError, StreamElement, StreamRecord};
-use streamtask_mailbox::{AsyncContext, KeyedAsyncOperator, KeyedAsyncOperatorTask};
+use streamtask_mailbox::{AsyncContext, KeyedAsyncOperator, KeyedAsyncOperatorDriver};
 use streamtask_runtime::channel::{InputGate, bounded};
 
 use super::async_io::{Completer, Delayed, rate};
@@ -76,7 +76,7 @@ pub fn littles_law(cap: usize, latency: Duration, records: u64) -> InFlightRun {
     let (tx, rx) = bounded(4096).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let operator =
-        KeyedAsyncOperatorTask::new(AskService(completer.function()), |x: &u64| x % KEYS)
+        KeyedAsyncOperatorDriver::new(AskService(completer.function()), |x: &u64| x % KEYS)
             .with_max_in_flight(cap);
     let started = Instant::now();
     let producer = std::thread::spawn(move || {
@@ -86,7 +86,9 @@ pub fn littles_law(cap: usize, latency: Duration, records: u64) -> InFlightRun {
         }
         tx.send(StreamElement::EndOfInput).unwrap();
     });
-    let outcome = streamtask_mailbox::OneInputTask::spawn(config, gate, operator, Discard).join();
+    let outcome = streamtask_mailbox::OneInputStreamTask::new(config, gate, operator, Discard)
+        .spawn()
+        .join();
     let elapsed = started.elapsed();
     producer.join().unwrap();
     assert!(outcome.is_finished(), "async-fn cap {cap}: {outcome}");

@@ -88,7 +88,9 @@ where
             )
             .unwrap()
             .with_inline_completions(inline);
-            streamtask_mailbox::OneInputTask::spawn(config, gate, op, Discard).join()
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, op, Discard)
+                .spawn()
+                .join()
         }
         (Model::Legacy, Chain::Async(capacity, mode)) => {
             let head = streamtask_legacy::AsyncHead::new(
@@ -118,14 +120,17 @@ where
             )
             .unwrap()
             .with_inline_completions(inline);
-            streamtask_mailbox::OneInputTask::spawn(config, gate, op, Discard).join()
+            streamtask_mailbox::OneInputStreamTask::new(config, gate, op, Discard)
+                .spawn()
+                .join()
         }
-        (_, Chain::Map) => streamtask_mailbox::OneInputTask::spawn(
+        (_, Chain::Map) => streamtask_mailbox::OneInputStreamTask::new(
             config,
             gate,
             Map::new("double", |x: u64| x * 2),
             Discard,
         )
+        .spawn()
         .join(),
     };
     let elapsed = started.elapsed();

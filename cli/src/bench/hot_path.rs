@@ -20,7 +20,7 @@ use streamtask_core::{
     CheckpointBarrier, OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output,
     time::ManualClock,
 };
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceStreamTask};
 
 /// A reader emitting `next, next + 1, ...` up to `end` (exclusive), one record per poll.
 #[derive(Debug, Clone, Copy)]
@@ -152,14 +152,14 @@ pub fn bare_loop(records: u64) -> Duration {
     elapsed
 }
 
-/// `records` records through a whole [`SourceTask`] (spawn to join): the wall time.
+/// `records` records through a whole [`SourceStreamTask`] (spawn to join): the wall time.
 ///
 /// # Panics
 ///
 /// If the task does not finish.
 pub fn source_task(records: u64) -> Duration {
     let start = Instant::now();
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("bench-hot-path"),
         Counter {
             next: 0,
@@ -167,7 +167,8 @@ pub fn source_task(records: u64) -> Duration {
         },
         triple(),
         Sum::default(),
-    );
+    )
+    .spawn();
     let outcome = task.join();
     let elapsed = start.elapsed();
     assert!(outcome.is_finished(), "the hot-path task: {outcome}");

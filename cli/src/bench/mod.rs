@@ -6,7 +6,7 @@
 //!
 //! | key | what | better |
 //! |---|---|---|
-//! | `source_task_vs_bare` | a mailbox `SourceTask` through a map, ns/record, over a bare loop of the same steps | lower |
+//! | `source_task_vs_bare` | a mailbox `SourceStreamTask` through a map, ns/record, over a bare loop of the same steps | lower |
 //! | `source_task_marginal_vs_bare` | the same without what a run costs once (spawn, join, a cold core): `(t(2N) - t(N)) / N` over the bare loop's ns/record; a reference next to `source_task_vs_bare`, which is unchanged | lower |
 //! | `vs_tokio_batched_throughput` | the same task's records/s under 1 ms triggers over a tokio `select!` loop batching 1024 records | higher |
 //! | `vs_tokio_batched_p99` | their trigger latency (scheduled -> snapshot), p99, task over tokio: each runner's samples of every round pooled into one histogram, the ratio of the two pooled p99s | lower |

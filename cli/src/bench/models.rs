@@ -15,7 +15,6 @@ use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskOutcome, TaskReport};
 use streamtask_core::{CheckpointBarrier, task::TriggerError};
 use streamtask_legacy::{Fairness, SourceStreamTask};
-use streamtask_mailbox::SourceTask;
 
 use super::clock;
 use super::hot_path::Sum;
@@ -33,9 +32,9 @@ pub enum Runner {
     /// `streamtask_bridge::LegacySourceStreamTask`: the source on its own thread, mails under
     /// the lock.
     Bridge,
-    /// `streamtask_bridge::HandoffReader` of this capacity in a mailbox `SourceTask`.
+    /// `streamtask_bridge::HandoffReader` of this capacity in a mailbox `SourceStreamTask`.
     Handoff(usize),
-    /// The native port in a mailbox `SourceTask`.
+    /// The native port in a mailbox `SourceStreamTask`.
     Native,
 }
 
@@ -81,21 +80,27 @@ impl Running {
                     .spawn()
                     .expect("a plain chain"),
             ),
-            Runner::Handoff(capacity) => Running::Mailbox(SourceTask::spawn(
-                config,
-                HandoffReader::new(source).with_capacity(capacity),
-                stamp,
-                Sum::default(),
-            )),
-            Runner::Native => Running::Mailbox(SourceTask::spawn(
-                config,
-                CountReader {
-                    next: 0,
-                    limit: limit.unwrap_or(u64::MAX),
-                },
-                stamp,
-                Sum::default(),
-            )),
+            Runner::Handoff(capacity) => Running::Mailbox(
+                streamtask_mailbox::SourceStreamTask::new(
+                    config,
+                    HandoffReader::new(source).with_capacity(capacity),
+                    stamp,
+                    Sum::default(),
+                )
+                .spawn(),
+            ),
+            Runner::Native => Running::Mailbox(
+                streamtask_mailbox::SourceStreamTask::new(
+                    config,
+                    CountReader {
+                        next: 0,
+                        limit: limit.unwrap_or(u64::MAX),
+                    },
+                    stamp,
+                    Sum::default(),
+                )
+                .spawn(),
+            ),
         }
     }
 

@@ -21,7 +21,7 @@ use streamtask_core::operator::{Discard, KeyedContext, KeyedProcessOperator};
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 use streamtask_core::time::InterruptibleTimers;
 use streamtask_core::{CheckpointBarrier, OperatorError, Watermark};
-use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceStreamTask};
 
 /// A wait of the bench thread that means the task is stuck; never a measured figure.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -138,14 +138,15 @@ pub fn urgent_mail_while_firing(
         progress: Arc::clone(&progress),
     };
     let operator = KeyedProcessOperator::new("fire", |v: &u64| *v, function);
-    let task = SourceTask::spawn(
+    let task = SourceStreamTask::new(
         TaskConfig::new("timer load")
             .with_responder(CheckpointResponder::new("timer load", reports_tx))
             .with_interruptible_timers(setting),
         reader,
         operator,
         Discard,
-    );
+    )
+    .spawn();
     let metrics = Arc::clone(task.metrics());
 
     // Wait for the firing to start (short sleeps: the task needs the core).

@@ -34,7 +34,7 @@ use super::{TaskHandle, spawn_task};
 /// use streamtask_runtime::{IterationInput, feedback_edge};
 /// use streamtask_core::task::TaskConfig;
 /// use streamtask_core::{StreamElement, StreamRecord};
-/// use streamtask_mailbox::IterationHeadTask;
+/// use streamtask_mailbox::IterationHeadStreamTask;
 ///
 /// let (tx, rx) = bounded(8).unwrap();
 /// let (_tail, feedback) = feedback_edge::<u32>();
@@ -47,41 +47,51 @@ use super::{TaskHandle, spawn_task};
 ///     &mut config,
 /// )
 /// .unwrap();
-/// let task = IterationHeadTask::spawn(config, input, Map::new("inc", |x: u32| x + 1), Discard);
+/// let task = IterationHeadStreamTask::new(config, input, Map::new("inc", |x: u32| x + 1), Discard).spawn();
 /// tx.send(StreamElement::Record(StreamRecord::new(1))).unwrap();
 /// tx.send(StreamElement::EndOfInput).unwrap();
 /// // No feedback for 10 ms after the input ended: the alarm resumes the head, which ends.
 /// assert!(task.join().is_finished());
 /// ```
 #[derive(Debug)]
-pub struct IterationHeadTask;
+pub struct IterationHeadStreamTask<C: Operator, W> {
+    config: TaskConfig,
+    input: IterationInput<C::In>,
+    chain: C,
+    output: W,
+}
 
-impl IterationHeadTask {
-    /// Starts the head reading `input` (built with `config`, whose responder it swapped) into
-    /// `chain`, whose output goes to `output`. The input gets its alarm here (counted in the
-    /// task's threads once it starts).
+impl<C, W> IterationHeadStreamTask<C, W>
+where
+    C: Operator + 'static,
+    C::In: Clone + Serialize + DeserializeOwned + Send + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    /// The head reading `input` (built with `config`, whose responder it swapped) into `chain`,
+    /// whose output goes to `output`.
+    pub fn new(config: TaskConfig, input: IterationInput<C::In>, chain: C, output: W) -> Self {
+        IterationHeadStreamTask {
+            config,
+            input,
+            chain,
+            output,
+        }
+    }
+
+    /// Starts the task thread; the input gets its alarm here (counted in the task's threads
+    /// once it starts).
     ///
     /// # Panics
     ///
     /// If the OS refuses to start a thread.
-    pub fn spawn<O, W>(
-        config: TaskConfig,
-        input: IterationInput<O::In>,
-        chain: O,
-        output: W,
-    ) -> TaskHandle
-    where
-        O: Operator + 'static,
-        O::In: Clone + Serialize + DeserializeOwned + Send + 'static,
-        W: TaskOutput<O::Out> + 'static,
-    {
-        let metrics = std::sync::Arc::clone(&config.metrics);
+    pub fn spawn(self) -> TaskHandle {
+        let metrics = std::sync::Arc::clone(&self.config.metrics);
         spawn_task(
-            config,
+            self.config,
             TriggerMode::Inputs,
-            GateInput::new(input.with_metrics(metrics).with_alarm()),
-            chain,
-            output,
+            GateInput::new(self.input.with_metrics(metrics).with_alarm()),
+            self.chain,
+            self.output,
         )
     }
 }

@@ -5,10 +5,9 @@
 
 mod body;
 mod input;
+mod input_task;
 mod iteration;
-mod one_input;
 mod source;
-mod two_input;
 
 use std::time::Instant;
 
@@ -30,10 +29,9 @@ use crate::processor::{
 };
 use crate::services::{MailboxEvents, MailboxTimerService};
 
-pub use self::iteration::IterationHeadTask;
-pub use self::one_input::OneInputTask;
-pub use self::source::SourceTask;
-pub use self::two_input::TwoInputTask;
+pub use self::input_task::{InputStreamTask, OneInputStreamTask, TwoInputStreamTask};
+pub use self::iteration::IterationHeadStreamTask;
+pub use self::source::SourceStreamTask;
 use streamtask_runtime::TaskHandle;
 
 use self::body::MailboxBody;

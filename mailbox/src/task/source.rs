@@ -20,7 +20,7 @@ use crate::source::SourceReader;
 /// use streamtask_core::operator::{Emitted, Map};
 /// use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
 /// use streamtask_core::{CheckpointBarrier, OperatorError, state::TaskSnapshot};
-/// use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceTask};
+/// use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader, SourceStreamTask};
 ///
 /// struct Count { next: u64, end: u64 }
 ///
@@ -43,12 +43,13 @@ use crate::source::SourceReader;
 /// let (reports, acks) = crossbeam::channel::unbounded();
 /// let config = TaskConfig::new("count")
 ///     .with_responder(CheckpointResponder::new("count", reports));
-/// let task = SourceTask::spawn(
+/// let task = SourceStreamTask::new(
 ///     config,
 ///     Count { next: 0, end: 5 },
 ///     Map::new("double", |x: u64| x * 2),
 ///     Vec::<Emitted<u64>>::new(),
-/// );
+/// )
+/// .spawn();
 /// task.trigger_checkpoint(CheckpointBarrier::new(1, 0)).unwrap();
 /// assert!(task.join().is_finished());
 /// match acks.recv().unwrap() {
@@ -60,27 +61,42 @@ use crate::source::SourceReader;
 /// }
 /// ```
 #[derive(Debug)]
-pub struct SourceTask;
+pub struct SourceStreamTask<R, C, W> {
+    config: TaskConfig,
+    reader: R,
+    chain: C,
+    output: W,
+}
 
-impl SourceTask {
-    /// Starts a source task reading `reader` into `chain`, whose output goes to `output`.
+impl<R, C, W> SourceStreamTask<R, C, W>
+where
+    R: SourceReader<C::In> + 'static,
+    C: Operator + 'static,
+    W: TaskOutput<C::Out> + 'static,
+{
+    /// A source task reading `reader` into `chain`, whose output goes to `output`.
     /// `config.restore` restores the reader (from [`TaskSnapshot::SOURCE`](streamtask_core::state::TaskSnapshot::SOURCE)) and the chain.
+    pub fn new(config: TaskConfig, reader: R, chain: C, output: W) -> Self {
+        SourceStreamTask {
+            config,
+            reader,
+            chain,
+            output,
+        }
+    }
+
+    /// Starts the task thread.
     ///
     /// # Panics
     ///
     /// If the OS refuses to start a thread.
-    pub fn spawn<R, O, W>(config: TaskConfig, reader: R, chain: O, output: W) -> TaskHandle
-    where
-        R: SourceReader<O::In> + 'static,
-        O: Operator + 'static,
-        W: TaskOutput<O::Out> + 'static,
-    {
+    pub fn spawn(self) -> TaskHandle {
         spawn_task(
-            config,
+            self.config,
             TriggerMode::Source,
-            ReaderInput::new(reader),
-            chain,
-            output,
+            ReaderInput::new(self.reader),
+            self.chain,
+            self.output,
         )
     }
 }

@@ -60,7 +60,7 @@ pub enum TriggerMode {
 ///
 /// # Examples
 ///
-/// A model crate builds one with [`TaskHandle::new`]; see `streamtask-mailbox`'s `SourceTask`
+/// A model crate builds one with [`TaskHandle::new`]; see `streamtask-mailbox`'s `SourceStreamTask`
 /// or `streamtask-legacy`'s `SourceStreamTask` for a running example.
 // `repr(C, align(64))`: what a trigger reads (the mode, the lifecycle and the control) comes
 // first, on one cache line. A coordinator's thread sleeps between triggers, so each line the
