@@ -212,6 +212,7 @@ pub struct StopWithSavepoint {
     dir: PathBuf,
     after_checkpoints: Option<u64>,
     handle: SavepointHandle,
+    drain: bool,
 }
 
 impl StopWithSavepoint {
@@ -222,6 +223,7 @@ impl StopWithSavepoint {
             dir: dir.into(),
             after_checkpoints: None,
             handle: SavepointHandle::new(),
+            drain: false,
         }
     }
 
@@ -230,6 +232,33 @@ impl StopWithSavepoint {
     pub fn after_checkpoints(mut self, n: u64) -> Self {
         self.after_checkpoints = Some(n);
         self
+    }
+
+    /// Drains the job before the savepoint (Flink's `stop --drain`; default `false`, Flink's
+    /// stop without drain). Every task, at the savepoint's barrier, first advances event time
+    /// to [`Watermark::MAX`](streamtask_core::Watermark::MAX) (event-time windows and timers
+    /// fire) and ends its operators' input, so the output holds what end of input produces and
+    /// the savepoint commits it. The job is over then: a restore of the savepoint starts after
+    /// end of input (its sources emit nothing, whether bounded or not, and its operators get
+    /// nothing more), so it ends at once with no new output. Use it to end a job for good;
+    /// stop without drain to move, upgrade or rescale a job that goes on. Same in every model.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::StopWithSavepoint;
+    ///
+    /// let stop = StopWithSavepoint::new("/tmp/savepoints").with_drain(true);
+    /// assert!(stop.drains());
+    /// ```
+    pub fn with_drain(mut self, drain: bool) -> Self {
+        self.drain = drain;
+        self
+    }
+
+    /// Whether the savepoint drains the job first (see [`with_drain`](Self::with_drain)).
+    pub fn drains(&self) -> bool {
+        self.drain
     }
 
     /// Uses `handle` (shared with a signal handler, a source, another thread).
@@ -356,6 +385,11 @@ impl AttemptSavepoint {
                 complete: AtomicBool::new(false),
             }),
         }))
+    }
+
+    /// Whether the savepoint drains the job first.
+    pub(crate) fn drains(&self) -> bool {
+        self.shared.stop.drains()
     }
 
     /// What the coordinator calls with the completed savepoint, before its notices.
@@ -572,7 +606,7 @@ impl JobGraph {
                     continue;
                 };
                 for (key, _) in snapshot.iter() {
-                    if !named.contains(&(v.name.as_str(), key)) {
+                    if key != TaskSnapshot::FINISHED && !named.contains(&(v.name.as_str(), key)) {
                         dropped.push(format!("{task}: {key} (no operator id in the savepoint)"));
                     }
                 }
@@ -588,6 +622,23 @@ impl JobGraph {
             log::warn!(
                 "dropping the state of operators the job no longer has, as allowed: {dropped:?}"
             );
+        }
+        // A drained savepoint's job ended its input: the restored job starts after it, every
+        // task of it (a source emits nothing, whether bounded or not; see
+        // `TaskSnapshot::FINISHED`).
+        let drained = savepoint
+            .checkpoint
+            .tasks
+            .values()
+            .any(|t| t.get(TaskSnapshot::FINISHED).is_some());
+        if drained {
+            log::info!(
+                "savepoint {} was drained: the job restores after end of input",
+                savepoint.path.display()
+            );
+            for task in tasks.values_mut() {
+                task.put(TaskSnapshot::FINISHED, Vec::new());
+            }
         }
         log::info!(
             "restoring savepoint {} (checkpoint {}, taken under the {} model) from {}",

@@ -196,6 +196,10 @@ pub struct ChainBody<C, W> {
     /// advanced past it, an operator did not emit it), so no checkpoint may be taken from
     /// them: a trigger that wins the race against the task's failure is declined.
     broken: bool,
+    /// The chain's input ended with a draining stop-with-savepoint: at this task's barrier,
+    /// or in the run the restored snapshot was taken from (it holds
+    /// [`TaskSnapshot::FINISHED`]). See [`is_drained`](ChainBody::is_drained).
+    drained: bool,
 }
 
 /// The counting, which needs nothing of the chain or the output (a [`Burst`] drops into it).
@@ -270,6 +274,7 @@ where
             unaligned_barrier: None,
             awaiting_channel_state: None,
             broken: false,
+            drained: false,
         }
     }
 
@@ -333,6 +338,7 @@ where
             .running()
             .set_names(self.chain.chain_names());
         self.chain.restore(restore)?;
+        self.drained = restore.is_some_and(|s| s.get(TaskSnapshot::FINISHED).is_some());
         let (chain, mut ctx) = ctx!(self);
         chain.open(&mut ctx)?;
         self.phase = BodyPhase::Running;
@@ -361,6 +367,10 @@ where
     ///
     /// Whatever an operator fails with.
     pub fn process_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        if self.drained {
+            // Event time reached its end when the input was drained.
+            return Ok(());
+        }
         self.interrupt();
         self.broken = true;
         let (chain, mut ctx) = ctx!(self);
@@ -434,6 +444,9 @@ where
             .tracer
             .span("checkpoint", || format!("checkpoint {id}"));
         let taken = catch_panic(|| -> Result<TaskSnapshot, OperatorError> {
+            if barrier.kind.drains() && !self.drained {
+                self.drain_input(id)?;
+            }
             {
                 let (chain, mut ctx) = ctx!(self);
                 chain.prepare_snapshot_pre_barrier(id, &mut ctx)?;
@@ -442,6 +455,9 @@ where
             let mut snapshot = TaskSnapshot::new();
             source(id, &mut snapshot)?;
             self.chain.snapshot(id, &mut snapshot)?;
+            if self.drained {
+                snapshot.put(TaskSnapshot::FINISHED, Vec::new());
+            }
             Ok(snapshot)
         });
         let finished = Instant::now();
@@ -495,6 +511,46 @@ where
         };
         responder.decline(id, reason);
         Err(failure)
+    }
+
+    /// Flink's drain before a draining savepoint's barrier, shared by every model: event time
+    /// advances to its end ([`Watermark::MAX`] through the chain: windows and event-time
+    /// timers fire), then every operator's input ends, head to tail, so what that produces
+    /// goes downstream before the barrier and the snapshot holds the state after it. `finish`
+    /// does not run: the savepoint's snapshot is the sinks' pre-commit and its completion
+    /// notice their commit, as for any savepoint, and the task ends on that notice as after a
+    /// stop without drain (its output gets no end of input). From here on the chain gets
+    /// nothing more ([`is_drained`](Self::is_drained)).
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with; an operator that still has work in flight when its
+    /// input is to end (an async operator's calls), which the barrier cannot wait for.
+    fn drain_input(&mut self, id: u64) -> Result<(), OperatorError> {
+        {
+            let (chain, mut ctx) = ctx!(self);
+            chain.process_watermark(Watermark::MAX, &mut ctx)?;
+        }
+        for operator in 0..self.chain.chain_len() {
+            if operator > 0 && !self.chain.accepts_input() {
+                return Err(OperatorError::user(
+                    self.name().to_string(),
+                    format!(
+                        "draining savepoint {id}: an operator of the chain still has work in \
+                         flight (async calls), so its input cannot end at the barrier; stop \
+                         without drain, or wait until the calls completed"
+                    ),
+                ));
+            }
+            let (chain, mut ctx) = ctx!(self);
+            chain.end_input_at(operator, &mut ctx)?;
+        }
+        log::info!(
+            "{}: input drained for savepoint {id} (end of event time, end of input)",
+            self.name()
+        );
+        self.drained = true;
+        Ok(())
     }
 
     /// The channel state of unaligned checkpoint `id` is complete: acknowledges its snapshot
@@ -559,6 +615,17 @@ where
                 // threads), without end of input, and its source emits nothing more.
                 self.suspended = Suspension::Done;
                 lifecycle.savepoint_completed();
+            } else if self.drained {
+                // The chain's input ended at the barrier: it cannot take input again. The task
+                // fails, and the job restarts from its latest checkpoint (Flink fails over too).
+                return Err(OperatorError::user(
+                    self.name().to_string(),
+                    format!(
+                        "draining stop-with-savepoint {id} was aborted after the task's input \
+                         ended; the job restarts from its latest checkpoint (stop again to \
+                         retry)"
+                    ),
+                ));
             } else {
                 log::info!(
                     "{}: stop-with-savepoint {id} aborted; the task resumes",
@@ -616,6 +683,17 @@ where
         self.suspended == Suspension::None
     }
 
+    /// Whether the chain's input ended with a draining stop-with-savepoint, at this task's
+    /// barrier or in the run its restored snapshot was taken from: the chain gets no records,
+    /// watermarks, timers or events (they are dropped), end of input only ends the output,
+    /// and every snapshot carries [`TaskSnapshot::FINISHED`]. A source restored so starts
+    /// after end of input: each model ends it at once, before it reads anything (a legacy
+    /// source's `run` is not called, a reader is not polled).
+    #[inline]
+    pub fn is_drained(&self) -> bool {
+        self.drained
+    }
+
     /// Whether the task's source may emit now: the chain accepts input and no stop-with-savepoint
     /// is pending. The one check every model's source makes before it emits (a legacy source
     /// before each locked section, a reader before each poll), so nothing a source reads after
@@ -633,7 +711,7 @@ where
     ///
     /// Whatever the operator fails with.
     pub fn dispatch_timer(&mut self, timer: Timer) -> Result<(), OperatorError> {
-        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) || self.drained {
             log::debug!("{}: timer after the chain finished dropped", self.name());
             return Ok(());
         }
@@ -657,7 +735,7 @@ where
         operator: usize,
         event: OperatorEvent,
     ) -> Result<(), OperatorError> {
-        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) || self.drained {
             log::debug!(
                 "{}: event for operator {operator} after the chain finished dropped",
                 self.name()
@@ -697,7 +775,8 @@ where
             BodyPhase::Finished => return Ok(Drain::Finished),
             phase => panic!("end_input_step in phase {phase:?}: call begin_end_of_input first"),
         }
-        while self.inputs_ended < self.chain.chain_len() {
+        // A drained chain's input ended already: only the output's end is left.
+        while !self.drained && self.inputs_ended < self.chain.chain_len() {
             // The head has nothing upstream to wait for: its input ends at once, even while it
             // is unavailable (an async head with a full queue runs its due retries now).
             if self.inputs_ended > 0 && !self.chain.accepts_input() {
@@ -708,10 +787,10 @@ where
             let (chain, mut ctx) = ctx!(self);
             chain.end_input_at(operator, &mut ctx)?;
         }
-        if !self.chain.accepts_input() {
-            return Ok(Drain::Waiting);
-        }
-        {
+        if !self.drained {
+            if !self.chain.accepts_input() {
+                return Ok(Drain::Waiting);
+            }
             let (chain, mut ctx) = ctx!(self);
             chain.finish(&mut ctx)?;
         }
@@ -751,7 +830,7 @@ where
         &mut self,
         f: impl FnOnce(&mut C, &mut Context<'_, C::Out>) -> R,
     ) -> Option<R> {
-        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) || self.drained {
             return None;
         }
         self.interrupt();
