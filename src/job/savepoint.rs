@@ -626,12 +626,7 @@ impl JobGraph {
         // A drained savepoint's job ended its input: the restored job starts after it, every
         // task of it (a source emits nothing, whether bounded or not; see
         // `TaskSnapshot::FINISHED`).
-        let drained = savepoint
-            .checkpoint
-            .tasks
-            .values()
-            .any(|t| t.get(TaskSnapshot::FINISHED).is_some());
-        if drained {
+        if savepoint.is_drained() {
             log::info!(
                 "savepoint {} was drained: the job restores after end of input",
                 savepoint.path.display()

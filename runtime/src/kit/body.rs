@@ -200,6 +200,9 @@ pub struct ChainBody<C, W> {
     /// or in the run the restored snapshot was taken from (it holds
     /// [`TaskSnapshot::FINISHED`]). See [`is_drained`](ChainBody::is_drained).
     drained: bool,
+    /// A draining savepoint's drain in progress: how many operators' input ended (event time
+    /// reached its end). See [`drain_for`](ChainBody::drain_for).
+    drain_progress: Option<usize>,
 }
 
 /// The counting, which needs nothing of the chain or the output (a [`Burst`] drops into it).
@@ -275,6 +278,7 @@ where
             awaiting_channel_state: None,
             broken: false,
             drained: false,
+            drain_progress: None,
         }
     }
 
@@ -444,8 +448,15 @@ where
             .tracer
             .span("checkpoint", || format!("checkpoint {id}"));
         let taken = catch_panic(|| -> Result<TaskSnapshot, OperatorError> {
-            if barrier.kind.drains() && !self.drained {
-                self.drain_input(id)?;
+            if self.drain_for(barrier)? == Drain::Waiting {
+                return Err(OperatorError::user(
+                    self.name().to_string(),
+                    format!(
+                        "draining savepoint {id}: an operator of the chain still has work in \
+                         flight (async calls) and this task cannot wait for it at the barrier; \
+                         stop without drain"
+                    ),
+                ));
             }
             {
                 let (chain, mut ctx) = ctx!(self);
@@ -515,42 +526,58 @@ where
 
     /// Flink's drain before a draining savepoint's barrier, shared by every model: event time
     /// advances to its end ([`Watermark::MAX`] through the chain: windows and event-time
-    /// timers fire), then every operator's input ends, head to tail, so what that produces
+    /// timers fire), then every operator's input ends, head to tail, each once everything
+    /// upstream of it emitted (an async operator's calls complete first), so what that produces
     /// goes downstream before the barrier and the snapshot holds the state after it. `finish`
     /// does not run: the savepoint's snapshot is the sinks' pre-commit and its completion
     /// notice their commit, as for any savepoint, and the task ends on that notice as after a
-    /// stop without drain (its output gets no end of input). From here on the chain gets
+    /// stop without drain (its output gets no end of input). From then on the chain gets
     /// nothing more ([`is_drained`](Self::is_drained)).
+    ///
+    /// Returns [`Drain::Waiting`] while an operator still has work in flight: the model keeps
+    /// the barrier, waits as it waits at end of input (the lock's condition, a suspended
+    /// default action) and calls again; its source emits nothing meanwhile
+    /// ([`source_may_emit`](Self::source_may_emit)). [`checkpoint`](Self::checkpoint) calls it
+    /// too, and fails a drain that would have to wait there. [`Drain::Finished`] at once for
+    /// any other barrier, or once drained.
     ///
     /// # Errors
     ///
-    /// Whatever an operator fails with; an operator that still has work in flight when its
-    /// input is to end (an async operator's calls), which the barrier cannot wait for.
-    fn drain_input(&mut self, id: u64) -> Result<(), OperatorError> {
-        {
-            let (chain, mut ctx) = ctx!(self);
-            chain.process_watermark(Watermark::MAX, &mut ctx)?;
+    /// Whatever an operator fails with.
+    pub fn drain_for(&mut self, barrier: CheckpointBarrier) -> Result<Drain, OperatorError> {
+        if !barrier.kind.drains() || self.drained || self.phase != BodyPhase::Running {
+            return Ok(Drain::Finished);
         }
-        for operator in 0..self.chain.chain_len() {
-            if operator > 0 && !self.chain.accepts_input() {
-                return Err(OperatorError::user(
-                    self.name().to_string(),
-                    format!(
-                        "draining savepoint {id}: an operator of the chain still has work in \
-                         flight (async calls), so its input cannot end at the barrier; stop \
-                         without drain, or wait until the calls completed"
-                    ),
-                ));
+        self.interrupt();
+        let mut ended = match self.drain_progress {
+            Some(ended) => ended,
+            None => {
+                self.drain_progress = Some(0);
+                let (chain, mut ctx) = ctx!(self);
+                chain.process_watermark(Watermark::MAX, &mut ctx)?;
+                0
             }
+        };
+        while ended < self.chain.chain_len() {
+            if ended > 0 && !self.chain.accepts_input() {
+                return Ok(Drain::Waiting);
+            }
+            self.drain_progress = Some(ended + 1);
             let (chain, mut ctx) = ctx!(self);
-            chain.end_input_at(operator, &mut ctx)?;
+            chain.end_input_at(ended, &mut ctx)?;
+            ended += 1;
+        }
+        if !self.chain.accepts_input() {
+            return Ok(Drain::Waiting);
         }
         log::info!(
-            "{}: input drained for savepoint {id} (end of event time, end of input)",
-            self.name()
+            "{}: input drained for savepoint {} (end of event time, end of input)",
+            self.name(),
+            barrier.id
         );
+        self.drain_progress = None;
         self.drained = true;
-        Ok(())
+        Ok(Drain::Finished)
     }
 
     /// The channel state of unaligned checkpoint `id` is complete: acknowledges its snapshot
@@ -701,7 +728,9 @@ where
     /// the barrier, and the restored job reads on from there.
     #[inline]
     pub fn source_may_emit(&self) -> bool {
-        self.suspended == Suspension::None && self.chain.accepts_input()
+        self.suspended == Suspension::None
+            && self.drain_progress.is_none()
+            && self.chain.accepts_input()
     }
 
     /// A timer for the chain; dropped unless the chain is open and not finished (nothing may
