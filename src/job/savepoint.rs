@@ -31,6 +31,28 @@
 //! the run can be resumed. An abort because the job is ending by itself (a task finished, or
 //! declined as finishing) is no failure: the run ends as the job does, without a savepoint.
 //!
+//! # Stopping with drain (Flink's `stop --drain`)
+//!
+//! [`StopWithSavepoint::with_drain`] makes the savepoint's barrier a
+//! `CheckpointKind::DrainingSavepoint`. Each task, when the barrier reaches it (triggered at a
+//! source, aligned elsewhere), first drains its chain (`ChainBody::drain_for` in the runtime
+//! kit, one implementation for every model): `Watermark::MAX` through the chain (event-time
+//! windows and timers fire), then every operator's input ends, an operator only once
+//! everything upstream of it emitted (a model waits for async calls in flight as it does at
+//! end of input: the lock's condition, a suspended default action). What that produces goes
+//! downstream before the barrier, so the savepoint's pre-commit holds it and its notice
+//! commits it; the rest is step 4 above (the sources stop at the barrier in every model, a
+//! legacy source's thread at its next locked section). `finish` does not run: for the sinks
+//! the savepoint's pre-commit and commit take its place. An abort after a task drained fails
+//! that task (its chain cannot take input again); the stop fails as any failed savepoint does.
+//!
+//! Every drained task's snapshot holds `TaskSnapshot::FINISHED`, and the restore of a
+//! drained savepoint ([`Savepoint::is_drained`]) gives it to every task of the new job: the
+//! job starts after end of input. Its sources emit nothing and end at once (a legacy source's
+//! `run` is not called, a reader is not polled; a bounded source with input left reads none of
+//! it), its operators get no records, watermarks, timers or end of input, so it ends with no
+//! new output.
+//!
 //! # Restoring a savepoint
 //!
 //! [`Restore::Savepoint`](crate::Restore::Savepoint) goes through the same restore path as a
