@@ -872,6 +872,13 @@ fn drain_and_restore(first: &str, second: &str) {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["drained"], serde_json::Value::Bool(true), "{report}");
     assert!(Savepoint::load(Path::new(&path)).unwrap().is_drained());
+    let inspected = stdout(&streamtask(&["inspect".to_string(), path.clone()]));
+    assert!(
+        inspected
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["drained", "yes"]),
+        "{inspected}"
+    );
 
     // Everything the orders before the stop produce, the windows still open at the stop
     // included: the output of a job over exactly those orders.
