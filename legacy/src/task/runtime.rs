@@ -344,7 +344,7 @@ impl<B: LockedBody> Parts<B> {
         }
         let mut guard = self.lock.lock();
         loop {
-            if !self.task.lifecycle.state().is_live() {
+            if !self.task.lifecycle.state().is_live() || self.cancel.is_cancelled() {
                 return Ok(()); // stopped meanwhile
             }
             match guard.body().drain_for(barrier)? {
