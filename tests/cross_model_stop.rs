@@ -3,6 +3,8 @@
 //! one job per model through the same thin adapter (`run_bounded`), which runs the job on a
 //! thread of its own and waits for it with a hang guard: a hang fails the test (after
 //! cancelling the job), it never hangs the suite. Nothing is timed: the guards only bound waits.
+//! The stop-with-savepoint tests run with and without drain (`StopWithSavepoint::with_drain`;
+//! what a drain produces and restores is `drain.rs`).
 //!
 //! | test | what broke before |
 //! |---|---|
@@ -60,6 +62,8 @@ struct StopProbe {
     /// Replace the savepoint directory by a file before asking, so the savepoint cannot be
     /// written.
     break_dir: Option<PathBuf>,
+    /// Stop with drain (`StopWithSavepoint::with_drain`): the same failures fail the stop.
+    drain: bool,
 }
 
 impl StopProbe {
@@ -133,7 +137,9 @@ fn union_of_two_readers(
         ))
         .with_restart(RestartStrategy::NONE)
         .with_stop_with_savepoint(
-            StopWithSavepoint::new(dir.join("savepoints")).with_handle(probe.savepoint.clone()),
+            StopWithSavepoint::new(dir.join("savepoints"))
+                .with_handle(probe.savepoint.clone())
+                .with_drain(probe.drain),
         );
     let probe = probe.clone();
     run_bounded(model, config, move |env| {
@@ -153,42 +159,46 @@ fn union_of_two_readers(
 
 #[test]
 fn smoke() {
-    // Without trouble the stop completes under every model.
-    for model in MODELS {
+    // Without trouble the stop completes under every model, with and without drain.
+    for (model, drain) in MODELS.into_iter().flat_map(|m| [(m, false), (m, true)]) {
         let dir = tempfile::tempdir().unwrap();
         let probe = StopProbe {
             savepoint: SavepointHandle::new(),
             slow_savepoint: false,
             break_dir: None,
+            drain,
         };
         let config_dir = dir.path().to_path_buf();
         let result = union_of_two_readers(model, &config_dir, &probe, ROOMY)
             .unwrap_or_else(|e| panic!("{model:?}: {e}"));
         assert!(
             result.savepoint.is_some(),
-            "{model:?}: stopped with a savepoint"
+            "{model:?} drain={drain}: stopped with a savepoint"
         );
     }
 }
 
 #[test]
 fn a_stop_with_savepoint_whose_savepoint_expires_fails_the_stop_instead_of_hanging() {
-    for model in MODELS {
+    // With drain the tasks that drained at the barrier cannot resume on the abort: they fail,
+    // and the stop's failure is still what the run returns.
+    for (model, drain) in MODELS.into_iter().flat_map(|m| [(m, false), (m, true)]) {
         let dir = tempfile::tempdir().unwrap();
         let probe = StopProbe {
             savepoint: SavepointHandle::new(),
             slow_savepoint: true,
             break_dir: None,
+            drain,
         };
         let err = union_of_two_readers(model, dir.path(), &probe, TIGHT)
             .map(|r| r.savepoint)
             .expect_err("the savepoint expired: the stop fails");
         let JobError::SavepointFailed { failure } = &err else {
-            panic!("{model:?}: {err}");
+            panic!("{model:?} drain={drain}: {err}");
         };
         assert!(
             matches!(failure.reason, AbortReason::Expired),
-            "{model:?}: {err}"
+            "{model:?} drain={drain}: {err}"
         );
         assert!(
             probe.savepoint.has_failed(),
@@ -210,6 +220,7 @@ fn a_stop_with_savepoint_under_a_tight_timeout_always_returns() {
                 savepoint: SavepointHandle::new(),
                 slow_savepoint: false,
                 break_dir: None,
+                drain: false,
             };
             match union_of_two_readers(model, dir.path(), &probe, TIGHT) {
                 Ok(result) => assert!(
@@ -225,22 +236,23 @@ fn a_stop_with_savepoint_under_a_tight_timeout_always_returns() {
 
 #[test]
 fn a_stop_with_savepoint_whose_savepoint_cannot_be_written_fails_the_stop() {
-    for model in MODELS {
+    for (model, drain) in MODELS.into_iter().flat_map(|m| [(m, false), (m, true)]) {
         let dir = tempfile::tempdir().unwrap();
         let probe = StopProbe {
             savepoint: SavepointHandle::new(),
             slow_savepoint: false,
             break_dir: Some(dir.path().join("savepoints")),
+            drain,
         };
         let err = union_of_two_readers(model, dir.path(), &probe, ROOMY)
             .map(|r| r.savepoint)
             .expect_err("the savepoint could not be written: the stop fails");
         let JobError::SavepointFailed { failure } = &err else {
-            panic!("{model:?}: {err}");
+            panic!("{model:?} drain={drain}: {err}");
         };
         assert!(
             matches!(failure.reason, AbortReason::StorageFailed(_)),
-            "{model:?}: {err}"
+            "{model:?} drain={drain}: {err}"
         );
         assert!(
             err.to_string().contains("stop-with-savepoint failed"),

@@ -45,6 +45,9 @@ pub struct Inspection {
     /// The job's max parallelism (number of key groups): a savepoint's metadata, or a
     /// checkpoint's keyed state; `None` if neither says.
     pub max_parallelism: Option<u32>,
+    /// Whether a draining stop-with-savepoint took it (its tasks ended their input: a restore
+    /// starts after end of input); `None` when damage stopped the reading.
+    pub drained: Option<bool>,
     /// State files read (one per task).
     pub files: usize,
     /// Bytes of every state entry.
@@ -293,6 +296,7 @@ fn damaged(path: &Path, kind: Kind, error: StorageError) -> Result<Inspection, I
         timestamp_ms: None,
         model: None,
         max_parallelism: None,
+        drained: None,
         files: 0,
         total_bytes: 0,
         vertices: Vec::new(),
@@ -392,6 +396,12 @@ fn read_states(
         timestamp_ms: Some(checkpoint.timestamp),
         model: None,
         max_parallelism: None,
+        drained: Some(
+            checkpoint
+                .tasks
+                .values()
+                .any(|t| t.get(TaskSnapshot::FINISHED).is_some()),
+        ),
         files: checkpoint.tasks.len(),
         total_bytes: 0,
         vertices: Vec::new(),
@@ -568,6 +578,14 @@ impl Inspection {
             &mut out,
             "max parallelism",
             &or_dash(self.max_parallelism.map(|m| m.to_string())),
+        );
+        row(
+            &mut out,
+            "drained",
+            &or_dash(
+                self.drained
+                    .map(|d| if d { "yes" } else { "no" }.to_string()),
+            ),
         );
         row(&mut out, "state bytes", &self.total_bytes.to_string());
 

@@ -356,6 +356,13 @@ struct SavepointArgs {
     /// (counted from where the run started), so the savepoint holds exactly that position.
     #[arg(long, value_name = "N", requires = "stop_with_savepoint")]
     stop_with_savepoint_after_records: Option<u64>,
+    /// With --stop-with-savepoint: drain first (Flink's `stop --drain`): event time advances
+    /// to its end and every operator's input ends, so the open windows fire and are committed
+    /// with the savepoint. The job is over then: a run restored from the savepoint reads
+    /// nothing more and commits nothing new. Without it (the default) the open windows stay in
+    /// the savepoint and the restored run continues the input.
+    #[arg(long, requires = "stop_with_savepoint")]
+    drain: bool,
 }
 
 /// Every option of a job run, whichever subcommand gave it (those it has not are unset).
@@ -388,6 +395,7 @@ struct Options {
     allow_non_restored_state: bool,
     stop_with_savepoint: Option<PathBuf>,
     stop_with_savepoint_after_records: Option<u64>,
+    drain: bool,
 }
 
 impl Options {
@@ -426,6 +434,7 @@ impl Options {
             allow_non_restored_state: state.allow_non_restored_state,
             stop_with_savepoint: savepoint.stop_with_savepoint,
             stop_with_savepoint_after_records: savepoint.stop_with_savepoint_after_records,
+            drain: savepoint.drain,
         }
     }
 }
@@ -946,7 +955,9 @@ fn run_model(
     }
     if let (Some(dir), Some(stop)) = (&options.stop_with_savepoint, &job.stop_at) {
         config = config.with_stop_with_savepoint(
-            streamtask::StopWithSavepoint::new(dir).with_handle(stop.handle.clone()),
+            streamtask::StopWithSavepoint::new(dir)
+                .with_handle(stop.handle.clone())
+                .with_drain(options.drain),
         );
     }
     if pause_at_phases() {
@@ -1069,12 +1080,30 @@ fn compare(options: &Options, models: &[Model], cancel: &Arc<AtomicBool>) -> Res
     let exporter = options.metrics.start()?;
     let metrics = exporter.as_ref().map(MetricsExporter::registry);
     prepare(options, &job, cancel)?;
-    phase(
-        options,
-        "computing the reference output (from the data, without any runtime)",
-    );
-    let expected =
-        streamtask_cli::demo::digest(&streamtask_cli::demo::data::expected_output(&job.data));
+    // A drained savepoint's job is over: its restore reads nothing, so the output must stay
+    // what the drained stop committed (no duplicates, nothing new).
+    let drained = options
+        .from_savepoint
+        .as_deref()
+        .and_then(|path| streamtask::checkpoint::Savepoint::load(path).ok())
+        .is_some_and(|savepoint| savepoint.is_drained());
+    if drained && let Some(&model) = models.first() {
+        phase(
+            options,
+            "the savepoint was drained: the job restores after end of input and reads nothing \
+             more; the reference is the output committed before",
+        );
+        let mut before = streamtask::sink::read_committed(job.output_dir(model))
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        before.sort_unstable();
+        job.reference = Some(before);
+    } else {
+        phase(
+            options,
+            "computing the reference output (from the data, without any runtime)",
+        );
+    }
+    let expected = streamtask_cli::demo::digest(&job.reference());
     let mut reports = Vec::new();
     let mut traces: Vec<(Model, Arc<TraceLog>)> = Vec::new();
     for &model in models {
@@ -1178,14 +1207,41 @@ fn run_to_savepoint(
     let run = run_model(options, &job, model, Tracer::off(), cancel, metrics)?;
     match &run.result.savepoint {
         Some(path) => {
-            eprintln!(
-                "streamtask: {model}: stopped with a savepoint after committing {} of {} output \
-                 lines; continue with `run --model M --from-savepoint {}` (same --output-dir)",
-                run.committed.len(),
-                streamtask_cli::demo::data::expected_output(&job.data).len(),
-                path.display()
-            );
+            if options.drain {
+                eprintln!(
+                    "streamtask: {model}: stopped with a drained savepoint (the open windows \
+                     fired) after committing {} of {} output lines; the job is over: a run \
+                     restored from {} reads nothing more",
+                    run.committed.len(),
+                    streamtask_cli::demo::data::expected_output(&job.data).len(),
+                    path.display()
+                );
+            } else {
+                eprintln!(
+                    "streamtask: {model}: stopped with a savepoint after committing {} of {} \
+                     output lines; continue with `run --model M --from-savepoint {}` (same \
+                     --output-dir)",
+                    run.committed.len(),
+                    streamtask_cli::demo::data::expected_output(&job.data).len(),
+                    path.display()
+                );
+            }
             println!("savepoint: {}", path.display());
+            println!("drained: {}", options.drain);
+            if let Some(json) = &options.json {
+                let report = serde_json::json!({
+                    "model": model.name(),
+                    "savepoint": path,
+                    "drained": options.drain,
+                    "output_lines": run.committed.len(),
+                });
+                let text = serde_json::to_string_pretty(&report)
+                    .map_err(|e| CliError::Failed(format!("cannot encode the report: {e}")))?;
+                std::fs::write(json, text).map_err(|e| {
+                    CliError::Failed(format!("cannot write {}: {e}", json.display()))
+                })?;
+                eprintln!("wrote {}", json.display());
+            }
             Ok(())
         }
         None => {

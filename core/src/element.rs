@@ -115,6 +115,12 @@ pub enum CheckpointKind {
     /// (stop-with-savepoint), so this barrier is synchronous: see
     /// [`is_synchronous`](Self::is_synchronous).
     Savepoint,
+    /// A savepoint that drains the job before it is taken (Flink's `stop --drain`): each task
+    /// that takes the barrier first ends its chain's input (event time advances to
+    /// [`Watermark::MAX`], so windows and event-time timers fire, then every operator's end of
+    /// input runs), so what that produces is before the barrier; see [`drains`](Self::drains).
+    /// Synchronous, as [`Savepoint`](Self::Savepoint).
+    DrainingSavepoint,
 }
 
 impl CheckpointKind {
@@ -122,7 +128,16 @@ impl CheckpointKind {
     /// a task that took it processes no input after it, only its notices, until the savepoint
     /// completes (then it ends, without end of input) or is aborted (then it resumes).
     pub fn is_synchronous(self) -> bool {
-        matches!(self, CheckpointKind::Savepoint)
+        matches!(
+            self,
+            CheckpointKind::Savepoint | CheckpointKind::DrainingSavepoint
+        )
+    }
+
+    /// Whether a task ends its chain's input before it takes this barrier (Flink's
+    /// `stop --drain`): only [`DrainingSavepoint`](Self::DrainingSavepoint).
+    pub fn drains(self) -> bool {
+        matches!(self, CheckpointKind::DrainingSavepoint)
     }
 }
 

@@ -95,6 +95,14 @@ impl TaskSnapshot {
     /// checkpoint storage, so that a restore can refuse a checkpoint taken over other input.
     pub const SOURCE_IDENTITY: &'static str = "source-identity";
 
+    /// The key of the marker (empty bytes) a task writes once a draining stop-with-savepoint
+    /// ended its chain's input (see
+    /// [`CheckpointKind::DrainingSavepoint`](crate::CheckpointKind::DrainingSavepoint)): a
+    /// task restored from such a snapshot starts after end of input. Its source emits nothing
+    /// and ends at once, its operators get no records, watermarks, timers or end of input, and
+    /// its own snapshots carry the marker on.
+    pub const FINISHED: &'static str = "finished";
+
     /// An empty snapshot.
     pub fn new() -> Self {
         TaskSnapshot::default()

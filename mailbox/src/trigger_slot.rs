@@ -84,14 +84,15 @@ fn encode(kind: CheckpointKind) -> u8 {
     match kind {
         CheckpointKind::Checkpoint => 0,
         CheckpointKind::Savepoint => 1,
+        CheckpointKind::DrainingSavepoint => 2,
     }
 }
 
 fn decode(kind: u8) -> CheckpointKind {
-    if kind == 1 {
-        CheckpointKind::Savepoint
-    } else {
-        CheckpointKind::Checkpoint
+    match kind {
+        1 => CheckpointKind::Savepoint,
+        2 => CheckpointKind::DrainingSavepoint,
+        _ => CheckpointKind::Checkpoint,
     }
 }
 

@@ -616,6 +616,8 @@ pub struct CheckpointCoordinator {
     savepoint: SavepointState,
     /// Where a completed savepoint goes instead of the checkpoint storage.
     savepoint_writer: Option<WriterSlot>,
+    /// Whether the savepoint drains the job first (Flink's `stop --drain`).
+    savepoint_drains: bool,
     /// Checkpoint failures since the last completed checkpoint (see
     /// [`AbortReason::counts_as_failure`]).
     failures_in_a_row: u32,
@@ -784,6 +786,7 @@ impl CheckpointCoordinator {
             stats: Arc::new(CheckpointStats::default()),
             savepoint: SavepointState::NotRequested,
             savepoint_writer: None,
+            savepoint_drains: false,
             failures_in_a_row: 0,
             source_identities: BTreeMap::new(),
         })
@@ -809,6 +812,14 @@ impl CheckpointCoordinator {
     /// [`trigger_savepoint`](Self::trigger_savepoint)); without a writer a savepoint is refused.
     pub fn with_savepoint_writer(mut self, writer: SavepointWriter) -> Self {
         self.savepoint_writer = Some(WriterSlot(writer));
+        self
+    }
+
+    /// Makes the savepoint a draining one (Flink's `stop --drain`): its barrier is of kind
+    /// [`CheckpointKind::DrainingSavepoint`](streamtask_core::CheckpointKind::DrainingSavepoint),
+    /// so every task ends its input before it takes the barrier. Default: no drain.
+    pub fn with_savepoint_drain(mut self, drain: bool) -> Self {
+        self.savepoint_drains = drain;
         self
     }
 
@@ -864,9 +875,20 @@ impl CheckpointCoordinator {
         self.savepoint = SavepointState::Pending(id);
         self.last_trigger = Some(now);
         self.stats.triggered.inc();
-        log::info!("triggering savepoint {id}");
+        log::info!(
+            "triggering savepoint {id}{}",
+            if self.savepoint_drains {
+                " (drain)"
+            } else {
+                ""
+            }
+        );
         let mut barrier = CheckpointBarrier::new(id, now);
-        barrier.kind = streamtask_core::CheckpointKind::Savepoint;
+        barrier.kind = if self.savepoint_drains {
+            streamtask_core::CheckpointKind::DrainingSavepoint
+        } else {
+            streamtask_core::CheckpointKind::Savepoint
+        };
         actions.push(CoordinatorAction::Trigger(barrier));
     }
 

@@ -131,6 +131,17 @@ impl Savepoint {
         Ok(final_dir)
     }
 
+    /// Whether the savepoint was taken by a draining stop-with-savepoint (its tasks hold
+    /// [`TaskSnapshot::FINISHED`](streamtask_core::state::TaskSnapshot::FINISHED)): the job
+    /// ended its input before it, and a restore of it starts after end of input (its sources
+    /// read nothing, so the restored job ends at once with no new output).
+    pub fn is_drained(&self) -> bool {
+        self.checkpoint.tasks.values().any(|t| {
+            t.get(streamtask_core::state::TaskSnapshot::FINISHED)
+                .is_some()
+        })
+    }
+
     /// Reads the savepoint in directory `path`, every file checked against its length and
     /// checksum.
     ///

@@ -732,7 +732,9 @@ impl JobGraph {
                 .with_ids_after(last_id)
                 .with_source_identities(self.source_identity_tasks());
                 let coordinator = match &savepoint {
-                    Some(sp) => coordinator.with_savepoint_writer(sp.writer()),
+                    Some(sp) => coordinator
+                        .with_savepoint_writer(sp.writer())
+                        .with_savepoint_drain(sp.drains()),
                     None => coordinator,
                 };
                 let savepoint = savepoint.clone();

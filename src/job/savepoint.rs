@@ -31,6 +31,28 @@
 //! the run can be resumed. An abort because the job is ending by itself (a task finished, or
 //! declined as finishing) is no failure: the run ends as the job does, without a savepoint.
 //!
+//! # Stopping with drain (Flink's `stop --drain`)
+//!
+//! [`StopWithSavepoint::with_drain`] makes the savepoint's barrier a
+//! `CheckpointKind::DrainingSavepoint`. Each task, when the barrier reaches it (triggered at a
+//! source, aligned elsewhere), first drains its chain (`ChainBody::drain_for` in the runtime
+//! kit, one implementation for every model): `Watermark::MAX` through the chain (event-time
+//! windows and timers fire), then every operator's input ends, an operator only once
+//! everything upstream of it emitted (a model waits for async calls in flight as it does at
+//! end of input: the lock's condition, a suspended default action). What that produces goes
+//! downstream before the barrier, so the savepoint's pre-commit holds it and its notice
+//! commits it; the rest is step 4 above (the sources stop at the barrier in every model, a
+//! legacy source's thread at its next locked section). `finish` does not run: for the sinks
+//! the savepoint's pre-commit and commit take its place. An abort after a task drained fails
+//! that task (its chain cannot take input again); the stop fails as any failed savepoint does.
+//!
+//! Every drained task's snapshot holds `TaskSnapshot::FINISHED`, and the restore of a
+//! drained savepoint ([`Savepoint::is_drained`]) gives it to every task of the new job: the
+//! job starts after end of input. Its sources emit nothing and end at once (a legacy source's
+//! `run` is not called, a reader is not polled; a bounded source with input left reads none of
+//! it), its operators get no records, watermarks, timers or end of input, so it ends with no
+//! new output.
+//!
 //! # Restoring a savepoint
 //!
 //! [`Restore::Savepoint`](crate::Restore::Savepoint) goes through the same restore path as a
@@ -212,6 +234,7 @@ pub struct StopWithSavepoint {
     dir: PathBuf,
     after_checkpoints: Option<u64>,
     handle: SavepointHandle,
+    drain: bool,
 }
 
 impl StopWithSavepoint {
@@ -222,6 +245,7 @@ impl StopWithSavepoint {
             dir: dir.into(),
             after_checkpoints: None,
             handle: SavepointHandle::new(),
+            drain: false,
         }
     }
 
@@ -230,6 +254,33 @@ impl StopWithSavepoint {
     pub fn after_checkpoints(mut self, n: u64) -> Self {
         self.after_checkpoints = Some(n);
         self
+    }
+
+    /// Drains the job before the savepoint (Flink's `stop --drain`; default `false`, Flink's
+    /// stop without drain). Every task, at the savepoint's barrier, first advances event time
+    /// to [`Watermark::MAX`](streamtask_core::Watermark::MAX) (event-time windows and timers
+    /// fire) and ends its operators' input, so the output holds what end of input produces and
+    /// the savepoint commits it. The job is over then: a restore of the savepoint starts after
+    /// end of input (its sources emit nothing, whether bounded or not, and its operators get
+    /// nothing more), so it ends at once with no new output. Use it to end a job for good;
+    /// stop without drain to move, upgrade or rescale a job that goes on. Same in every model.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamtask::StopWithSavepoint;
+    ///
+    /// let stop = StopWithSavepoint::new("/tmp/savepoints").with_drain(true);
+    /// assert!(stop.drains());
+    /// ```
+    pub fn with_drain(mut self, drain: bool) -> Self {
+        self.drain = drain;
+        self
+    }
+
+    /// Whether the savepoint drains the job first (see [`with_drain`](Self::with_drain)).
+    pub fn drains(&self) -> bool {
+        self.drain
     }
 
     /// Uses `handle` (shared with a signal handler, a source, another thread).
@@ -356,6 +407,11 @@ impl AttemptSavepoint {
                 complete: AtomicBool::new(false),
             }),
         }))
+    }
+
+    /// Whether the savepoint drains the job first.
+    pub(crate) fn drains(&self) -> bool {
+        self.shared.stop.drains()
     }
 
     /// What the coordinator calls with the completed savepoint, before its notices.
@@ -572,7 +628,7 @@ impl JobGraph {
                     continue;
                 };
                 for (key, _) in snapshot.iter() {
-                    if !named.contains(&(v.name.as_str(), key)) {
+                    if key != TaskSnapshot::FINISHED && !named.contains(&(v.name.as_str(), key)) {
                         dropped.push(format!("{task}: {key} (no operator id in the savepoint)"));
                     }
                 }
@@ -588,6 +644,18 @@ impl JobGraph {
             log::warn!(
                 "dropping the state of operators the job no longer has, as allowed: {dropped:?}"
             );
+        }
+        // A drained savepoint's job ended its input: the restored job starts after it, every
+        // task of it (a source emits nothing, whether bounded or not; see
+        // `TaskSnapshot::FINISHED`).
+        if savepoint.is_drained() {
+            log::info!(
+                "savepoint {} was drained: the job restores after end of input",
+                savepoint.path.display()
+            );
+            for task in tasks.values_mut() {
+                task.put(TaskSnapshot::FINISHED, Vec::new());
+            }
         }
         log::info!(
             "restoring savepoint {} (checkpoint {}, taken under the {} model) from {}",

@@ -145,6 +145,10 @@ pub struct DemoJob {
     /// When a pending checkpoint is reported as stalled: `None` at the library's default for
     /// the interval ([`CheckpointConfig::default_stall_report_after`]), `Some(ZERO)` never.
     pub stall_report_after: Option<Duration>,
+    /// The output a correct run commits, sorted, when it is not the data's reference
+    /// ([`expected_output`]): a run restored from a drained savepoint reads nothing more, so
+    /// it must leave what the drained stop committed. See [`reference`](Self::reference).
+    pub reference: Option<Vec<String>>,
 }
 
 /// One model's run of the demo job.
@@ -189,7 +193,16 @@ impl DemoJob {
             stop_at: None,
             output_dir: None,
             stall_report_after: None,
+            reference: None,
         }
+    }
+
+    /// The output a correct run commits, sorted: [`reference`](Self::reference) if set, else
+    /// the data's reference output.
+    pub fn reference(&self) -> Vec<String> {
+        self.reference
+            .clone()
+            .unwrap_or_else(|| expected_output(&self.data))
     }
 
     /// Path of the generated orders file.
@@ -510,7 +523,7 @@ impl DemoJob {
             streamtask::sink::read_committed(self.output_dir(model)).map_err(JobError::Sink)?;
         committed.sort_unstable();
         let digest = super::digest(&committed);
-        let exactly_once = committed == expected_output(&self.data);
+        let exactly_once = committed == self.reference();
         Ok(DemoRun {
             model,
             result,

@@ -140,6 +140,14 @@ pub trait SourceOutput<T>: Output<T> + Send {
     fn has_capacity(&self) -> bool {
         true
     }
+
+    /// Whether the source starts after end of input: the task was restored from a snapshot of
+    /// a draining stop-with-savepoint (see `ChainBody::is_drained` in the runtime kit), so
+    /// [`run_source`] does not call the function's `run` and ends the input at once. Outputs
+    /// of no task keep the default `false`.
+    fn starts_after_end_of_input(&self) -> bool {
+        false
+    }
 }
 
 impl<T: Send> SourceOutput<T> for Vec<Emitted<T>> {
@@ -406,7 +414,11 @@ where
     let waker = Arc::clone(lock);
     let _wake_on_cancel = cancel.on_cancel(move || waker.wake_all());
     lock.lock().start_context()?;
-    let result = {
+    // A source restored after end of input reads nothing: its input ends at once.
+    let after_end = lock.lock().output().starts_after_end_of_input();
+    let result = if after_end {
+        Ok(())
+    } else {
         let mut ctx = SourceContext::new(&**lock, cancel);
         function.run(&mut ctx)
     };

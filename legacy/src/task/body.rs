@@ -211,4 +211,9 @@ where
     fn has_capacity(&self) -> bool {
         self.source_may_emit()
     }
+
+    #[inline]
+    fn starts_after_end_of_input(&self) -> bool {
+        self.is_drained()
+    }
 }

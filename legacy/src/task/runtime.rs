@@ -324,9 +324,40 @@ impl<B: LockedBody> Parts<B> {
         Ok(())
     }
 
-    /// A barrier-triggered checkpoint on the task thread.
+    /// A barrier-triggered checkpoint on the task thread; a draining savepoint's drain first
+    /// (see [`drain_for`](Self::drain_for)).
     pub(crate) fn checkpoint(&self, barrier: CheckpointBarrier, requested: Instant) {
+        if let Err(error) = self.drain_for(barrier) {
+            self.task.lifecycle.fail(&self.task.name, error);
+            return;
+        }
         perform_checkpoint(&self.task, &self.lock, barrier, requested, &self.task.name);
+    }
+
+    /// The drain before a draining savepoint's barrier (`ChainBody::drain_for`), waiting as
+    /// [`finish`](Self::finish) does while an operator has work in flight (an async head's
+    /// completions), so the savepoint's snapshot follows the last of them. Nothing for any
+    /// other barrier.
+    fn drain_for(&self, barrier: CheckpointBarrier) -> Result<(), TaskError> {
+        if !barrier.kind.drains() {
+            return Ok(());
+        }
+        let mut guard = self.lock.lock();
+        loop {
+            if !self.task.lifecycle.state().is_live() || self.cancel.is_cancelled() {
+                return Ok(()); // stopped meanwhile
+            }
+            match guard.body().drain_for(barrier)? {
+                Drain::Finished => return Ok(()),
+                Drain::Waiting => {
+                    if self.work_before_wait(&mut guard)? {
+                        continue; // the drain may have moved on
+                    }
+                    let cancel = &self.cancel;
+                    guard.wait_until(|b| b.body().accepts_input() || cancel.is_cancelled());
+                }
+            }
+        }
     }
 
     /// Takes the lock for an event that needs the chain to accept input: if it does not, does

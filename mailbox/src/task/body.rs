@@ -40,6 +40,10 @@ pub(crate) struct MailboxBody<I, C, W> {
     /// counts until the step runs. While it is set no step will publish the records a mail
     /// emits, so each mail publishes them (see [`after_mail`](Self::after_mail)).
     resting: bool,
+    /// A draining savepoint's barrier whose drain waits for an operator's work in flight
+    /// (`ChainBody::drain_for`): each step retries it before anything else, suspended until
+    /// the chain accepts input.
+    draining: Option<(CheckpointBarrier, Instant)>,
 }
 
 impl<I, C, W> MailboxBody<I, C, W>
@@ -57,6 +61,7 @@ where
             stopping: None,
             // Mails may run before the first step.
             resting: true,
+            draining: None,
         }
     }
 
@@ -85,6 +90,13 @@ where
                 controller.all_actions_completed();
                 return Ok(());
             }
+        }
+        if let Some((barrier, requested)) = self.draining.take() {
+            return self.checkpoint(barrier, requested).map(|()| {
+                if self.draining.is_some() {
+                    self.suspend_backpressured(controller);
+                }
+            });
         }
         if self.input.has_priority() {
             self.priority_input()?;
@@ -147,6 +159,15 @@ where
         barrier: CheckpointBarrier,
         requested: Instant,
     ) -> Result<(), TaskFailure> {
+        if self.body.drain_for(barrier).map_err(|e| self.fail(e))? == Drain::Waiting {
+            // The next step retries it; one runs even if the default action waits for input.
+            self.draining = Some((barrier, requested));
+            if let Some(suspension) = self.idle.take() {
+                suspension.resume();
+            }
+            self.after_mail();
+            return Ok(());
+        }
         let input = &mut self.input;
         let taken = self.body.checkpoint(barrier, requested, |id, into| {
             input.snapshot_state(id, into)

@@ -123,6 +123,10 @@ where
         if let Some(held) = held_back(body) {
             return Ok(held);
         }
+        if body.is_drained() {
+            // Restored after end of input: the reader is not polled, its input ends now.
+            return after_poll(InputStatus::EndOfInput, body);
+        }
         let mut out = ReaderOutput::resume(body, self.idle);
         let polled = self.reader.poll_next(&mut out);
         self.idle = out.is_idle();
@@ -142,6 +146,10 @@ where
     ) -> Result<Step, TaskError> {
         if let Some(held) = held_back(body) {
             return Ok(held);
+        }
+        if body.is_drained() {
+            // Restored after end of input: the reader is not polled, its input ends now.
+            return after_poll(InputStatus::EndOfInput, body);
         }
         let mut burst = body.burst();
         let mut idle = self.idle;

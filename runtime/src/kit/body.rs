@@ -196,6 +196,13 @@ pub struct ChainBody<C, W> {
     /// advanced past it, an operator did not emit it), so no checkpoint may be taken from
     /// them: a trigger that wins the race against the task's failure is declined.
     broken: bool,
+    /// The chain's input ended with a draining stop-with-savepoint: at this task's barrier,
+    /// or in the run the restored snapshot was taken from (it holds
+    /// [`TaskSnapshot::FINISHED`]). See [`is_drained`](ChainBody::is_drained).
+    drained: bool,
+    /// A draining savepoint's drain in progress: how many operators' input ended (event time
+    /// reached its end). See [`drain_for`](ChainBody::drain_for).
+    drain_progress: Option<usize>,
 }
 
 /// The counting, which needs nothing of the chain or the output (a [`Burst`] drops into it).
@@ -270,6 +277,8 @@ where
             unaligned_barrier: None,
             awaiting_channel_state: None,
             broken: false,
+            drained: false,
+            drain_progress: None,
         }
     }
 
@@ -333,6 +342,7 @@ where
             .running()
             .set_names(self.chain.chain_names());
         self.chain.restore(restore)?;
+        self.drained = restore.is_some_and(|s| s.get(TaskSnapshot::FINISHED).is_some());
         let (chain, mut ctx) = ctx!(self);
         chain.open(&mut ctx)?;
         self.phase = BodyPhase::Running;
@@ -361,6 +371,10 @@ where
     ///
     /// Whatever an operator fails with.
     pub fn process_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        if self.drained {
+            // Event time reached its end when the input was drained.
+            return Ok(());
+        }
         self.interrupt();
         self.broken = true;
         let (chain, mut ctx) = ctx!(self);
@@ -434,6 +448,16 @@ where
             .tracer
             .span("checkpoint", || format!("checkpoint {id}"));
         let taken = catch_panic(|| -> Result<TaskSnapshot, OperatorError> {
+            if self.drain_for(barrier)? == Drain::Waiting {
+                return Err(OperatorError::user(
+                    self.name().to_string(),
+                    format!(
+                        "draining savepoint {id}: an operator of the chain still has work in \
+                         flight (async calls) and this task cannot wait for it at the barrier; \
+                         stop without drain"
+                    ),
+                ));
+            }
             {
                 let (chain, mut ctx) = ctx!(self);
                 chain.prepare_snapshot_pre_barrier(id, &mut ctx)?;
@@ -442,6 +466,9 @@ where
             let mut snapshot = TaskSnapshot::new();
             source(id, &mut snapshot)?;
             self.chain.snapshot(id, &mut snapshot)?;
+            if self.drained {
+                snapshot.put(TaskSnapshot::FINISHED, Vec::new());
+            }
             Ok(snapshot)
         });
         let finished = Instant::now();
@@ -495,6 +522,62 @@ where
         };
         responder.decline(id, reason);
         Err(failure)
+    }
+
+    /// Flink's drain before a draining savepoint's barrier, shared by every model: event time
+    /// advances to its end ([`Watermark::MAX`] through the chain: windows and event-time
+    /// timers fire), then every operator's input ends, head to tail, each once everything
+    /// upstream of it emitted (an async operator's calls complete first), so what that produces
+    /// goes downstream before the barrier and the snapshot holds the state after it. `finish`
+    /// does not run: the savepoint's snapshot is the sinks' pre-commit and its completion
+    /// notice their commit, as for any savepoint, and the task ends on that notice as after a
+    /// stop without drain (its output gets no end of input). From then on the chain gets
+    /// nothing more ([`is_drained`](Self::is_drained)).
+    ///
+    /// Returns [`Drain::Waiting`] while an operator still has work in flight: the model keeps
+    /// the barrier, waits as it waits at end of input (the lock's condition, a suspended
+    /// default action) and calls again; its source emits nothing meanwhile
+    /// ([`source_may_emit`](Self::source_may_emit)). [`checkpoint`](Self::checkpoint) calls it
+    /// too, and fails a drain that would have to wait there. [`Drain::Finished`] at once for
+    /// any other barrier, or once drained.
+    ///
+    /// # Errors
+    ///
+    /// Whatever an operator fails with.
+    pub fn drain_for(&mut self, barrier: CheckpointBarrier) -> Result<Drain, OperatorError> {
+        if !barrier.kind.drains() || self.drained || self.phase != BodyPhase::Running {
+            return Ok(Drain::Finished);
+        }
+        self.interrupt();
+        let mut ended = match self.drain_progress {
+            Some(ended) => ended,
+            None => {
+                self.drain_progress = Some(0);
+                let (chain, mut ctx) = ctx!(self);
+                chain.process_watermark(Watermark::MAX, &mut ctx)?;
+                0
+            }
+        };
+        while ended < self.chain.chain_len() {
+            if ended > 0 && !self.chain.accepts_input() {
+                return Ok(Drain::Waiting);
+            }
+            self.drain_progress = Some(ended + 1);
+            let (chain, mut ctx) = ctx!(self);
+            chain.end_input_at(ended, &mut ctx)?;
+            ended += 1;
+        }
+        if !self.chain.accepts_input() {
+            return Ok(Drain::Waiting);
+        }
+        log::info!(
+            "{}: input drained for savepoint {} (end of event time, end of input)",
+            self.name(),
+            barrier.id
+        );
+        self.drain_progress = None;
+        self.drained = true;
+        Ok(Drain::Finished)
     }
 
     /// The channel state of unaligned checkpoint `id` is complete: acknowledges its snapshot
@@ -559,6 +642,17 @@ where
                 // threads), without end of input, and its source emits nothing more.
                 self.suspended = Suspension::Done;
                 lifecycle.savepoint_completed();
+            } else if self.drained {
+                // The chain's input ended at the barrier: it cannot take input again. The task
+                // fails, and the job restarts from its latest checkpoint (Flink fails over too).
+                return Err(OperatorError::user(
+                    self.name().to_string(),
+                    format!(
+                        "draining stop-with-savepoint {id} was aborted after the task's input \
+                         ended; the job restarts from its latest checkpoint (stop again to \
+                         retry)"
+                    ),
+                ));
             } else {
                 log::info!(
                     "{}: stop-with-savepoint {id} aborted; the task resumes",
@@ -616,6 +710,17 @@ where
         self.suspended == Suspension::None
     }
 
+    /// Whether the chain's input ended with a draining stop-with-savepoint, at this task's
+    /// barrier or in the run its restored snapshot was taken from: the chain gets no records,
+    /// watermarks, timers or events (they are dropped), end of input only ends the output,
+    /// and every snapshot carries [`TaskSnapshot::FINISHED`]. A source restored so starts
+    /// after end of input: each model ends it at once, before it reads anything (a legacy
+    /// source's `run` is not called, a reader is not polled).
+    #[inline]
+    pub fn is_drained(&self) -> bool {
+        self.drained
+    }
+
     /// Whether the task's source may emit now: the chain accepts input and no stop-with-savepoint
     /// is pending. The one check every model's source makes before it emits (a legacy source
     /// before each locked section, a reader before each poll), so nothing a source reads after
@@ -623,7 +728,9 @@ where
     /// the barrier, and the restored job reads on from there.
     #[inline]
     pub fn source_may_emit(&self) -> bool {
-        self.suspended == Suspension::None && self.chain.accepts_input()
+        self.suspended == Suspension::None
+            && self.drain_progress.is_none()
+            && self.chain.accepts_input()
     }
 
     /// A timer for the chain; dropped unless the chain is open and not finished (nothing may
@@ -633,7 +740,7 @@ where
     ///
     /// Whatever the operator fails with.
     pub fn dispatch_timer(&mut self, timer: Timer) -> Result<(), OperatorError> {
-        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) || self.drained {
             log::debug!("{}: timer after the chain finished dropped", self.name());
             return Ok(());
         }
@@ -657,7 +764,7 @@ where
         operator: usize,
         event: OperatorEvent,
     ) -> Result<(), OperatorError> {
-        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) || self.drained {
             log::debug!(
                 "{}: event for operator {operator} after the chain finished dropped",
                 self.name()
@@ -697,7 +804,8 @@ where
             BodyPhase::Finished => return Ok(Drain::Finished),
             phase => panic!("end_input_step in phase {phase:?}: call begin_end_of_input first"),
         }
-        while self.inputs_ended < self.chain.chain_len() {
+        // A drained chain's input ended already: only the output's end is left.
+        while !self.drained && self.inputs_ended < self.chain.chain_len() {
             // The head has nothing upstream to wait for: its input ends at once, even while it
             // is unavailable (an async head with a full queue runs its due retries now).
             if self.inputs_ended > 0 && !self.chain.accepts_input() {
@@ -708,10 +816,10 @@ where
             let (chain, mut ctx) = ctx!(self);
             chain.end_input_at(operator, &mut ctx)?;
         }
-        if !self.chain.accepts_input() {
-            return Ok(Drain::Waiting);
-        }
-        {
+        if !self.drained {
+            if !self.chain.accepts_input() {
+                return Ok(Drain::Waiting);
+            }
             let (chain, mut ctx) = ctx!(self);
             chain.finish(&mut ctx)?;
         }
@@ -751,7 +859,7 @@ where
         &mut self,
         f: impl FnOnce(&mut C, &mut Context<'_, C::Out>) -> R,
     ) -> Option<R> {
-        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) {
+        if !matches!(self.phase, BodyPhase::Running | BodyPhase::Draining) || self.drained {
             return None;
         }
         self.interrupt();
