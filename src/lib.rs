@@ -28,6 +28,7 @@ mod metrics;
 mod model;
 pub mod prelude;
 pub mod sink;
+pub mod source;
 
 pub use crate::job::{
     AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, InputChannel,

@@ -1214,7 +1214,8 @@ mod split_reading {
     fn a_file_source_reader_task_snapshotted_mid_split_restores_at_its_offset_exactly_once() {
         use std::sync::Arc;
 
-        use streamtask::files::{FileReaderState, SplitEnumerator};
+        use streamtask::files::{FileReaderState, FileSource};
+        use streamtask::source::SourceCoordinator;
 
         use super::adapter::{Model, start_file_source_reader};
 
@@ -1225,7 +1226,9 @@ mod split_reading {
         each(cases, |model, _| {
             let dir = tempfile::tempdir().unwrap();
             let (_, all) = file_split(dir.path(), "a.txt", 400);
-            let enumerator = Arc::new(SplitEnumerator::for_dir(dir.path(), 1 << 20, 1).unwrap());
+            let enumerator = Arc::new(
+                SourceCoordinator::new("files", FileSource::for_dir(dir.path()), 1).unwrap(),
+            );
             enumerator.start_attempt(None, &[]).unwrap();
             let (mut t, held) = start_file_source_reader(model, "FF", &enumerator, None, 5);
             // Mid-split, inside one poll: the trigger is taken before the next one.
@@ -1264,7 +1267,9 @@ mod split_reading {
             whole.extend(lines_of(rest));
             assert_eq!(whole, all, "the split, every line once");
 
-            let enumerator = Arc::new(SplitEnumerator::for_dir(dir.path(), 1 << 20, 1).unwrap());
+            let enumerator = Arc::new(
+                SourceCoordinator::new("files", FileSource::for_dir(dir.path()), 1).unwrap(),
+            );
             enumerator
                 .start_attempt(Some(1), &[Some(bytes.as_slice())])
                 .unwrap();
@@ -1291,7 +1296,8 @@ mod split_reading {
         use std::sync::Arc;
         use std::time::{Duration, Instant};
 
-        use streamtask::files::{FileSource, SplitEnumerator};
+        use streamtask::files::FileSource;
+        use streamtask::source::SourceCoordinator;
         use streamtask_core::StreamStatus;
 
         use super::GUARD;
@@ -1304,7 +1310,7 @@ mod split_reading {
                 let source = FileSource::for_dir(dir.path())
                     .monitor_continuously(Duration::from_millis(1))
                     .stop_after_files(1);
-                let enumerator = Arc::new(SplitEnumerator::of_source("files", &source, 1).unwrap());
+                let enumerator = Arc::new(SourceCoordinator::new("files", source, 1).unwrap());
                 enumerator.start_attempt(None, &[]).unwrap();
                 // The directory is empty: no split to assign.
                 enumerator.discover();

@@ -855,7 +855,8 @@ impl Drop for SplitReaderTask {
 
 // ---- the FLIP-27 file source reader -------------------------------------------------------------
 
-use streamtask::files::{FileSourceReader, SplitEnumerator};
+use streamtask::files::FileSource;
+use streamtask::source::SourceCoordinator;
 
 /// Passes lines through; at line `at` (counted from 1) it says so and waits until the test
 /// lets it go on, so the test knows the source is mid-split, inside one poll.
@@ -889,8 +890,8 @@ impl streamtask_core::operator::Operator for HoldAt {
     }
 }
 
-/// A source task of `model` whose source is reader 0 of `enumerator` (a
-/// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/graph.rs`):
+/// A source task of `model` whose source is reader 0 of `enumerator` (a file source's
+/// split reader), run as the job layer runs a `SourceReader` (`src/job/graph.rs`):
 /// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
 /// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceTask` (mailbox,
 /// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
@@ -899,7 +900,7 @@ impl streamtask_core::operator::Operator for HoldAt {
 pub(crate) fn start_file_source_reader(
     model: Model,
     id: &'static str,
-    enumerator: &Arc<SplitEnumerator>,
+    enumerator: &Arc<SourceCoordinator<FileSource>>,
     restore: Option<TaskSnapshot>,
     hold_at: usize,
 ) -> (SplitReaderTask, Held) {
@@ -918,12 +919,7 @@ pub(crate) fn start_file_source_reader(
         .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
         .with_restore(restore);
     let (out_tx, out) = unbounded();
-    let reader = FileSourceReader::new(
-        format!("{name}-file-source"),
-        0,
-        Arc::clone(enumerator),
-        Arc::new(streamtask::fault::FaultPlan::none()),
-    );
+    let reader = enumerator.reader(0);
     let (reached_tx, reached) = crossbeam::channel::bounded(1);
     let (go_on, go_on_rx) = crossbeam::channel::bounded(1);
     let chain = HoldAt {
