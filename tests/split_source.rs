@@ -1,0 +1,241 @@
+//! A user-written split source (an in-memory partitioned log, `common/memory_log.rs`: splits
+//! are partitions with offsets, assigned by the enumerator when it starts) under every model:
+//! committed output exactly once with faults injected in the readers, and through a rescale
+//! chain of savepoints (parallelism 2 -> 3 -> 1) while the log grows.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use streamtask::fault::{FaultKind, FaultPlan};
+use streamtask::prelude::*;
+use streamtask::source::{SourceCoordinator, SplitSourceReader};
+use streamtask_core::operator::Emitted;
+
+#[path = "common/memory_log.rs"]
+mod memory_log;
+
+use memory_log::{MemoryLog, MemoryLogSource};
+
+const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
+
+/// Checkpoints every 2 ms, up to 10 restarts 1 ms apart, small channels.
+fn config(dir: &Path) -> JobConfig {
+    JobConfig::new(dir)
+        .with_checkpoints(Some(
+            CheckpointConfig::new(Duration::from_millis(2))
+                .with_timeout(Duration::from_millis(250))
+                // An expiry under load is no failure of what this tests.
+                .with_tolerable_failures(CheckpointConfig::UNLIMITED_FAILURES),
+        ))
+        .with_restart(RestartStrategy::fixed_delay(10, Duration::from_millis(1)))
+        .with_channel_capacity(16)
+        .with_fairness(streamtask_legacy::Fairness::Fair)
+}
+
+fn build(
+    model: Model,
+    log: &MemoryLog,
+    faults: &Arc<FaultPlan>,
+    parallelism: usize,
+    output: &Path,
+) -> JobGraph {
+    let env = StreamEnvironment::new(model);
+    let source = MemoryLogSource {
+        log: log.clone(),
+        faults: Arc::clone(faults),
+    };
+    env.from_source("log", source, parallelism)
+        .two_phase_file_sink("sink", output.to_path_buf(), |s: &String| s.clone());
+    env.build().unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+fn committed(output: &Path) -> Vec<String> {
+    let mut lines = streamtask::sink::read_committed(output).unwrap();
+    lines.sort();
+    lines
+}
+
+/// Runs a sealed log of `partitions` x `per_partition` records to its end with
+/// `parallelism` readers; returns the sorted committed records, the expected ones and the
+/// restarts.
+fn run(
+    model: Model,
+    (partitions, per_partition): (usize, u64),
+    parallelism: usize,
+    faults: FaultPlan,
+) -> (Vec<String>, Vec<String>, u32) {
+    let work = tempfile::tempdir().unwrap();
+    let log = MemoryLog::new(partitions);
+    log.append(per_partition);
+    log.seal();
+    let faults = Arc::new(faults);
+    let output = work.path().join("output");
+    let job = build(model, &log, &faults, parallelism, &output);
+    let result = job
+        .run(&config(work.path()))
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
+    assert_eq!(
+        faults.fired(),
+        faults.planned().len(),
+        "{model}: not every planned fault fired"
+    );
+    assert!(
+        result.failures.iter().all(|f| f.contains("injected fault")),
+        "{model}: a failure that was not injected: {:?}",
+        result.failures
+    );
+    (committed(&output), log.expected(), result.restarts)
+}
+
+#[test]
+fn smoke() {
+    // More readers than partitions: the reader without a split ends when the log is sealed.
+    for model in MODELS {
+        let (lines, expected, restarts) = run(model, (2, 50), 3, FaultPlan::none());
+        assert_eq!(restarts, 0, "{model}");
+        assert_eq!(lines.len(), 100, "{model}");
+        assert_eq!(lines, expected, "{model}");
+    }
+}
+
+#[test]
+fn a_user_split_source_commits_exactly_once_through_reader_faults() {
+    // 5 partitions of 800 records, 2 readers (2 and 3 partitions each): faults at the 700th
+    // and 2500th record emitted, so restores happen mid-partition.
+    let faults = [(FaultKind::Operator, 700), (FaultKind::Operator, 2500)];
+    for model in MODELS {
+        let (lines, expected, restarts) = run(model, (5, 800), 2, FaultPlan::at(&faults));
+        assert!(restarts >= 1, "{model}: the faults did not restart the job");
+        assert_eq!(lines.len(), 4000, "{model}");
+        assert_eq!(lines, expected, "{model}: not exactly once");
+    }
+}
+
+/// One run of the rescale chain: `parallelism` readers, restored from `from`, stopping with a
+/// savepoint after 3 checkpoints (`stop`) or running to the end.
+fn rescale_step(
+    model: Model,
+    log: &MemoryLog,
+    work: &Path,
+    parallelism: usize,
+    from: Option<PathBuf>,
+    stop: bool,
+) -> Option<PathBuf> {
+    let faults = Arc::new(FaultPlan::none());
+    let job = build(model, log, &faults, parallelism, &work.join("output"));
+    let mut config = config(work).with_restart(RestartStrategy::NONE);
+    if let Some(path) = from {
+        config = config.with_restore(Restore::Savepoint(path));
+    }
+    if stop {
+        config = config.with_stop_with_savepoint(
+            StopWithSavepoint::new(work.join("savepoints")).after_checkpoints(3),
+        );
+    }
+    let result = job.run(&config).unwrap_or_else(|e| panic!("{model}: {e}"));
+    result.savepoint
+}
+
+#[test]
+fn a_user_split_source_rescaled_2_3_1_through_savepoints_commits_exactly_once() {
+    // The log stays open during the first two runs (they cannot end before their savepoints);
+    // it grows between the runs and is sealed before the last one. The savepoints hold the
+    // readers' partitions with offsets as list state, spread over 3 readers, then 1.
+    for model in MODELS {
+        let work = tempfile::tempdir().unwrap();
+        let log = MemoryLog::new(4);
+        log.append(300);
+        let first = rescale_step(model, &log, work.path(), 2, None, true)
+            .unwrap_or_else(|| panic!("{model}: the first run stops with a savepoint"));
+        log.append(300);
+        let second = rescale_step(model, &log, work.path(), 3, Some(first), true)
+            .unwrap_or_else(|| panic!("{model}: the second run stops with a savepoint"));
+        log.append(300);
+        log.seal();
+        let third = rescale_step(model, &log, work.path(), 1, Some(second), false);
+        assert!(third.is_none(), "{model}: the last run runs to its end");
+        let lines = committed(&work.path().join("output"));
+        assert_eq!(lines.len(), 4 * 900, "{model}");
+        assert_eq!(
+            lines,
+            log.expected(),
+            "{model}: not exactly once across the rescales"
+        );
+    }
+}
+
+/// Polls `reader` until it ends, returns what it emitted.
+fn drain(reader: &mut SplitSourceReader<MemoryLogSource>) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let mut emitted = Vec::new();
+        let status = reader
+            .poll_next(&mut ReaderOutput::new(&mut emitted))
+            .unwrap();
+        out.extend(emitted.into_iter().filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        }));
+        match status {
+            InputStatus::EndOfInput => return out,
+            InputStatus::MoreAvailable => {}
+            InputStatus::NothingAvailable => panic!("a sealed log always has an answer"),
+        }
+    }
+}
+
+#[test]
+fn a_split_assigned_before_the_trigger_and_not_yet_taken_goes_back_to_the_enumerator() {
+    // The enumerator assigns both partitions when it starts; checkpoint 1 is triggered before
+    // either reader took its split. Reader 0 then takes partition 0 and emits one record
+    // before its barrier; reader 1 takes nothing. On restore, partition 0 stays with reader 0
+    // (at offset 1) and partition 1 goes back to the enumerator, which assigns it again.
+    let log = MemoryLog::new(2);
+    log.append(3);
+    log.seal();
+    let source = MemoryLogSource {
+        log: log.clone(),
+        faults: Arc::new(FaultPlan::none()),
+    };
+    let coordinator = Arc::new(SourceCoordinator::new("log", source, 2).unwrap());
+    coordinator.start_attempt(None, &[]).unwrap();
+    let (mut r0, mut r1) = (coordinator.reader(0), coordinator.reader(1));
+    r0.restore_state(None).unwrap();
+    r1.restore_state(None).unwrap();
+    coordinator.checkpoint_coordinator(1);
+    let mut emitted = Vec::new();
+    r0.poll_next(&mut ReaderOutput::new(&mut emitted)).unwrap();
+    assert_eq!(
+        emitted.len(),
+        1,
+        "reader 0 emitted one record of partition 0"
+    );
+    let s0 = r0.snapshot_state(1).unwrap();
+    let s1 = r1.snapshot_state(1).unwrap();
+    assert_eq!(r0.held_splits().len(), 1);
+    assert!(
+        r1.held_splits().is_empty(),
+        "reader 1 took nothing before its barrier"
+    );
+    drop((r0, r1));
+    coordinator.end_attempt();
+
+    coordinator
+        .start_attempt(Some(1), &[Some(&s0), Some(&s1)])
+        .unwrap();
+    let (mut r0, mut r1) = (coordinator.reader(0), coordinator.reader(1));
+    r0.restore_state(Some(&s0)).unwrap();
+    r1.restore_state(Some(&s1)).unwrap();
+    assert_eq!(
+        drain(&mut r0),
+        ["p0:1", "p0:2"],
+        "partition 0 from its offset"
+    );
+    assert_eq!(
+        drain(&mut r1),
+        ["p1:0", "p1:1", "p1:2"],
+        "partition 1 once, from 0"
+    );
+    coordinator.end_attempt();
+}
