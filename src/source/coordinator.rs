@@ -5,13 +5,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Waker;
 
 use serde::{Deserialize, Serialize};
 use streamtask_core::OperatorError;
 use streamtask_core::keygroup::ListState;
 use streamtask_core::state::TaskSnapshot;
+use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
