@@ -112,6 +112,55 @@ fn a_user_split_source_commits_exactly_once_through_reader_faults() {
     }
 }
 
+#[test]
+fn an_enumerator_that_panics_fails_its_readers_and_the_job_restarts_exactly_once() {
+    // The enumerator panics at its 5th and 15th periodic call (the executor's thread survives:
+    // the coordinator turns the panic into the enumerator's failure, its readers fail with it,
+    // the job restarts from the latest checkpoint). The log is sealed once both fired.
+    let faults = [(FaultKind::Source, 5), (FaultKind::Source, 15)];
+    for model in MODELS {
+        let work = tempfile::tempdir().unwrap();
+        let log = MemoryLog::new(3);
+        log.append(500);
+        let faults = Arc::new(FaultPlan::at(&faults));
+        let output = work.path().join("output");
+        let job = build(model, &log, &faults, 2, &output);
+        let sealer = {
+            let (log, faults) = (log.clone(), Arc::clone(&faults));
+            std::thread::spawn(move || {
+                // Hang guard only.
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                while faults.fired() < 2 && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                log.seal();
+            })
+        };
+        let result = job
+            .run(&config(work.path()))
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        sealer.join().unwrap();
+        assert_eq!(faults.fired(), 2, "{model}: not every planned fault fired");
+        assert!(
+            result.restarts >= 2,
+            "{model}: the enumerator failures did not restart"
+        );
+        assert!(
+            result
+                .failures
+                .iter()
+                .all(|f| f.contains("the enumerator panicked") && f.contains("injected fault")),
+            "{model}: {:?}",
+            result.failures
+        );
+        assert_eq!(
+            committed(&output),
+            log.expected(),
+            "{model}: not exactly once"
+        );
+    }
+}
+
 /// One run of the rescale chain: `parallelism` readers, restored from `from`, stopping with a
 /// savepoint after 3 checkpoints (`stop`) or running to the end.
 fn rescale_step(

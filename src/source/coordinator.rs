@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use serde::{Deserialize, Serialize};
-use streamtask_core::OperatorError;
 use streamtask_core::keygroup::ListState;
 use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
+use streamtask_core::{OperatorError, catch_panic};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use super::{
@@ -230,11 +230,11 @@ impl<S: Source> SourceCoordinator<S> {
             }
         }
         for (subtask, splits) in back {
-            enumerator.add_splits_back(splits, subtask);
+            catch_panic(|| enumerator.add_splits_back(splits, subtask)).map_err(panicked)?;
         }
         let mut state = self.state.lock();
         if let Some(mut old) = state.enumerator.take() {
-            old.close();
+            close(&mut old);
         }
         state.inbox.iter_mut().for_each(VecDeque::clear);
         state.waiting.iter_mut().for_each(|w| *w = None);
@@ -267,24 +267,27 @@ impl<S: Source> SourceCoordinator<S> {
             // No attempt runs: nothing can be assigned.
             return;
         };
-        let snapshot = enumerator.snapshot_state(checkpoint).and_then(|bytes| {
-            let undelivered = state
-                .inbox
-                .iter()
-                .enumerate()
-                .flat_map(|(subtask, q)| {
-                    q.iter().filter_map(move |(e, _)| match e {
-                        SourceEvent::Split(s) => Some(s.encode().map(|b| (subtask, b))),
-                        _ => None,
+        let snapshot = catch_panic(|| enumerator.snapshot_state(checkpoint));
+        let snapshot = snapshot
+            .unwrap_or_else(|p| Err(panicked(p)))
+            .and_then(|bytes| {
+                let undelivered = state
+                    .inbox
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(subtask, q)| {
+                        q.iter().filter_map(move |(e, _)| match e {
+                            SourceEvent::Split(s) => Some(s.encode().map(|b| (subtask, b))),
+                            _ => None,
+                        })
                     })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(CoordinatorSnapshot {
+                    enumerator: bytes,
+                    claimed: state.claimed.clone(),
+                    undelivered,
                 })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(CoordinatorSnapshot {
-                enumerator: bytes,
-                claimed: state.claimed.clone(),
-                undelivered,
-            })
-        });
+            });
         match snapshot {
             Ok(s) => {
                 let assigned = state.assigned;
@@ -302,8 +305,10 @@ impl<S: Source> SourceCoordinator<S> {
             self.settled.fetch_max(*assigned, Ordering::AcqRel);
         }
         state.triggered = state.triggered.split_off(&checkpoint);
-        if let Some(e) = state.enumerator.as_mut() {
-            e.notify_checkpoint_complete(checkpoint);
+        if let Some(e) = state.enumerator.as_mut()
+            && let Err(panic) = catch_panic(|| e.notify_checkpoint_complete(checkpoint))
+        {
+            self.fail(&mut state, panicked(panic).to_string());
         }
     }
 
@@ -313,7 +318,7 @@ impl<S: Source> SourceCoordinator<S> {
         let mut state = self.state.lock();
         state.ended = true;
         if let Some(mut e) = state.enumerator.take() {
-            e.close();
+            close(&mut e);
         }
         drop(state);
         self.changed.notify_all();
@@ -389,11 +394,13 @@ impl<S: Source> SourceCoordinator<S> {
 
     /// Calls the enumerator with a context that delivers into the readers' inboxes (dropping
     /// the assignment of a claimed split) and wakes the readers it addressed.
-    fn with_context<R>(
+    /// A panic in the enumerator is its error: it fails the enumerator, never the thread that
+    /// called it (the executor's, or a reader's).
+    fn with_context(
         state: &mut Attempt<S>,
         parallelism: usize,
-        f: impl FnOnce(&mut EnumeratorContext<'_, S::Split>) -> R,
-    ) -> R {
+        f: impl FnOnce(&mut EnumeratorContext<'_, S::Split>) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
         let Attempt {
             inbox,
             waiting,
@@ -418,7 +425,7 @@ impl<S: Source> SourceCoordinator<S> {
             parallelism,
             send: &mut send,
         };
-        f(&mut ctx)
+        catch_panic(|| f(&mut ctx)).unwrap_or_else(|panic| Err(panicked(panic)))
     }
 
     fn take(&self, subtask: usize) -> Vec<Delivery<S::Split>> {
@@ -488,6 +495,18 @@ impl<S: Source> std::fmt::Debug for SourceCoordinator<S> {
             .field("name", &self.name)
             .field("parallelism", &self.parallelism)
             .finish_non_exhaustive()
+    }
+}
+
+fn panicked(panic: String) -> SourceError {
+    SourceError::user(format!("the enumerator panicked: {panic}"))
+}
+
+/// Closes an enumerator whose attempt is over; a panic there is only logged (the attempt's
+/// outcome is decided).
+fn close<E: SplitEnumerator>(enumerator: &mut E) {
+    if let Err(panic) = catch_panic(|| enumerator.close()) {
+        log::warn!("a split enumerator panicked closing: {panic}");
     }
 }
 

@@ -95,7 +95,8 @@ impl SourceSplit for PartitionSplit {
     }
 }
 
-/// The source; `faults` count the records the readers emit ([`FaultKind::Operator`]).
+/// The source; `faults` count the records the readers emit ([`FaultKind::Operator`]) and the
+/// enumerator's periodic calls ([`FaultKind::Source`]: a fault there panics in the enumerator).
 pub struct MemoryLogSource {
     pub log: MemoryLog,
     pub faults: Arc<FaultPlan>,
@@ -103,6 +104,7 @@ pub struct MemoryLogSource {
 
 pub struct LogEnumerator {
     log: MemoryLog,
+    faults: Arc<FaultPlan>,
     /// Splits not assigned.
     pending: Vec<PartitionSplit>,
     /// Readers that asked while nothing was pending and the log was open.
@@ -163,6 +165,7 @@ impl SplitEnumerator for LogEnumerator {
         &mut self,
         ctx: &mut EnumeratorContext<'_, PartitionSplit>,
     ) -> Result<(), SourceError> {
+        self.faults.check(FaultKind::Source);
         self.answer(ctx)
     }
 }
@@ -251,6 +254,7 @@ impl Source for MemoryLogSource {
             .collect();
         Ok(LogEnumerator {
             log: self.log.clone(),
+            faults: Arc::clone(&self.faults),
             pending,
             awaiting: VecDeque::new(),
         })
@@ -263,6 +267,7 @@ impl Source for MemoryLogSource {
     ) -> Result<LogEnumerator, SourceError> {
         Ok(LogEnumerator {
             log: self.log.clone(),
+            faults: Arc::clone(&self.faults),
             pending: decode(state).map_err(SourceError::user)?,
             awaiting: VecDeque::new(),
         })
