@@ -244,6 +244,7 @@ impl<S: Source> SourceCoordinator<S> {
         state.started.iter_mut().for_each(|s| *s = false);
         state.ended = false;
         state.failure = None;
+        // Release: no reader of the new attempt runs yet; those that start see it.
         self.settled.store(0, Ordering::Release);
         // Release: pairs with the readers' Acquire load; a reader that sees `false` after a
         // restart sees the cleared failure too.
@@ -302,6 +303,9 @@ impl<S: Source> SourceCoordinator<S> {
     pub fn checkpoint_completed(&self, checkpoint: u64) {
         let mut state = self.state.lock();
         if let Some((_, assigned)) = state.triggered.get(&checkpoint) {
+            // AcqRel: readers load it (Acquire) on their snapshot path, outside the lock; the
+            // value only grows, so a reader sees this completion or an earlier one, and keeps
+            // at most some finished splits one checkpoint longer.
             self.settled.fetch_max(*assigned, Ordering::AcqRel);
         }
         state.triggered = state.triggered.split_off(&checkpoint);
@@ -439,6 +443,12 @@ impl<S: Source> SourceCoordinator<S> {
 
     /// Wakes `waker` when reader `subtask` has an event or the enumerator failed (at once if
     /// so now).
+    ///
+    /// The lost-wakeup protocol: the reader polled and found no event, then registers here.
+    /// The check and the registration are one section under the lock every delivery takes
+    /// (`with_context` pushes to the inbox and takes the waker under it), so an event delivered
+    /// after the poll is either seen here (wake at once) or delivered after the waker is stored
+    /// (woken by the delivery).
     fn wake_when_ready(&self, subtask: usize, waker: &Waker) {
         let mut state = self.state.lock();
         if state.failure.is_some() || !state.inbox[subtask].is_empty() {
@@ -709,6 +719,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
     }
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        // Acquire: pairs with the AcqRel fetch_max of a completion (see `checkpoint_completed`).
         let settled = self.coordinator.settled.load(Ordering::Acquire);
         self.finished.retain(|(_, number)| *number >= settled);
         let mut items = if self.subtask == 0 {

@@ -286,8 +286,9 @@ impl<S> fmt::Debug for EnumeratorContext<'_, S> {
 }
 
 /// The coordinator side of a split source: one per source, called by one thread at a time
-/// (the coordinator serializes its calls), never on a task thread's hot path but possibly from
-/// a reader's thread when it asks for a split.
+/// (the coordinator serializes its calls under its lock), possibly from a reader's thread when
+/// it asks for a split. Keep every call short and non-blocking: a reader asking for a split and
+/// a checkpoint's trigger wait for it.
 ///
 /// Lifecycle per attempt: made by [`Source::restore_enumerator`] -> [`start`](Self::start) ->
 /// requests, events, [`discover`](Self::discover) calls, snapshots and checkpoint notices ->
