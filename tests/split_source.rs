@@ -9,13 +9,16 @@ use std::time::Duration;
 
 use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
-use streamtask::source::{SourceCoordinator, SplitSourceReader};
+use streamtask::source::{
+    Boundedness, EnumeratorContext, Source, SourceCoordinator, SourceError, SplitEnumerator,
+    SplitSourceReader,
+};
 use streamtask_core::operator::Emitted;
 
 #[path = "common/memory_log.rs"]
 mod memory_log;
 
-use memory_log::{MemoryLog, MemoryLogSource};
+use memory_log::{MemoryLog, MemoryLogSource, PartitionSplit};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
 
@@ -285,6 +288,82 @@ fn a_split_assigned_before_the_trigger_and_not_yet_taken_goes_back_to_the_enumer
         drain(&mut r1),
         ["p1:0", "p1:1", "p1:2"],
         "partition 1 once, from 0"
+    );
+    coordinator.end_attempt();
+}
+
+/// An enumerator that tells a reader no more splits will come, then assigns it one anyway.
+struct AssignsAfterTheEnd(MemoryLogSource);
+
+struct LateEnumerator;
+
+impl SplitEnumerator for LateEnumerator {
+    type Split = PartitionSplit;
+
+    fn handle_split_request(
+        &mut self,
+        subtask: usize,
+        ctx: &mut EnumeratorContext<'_, PartitionSplit>,
+    ) -> Result<(), SourceError> {
+        ctx.signal_no_more_splits(subtask)?;
+        ctx.assign_split(
+            subtask,
+            PartitionSplit {
+                partition: 0,
+                offset: 0,
+            },
+        )
+    }
+
+    fn add_splits_back(&mut self, _splits: Vec<PartitionSplit>, _subtask: usize) {}
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, SourceError> {
+        Ok(Vec::new())
+    }
+}
+
+impl Source for AssignsAfterTheEnd {
+    type Output = String;
+    type Split = PartitionSplit;
+    type Enumerator = LateEnumerator;
+    type Reader = memory_log::LogReader;
+
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Bounded
+    }
+    fn create_enumerator(&self, _parallelism: usize) -> Result<LateEnumerator, SourceError> {
+        Ok(LateEnumerator)
+    }
+    fn restore_enumerator(&self, _p: usize, _state: &[u8]) -> Result<LateEnumerator, SourceError> {
+        Ok(LateEnumerator)
+    }
+    fn create_reader(&self, subtask: usize, parallelism: usize) -> memory_log::LogReader {
+        self.0.create_reader(subtask, parallelism)
+    }
+}
+
+#[test]
+fn a_split_assigned_after_no_more_splits_fails_the_enumerator_naming_the_fix() {
+    // The split would reach a reader that may have ended: lost. The enumerator fails instead,
+    // and so does the reader that asked.
+    let log = MemoryLog::new(1);
+    log.append(1);
+    let source = AssignsAfterTheEnd(MemoryLogSource {
+        log,
+        faults: Arc::new(FaultPlan::none()),
+    });
+    let coordinator = Arc::new(SourceCoordinator::new("late", source, 1).unwrap());
+    coordinator.start_attempt(None, &[]).unwrap();
+    let mut reader = coordinator.reader(0);
+    reader.restore_state(None).unwrap();
+    let err = reader
+        .poll_next(&mut ReaderOutput::new(&mut Vec::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("after telling it no more splits would come")
+            && err.contains("assign splits before signal_no_more_splits"),
+        "{err}"
     );
     coordinator.end_attempt();
 }

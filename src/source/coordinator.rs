@@ -63,6 +63,8 @@ struct Attempt<S: Source> {
     /// Assignments made in this attempt.
     assigned: u64,
     claimed: BTreeSet<String>,
+    /// Readers told that no more splits will come.
+    ended_readers: Vec<bool>,
     /// Trigger-time snapshots a restore may still need, with the assignments made before.
     triggered: BTreeMap<u64, (CoordinatorSnapshot, u64)>,
     started: Vec<bool>,
@@ -115,6 +117,7 @@ impl<S: Source> SourceCoordinator<S> {
                 claimed: BTreeSet::new(),
                 triggered: BTreeMap::new(),
                 started: vec![false; parallelism],
+                ended_readers: vec![false; parallelism],
                 ended: false,
                 failure: None,
             }),
@@ -242,6 +245,7 @@ impl<S: Source> SourceCoordinator<S> {
         state.claimed = claimed;
         state.triggered.clear();
         state.started.iter_mut().for_each(|s| *s = false);
+        state.ended_readers.iter_mut().for_each(|e| *e = false);
         state.ended = false;
         state.failure = None;
         // Release: no reader of the new attempt runs yet; those that start see it.
@@ -410,20 +414,32 @@ impl<S: Source> SourceCoordinator<S> {
             waiting,
             assigned,
             claimed,
+            ended_readers,
             ..
         } = state;
         let mut send = |subtask: usize, event: SourceEvent<S::Split>| {
             let number = *assigned;
-            if let SourceEvent::Split(split) = &event {
-                if claimed.remove(&split.split_id()) {
-                    return;
+            match &event {
+                SourceEvent::Split(split) if ended_readers[subtask] => {
+                    return Err(SourceError::AfterNoMoreSplits {
+                        subtask,
+                        split_id: split.split_id(),
+                    });
                 }
-                *assigned += 1;
+                SourceEvent::Split(split) => {
+                    if claimed.remove(&split.split_id()) {
+                        return Ok(());
+                    }
+                    *assigned += 1;
+                }
+                SourceEvent::NoMoreSplits => ended_readers[subtask] = true,
+                SourceEvent::Custom(_) => {}
             }
             inbox[subtask].push_back((event, number));
             if let Some(w) = waiting[subtask].take() {
                 w.wake();
             }
+            Ok(())
         };
         let mut ctx = EnumeratorContext {
             parallelism,

@@ -118,6 +118,17 @@ pub enum SourceError {
         /// The source's parallelism.
         parallelism: usize,
     },
+    /// The enumerator assigned a split to a reader it had told that no more would come (the
+    /// reader may have ended: the split would be lost).
+    #[error(
+        "the enumerator assigned split {split_id} to reader {subtask} after telling it no more splits would come (assign splits before signal_no_more_splits)"
+    )]
+    AfterNoMoreSplits {
+        /// The reader.
+        subtask: usize,
+        /// The split's id.
+        split_id: String,
+    },
     /// The enumerator failed; its readers fail with this and the job restarts.
     #[error(
         "the split enumerator of {source_name} failed: {reason} (the job restarts from its latest checkpoint)"
@@ -229,7 +240,7 @@ pub trait Source: Send + Sync + 'static {
 /// [`SplitEnumerator`] call that may answer a reader.
 pub struct EnumeratorContext<'a, S> {
     pub(crate) parallelism: usize,
-    pub(crate) send: &'a mut dyn FnMut(usize, SourceEvent<S>),
+    pub(crate) send: &'a mut dyn FnMut(usize, SourceEvent<S>) -> Result<(), SourceError>,
 }
 
 impl<S> EnumeratorContext<'_, S> {
@@ -242,7 +253,8 @@ impl<S> EnumeratorContext<'_, S> {
     ///
     /// # Errors
     ///
-    /// [`SourceError::NoSuchReader`] for a subtask outside `0..parallelism`.
+    /// [`SourceError::NoSuchReader`] for a subtask outside `0..parallelism`,
+    /// [`SourceError::AfterNoMoreSplits`] for a reader told no more splits would come.
     pub fn assign_split(&mut self, subtask: usize, split: S) -> Result<(), SourceError> {
         self.to(subtask, SourceEvent::Split(split))
     }
@@ -272,8 +284,7 @@ impl<S> EnumeratorContext<'_, S> {
                 parallelism: self.parallelism,
             });
         }
-        (self.send)(subtask, event);
-        Ok(())
+        (self.send)(subtask, event)
     }
 }
 
