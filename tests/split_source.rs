@@ -10,8 +10,8 @@ use std::time::Duration;
 use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::prelude::*;
 use streamtask::source::{
-    Boundedness, EnumeratorContext, Source, SourceCoordinator, SourceError, SplitEnumerator,
-    SplitSourceReader,
+    Boundedness, EnumeratorContext, ReaderEvent, Source, SourceCoordinator, SourceError,
+    SourceEvent, SplitEnumerator, SplitSourceReader,
 };
 use streamtask_core::operator::Emitted;
 
@@ -364,6 +364,96 @@ fn a_split_assigned_after_no_more_splits_fails_the_enumerator_naming_the_fix() {
         err.contains("after telling it no more splits would come")
             && err.contains("assign splits before signal_no_more_splits"),
         "{err}"
+    );
+    coordinator.end_attempt();
+}
+
+/// Assigns the partition a reader names in a custom event; answers requests with nothing.
+struct OnEvent(MemoryLogSource);
+
+struct EventEnumerator;
+
+impl SplitEnumerator for EventEnumerator {
+    type Split = PartitionSplit;
+
+    fn handle_split_request(
+        &mut self,
+        _subtask: usize,
+        _ctx: &mut EnumeratorContext<'_, PartitionSplit>,
+    ) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn handle_reader_event(
+        &mut self,
+        subtask: usize,
+        event: Vec<u8>,
+        ctx: &mut EnumeratorContext<'_, PartitionSplit>,
+    ) -> Result<(), SourceError> {
+        let partition = usize::from(event[0]);
+        ctx.send_event(subtask, b"ack".to_vec())?;
+        ctx.assign_split(
+            subtask,
+            PartitionSplit {
+                partition,
+                offset: 0,
+            },
+        )
+    }
+
+    fn add_splits_back(&mut self, _splits: Vec<PartitionSplit>, _subtask: usize) {}
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, SourceError> {
+        Ok(Vec::new())
+    }
+}
+
+impl Source for OnEvent {
+    type Output = String;
+    type Split = PartitionSplit;
+    type Enumerator = EventEnumerator;
+    type Reader = memory_log::LogReader;
+
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::ContinuousUnbounded
+    }
+    fn create_enumerator(&self, _parallelism: usize) -> Result<EventEnumerator, SourceError> {
+        Ok(EventEnumerator)
+    }
+    fn restore_enumerator(&self, _p: usize, _state: &[u8]) -> Result<EventEnumerator, SourceError> {
+        Ok(EventEnumerator)
+    }
+    fn create_reader(&self, subtask: usize, parallelism: usize) -> memory_log::LogReader {
+        self.0.create_reader(subtask, parallelism)
+    }
+}
+
+#[test]
+fn custom_events_reach_the_enumerator_and_its_answers_reach_the_reader_in_order() {
+    let source = OnEvent(MemoryLogSource {
+        log: MemoryLog::new(3),
+        faults: Arc::new(FaultPlan::none()),
+    });
+    let coordinator = Arc::new(SourceCoordinator::new("events", source, 2).unwrap());
+    coordinator.start_attempt(None, &[]).unwrap();
+    assert_eq!(
+        coordinator
+            .reader_event(1, ReaderEvent::Custom(vec![2]))
+            .unwrap(),
+        [
+            SourceEvent::Custom(b"ack".to_vec()),
+            SourceEvent::Split(PartitionSplit {
+                partition: 2,
+                offset: 0
+            }),
+        ]
+    );
+    assert!(
+        coordinator
+            .reader_event(0, ReaderEvent::SplitRequest)
+            .unwrap()
+            .is_empty(),
+        "a request the enumerator keeps gets no answer yet"
     );
     coordinator.end_attempt();
 }
