@@ -8,6 +8,9 @@
 //! `compare`, `run`, `soak`, `bench`, the report and the plot) is the application crate
 //! `streamtask-cli`, so a job that depends on this library compiles none of its dependencies.
 //!
+//! Sources of your own: a split source ([`source::Source`], Flink's FLIP-27) runs under every
+//! model through [`StreamEnvironment::from_source`]; the [`files`] module's `FileSource` is one.
+//!
 //! The job layer also owns what only jobs need: the checkpoint coordinator and checkpoint
 //! storage ([`checkpoint`]) and the sinks ([`sink`]). No model crate uses them, so they live
 //! here rather than in `streamtask-core`, which keeps what every model runs on (the task's side
@@ -28,6 +31,7 @@ mod metrics;
 mod model;
 pub mod prelude;
 pub mod sink;
+pub mod source;
 
 pub use crate::job::{
     AttemptFailure, ConnectedStreams, ContinuousFiles, DataStream, DirLock, InputChannel,

@@ -12,10 +12,13 @@ use std::time::Duration;
 
 use streamtask::fault::{FaultKind, FaultPlan};
 use streamtask::files::{
-    Assignment, EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, MonitorState,
-    SourceItem, SplitEnumerator, SplitProgress,
+    EnumeratorCheckpoint, FileReaderState, FileSource, FileSplit, MonitorState, SplitProgress,
 };
 use streamtask::prelude::*;
+use streamtask::source::{
+    CoordinatorSnapshot, ReaderEvent, SourceCoordinator, SourceEvent, SourceSplit,
+    SplitSourceReader, SplitStateItem,
+};
 use streamtask_core::keygroup::ListState;
 use streamtask_core::operator::Emitted;
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
@@ -124,7 +127,7 @@ fn every_line_is_committed_exactly_once_through_reader_faults() {
     }
 }
 
-fn poll(reader: &mut FileSourceReader, sink: &mut Vec<String>) -> InputStatus {
+fn poll(reader: &mut SplitSourceReader<FileSource>, sink: &mut Vec<String>) -> InputStatus {
     let mut out = Vec::new();
     let status = {
         let mut output = ReaderOutput::new(&mut out);
@@ -138,7 +141,7 @@ fn poll(reader: &mut FileSourceReader, sink: &mut Vec<String>) -> InputStatus {
 }
 
 /// Polls until the reader holds no split and would ask the enumerator for one.
-fn read_current_split(reader: &mut FileSourceReader, sink: &mut Vec<String>) {
+fn read_current_split(reader: &mut SplitSourceReader<FileSource>, sink: &mut Vec<String>) {
     loop {
         let before = sink.len();
         assert_eq!(poll(reader, sink), InputStatus::MoreAvailable);
@@ -152,19 +155,12 @@ fn read_current_split(reader: &mut FileSourceReader, sink: &mut Vec<String>) {
 fn a_split_assigned_after_the_snapshot_goes_back_to_the_enumerator_on_restore() {
     let input = tempfile::tempdir().unwrap();
     write_files(input.path(), 3, 4);
-    let enumerator = Arc::new(SplitEnumerator::for_dir(input.path(), 1 << 20, 2).unwrap());
-    assert_eq!(enumerator.splits().len(), 3);
-    let reader = |subtask| {
-        FileSourceReader::new(
-            format!("r#{subtask}"),
-            subtask,
-            Arc::clone(&enumerator),
-            Arc::new(FaultPlan::none()),
-        )
-    };
+    let enumerator = coordinator(input.path());
+    let reader = |subtask| enumerator.reader(subtask);
 
     // First attempt.
     enumerator.start_attempt(None, &[]).unwrap();
+    assert_eq!(splits(&enumerator).len(), 3);
     let mut r0 = reader(0);
     let mut r1 = reader(1);
     r0.restore_state(None).unwrap();
@@ -217,15 +213,8 @@ fn a_split_assigned_between_the_trigger_and_the_barrier_is_read_once() {
     // readers' snapshots win on restore, neither split is assigned again.
     let input = tempfile::tempdir().unwrap();
     write_files(input.path(), 3, 4);
-    let enumerator = Arc::new(SplitEnumerator::for_dir(input.path(), 1 << 20, 2).unwrap());
-    let reader = |subtask| {
-        FileSourceReader::new(
-            format!("r#{subtask}"),
-            subtask,
-            Arc::clone(&enumerator),
-            Arc::new(FaultPlan::none()),
-        )
-    };
+    let enumerator = coordinator(input.path());
+    let reader = |subtask| enumerator.reader(subtask);
     enumerator.start_attempt(None, &[]).unwrap();
     let (mut r0, mut r1) = (reader(0), reader(1));
     r0.restore_state(None).unwrap();
@@ -259,34 +248,59 @@ fn a_split_assigned_between_the_trigger_and_the_barrier_is_read_once() {
 fn a_restore_without_the_enumerator_snapshot_of_its_checkpoint_is_refused() {
     let input = tempfile::tempdir().unwrap();
     write_files(input.path(), 2, 2);
-    let enumerator = Arc::new(SplitEnumerator::for_dir(input.path(), 1 << 20, 2).unwrap());
-    let split0 = enumerator.splits()[0].clone();
-    let coordinator = ListState::new(vec![SourceItem::Enumerator {
+    let enumerator = coordinator(input.path());
+    enumerator.start_attempt(None, &[]).unwrap();
+    let all = splits(&enumerator);
+    let snapshot = EnumeratorCheckpoint {
+        unassigned: all[1..].to_vec(),
+        seen: MonitorState::default(),
+        discovery_done: true,
+    };
+    let coordinator_state = ListState::new(vec![SplitStateItem::Coordinator {
         checkpoint: 4,
-        state: EnumeratorCheckpoint {
-            unassigned: enumerator.splits()[1..].to_vec(),
-            seen: MonitorState::default(),
-            discovery_done: true,
-            claimed: Default::default(),
+        state: CoordinatorSnapshot {
+            enumerator: streamtask_core::state::encode(&snapshot).unwrap(),
+            ..CoordinatorSnapshot::default()
         },
     }])
     .encode()
     .unwrap();
-    let reader = ListState::new(vec![SourceItem::Split(SplitProgress::fresh(split0))])
-        .encode()
-        .unwrap();
+    let reader = ListState::new(vec![SplitStateItem::Split(
+        SplitProgress::fresh(all[0].clone()).encode().unwrap(),
+    )])
+    .encode()
+    .unwrap();
     let err = enumerator
-        .start_attempt(Some(5), &[Some(&coordinator), Some(&reader)])
+        .start_attempt(Some(5), &[Some(&coordinator_state), Some(&reader)])
         .unwrap_err();
     assert!(err.to_string().contains("no enumerator snapshot"), "{err}");
     enumerator
-        .start_attempt(Some(4), &[Some(&coordinator), Some(&reader)])
+        .start_attempt(Some(4), &[Some(&coordinator_state), Some(&reader)])
         .unwrap();
     assert_eq!(
-        enumerator.request(1),
-        Assignment::Split(enumerator.splits()[1].clone())
+        enumerator
+            .reader_event(1, ReaderEvent::SplitRequest)
+            .unwrap(),
+        [SourceEvent::Split(SplitProgress::fresh(all[1].clone()))]
     );
-    assert_eq!(enumerator.request(1), Assignment::NoMoreSplits);
+    assert_eq!(
+        enumerator
+            .reader_event(1, ReaderEvent::SplitRequest)
+            .unwrap(),
+        [SourceEvent::NoMoreSplits]
+    );
+}
+
+/// The coordinator of a bounded file source over `dir` (one split per file) for 2 readers.
+fn coordinator(dir: &Path) -> Arc<SourceCoordinator<FileSource>> {
+    Arc::new(SourceCoordinator::new("files", FileSource::for_dir(dir), 2).unwrap())
+}
+
+/// The splits the running attempt's enumerator has not assigned, in order.
+fn splits(coordinator: &SourceCoordinator<FileSource>) -> Vec<FileSplit> {
+    coordinator
+        .with_enumerator(|e| e.state().unassigned.clone())
+        .expect("an attempt runs")
 }
 
 #[test]

@@ -123,3 +123,160 @@ mod coordinator {
         });
     }
 }
+
+/// The split hand-off between a split source's enumerator and a reader
+/// (`source::SourceCoordinator`): the reader, on its task thread, asks for a split and finds
+/// none, then registers its waker; the enumerator, on the executor's thread, discovers the
+/// split and assigns it to the waiting reader. In every order the reader either got the split
+/// in its poll or its waker is woken: no lost wake-up, and the split is read once.
+mod split_handoff {
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    use streamtask::source::{
+        Boundedness, EnumeratorContext, Source, SourceCoordinator, SourceError, SourceSplit,
+        SplitEnumerator, SplitOutput, SplitReader,
+    };
+    use streamtask_core::OperatorError;
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::sync::atomic::{AtomicBool, Ordering};
+    use streamtask_core::sync::thread;
+    use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+
+    #[derive(Debug, Clone)]
+    struct Only;
+
+    impl SourceSplit for Only {
+        fn split_id(&self) -> String {
+            "only".to_string()
+        }
+        fn encode(&self) -> Result<Vec<u8>, SourceError> {
+            Ok(Vec::new())
+        }
+        fn decode(_bytes: &[u8]) -> Result<Self, SourceError> {
+            Ok(Only)
+        }
+    }
+
+    struct OneSplit;
+
+    struct Enumerator {
+        discovered: bool,
+        awaiting: Option<usize>,
+    }
+
+    impl SplitEnumerator for Enumerator {
+        type Split = Only;
+        fn handle_split_request(
+            &mut self,
+            subtask: usize,
+            context: &mut EnumeratorContext<'_, Only>,
+        ) -> Result<(), SourceError> {
+            if self.discovered {
+                context.assign_split(subtask, Only)
+            } else {
+                self.awaiting = Some(subtask);
+                Ok(())
+            }
+        }
+        fn add_splits_back(&mut self, _splits: Vec<Only>, _subtask: usize) {}
+        fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, SourceError> {
+            Ok(Vec::new())
+        }
+        fn discover(
+            &mut self,
+            context: &mut EnumeratorContext<'_, Only>,
+        ) -> Result<(), SourceError> {
+            self.discovered = true;
+            match self.awaiting.take() {
+                Some(subtask) => context.assign_split(subtask, Only),
+                None => Ok(()),
+            }
+        }
+    }
+
+    struct Reader(Option<Only>);
+
+    impl SplitReader<u64> for Reader {
+        type Split = Only;
+        fn add_splits(&mut self, splits: Vec<Only>) {
+            self.0 = splits.into_iter().next();
+        }
+        fn poll_next(
+            &mut self,
+            output: &mut SplitOutput<'_, '_, u64>,
+        ) -> Result<InputStatus, OperatorError> {
+            if let Some(split) = self.0.take() {
+                output.collect(1)?;
+                output.finish_split(split.split_id());
+            }
+            Ok(InputStatus::MoreAvailable)
+        }
+        fn snapshot_splits(&mut self, _checkpoint_id: u64) -> Result<Vec<Only>, OperatorError> {
+            Ok(self.0.iter().cloned().collect())
+        }
+    }
+
+    impl Source for OneSplit {
+        type Output = u64;
+        type Split = Only;
+        type Enumerator = Enumerator;
+        type Reader = Reader;
+        fn boundedness(&self) -> Boundedness {
+            Boundedness::ContinuousUnbounded
+        }
+        fn create_enumerator(&self, _parallelism: usize) -> Result<Enumerator, SourceError> {
+            Ok(Enumerator {
+                discovered: false,
+                awaiting: None,
+            })
+        }
+        fn restore_enumerator(&self, p: usize, _state: &[u8]) -> Result<Enumerator, SourceError> {
+            self.create_enumerator(p)
+        }
+        fn create_reader(&self, _subtask: usize, _parallelism: usize) -> Reader {
+            Reader(None)
+        }
+    }
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn records(out: &[Emitted<u64>]) -> usize {
+        out.iter()
+            .filter(|e| matches!(e, Emitted::Record(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_split_assigned_while_the_reader_registers_its_waker_is_never_lost() {
+        loom::model(|| {
+            let coordinator = Arc::new(SourceCoordinator::new("one", OneSplit, 1).unwrap());
+            coordinator.start_attempt(None, &[]).unwrap();
+            let mut reader = coordinator.reader(0);
+            reader.restore_state(None).unwrap();
+            let discovering = Arc::clone(&coordinator);
+            let enumerator = thread::spawn(move || discovering.discover());
+            let flag = Arc::new(Flag(AtomicBool::new(false)));
+            let mut out = Vec::new();
+            let status = reader.poll_next(&mut ReaderOutput::new(&mut out)).unwrap();
+            if status == InputStatus::NothingAvailable {
+                reader.register_waker(&Waker::from(Arc::clone(&flag)));
+            }
+            enumerator.join().unwrap();
+            if records(&out) == 0 {
+                assert!(
+                    flag.0.load(Ordering::SeqCst),
+                    "the reader's wake-up was lost"
+                );
+                reader.poll_next(&mut ReaderOutput::new(&mut out)).unwrap();
+            }
+            assert_eq!(records(&out), 1, "the split is read once");
+        });
+    }
+}

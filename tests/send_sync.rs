@@ -94,3 +94,29 @@ mod run_edges {
 
     assert_send_sync!(DirLock, LockError, NonRecoverable);
 }
+
+/// Split sources: the coordinator is shared by the executor's threads and every reader; a
+/// reader moves to its task's thread; errors and state items travel between threads.
+mod split_sources {
+    use streamtask::files::{FileSource, FileSourceReader, FileSplitEnumerator};
+    use streamtask::source::{
+        CoordinatorSnapshot, ReaderEvent, SourceCoordinator, SourceError, SourceEvent,
+        SplitSourceReader, SplitStateItem,
+    };
+    use streamtask_core::{assert_send_only, assert_send_sync};
+
+    assert_send_sync!(
+        SourceCoordinator<FileSource>,
+        SourceError,
+        SplitStateItem,
+        CoordinatorSnapshot,
+        ReaderEvent,
+        SourceEvent<u64>,
+        FileSource,
+    );
+    assert_send_only!(
+        SplitSourceReader<FileSource>,
+        FileSourceReader,
+        FileSplitEnumerator
+    );
+}

@@ -36,6 +36,8 @@
 
 #[path = "task_runtime/adapter.rs"]
 mod adapter;
+#[path = "common/memory_log.rs"]
+mod memory_log;
 #[path = "task_runtime/parts.rs"]
 mod parts;
 
@@ -1214,7 +1216,8 @@ mod split_reading {
     fn a_file_source_reader_task_snapshotted_mid_split_restores_at_its_offset_exactly_once() {
         use std::sync::Arc;
 
-        use streamtask::files::{FileReaderState, SplitEnumerator};
+        use streamtask::files::{FileReaderState, FileSource};
+        use streamtask::source::SourceCoordinator;
 
         use super::adapter::{Model, start_file_source_reader};
 
@@ -1225,7 +1228,9 @@ mod split_reading {
         each(cases, |model, _| {
             let dir = tempfile::tempdir().unwrap();
             let (_, all) = file_split(dir.path(), "a.txt", 400);
-            let enumerator = Arc::new(SplitEnumerator::for_dir(dir.path(), 1 << 20, 1).unwrap());
+            let enumerator = Arc::new(
+                SourceCoordinator::new("files", FileSource::for_dir(dir.path()), 1).unwrap(),
+            );
             enumerator.start_attempt(None, &[]).unwrap();
             let (mut t, held) = start_file_source_reader(model, "FF", &enumerator, None, 5);
             // Mid-split, inside one poll: the trigger is taken before the next one.
@@ -1264,7 +1269,9 @@ mod split_reading {
             whole.extend(lines_of(rest));
             assert_eq!(whole, all, "the split, every line once");
 
-            let enumerator = Arc::new(SplitEnumerator::for_dir(dir.path(), 1 << 20, 1).unwrap());
+            let enumerator = Arc::new(
+                SourceCoordinator::new("files", FileSource::for_dir(dir.path()), 1).unwrap(),
+            );
             enumerator
                 .start_attempt(Some(1), &[Some(bytes.as_slice())])
                 .unwrap();
@@ -1282,6 +1289,73 @@ mod split_reading {
         });
     }
 
+    /// A user's split source (the in-memory log of `common/memory_log.rs`), reader 1 of 2 as a
+    /// source task of every model, restored from a checkpoint whose coordinator snapshot holds
+    /// partition 1 assigned to reader 1 at offset 2 but not taken: the split goes back to the
+    /// enumerator, which assigns it again when it starts; the reader reads it from offset 2,
+    /// waits while the log is open (not idle: it holds a split), and ends once the log is
+    /// sealed and the enumerator says no more splits.
+    #[test]
+    fn a_split_source_reader_task_reads_a_split_given_back_from_its_offset_and_ends_when_sealed() {
+        use std::sync::Arc;
+
+        use streamtask::fault::FaultPlan;
+        use streamtask::source::{
+            CoordinatorSnapshot, SourceCoordinator, SourceSplit, SplitStateItem,
+        };
+        use streamtask_core::keygroup::ListState;
+        use streamtask_core::state::encode;
+
+        use super::adapter::start_split_source_reader;
+        use super::memory_log::{MemoryLog, MemoryLogSource, PartitionSplit};
+
+        each(
+            MODELS.iter().map(|&m| (m, Kind::Source)).collect(),
+            |model, _| {
+                let log = MemoryLog::new(2);
+                log.append(5);
+                let source = MemoryLogSource {
+                    log: log.clone(),
+                    faults: Arc::new(FaultPlan::none()),
+                };
+                let coordinator = Arc::new(SourceCoordinator::new("log", source, 2).unwrap());
+                let split = |partition, offset| PartitionSplit { partition, offset };
+                let reader0 = ListState::new(vec![
+                    SplitStateItem::Coordinator {
+                        checkpoint: 7,
+                        state: CoordinatorSnapshot {
+                            enumerator: encode(&Vec::<PartitionSplit>::new()).unwrap(),
+                            claimed: Default::default(),
+                            undelivered: vec![(1, split(1, 2).encode().unwrap())],
+                        },
+                    },
+                    SplitStateItem::Split(split(0, 0).encode().unwrap()),
+                ])
+                .encode()
+                .unwrap();
+                coordinator
+                    .start_attempt(Some(7), &[Some(&reader0), None])
+                    .unwrap();
+                let (mut t, _) = start_split_source_reader(model, "SG", &coordinator, 1, None, 0);
+                let mut read = Vec::new();
+                while read.len() < 3 {
+                    if let Emitted::Record(r) = t.next_out() {
+                        read.push(r.value);
+                    }
+                }
+                assert_eq!(read, ["p1:2", "p1:3", "p1:4"], "from its offset");
+                log.seal();
+                let (outcome, rest) = t.end_and_join();
+                coordinator.end_attempt();
+                assert!(outcome.is_finished(), "the task {outcome}");
+                assert!(
+                    lines_of(rest).is_empty(),
+                    "nothing after the end of the log"
+                );
+            },
+        );
+    }
+
     /// The FLIP-27 file source reader, as a source task of every model, with no split to read
     /// (its continuous enumerator found no file) is idle and emits nothing else; once the
     /// enumerator discovers a file it resumes and reads the file's split, every line once,
@@ -1291,7 +1365,8 @@ mod split_reading {
         use std::sync::Arc;
         use std::time::{Duration, Instant};
 
-        use streamtask::files::{FileSource, SplitEnumerator};
+        use streamtask::files::FileSource;
+        use streamtask::source::SourceCoordinator;
         use streamtask_core::StreamStatus;
 
         use super::GUARD;
@@ -1304,7 +1379,7 @@ mod split_reading {
                 let source = FileSource::for_dir(dir.path())
                     .monitor_continuously(Duration::from_millis(1))
                     .stop_after_files(1);
-                let enumerator = Arc::new(SplitEnumerator::of_source("files", &source, 1).unwrap());
+                let enumerator = Arc::new(SourceCoordinator::new("files", source, 1).unwrap());
                 enumerator.start_attempt(None, &[]).unwrap();
                 // The directory is empty: no split to assign.
                 enumerator.discover();

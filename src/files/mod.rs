@@ -11,8 +11,8 @@
 //! mail form. See below for both protocols and for which files count as new
 //! (and what happens to a file appended to after it was read).
 //!
-//! The FLIP-27 form: a split enumerator in the job layer hands splits to
-//! parallel [`FileSourceReader`]s on request, for a bounded directory or one it monitors
+//! The FLIP-27 form ([`FileSource`], a split [`Source`](crate::source::Source)): a split
+//! enumerator in the job layer hands splits to parallel [`FileSourceReader`]s on request, for a bounded directory or one it monitors
 //! ([`FileSource::monitor_continuously`], the same modification-time rule), snapshotted when
 //! each checkpoint is triggered.
 //!
@@ -84,9 +84,10 @@
 //!
 //! # The FLIP-27 file source
 //!
-//! The FLIP-27 file source: a [`SplitEnumerator`] that hands out the byte-range splits of a
-//! directory's files to parallel [`FileSourceReader`]s when they ask, as Flink's `FileSource`
-//! does, either for the files there when the job was built (bounded, Flink's
+//! The FLIP-27 file source, a split [`Source`](crate::source::Source) run by the engine every
+//! split source runs on ([`SourceCoordinator`](crate::source::SourceCoordinator)): a
+//! [`FileSplitEnumerator`] that hands out the byte-range splits of a directory's files to
+//! parallel [`FileSourceReader`]s when they ask, as Flink's `FileSource` does, either for the files there when the job was built (bounded, Flink's
 //! `StaticFileSplitEnumerator`) or for files discovered while the job runs
 //! ([`FileSource::monitor_continuously`], Flink's `ContinuousFileSplitEnumerator`).
 //!
@@ -114,7 +115,7 @@
 //! The discovered-but-unassigned splits and the files seen belong to no reader. As Flink's
 //! `SourceCoordinator#checkpointCoordinator`, the enumerator is snapshotted when checkpoint N is
 //! triggered, before the barriers are injected into the readers
-//! ([`checkpoint_coordinator`](SplitEnumerator::checkpoint_coordinator)), into an
+//! ([`checkpoint_coordinator`](crate::source::SourceCoordinator::checkpoint_coordinator)), into an
 //! [`EnumeratorCheckpoint`]. The restored cut must put each split in exactly one place: in the
 //! enumerator's state (unassigned), or with the one reader that holds it. A split assigned
 //! after the enumerator's snapshot but before the reader's barrier is in both snapshots; Flink
@@ -125,15 +126,15 @@
 //!
 //! - a reader's snapshot lists the splits it holds (with offsets) *and* the splits it finished
 //!   since their assignment, until a checkpoint whose trigger came after that assignment
-//!   completed ([`checkpoint_completed`](SplitEnumerator::checkpoint_completed); no restore
+//!   completed ([`checkpoint_completed`](crate::source::SourceCoordinator::checkpoint_completed); no restore
 //!   can then find them unassigned);
-//! - a restore removes from the enumerator's unassigned splits every split a restored reader
-//!   holds or finished. A split assigned after the trigger of N is thus read by the reader that
+//! - a restore claims every split a restored reader holds or finished: the coordinator drops
+//!   the enumerator's next assignment of it (by split id). A split assigned after the trigger of N is thus read by the reader that
 //!   had it at its barrier (from its offset) or, if it was assigned after that barrier, is in
 //!   no reader's snapshot and assigned again: each split once, none lost;
 //! - a split a restored reader holds or finished whose file the enumerator's snapshot has not
-//!   seen (discovered after the trigger, assigned before the barrier) is remembered as
-//!   claimed, in later snapshots too, and skipped when the file is discovered again.
+//!   seen (discovered after the trigger, assigned before the barrier) stays claimed, in later
+//!   coordinator snapshots too, and is skipped when the file is discovered and assigned again.
 //!
 //! Splits discovered after the trigger are in no snapshot, and the files they came from are
 //! not in the snapshot's seen state, so a restore discovers them again.
@@ -142,12 +143,12 @@
 //!
 //! A checkpoint of this executor holds the tasks' snapshots only, so the enumerator's snapshot
 //! of N travels in reader 0's snapshot, as one more item of the source's list state (the
-//! readers' state is [`ListState`](streamtask_core::keygroup::ListState) of [`SourceItem`]s): in checkpoints and savepoints it is
+//! readers' state is [`ListState`](streamtask_core::keygroup::ListState) of [`SplitStateItem`](crate::source::SplitStateItem)s): in checkpoints and savepoints it is
 //! under the source's operator id. Reader 0 carries every trigger-time snapshot a restore may
 //! still need (those not older than the latest completed checkpoint), each with its
 //! checkpoint's id, since the legacy model does not tell it which checkpoint it is in. When an
 //! attempt starts, before any task does, the executor gives the enumerator the restored
-//! checkpoint ([`start_attempt`](SplitEnumerator::start_attempt)): it takes its snapshot of
+//! checkpoint ([`start_attempt`](crate::source::SourceCoordinator::start_attempt)): it takes its snapshot of
 //! exactly that checkpoint from among the readers' items, wherever a rescale put it.
 //!
 //! ## Rescale
@@ -166,7 +167,7 @@ mod split;
 pub use self::monitor::{FileMonitor, MonitorState};
 pub use self::reader::{READ_AHEAD, ReadMode, SplitReader};
 pub use self::source::{
-    Assignment, EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, SourceItem,
-    SplitEnumerator, SplitError,
+    EnumeratorCheckpoint, FileReaderState, FileSource, FileSourceReader, FileSplitEnumerator,
+    SplitError,
 };
 pub use self::split::{FileSplit, LineCursor, ReaderSnapshot, SplitProgress};

@@ -77,7 +77,7 @@ pub(crate) struct GraphBuilder {
     pub(crate) side_outputs: HashMap<(String, usize), Arc<SideRegistry>>,
     pub(crate) finalizers: Vec<Finalizer>,
     /// The FLIP-27 split enumerators (see `from_source.rs`).
-    pub(crate) enumerators: Vec<Arc<crate::files::SplitEnumerator>>,
+    pub(crate) enumerators: Vec<Arc<dyn crate::source::CoordinatorHooks>>,
     pub(crate) sink_dirs: Vec<PathBuf>,
     pub(crate) names: HashSet<String>,
     pub(crate) errors: Vec<JobError>,

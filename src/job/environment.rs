@@ -197,7 +197,7 @@ pub struct JobGraph {
     pub(crate) edges: Vec<EdgeSpec>,
     pub(crate) finalizers: Vec<Finalizer>,
     /// The FLIP-27 split enumerators, driven by the executor (see `from_source.rs`).
-    pub(crate) enumerators: Vec<Arc<crate::files::SplitEnumerator>>,
+    pub(crate) enumerators: Vec<Arc<dyn crate::source::CoordinatorHooks>>,
     /// The output directories of the two-phase file sinks (cleared when a run starts over).
     pub(crate) sink_dirs: Vec<PathBuf>,
     /// The channel-state encodings of the record types that cross between tasks.

@@ -1,6 +1,7 @@
-//! [`StreamEnvironment::from_source`]: a FLIP-27 [`FileSource`] (bounded, or discovering files
-//! while it runs) as a parallel new-style source, and the executor's three hooks that drive its
-//! split enumerator as Flink's `SourceCoordinator` would (see the [`files`](crate::files) module docs):
+//! [`StreamEnvironment::from_source`]: a FLIP-27 split [`Source`] (the [`FileSource`](crate::files::FileSource), or one of
+//! the user's) as a parallel new-style source, and the executor's three hooks that drive every
+//! source's [`SourceCoordinator`] as Flink's `SourceCoordinator` would (see the
+//! [`source`](crate::source) module docs):
 //!
 //! - when an attempt starts, before any task: the enumerator is restored from its snapshot
 //!   among the readers' restored state (`start_enumerators`);
@@ -10,25 +11,33 @@
 //! - while the job runs, every few milliseconds on the executor's thread: continuous discovery
 //!   (`discover_splits`).
 //!
-//! Each reader is a [`SourceReader`](streamtask_mailbox::SourceReader), run by the job's
+//! Each reader is a [`SplitSourceReader`], a [`SourceReader`](streamtask_mailbox::SourceReader) run by the job's
 //! existing reader adapters: on the mailbox thread (mailbox, bridge) or through `ReaderSource`
 //! (legacy).
 
 use std::sync::Arc;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
 use super::environment::{JobGraph, StreamEnvironment};
 use super::error::JobError;
 use super::stream::DataStream;
 use crate::checkpoint::{CompletedCheckpoint, CoordinatorAction};
-use crate::files::source::restored_entries;
-use crate::files::{FileSource, FileSourceReader, SplitEnumerator};
+use crate::source::{
+    CoordinatorHooks, Source, SourceCoordinator, SplitSourceReader, restored_entries,
+};
 
 impl StreamEnvironment {
-    /// The lines of the files of the directory `source` names, read by `parallelism` readers
-    /// that ask the source's split enumerator for byte-range splits, exactly once across
-    /// failures and rescales. A bounded source lists the directory once, now (a listing error
-    /// fails [`build`](Self::build) with [`JobError::Config`]); one made with
-    /// [`FileSource::monitor_continuously`] discovers files while the job runs.
+    /// The records of a split [`Source`], read by `parallelism` readers that get their splits
+    /// from the source's enumerator, exactly once across failures and rescales (see the
+    /// [`source`](crate::source) module docs). The enumerator is made now
+    /// ([`Source::create_enumerator`]; an error fails [`build`](Self::build) with
+    /// [`JobError::Config`]).
+    ///
+    /// For a [`FileSource`](crate::files::FileSource): the lines of the files of its directory, in byte-range splits. A
+    /// bounded one lists the directory once, now; one made with
+    /// [`FileSource::monitor_continuously`](crate::files::FileSource::monitor_continuously) discovers files while the job runs.
     ///
     /// # Examples
     ///
@@ -70,35 +79,53 @@ impl StreamEnvironment {
     /// env.build().unwrap().run(&JobConfig::new(work.path())).unwrap();
     /// assert_eq!(out.committed(), ["one"]);
     /// ```
-    pub fn from_source(
-        &self,
-        name: &str,
-        source: FileSource,
-        parallelism: usize,
-    ) -> DataStream<String> {
+    pub fn from_source<S>(&self, name: &str, source: S, parallelism: usize) -> DataStream<S::Output>
+    where
+        S: Source,
+        S::Output: Serialize + DeserializeOwned,
+    {
         let parallelism = parallelism.max(1);
-        self.register_channel_type::<String>();
-        let enumerator =
-            SplitEnumerator::of_source(name, &source, parallelism).unwrap_or_else(|e| {
+        self.register_channel_type::<S::Output>();
+        let coordinator = match SourceCoordinator::new(name, source, parallelism) {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
                 self.fail(JobError::Config(format!("{name}: {e}")));
-                let mut empty = SplitEnumerator::new(source.dir.clone(), Vec::new(), parallelism);
-                empty.set_name(name);
-                empty
-            });
-        let enumerator = Arc::new(enumerator);
+                return self.add_reader_parallel(name, parallelism, |_| {
+                    SourceNotBuilt::<S::Output>(std::marker::PhantomData)
+                });
+            }
+        };
         self.graph
             .borrow_mut()
             .enumerators
-            .push(Arc::clone(&enumerator));
-        let reader_name = name.to_string();
-        self.add_reader_parallel(name, parallelism, move |subtask| {
-            FileSourceReader::new(
-                format!("{reader_name}#{subtask}"),
-                subtask,
-                Arc::clone(&enumerator),
-                Arc::clone(&source.faults),
-            )
+            .push(Arc::clone(&coordinator) as Arc<dyn CoordinatorHooks>);
+        self.add_reader_parallel(name, parallelism, move |subtask| -> SplitSourceReader<S> {
+            coordinator.reader(subtask)
         })
+    }
+}
+
+/// The reader of a source whose enumerator could not be made: the build fails before it runs.
+struct SourceNotBuilt<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> streamtask_mailbox::SourceReader<T> for SourceNotBuilt<T> {
+    fn name(&self) -> &str {
+        "source-not-built"
+    }
+    fn poll_next(
+        &mut self,
+        _output: &mut streamtask_mailbox::ReaderOutput<'_, T>,
+    ) -> Result<streamtask_mailbox::InputStatus, streamtask_core::OperatorError> {
+        Ok(streamtask_mailbox::InputStatus::EndOfInput)
+    }
+    fn register_waker(&mut self, waker: &std::task::Waker) {
+        waker.wake_by_ref();
+    }
+    fn snapshot_state(
+        &mut self,
+        _checkpoint_id: u64,
+    ) -> Result<Vec<u8>, streamtask_core::OperatorError> {
+        Ok(Vec::new())
     }
 }
 
@@ -130,7 +157,7 @@ impl JobGraph {
     }
 
     /// The enumerators of the job, for the coordinator's thread.
-    pub(crate) fn enumerator_hooks(&self) -> Vec<Arc<SplitEnumerator>> {
+    pub(crate) fn enumerator_hooks(&self) -> Vec<Arc<dyn CoordinatorHooks>> {
         self.enumerators.clone()
     }
 
@@ -148,7 +175,7 @@ impl JobGraph {
 /// The coordinator-side hooks: a checkpoint is triggered (before its barriers go out), or
 /// completed.
 pub(crate) fn enumerators_on_action(
-    enumerators: &[Arc<SplitEnumerator>],
+    enumerators: &[Arc<dyn CoordinatorHooks>],
     action: &CoordinatorAction,
 ) {
     match action {

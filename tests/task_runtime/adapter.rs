@@ -862,7 +862,8 @@ impl Drop for SplitReaderTask {
 
 // ---- the FLIP-27 file source reader -------------------------------------------------------------
 
-use streamtask::files::{FileSourceReader, SplitEnumerator};
+use streamtask::files::FileSource;
+use streamtask::source::{Source, SourceCoordinator};
 
 /// Passes lines through; at line `at` (counted from 1) it says so and waits until the test
 /// lets it go on, so the test knows the source is mid-split, inside one poll.
@@ -896,17 +897,29 @@ impl streamtask_core::operator::Operator for HoldAt {
     }
 }
 
-/// A source task of `model` whose source is reader 0 of `enumerator` (a
-/// [`FileSourceReader`]), run as the job layer runs a `SourceReader` (`src/job/segment.rs`):
+/// [`start_split_source_reader`] for a file source.
+pub(crate) fn start_file_source_reader(
+    model: Model,
+    id: &'static str,
+    enumerator: &Arc<SourceCoordinator<FileSource>>,
+    restore: Option<TaskSnapshot>,
+    hold_at: usize,
+) -> (SplitReaderTask, Held) {
+    start_split_source_reader(model, id, enumerator, 0, restore, hold_at)
+}
+
+/// A source task of `model` whose source is reader `subtask` of the split source `enumerator`
+/// drives, run as the job layer runs a `SourceReader` (`src/job/segment.rs`):
 /// polled under the checkpoint lock through the bridge's `ReaderSource` in a legacy
 /// `SourceStreamTask` with an event-time context, which passes the reader's idleness on (legacy), on the task thread of the mailbox's `SourceStreamTask` (mailbox,
 /// bridge); its chain passes lines through, holding line `hold_at` until [`Held::go_on`]
 /// (0: never). Named `<id>`, the model's letter and `F`; it has
 /// no input ([`SplitReaderTask::end_and_join`] waits for the source to end).
-pub(crate) fn start_file_source_reader(
+pub(crate) fn start_split_source_reader<S: Source<Output = String>>(
     model: Model,
     id: &'static str,
-    enumerator: &Arc<SplitEnumerator>,
+    enumerator: &Arc<SourceCoordinator<S>>,
+    subtask: usize,
     restore: Option<TaskSnapshot>,
     hold_at: usize,
 ) -> (SplitReaderTask, Held) {
@@ -925,12 +938,7 @@ pub(crate) fn start_file_source_reader(
         .with_responder(CheckpointResponder::new(name.clone(), reports_tx))
         .with_restore(restore);
     let (out_tx, out) = unbounded();
-    let reader = FileSourceReader::new(
-        format!("{name}-file-source"),
-        0,
-        Arc::clone(enumerator),
-        Arc::new(streamtask::fault::FaultPlan::none()),
-    );
+    let reader = enumerator.reader(subtask);
     let (reached_tx, reached) = crossbeam::channel::bounded(1);
     let (go_on, go_on_rx) = crossbeam::channel::bounded(1);
     let chain = HoldAt {

@@ -1,0 +1,777 @@
+//! The engine that drives a split source under every model: the coordinator side (the
+//! enumerator, its trigger-time snapshots, the hand-off of splits to readers, the restore that
+//! puts each split in one place) and the reader side (a [`SplitReader`] as the models'
+//! `SourceReader`). Documented on the [`source`](crate::source) module.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::task::Waker;
+
+use serde::{Deserialize, Serialize};
+use streamtask_core::keygroup::ListState;
+use streamtask_core::state::TaskSnapshot;
+use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use streamtask_core::sync::{Condvar, Mutex};
+use streamtask_core::{OperatorError, catch_panic};
+use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+
+use super::{
+    EnumeratorContext, ReaderEvent, Source, SourceError, SourceEvent, SourceSplit, SplitEnumerator,
+    SplitOutput, SplitReader,
+};
+
+/// The coordinator's state at a checkpoint's trigger, carried in reader 0's list state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinatorSnapshot {
+    /// The enumerator's [`snapshot_state`](SplitEnumerator::snapshot_state) bytes.
+    pub enumerator: Vec<u8>,
+    /// Ids of splits restored readers held or finished which the enumerator may still assign:
+    /// its next assignment of each is dropped.
+    pub claimed: BTreeSet<String>,
+    /// Splits assigned and not yet taken by their reader: (subtask, encoded split).
+    pub undelivered: Vec<(usize, Vec<u8>)>,
+}
+
+/// One item of a split source reader's list state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SplitStateItem {
+    /// A split the reader holds, encoded with its position.
+    Split(Vec<u8>),
+    /// The id of a split the reader finished after it was assigned in this attempt, until a
+    /// checkpoint triggered after that assignment completed (a restore of a checkpoint whose
+    /// enumerator snapshot still lists it must not assign it again).
+    Finished(String),
+    /// The coordinator's snapshot of checkpoint `checkpoint` (reader 0 carries every one a
+    /// restore may still need, since a legacy reader is not told which checkpoint it
+    /// snapshots; any reader after a rescale).
+    Coordinator {
+        /// The checkpoint.
+        checkpoint: u64,
+        /// The coordinator's state at its trigger.
+        state: CoordinatorSnapshot,
+    },
+}
+
+/// An event for a reader with, for a split, its assignment's number in the attempt.
+type Delivery<S> = (SourceEvent<S>, u64);
+
+struct Attempt<S: Source> {
+    /// `None` until the attempt started, and after it ended.
+    enumerator: Option<S::Enumerator>,
+    inbox: Vec<VecDeque<Delivery<S::Split>>>,
+    waiting: Vec<Option<Waker>>,
+    /// Assignments made in this attempt.
+    assigned: u64,
+    claimed: BTreeSet<String>,
+    /// Readers told that no more splits will come.
+    ended_readers: Vec<bool>,
+    /// Trigger-time snapshots a restore may still need, with the assignments made before.
+    triggered: BTreeMap<u64, (CoordinatorSnapshot, u64)>,
+    started: Vec<bool>,
+    ended: bool,
+    failure: Option<String>,
+}
+
+/// The coordinator side of a split source, shared by its readers: holds the enumerator and
+/// drives it as the executor does (restore when an attempt starts, snapshot at a checkpoint's
+/// trigger, notices, periodic discovery), and hands its events to the readers
+/// ([`reader`](Self::reader)). Public so a source's own tests can drive it step by step.
+pub struct SourceCoordinator<S: Source> {
+    name: String,
+    source: S,
+    parallelism: usize,
+    /// The build-time enumerator's snapshot: what a fresh attempt restores.
+    initial: Vec<u8>,
+    /// Set when the enumerator failed: readers check it on every poll (one load).
+    failed: AtomicBool,
+    /// Assignments numbered below this were made before the trigger of a completed checkpoint.
+    settled: AtomicU64,
+    state: Mutex<Attempt<S>>,
+    /// Signalled when a reader starts or the attempt ends.
+    changed: Condvar,
+}
+
+impl<S: Source> SourceCoordinator<S> {
+    /// The coordinator of `source` named `name` (its vertex) for `parallelism` readers: makes
+    /// the enumerator of a fresh start ([`Source::create_enumerator`]) and keeps its snapshot.
+    ///
+    /// # Errors
+    ///
+    /// What `create_enumerator` or the snapshot fails with.
+    pub fn new(name: &str, source: S, parallelism: usize) -> Result<Self, SourceError> {
+        let parallelism = parallelism.max(1);
+        let initial = source.create_enumerator(parallelism)?.snapshot_state(0)?;
+        Ok(SourceCoordinator {
+            name: name.to_string(),
+            source,
+            parallelism,
+            initial,
+            failed: AtomicBool::new(false),
+            settled: AtomicU64::new(0),
+            changed: Condvar::new(),
+            state: Mutex::new(Attempt {
+                enumerator: None,
+                inbox: (0..parallelism).map(|_| VecDeque::new()).collect(),
+                waiting: vec![None; parallelism],
+                assigned: 0,
+                claimed: BTreeSet::new(),
+                triggered: BTreeMap::new(),
+                started: vec![false; parallelism],
+                ended_readers: vec![false; parallelism],
+                ended: false,
+                failure: None,
+            }),
+        })
+    }
+
+    /// The source's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The number of readers.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// The source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// Runs `f` on the enumerator of the running attempt (`None` outside an attempt).
+    pub fn with_enumerator<R>(&self, f: impl FnOnce(&S::Enumerator) -> R) -> Option<R> {
+        self.state.lock().enumerator.as_ref().map(f)
+    }
+
+    /// The reader of subtask `subtask`, as the models run it.
+    pub fn reader(self: &Arc<Self>, subtask: usize) -> SplitSourceReader<S> {
+        SplitSourceReader {
+            name: format!("{}#{subtask}", self.name),
+            subtask,
+            coordinator: Arc::clone(self),
+            reader: self.source.create_reader(subtask, self.parallelism),
+            held: HashMap::new(),
+            finished: Vec::new(),
+            requested: false,
+            no_more_splits: false,
+        }
+    }
+
+    /// Starts an attempt restored from checkpoint `checkpoint` (`None`: a fresh start), given
+    /// the readers' restored source entries (`restored`, any number, any order): restores the
+    /// enumerator from the coordinator's snapshot of that checkpoint among them, claims the
+    /// splits the readers hold or finished, gives back the undelivered ones no reader took,
+    /// and starts it. Forgets the previous attempt. Call it before any reader of the attempt
+    /// runs.
+    ///
+    /// # Errors
+    ///
+    /// [`SourceError::BadState`] for bytes that do not decode, [`SourceError::HeldTwice`],
+    /// [`SourceError::NoEnumeratorState`] when readers hold splits but the snapshot of the
+    /// checkpoint is missing, or what the enumerator's restore or start fails with.
+    pub fn start_attempt(
+        &self,
+        checkpoint: Option<u64>,
+        restored: &[Option<&[u8]>],
+    ) -> Result<(), SourceError> {
+        let bad = |reason: String| SourceError::BadState {
+            source_name: self.name.clone(),
+            reason,
+        };
+        let mut snapshots = BTreeMap::new();
+        let mut held = BTreeSet::new();
+        let mut finished = BTreeSet::new();
+        for bytes in restored.iter().flatten() {
+            for item in decode_items(bytes).map_err(|e| bad(e.to_string()))? {
+                match item {
+                    SplitStateItem::Split(bytes) => {
+                        let id = S::Split::decode(&bytes)
+                            .map_err(|e| bad(e.to_string()))?
+                            .split_id();
+                        if !held.insert(id.clone()) {
+                            return Err(SourceError::HeldTwice {
+                                source_name: self.name.clone(),
+                                split_id: id,
+                            });
+                        }
+                    }
+                    SplitStateItem::Finished(id) => {
+                        finished.insert(id);
+                    }
+                    SplitStateItem::Coordinator { checkpoint, state } => {
+                        snapshots.insert(checkpoint, state);
+                    }
+                }
+            }
+        }
+        let snapshot = match checkpoint.and_then(|id| snapshots.remove(&id)) {
+            Some(s) => s,
+            None if held.is_empty() && snapshots.is_empty() => CoordinatorSnapshot {
+                enumerator: self.initial.clone(),
+                ..CoordinatorSnapshot::default()
+            },
+            None => {
+                return Err(SourceError::NoEnumeratorState {
+                    source_name: self.name.clone(),
+                });
+            }
+        };
+        let mut enumerator = self
+            .source
+            .restore_enumerator(self.parallelism, &snapshot.enumerator)?;
+        let mut claimed = snapshot.claimed;
+        claimed.extend(held.iter().cloned());
+        claimed.extend(finished.iter().cloned());
+        let mut back: BTreeMap<usize, Vec<S::Split>> = BTreeMap::new();
+        for (subtask, bytes) in &snapshot.undelivered {
+            let split = S::Split::decode(bytes).map_err(|e| bad(e.to_string()))?;
+            let id = split.split_id();
+            // Taken by its reader between the trigger and the barrier: the reader has it.
+            if !claimed.remove(&id) {
+                back.entry(*subtask).or_default().push(split);
+            }
+        }
+        for (subtask, splits) in back {
+            catch_panic(|| enumerator.add_splits_back(splits, subtask)).map_err(panicked)?;
+        }
+        let mut state = self.state.lock();
+        if let Some(mut old) = state.enumerator.take() {
+            close(&mut old);
+        }
+        state.inbox.iter_mut().for_each(VecDeque::clear);
+        state.waiting.iter_mut().for_each(|w| *w = None);
+        state.assigned = 0;
+        state.claimed = claimed;
+        state.triggered.clear();
+        state.started.iter_mut().for_each(|s| *s = false);
+        state.ended_readers.iter_mut().for_each(|e| *e = false);
+        state.ended = false;
+        state.failure = None;
+        // Release: no reader of the new attempt runs yet; those that start see it.
+        self.settled.store(0, Ordering::Release);
+        // Release: pairs with the readers' Acquire load; a reader that sees `false` after a
+        // restart sees the cleared failure too.
+        self.failed.store(false, Ordering::Release);
+        let result = Self::with_context(&mut state, self.parallelism, |ctx| enumerator.start(ctx));
+        state.enumerator = Some(enumerator);
+        result
+    }
+
+    /// Checkpoint `checkpoint` was triggered: snapshots the enumerator and the undelivered
+    /// splits, for reader 0 to carry. Called before the barriers go out; waits until every
+    /// reader of the attempt started (restored its state) or the attempt ended, since a legacy
+    /// reader triggered before it started would snapshot the bytes it was restored with.
+    pub fn checkpoint_coordinator(&self, checkpoint: u64) {
+        let mut state = self.state.lock();
+        while !state.ended && !state.started.iter().all(|s| *s) {
+            self.changed.wait(&mut state);
+        }
+        let state = &mut *state;
+        let Some(enumerator) = state.enumerator.as_mut() else {
+            // No attempt runs: nothing can be assigned.
+            return;
+        };
+        let snapshot = catch_panic(|| enumerator.snapshot_state(checkpoint));
+        let snapshot = snapshot
+            .unwrap_or_else(|p| Err(panicked(p)))
+            .and_then(|bytes| {
+                let undelivered = state
+                    .inbox
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(subtask, q)| {
+                        q.iter().filter_map(move |(e, _)| match e {
+                            SourceEvent::Split(s) => Some(s.encode().map(|b| (subtask, b))),
+                            _ => None,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(CoordinatorSnapshot {
+                    enumerator: bytes,
+                    claimed: state.claimed.clone(),
+                    undelivered,
+                })
+            });
+        match snapshot {
+            Ok(s) => {
+                let assigned = state.assigned;
+                state.triggered.insert(checkpoint, (s, assigned));
+            }
+            Err(e) => self.fail(state, e.to_string()),
+        }
+    }
+
+    /// Checkpoint `checkpoint` completed: no restore needs an older snapshot, nor the finished
+    /// splits assigned before its trigger; the enumerator is told.
+    pub fn checkpoint_completed(&self, checkpoint: u64) {
+        let mut state = self.state.lock();
+        if let Some((_, assigned)) = state.triggered.get(&checkpoint) {
+            // AcqRel: readers load it (Acquire) on their snapshot path, outside the lock; the
+            // value only grows, so a reader sees this completion or an earlier one, and keeps
+            // at most some finished splits one checkpoint longer.
+            self.settled.fetch_max(*assigned, Ordering::AcqRel);
+        }
+        state.triggered = state.triggered.split_off(&checkpoint);
+        if let Some(e) = state.enumerator.as_mut()
+            && let Err(panic) = catch_panic(|| e.notify_checkpoint_complete(checkpoint))
+        {
+            self.fail(&mut state, panicked(panic).to_string());
+        }
+    }
+
+    /// The attempt is over (its tasks were joined): the enumerator is closed, a trigger
+    /// waiting for readers that never started gives up.
+    pub fn end_attempt(&self) {
+        let mut state = self.state.lock();
+        state.ended = true;
+        if let Some(mut e) = state.enumerator.take() {
+            close(&mut e);
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// The periodic call: lets the enumerator discover splits and answer waiting requests.
+    pub fn discover(&self) {
+        let mut state = self.state.lock();
+        if state.failure.is_some() {
+            return;
+        }
+        let Some(mut enumerator) = state.enumerator.take() else {
+            return;
+        };
+        let result =
+            Self::with_context(&mut state, self.parallelism, |ctx| enumerator.discover(ctx));
+        state.enumerator = Some(enumerator);
+        if let Err(e) = result {
+            self.fail(&mut state, e.to_string());
+        }
+    }
+
+    /// Reader `subtask` sends `event`; returns what the enumerator has for that reader now
+    /// (taken from its inbox). A reader run by [`reader`](Self::reader) does this itself.
+    ///
+    /// # Errors
+    ///
+    /// The enumerator failed (now or before).
+    pub fn reader_event(
+        &self,
+        subtask: usize,
+        event: ReaderEvent,
+    ) -> Result<Vec<SourceEvent<S::Split>>, SourceError> {
+        self.send(subtask, event)?;
+        Ok(self.take(subtask).into_iter().map(|(e, _)| e).collect())
+    }
+
+    fn send(&self, subtask: usize, event: ReaderEvent) -> Result<(), SourceError> {
+        let mut state = self.state.lock();
+        if let Some(reason) = state.failure.clone() {
+            return Err(self.failure_error(reason));
+        }
+        let Some(mut enumerator) = state.enumerator.take() else {
+            // No attempt runs: the request is lost with the attempt.
+            return Ok(());
+        };
+        let result = match event {
+            ReaderEvent::SplitRequest => loop {
+                let claimed_before = state.claimed.len();
+                let r = Self::with_context(&mut state, self.parallelism, |ctx| {
+                    enumerator.handle_split_request(subtask, ctx)
+                });
+                // Every answer was a claimed split, dropped: ask again (each round uses up
+                // one claim, so this ends).
+                let dropped_only =
+                    state.claimed.len() < claimed_before && state.inbox[subtask].is_empty();
+                if r.is_err() || !dropped_only {
+                    break r;
+                }
+            },
+            ReaderEvent::Custom(bytes) => Self::with_context(&mut state, self.parallelism, |ctx| {
+                enumerator.handle_reader_event(subtask, bytes, ctx)
+            }),
+        };
+        state.enumerator = Some(enumerator);
+        if let Err(e) = result {
+            let reason = e.to_string();
+            self.fail(&mut state, reason.clone());
+            return Err(self.failure_error(reason));
+        }
+        Ok(())
+    }
+
+    /// Calls the enumerator with a context that delivers into the readers' inboxes (dropping
+    /// the assignment of a claimed split) and wakes the readers it addressed.
+    /// A panic in the enumerator is its error: it fails the enumerator, never the thread that
+    /// called it (the executor's, or a reader's).
+    fn with_context(
+        state: &mut Attempt<S>,
+        parallelism: usize,
+        f: impl FnOnce(&mut EnumeratorContext<'_, S::Split>) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let Attempt {
+            inbox,
+            waiting,
+            assigned,
+            claimed,
+            ended_readers,
+            ..
+        } = state;
+        let mut send = |subtask: usize, event: SourceEvent<S::Split>| {
+            let number = *assigned;
+            match &event {
+                SourceEvent::Split(split) if ended_readers[subtask] => {
+                    return Err(SourceError::AfterNoMoreSplits {
+                        subtask,
+                        split_id: split.split_id(),
+                    });
+                }
+                SourceEvent::Split(split) => {
+                    if claimed.remove(&split.split_id()) {
+                        return Ok(());
+                    }
+                    *assigned += 1;
+                }
+                SourceEvent::NoMoreSplits => ended_readers[subtask] = true,
+                SourceEvent::Custom(_) => {}
+            }
+            inbox[subtask].push_back((event, number));
+            if let Some(w) = waiting[subtask].take() {
+                w.wake();
+            }
+            Ok(())
+        };
+        let mut ctx = EnumeratorContext {
+            parallelism,
+            send: &mut send,
+        };
+        catch_panic(|| f(&mut ctx)).unwrap_or_else(|panic| Err(panicked(panic)))
+    }
+
+    fn take(&self, subtask: usize) -> Vec<Delivery<S::Split>> {
+        self.state.lock().inbox[subtask].drain(..).collect()
+    }
+
+    fn reader_started(&self, subtask: usize) {
+        self.state.lock().started[subtask] = true;
+        self.changed.notify_all();
+    }
+
+    /// Wakes `waker` when reader `subtask` has an event or the enumerator failed (at once if
+    /// so now).
+    ///
+    /// The lost-wakeup protocol: the reader polled and found no event, then registers here.
+    /// The check and the registration are one section under the lock every delivery takes
+    /// (`with_context` pushes to the inbox and takes the waker under it), so an event delivered
+    /// after the poll is either seen here (wake at once) or delivered after the waker is stored
+    /// (woken by the delivery).
+    fn wake_when_ready(&self, subtask: usize, waker: &Waker) {
+        let mut state = self.state.lock();
+        if state.failure.is_some() || !state.inbox[subtask].is_empty() {
+            waker.wake_by_ref();
+        } else {
+            state.waiting[subtask] = Some(waker.clone());
+        }
+    }
+
+    fn failure(&self) -> Option<SourceError> {
+        // Acquire: pairs with the Release store in `fail`, so the reason is set.
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let reason = self.state.lock().failure.clone().unwrap_or_default();
+        Some(self.failure_error(reason))
+    }
+
+    fn failure_error(&self, reason: String) -> SourceError {
+        SourceError::EnumeratorFailed {
+            source_name: self.name.clone(),
+            reason,
+        }
+    }
+
+    fn fail(&self, state: &mut Attempt<S>, reason: String) {
+        log::warn!("{}: split enumerator failed: {reason}", self.name);
+        state.failure = Some(reason);
+        self.failed.store(true, Ordering::Release);
+        state
+            .waiting
+            .iter_mut()
+            .filter_map(Option::take)
+            .for_each(Waker::wake);
+    }
+
+    /// The snapshots reader 0 carries now.
+    fn carried(&self) -> Vec<SplitStateItem> {
+        self.state
+            .lock()
+            .triggered
+            .iter()
+            .map(|(id, (state, _))| SplitStateItem::Coordinator {
+                checkpoint: *id,
+                state: state.clone(),
+            })
+            .collect()
+    }
+}
+
+impl<S: Source> std::fmt::Debug for SourceCoordinator<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceCoordinator")
+            .field("name", &self.name)
+            .field("parallelism", &self.parallelism)
+            .finish_non_exhaustive()
+    }
+}
+
+fn panicked(panic: String) -> SourceError {
+    SourceError::user(format!("the enumerator panicked: {panic}"))
+}
+
+/// Closes an enumerator whose attempt is over; a panic there is only logged (the attempt's
+/// outcome is decided).
+fn close<E: SplitEnumerator>(enumerator: &mut E) {
+    if let Err(panic) = catch_panic(|| enumerator.close()) {
+        log::warn!("a split enumerator panicked closing: {panic}");
+    }
+}
+
+/// What the executor calls on every source's coordinator, whatever its type.
+pub(crate) trait CoordinatorHooks: Send + Sync {
+    fn name(&self) -> &str;
+    fn start_attempt(
+        &self,
+        checkpoint: Option<u64>,
+        restored: &[Option<&[u8]>],
+    ) -> Result<(), SourceError>;
+    fn checkpoint_coordinator(&self, checkpoint: u64);
+    fn checkpoint_completed(&self, checkpoint: u64);
+    fn end_attempt(&self);
+    fn discover(&self);
+}
+
+impl<S: Source> CoordinatorHooks for SourceCoordinator<S> {
+    fn name(&self) -> &str {
+        SourceCoordinator::name(self)
+    }
+    fn start_attempt(
+        &self,
+        checkpoint: Option<u64>,
+        restored: &[Option<&[u8]>],
+    ) -> Result<(), SourceError> {
+        SourceCoordinator::start_attempt(self, checkpoint, restored)
+    }
+    fn checkpoint_coordinator(&self, checkpoint: u64) {
+        SourceCoordinator::checkpoint_coordinator(self, checkpoint)
+    }
+    fn checkpoint_completed(&self, checkpoint: u64) {
+        SourceCoordinator::checkpoint_completed(self, checkpoint)
+    }
+    fn end_attempt(&self) {
+        SourceCoordinator::end_attempt(self)
+    }
+    fn discover(&self) {
+        SourceCoordinator::discover(self)
+    }
+}
+
+/// The items of a split source reader's list state.
+///
+/// # Errors
+///
+/// [`StateError::Decode`](streamtask_core::state::StateError::Decode) for other bytes.
+pub(crate) fn decode_items(
+    bytes: &[u8],
+) -> Result<Vec<SplitStateItem>, streamtask_core::state::StateError> {
+    ListState::<SplitStateItem>::decode(bytes).map(|l| l.items)
+}
+
+/// The source entries of a restored checkpoint's readers of `vertex`, in subtask order.
+pub(crate) fn restored_entries<'a>(
+    tasks: impl Fn(&str) -> Option<&'a TaskSnapshot>,
+    vertex: &str,
+    parallelism: usize,
+) -> Vec<Option<&'a [u8]>> {
+    (0..parallelism)
+        .map(|i| tasks(&format!("{vertex}#{i}")).and_then(|t| t.get(TaskSnapshot::SOURCE)))
+        .collect()
+}
+
+/// A [`SplitReader`] as the models run a reader (a mailbox `SourceReader`): takes the
+/// enumerator's events between polls, asks for a split when it holds none, ends after
+/// `NoMoreSplits` once its splits are read, and checkpoints its splits as list state (reader 0
+/// also the coordinator's snapshots).
+pub struct SplitSourceReader<S: Source> {
+    name: String,
+    subtask: usize,
+    coordinator: Arc<SourceCoordinator<S>>,
+    reader: S::Reader,
+    /// Split ids held, with their assignment number if assigned in this attempt.
+    held: HashMap<String, Option<u64>>,
+    /// Splits finished in this attempt with their assignment numbers, until settled.
+    finished: Vec<(String, u64)>,
+    requested: bool,
+    no_more_splits: bool,
+}
+
+impl<S: Source> SplitSourceReader<S> {
+    /// The user's reader.
+    pub fn inner(&self) -> &S::Reader {
+        &self.reader
+    }
+
+    /// The ids of the splits held now.
+    pub fn held_splits(&self) -> BTreeSet<String> {
+        self.held.keys().cloned().collect()
+    }
+
+    fn failed(&self, e: SourceError) -> OperatorError {
+        OperatorError::user(self.name.clone(), e)
+    }
+
+    /// Hands the enumerator's events to the reader.
+    fn take_events(&mut self) -> Result<(), OperatorError> {
+        for (event, number) in self.coordinator.take(self.subtask) {
+            match event {
+                SourceEvent::Split(split) => {
+                    self.held.insert(split.split_id(), Some(number));
+                    self.requested = false;
+                    self.reader.add_splits(vec![split]);
+                }
+                SourceEvent::NoMoreSplits => {
+                    self.no_more_splits = true;
+                    self.reader.notify_no_more_splits();
+                }
+                SourceEvent::Custom(bytes) => self.reader.handle_source_event(bytes)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
+        if let Some(bytes) = state {
+            let items =
+                decode_items(bytes).map_err(|e| OperatorError::state(self.name.clone(), e))?;
+            let mut splits = Vec::new();
+            for item in items {
+                if let SplitStateItem::Split(bytes) = item {
+                    let split = S::Split::decode(&bytes).map_err(|e| self.failed(e))?;
+                    // Assigned in an earlier attempt: no restore can find it unassigned.
+                    self.held.insert(split.split_id(), None);
+                    splits.push(split);
+                }
+            }
+            if !splits.is_empty() {
+                self.reader.add_splits(splits);
+            }
+        }
+        self.coordinator.reader_started(self.subtask);
+        Ok(())
+    }
+
+    fn poll_next(
+        &mut self,
+        output: &mut ReaderOutput<'_, S::Output>,
+    ) -> Result<InputStatus, OperatorError> {
+        if let Some(e) = self.coordinator.failure() {
+            return Err(self.failed(e));
+        }
+        self.take_events()?;
+        if self.held.is_empty() {
+            if self.no_more_splits {
+                return Ok(InputStatus::EndOfInput);
+            }
+            if !self.requested {
+                self.requested = true;
+                self.coordinator
+                    .send(self.subtask, ReaderEvent::SplitRequest)
+                    .map_err(|e| self.failed(e))?;
+                self.take_events()?;
+            }
+            if self.held.is_empty() {
+                if self.no_more_splits {
+                    return Ok(InputStatus::EndOfInput);
+                }
+                // No split: idle until the enumerator answers.
+                output.mark_idle()?;
+                return Ok(InputStatus::NothingAvailable);
+            }
+        }
+        let mut finished = Vec::new();
+        let mut events = Vec::new();
+        let status = self.reader.poll_next(&mut SplitOutput {
+            out: output,
+            finished: &mut finished,
+            events: &mut events,
+        })?;
+        for id in finished {
+            if let Some(Some(number)) = self.held.remove(&id) {
+                self.finished.push((id, number));
+            }
+        }
+        for event in events {
+            self.coordinator
+                .send(self.subtask, ReaderEvent::Custom(event))
+                .map_err(|e| self.failed(e))?;
+        }
+        Ok(match status {
+            // With no split left, the next poll asks for one.
+            InputStatus::NothingAvailable if self.held.is_empty() => InputStatus::MoreAvailable,
+            status => status,
+        })
+    }
+
+    fn register_waker(&mut self, waker: &Waker) {
+        self.coordinator.wake_when_ready(self.subtask, waker);
+        if !self.held.is_empty() {
+            self.reader.register_waker(waker);
+        }
+    }
+
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, OperatorError> {
+        // Acquire: pairs with the AcqRel fetch_max of a completion (see `checkpoint_completed`).
+        let settled = self.coordinator.settled.load(Ordering::Acquire);
+        self.finished.retain(|(_, number)| *number >= settled);
+        let mut items = if self.subtask == 0 {
+            self.coordinator.carried()
+        } else {
+            Vec::new()
+        };
+        for split in self.reader.snapshot_splits(checkpoint_id)? {
+            items.push(SplitStateItem::Split(
+                split.encode().map_err(|e| self.failed(e))?,
+            ));
+        }
+        items.extend(
+            self.finished
+                .iter()
+                .map(|(id, _)| SplitStateItem::Finished(id.clone())),
+        );
+        ListState::new(items)
+            .encode()
+            .map_err(|e| OperatorError::state(self.name.clone(), e))
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        self.reader.notify_checkpoint_complete(checkpoint_id)
+    }
+
+    fn close(&mut self) -> Result<(), OperatorError> {
+        self.reader.close()
+    }
+}
+
+impl<S: Source> std::fmt::Debug for SplitSourceReader<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SplitSourceReader")
+            .field("name", &self.name)
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,525 @@
+//! Split sources (Flink's FLIP-27 `Source`): write a source of your own as a [`Source`] whose
+//! [`SplitEnumerator`] discovers and assigns [`SourceSplit`]s and whose parallel
+//! [`SplitReader`]s read them, and run it with
+//! [`StreamEnvironment::from_source`](crate::StreamEnvironment::from_source) under every model.
+//! The [`FileSource`](crate::files::FileSource) is one such source.
+//!
+//! | part | runs where | items |
+//! |---|---|---|
+//! | the source | when the job is built | [`Source`], [`Boundedness`] |
+//! | the enumerator | on the coordinator side: one per source, outside every task | [`SplitEnumerator`], [`EnumeratorContext`], [`ReaderEvent`] |
+//! | a reader | in every subtask: on the task thread (mailbox, bridge), under the checkpoint lock (legacy) | [`SplitReader`], [`SplitOutput`], [`SourceEvent`] |
+//! | a split | in the readers' list state and the enumerator's snapshot | [`SourceSplit`] |
+//! | the engine that drives both | the executor (and tests of a source) | [`SourceCoordinator`], [`SplitSourceReader`], [`SplitStateItem`], [`CoordinatorSnapshot`] |
+//!
+//! # The protocol
+//!
+//! A reader that holds no split sends one [`ReaderEvent::SplitRequest`] and is idle until the
+//! enumerator answers. The enumerator answers through its [`EnumeratorContext`], at once or
+//! later (when it discovers splits): it assigns splits ([`SourceEvent::Split`]), tells a reader
+//! that none will come ([`SourceEvent::NoMoreSplits`]: the reader ends once its splits are
+//! read), or sends custom bytes ([`SourceEvent::Custom`]); it may also assign splits no reader
+//! asked for (a log source assigning its partitions when it starts). Readers send custom bytes
+//! back ([`SplitOutput::send_event`]). Events reach a reader on its own thread, between two
+//! polls, so a reader is never called concurrently.
+//!
+//! A reader reports progress through its splits: a split it returns from
+//! [`SplitReader::snapshot_splits`] carries the position of its next record, so every record
+//! emitted before the snapshot is behind that position and none after it; it says when a split
+//! is done with [`SplitOutput::finish_split`].
+//!
+//! # State
+//!
+//! As in the file source (see the [`files`](crate::files) module docs for the full
+//! argument), the enumerator is snapshotted when a checkpoint is *triggered*, before the
+//! barriers go out, and its snapshot travels in reader 0's state; each reader's state is list
+//! state ([`SplitStateItem`]s: the splits it holds with their positions, the splits it finished
+//! lately), so a savepoint restored at another parallelism spreads the splits over the new
+//! readers. A split assigned after the enumerator's snapshot and before its reader's barrier is
+//! in both snapshots; a restore resolves it by split id: the reader keeps it and the
+//! coordinator drops the enumerator's next assignment of that id. A split assigned before the
+//! trigger but not yet taken by its reader is in the coordinator's snapshot and goes back to the
+//! enumerator ([`SplitEnumerator::add_splits_back`]) on restore unless a reader took it.
+//!
+//! # Pausing a reader
+//!
+//! Nothing pauses a reader yet. Every split has a stable id and every reader is polled by the
+//! engine one step at a time, so pausing (for watermark alignment) can be added as a defaulted
+//! reader method taking the ids of the splits to pause and to resume, and an enumerator-side
+//! group minimum fed from the coordinator's periodic call, without changing these traits.
+
+mod coordinator;
+
+pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
+pub use self::coordinator::{
+    CoordinatorSnapshot, SourceCoordinator, SplitSourceReader, SplitStateItem,
+};
+
+use std::fmt;
+use std::task::Waker;
+
+use streamtask_core::{BoxError, OperatorError, Watermark};
+use streamtask_mailbox::{InputStatus, ReaderOutput};
+
+/// Whether a source ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Boundedness {
+    /// The source has a last split: its readers end once the enumerator says no more splits
+    /// will come and they read theirs.
+    Bounded,
+    /// The source runs until the job is stopped or cancelled (its enumerator may still end it
+    /// with [`SourceEvent::NoMoreSplits`]).
+    ContinuousUnbounded,
+}
+
+/// What went wrong in a split source; the job restarts from its latest checkpoint unless the
+/// error is in the restored state.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The source's own code failed (a listing, a connection, a decode of its bytes).
+    #[error("{0}")]
+    User(BoxError),
+    /// A split or enumerator snapshot did not decode.
+    #[error(
+        "the restored state of {source_name} does not decode: {reason} (restore a checkpoint or savepoint this source wrote)"
+    )]
+    BadState {
+        /// The source.
+        source_name: String,
+        /// What did not decode.
+        reason: String,
+    },
+    /// A split is held by two restored readers.
+    #[error(
+        "split {split_id} is held twice in the restored state of {source_name} (restore a checkpoint of this job)"
+    )]
+    HeldTwice {
+        /// The source.
+        source_name: String,
+        /// The split's id.
+        split_id: String,
+    },
+    /// The restored readers hold splits but no enumerator snapshot of the checkpoint is
+    /// among their state.
+    #[error(
+        "the restored state of {source_name} holds splits but no enumerator snapshot of its checkpoint (restore a checkpoint or savepoint this source wrote)"
+    )]
+    NoEnumeratorState {
+        /// The source.
+        source_name: String,
+    },
+    /// The enumerator assigned a split or sent an event to a reader that does not exist.
+    #[error(
+        "the enumerator addressed reader {subtask}, but the source has {parallelism} readers (address readers 0..parallelism)"
+    )]
+    NoSuchReader {
+        /// The reader addressed.
+        subtask: usize,
+        /// The source's parallelism.
+        parallelism: usize,
+    },
+    /// The enumerator assigned a split to a reader it had told that no more would come (the
+    /// reader may have ended: the split would be lost).
+    #[error(
+        "the enumerator assigned split {split_id} to reader {subtask} after telling it no more splits would come (assign splits before signal_no_more_splits)"
+    )]
+    AfterNoMoreSplits {
+        /// The reader.
+        subtask: usize,
+        /// The split's id.
+        split_id: String,
+    },
+    /// The enumerator failed; its readers fail with this and the job restarts.
+    #[error(
+        "the split enumerator of {source_name} failed: {reason} (the job restarts from its latest checkpoint)"
+    )]
+    EnumeratorFailed {
+        /// The source.
+        source_name: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl SourceError {
+    /// Wraps an error of the source's own code.
+    pub fn user(error: impl Into<BoxError>) -> Self {
+        SourceError::User(error.into())
+    }
+}
+
+/// A split: a unit of input one reader reads (a file range, a log partition), together with
+/// how far it was read. The id names the unit and stays the same as the position advances;
+/// the encoding carries both.
+pub trait SourceSplit: Clone + Send + fmt::Debug + 'static {
+    /// The split's stable id (unique within its source).
+    fn split_id(&self) -> String;
+
+    /// The split as bytes, position included (what a checkpoint keeps).
+    ///
+    /// # Errors
+    ///
+    /// [`SourceError::User`] when the split cannot be encoded.
+    fn encode(&self) -> Result<Vec<u8>, SourceError>;
+
+    /// The split [`encode`](Self::encode) wrote.
+    ///
+    /// # Errors
+    ///
+    /// [`SourceError::User`] when `bytes` are not such a split.
+    fn decode(bytes: &[u8]) -> Result<Self, SourceError>;
+}
+
+/// An event from the enumerator to one reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceEvent<S> {
+    /// Read this split too.
+    Split(S),
+    /// No split will be assigned to this reader any more.
+    NoMoreSplits,
+    /// The source's own message.
+    Custom(Vec<u8>),
+}
+
+/// An event from one reader to the enumerator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReaderEvent {
+    /// The reader holds no split and asks for one (sent once until a split arrives).
+    SplitRequest,
+    /// The source's own message.
+    Custom(Vec<u8>),
+}
+
+/// A split source: what [`StreamEnvironment::from_source`](crate::StreamEnvironment::from_source)
+/// runs. It makes the enumerator (once when the job is built, and from a snapshot on every
+/// attempt) and one reader per subtask.
+///
+/// # Examples
+///
+/// See `tests/split_source.rs` and `examples/partitioned_log.rs` for complete sources; the
+/// [`files`](crate::files) module's `FileSource` is built on this trait.
+pub trait Source: Send + Sync + 'static {
+    /// The records the readers emit.
+    type Output: Send + 'static;
+    /// The split type.
+    type Split: SourceSplit;
+    /// The enumerator.
+    type Enumerator: SplitEnumerator<Split = Self::Split>;
+    /// The reader of one subtask.
+    type Reader: SplitReader<Self::Output, Split = Self::Split>;
+
+    /// Whether the source ends.
+    fn boundedness(&self) -> Boundedness;
+
+    /// The enumerator of a fresh start for `parallelism` readers; called once, when the job
+    /// is built (a bounded source lists its input here, so every attempt of the job sees the
+    /// same splits: a fresh attempt restores this enumerator's snapshot).
+    ///
+    /// # Errors
+    ///
+    /// Fails the build with [`JobError::Config`](crate::JobError::Config).
+    fn create_enumerator(&self, parallelism: usize) -> Result<Self::Enumerator, SourceError>;
+
+    /// The enumerator [`SplitEnumerator::snapshot_state`] wrote.
+    ///
+    /// # Errors
+    ///
+    /// Fails the attempt's start (the restore) with the error.
+    fn restore_enumerator(
+        &self,
+        parallelism: usize,
+        state: &[u8],
+    ) -> Result<Self::Enumerator, SourceError>;
+
+    /// The reader of subtask `subtask` of `parallelism`; it gets its restored splits through
+    /// [`SplitReader::add_splits`].
+    fn create_reader(&self, subtask: usize, parallelism: usize) -> Self::Reader;
+}
+
+/// What an enumerator may do: assign splits, end readers, send events. Given to every
+/// [`SplitEnumerator`] call that may answer a reader.
+pub struct EnumeratorContext<'a, S> {
+    pub(crate) parallelism: usize,
+    pub(crate) send: &'a mut dyn FnMut(usize, SourceEvent<S>) -> Result<(), SourceError>,
+}
+
+impl<S> EnumeratorContext<'_, S> {
+    /// The number of readers (subtasks `0..parallelism`).
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// Assigns `split` to reader `subtask`.
+    ///
+    /// # Errors
+    ///
+    /// [`SourceError::NoSuchReader`] for a subtask outside `0..parallelism`,
+    /// [`SourceError::AfterNoMoreSplits`] for a reader told no more splits would come.
+    pub fn assign_split(&mut self, subtask: usize, split: S) -> Result<(), SourceError> {
+        self.to(subtask, SourceEvent::Split(split))
+    }
+
+    /// Tells reader `subtask` that no split will come any more.
+    ///
+    /// # Errors
+    ///
+    /// [`SourceError::NoSuchReader`] for a subtask outside `0..parallelism`.
+    pub fn signal_no_more_splits(&mut self, subtask: usize) -> Result<(), SourceError> {
+        self.to(subtask, SourceEvent::NoMoreSplits)
+    }
+
+    /// Sends the source's own bytes to reader `subtask`.
+    ///
+    /// # Errors
+    ///
+    /// [`SourceError::NoSuchReader`] for a subtask outside `0..parallelism`.
+    pub fn send_event(&mut self, subtask: usize, event: Vec<u8>) -> Result<(), SourceError> {
+        self.to(subtask, SourceEvent::Custom(event))
+    }
+
+    fn to(&mut self, subtask: usize, event: SourceEvent<S>) -> Result<(), SourceError> {
+        if subtask >= self.parallelism {
+            return Err(SourceError::NoSuchReader {
+                subtask,
+                parallelism: self.parallelism,
+            });
+        }
+        (self.send)(subtask, event)
+    }
+}
+
+impl<S> fmt::Debug for EnumeratorContext<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnumeratorContext")
+            .field("parallelism", &self.parallelism)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The coordinator side of a split source: one per source, called by one thread at a time
+/// (the coordinator serializes its calls under its lock), possibly from a reader's thread when
+/// it asks for a split. Keep every call short and non-blocking: a reader asking for a split and
+/// a checkpoint's trigger wait for it.
+///
+/// Lifecycle per attempt: made by [`Source::restore_enumerator`] -> [`start`](Self::start) ->
+/// requests, events, [`discover`](Self::discover) calls, snapshots and checkpoint notices ->
+/// [`close`](Self::close) when the attempt ends.
+pub trait SplitEnumerator: Send + 'static {
+    /// The split type.
+    type Split: SourceSplit;
+
+    /// The attempt starts (readers may not run yet); assign splits proactively here if the
+    /// source does so.
+    ///
+    /// # Errors
+    ///
+    /// Fails the enumerator: its readers fail and the job restarts.
+    fn start(
+        &mut self,
+        context: &mut EnumeratorContext<'_, Self::Split>,
+    ) -> Result<(), SourceError> {
+        let _ = context;
+        Ok(())
+    }
+
+    /// Reader `subtask` holds no split and asks for one: assign one, say no more will come, or
+    /// remember the request and answer later (from [`discover`](Self::discover)).
+    ///
+    /// # Errors
+    ///
+    /// Fails the enumerator: its readers fail and the job restarts.
+    fn handle_split_request(
+        &mut self,
+        subtask: usize,
+        context: &mut EnumeratorContext<'_, Self::Split>,
+    ) -> Result<(), SourceError>;
+
+    /// Reader `subtask` sent the source's own bytes.
+    ///
+    /// # Errors
+    ///
+    /// Fails the enumerator: its readers fail and the job restarts.
+    fn handle_reader_event(
+        &mut self,
+        subtask: usize,
+        event: Vec<u8>,
+        context: &mut EnumeratorContext<'_, Self::Split>,
+    ) -> Result<(), SourceError> {
+        let _ = (subtask, event, context);
+        Ok(())
+    }
+
+    /// Splits assigned to reader `subtask` come back unread: they were assigned before the
+    /// checkpoint being restored was triggered and no restored reader took them. After a
+    /// rescale `subtask` may no longer exist. Assign them again when asked.
+    fn add_splits_back(&mut self, splits: Vec<Self::Split>, subtask: usize);
+
+    /// The enumerator's state when checkpoint `checkpoint_id` is triggered (before its
+    /// barriers go out): the splits not assigned yet and whatever discovery needs, as bytes
+    /// [`Source::restore_enumerator`] reads.
+    ///
+    /// # Errors
+    ///
+    /// Fails the enumerator: its readers fail and the job restarts.
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, SourceError>;
+
+    /// Checkpoint `checkpoint_id` completed.
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) {
+        let _ = checkpoint_id;
+    }
+
+    /// Called every few milliseconds while the job runs, on the executor's thread: discover
+    /// splits if due (keep your own interval) and answer the requests waiting. Nothing by
+    /// default.
+    ///
+    /// # Errors
+    ///
+    /// Fails the enumerator: its readers fail and the job restarts.
+    fn discover(
+        &mut self,
+        context: &mut EnumeratorContext<'_, Self::Split>,
+    ) -> Result<(), SourceError> {
+        let _ = context;
+        Ok(())
+    }
+
+    /// The attempt ended (its tasks were joined).
+    fn close(&mut self) {}
+}
+
+/// The reader of one subtask: reads the splits assigned to it, one step per poll, on the task
+/// thread (mailbox, bridge) or under the checkpoint lock (legacy); never called concurrently.
+pub trait SplitReader<T>: Send + 'static {
+    /// The split type.
+    type Split: SourceSplit;
+
+    /// Splits to read: assigned by the enumerator, or restored (with their positions).
+    fn add_splits(&mut self, splits: Vec<Self::Split>);
+
+    /// No split will be assigned any more.
+    fn notify_no_more_splits(&mut self) {}
+
+    /// The enumerator sent the source's own bytes.
+    ///
+    /// # Errors
+    ///
+    /// Fails the task.
+    fn handle_source_event(&mut self, event: Vec<u8>) -> Result<(), OperatorError> {
+        let _ = event;
+        Ok(())
+    }
+
+    /// Emits what is available now (usually one record) without blocking, moving the split it
+    /// came from past it, and reports finished splits through
+    /// [`SplitOutput::finish_split`]. `NothingAvailable` with splits held waits for the waker
+    /// ([`register_waker`](Self::register_waker)); with none held the engine asks for one.
+    ///
+    /// # Errors
+    ///
+    /// Fails the task.
+    fn poll_next(
+        &mut self,
+        output: &mut SplitOutput<'_, '_, T>,
+    ) -> Result<InputStatus, OperatorError>;
+
+    /// The splits held, each with the position of its next record, for checkpoint
+    /// `checkpoint_id` (called between two polls).
+    ///
+    /// # Errors
+    ///
+    /// Declines the checkpoint and fails the task.
+    fn snapshot_splits(&mut self, checkpoint_id: u64) -> Result<Vec<Self::Split>, OperatorError>;
+
+    /// Wake `waker` once `poll_next` may find something (called after a `NothingAvailable`
+    /// while splits are held). By default at once: the reader is polled again.
+    fn register_waker(&mut self, waker: &Waker) {
+        waker.wake_by_ref();
+    }
+
+    /// Checkpoint `checkpoint_id` completed (commit offsets upstream here).
+    ///
+    /// # Errors
+    ///
+    /// Fails the task.
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
+        let _ = checkpoint_id;
+        Ok(())
+    }
+
+    /// Releases resources; called on every exit path.
+    ///
+    /// # Errors
+    ///
+    /// Reported; the task's outcome is decided by what happened before.
+    fn close(&mut self) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+/// Where a [`SplitReader`] emits: records (with timestamps), watermarks, idleness, finished
+/// splits and events to the enumerator.
+pub struct SplitOutput<'o, 'a, T> {
+    pub(crate) out: &'o mut ReaderOutput<'a, T>,
+    pub(crate) finished: &'o mut Vec<String>,
+    pub(crate) events: &'o mut Vec<Vec<u8>>,
+}
+
+impl<T> SplitOutput<'_, '_, T> {
+    /// Emits a record without a timestamp.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
+        self.out.collect(value)
+    }
+
+    /// Emits a record with event time `timestamp`.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn collect_with_timestamp(
+        &mut self,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        self.out.collect_with_timestamp(value, timestamp)
+    }
+
+    /// Emits a watermark.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.out.emit_watermark(watermark)
+    }
+
+    /// Marks the reader idle until it emits again.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn mark_idle(&mut self) -> Result<(), OperatorError> {
+        self.out.mark_idle()
+    }
+
+    /// The split `split_id` is read to its end: the reader no longer holds it.
+    pub fn finish_split(&mut self, split_id: impl Into<String>) {
+        self.finished.push(split_id.into());
+    }
+
+    /// Sends the source's own bytes to the enumerator (after this poll).
+    pub fn send_event(&mut self, event: Vec<u8>) {
+        self.events.push(event);
+    }
+}
+
+impl<T> fmt::Debug for SplitOutput<'_, '_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SplitOutput")
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
