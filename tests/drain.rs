@@ -257,7 +257,11 @@ fn split(output: &[Fired]) -> (Vec<Fired>, Vec<Fired>) {
 fn assert_counted(output: &[Fired], windows: &[Fired], what: &str) {
     let (fired, counts) = split(output);
     assert_eq!(fired, windows, "{what}: the windows");
-    assert_eq!(counts.len(), PARALLELISM, "{what}: one count per subtask: {counts:?}");
+    assert_eq!(
+        counts.len(),
+        PARALLELISM,
+        "{what}: one count per subtask: {counts:?}"
+    );
     assert_eq!(
         counts.iter().map(|&(_, _, n)| n).sum::<u64>(),
         u64::try_from(windows.len()).unwrap(),

@@ -26,7 +26,10 @@ type Calls = Arc<Mutex<Vec<String>>>;
 
 impl Recorder {
     fn log(&self, call: &str) {
-        self.calls.lock().unwrap().push(format!("{call} {}", self.id));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("{call} {}", self.id));
     }
 }
 
@@ -144,7 +147,11 @@ fn a_plain_savepoint_does_not_drain() {
     body.checkpoint(barrier, std::time::Instant::now(), |_, _| Ok(()))
         .unwrap();
     assert_eq!(records(body.output()), Vec::<u32>::new());
-    assert_eq!(*calls.lock().unwrap(), Vec::<String>::new(), "no end of input, no finish");
+    assert_eq!(
+        *calls.lock().unwrap(),
+        Vec::<String>::new(),
+        "no end of input, no finish"
+    );
     assert!(!body.is_drained());
     let TaskReport::Acknowledged { snapshot, .. } = reports.try_recv().unwrap() else {
         panic!("acknowledged");

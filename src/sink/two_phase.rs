@@ -490,7 +490,12 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
         self.expect_phase(
             "notify_checkpoint_complete",
-            &[Phase::Restored, Phase::Open, Phase::Finished, Phase::Drained],
+            &[
+                Phase::Restored,
+                Phase::Open,
+                Phase::Finished,
+                Phase::Drained,
+            ],
         )?;
         self.commit_up_to(checkpoint_id).map_err(|e| self.fail(e))
     }
@@ -498,7 +503,12 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
     fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
         self.expect_phase(
             "notify_checkpoint_aborted",
-            &[Phase::Restored, Phase::Open, Phase::Finished, Phase::Drained],
+            &[
+                Phase::Restored,
+                Phase::Open,
+                Phase::Finished,
+                Phase::Drained,
+            ],
         )?;
         // Keep the pending transaction: the next completed checkpoint covers its records and
         // commits it (see the module doc).
