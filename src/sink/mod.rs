@@ -92,8 +92,8 @@
 //! snapshot. The rule for both sinks: after `finish()` a sink takes one more snapshot, the
 //! drain's, which turns the final transaction into one pending for the savepoint; the
 //! savepoint's completion commits it, a restore of the savepoint finds it committed (nothing
-//! twice), and a failure before the savepoint completed aborts it (its records are replayed). A
-//! second snapshot after `finish()` is a [`SinkError::Lifecycle`] error.
+//! twice), and a failure before the savepoint completed aborts it (its records are replayed).
+//! The file sink refuses a second snapshot after `finish()` with [`SinkError::Lifecycle`].
 //!
 //! ## Rules for the output directory
 //!
