@@ -4,17 +4,20 @@
 //! The job: numbers `0..END` with timestamp `n` and a watermark after the last record of each
 //! window of `W` -> `key_by(n % KEYS)` -> a tumbling event-time window per key (a keyed
 //! function with one event-time timer per window, which emits the window's sum and clears it)
-//! -> a collecting sink. The source asks for the stop when it reaches `STOP_AT` (inside a
+//! -> an operator that passes the windows on and emits how many it saw only in `finish`
+//! (`CountAtFinish`, a count-all) -> a collecting sink. The source asks for the stop when it reaches `STOP_AT` (inside a
 //! window) and emits nothing more, so the savepoint's position is `STOP_AT` whatever the
 //! timing.
 //!
-//! - Without drain the windows that closed before the stop are committed; the open window's
-//!   partial sums are in the savepoint, and its restore finishes the job: both parts together
-//!   are exactly the uninterrupted run's output.
-//! - With drain the open window fires at the stop (`Watermark::MAX`): the committed output
-//!   holds it too, summed over the records before the stop. The restore of the drained
+//! - Without drain the windows that closed before the stop are committed, and no count (its
+//!   `finish` does not run); the open window's partial sums and the counts are in the
+//!   savepoint, and its restore finishes the job: both parts together are exactly the
+//!   uninterrupted run's output.
+//! - With drain the open window fires at the stop (`Watermark::MAX`) and `finish` runs: the
+//!   committed output holds that window too, summed over the records before the stop, and the
+//!   counts of every window before the stop. The restore of the drained
 //!   savepoint starts after end of input: its source (bounded here, with records left) emits
-//!   nothing, no window fires again, and the job ends at once.
+//!   nothing, no window fires again, `finish` does not run again, and the job ends at once.
 //!
 //! Each run goes on a thread of its own with a hang guard (`common/bounded_run.rs`); nothing
 //! is timed.
@@ -40,6 +43,10 @@ const STOP_AT: u64 = 250;
 /// The end of the bounded input: the last window is cut short and fires at end of input.
 const END: u64 = 520;
 const KEYS: u64 = 3;
+/// The windows' parallelism, and so the number of counts a finished run emits.
+const PARALLELISM: usize = 2;
+/// The key of a count's output, `(COUNTED, subtask, windows seen)`: no window has it.
+const COUNTED: u64 = u64::MAX;
 /// Hang guard for a run; never an assertion on time.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
@@ -198,6 +205,70 @@ impl KeyedProcessFunction for Windows {
     }
 }
 
+/// Passes the windows on and counts them (the count is its state); emits the count only in
+/// `finish`, as a count-all or a batch's flush does.
+struct CountAtFinish {
+    subtask: usize,
+    count: u64,
+}
+
+impl Operator for CountAtFinish {
+    type In = Fired;
+    type Out = Fired;
+
+    fn name(&self) -> &str {
+        "count"
+    }
+
+    fn initialize_state(&mut self, restored: Option<&[u8]>) -> Result<(), OperatorError> {
+        if let Some(bytes) = restored {
+            self.count = decode(bytes).map_err(|e| OperatorError::state("count", e))?;
+        }
+        Ok(())
+    }
+
+    fn process_element(
+        &mut self,
+        record: StreamRecord<Fired>,
+        ctx: &mut Context<'_, Fired>,
+    ) -> Result<(), OperatorError> {
+        self.count += 1;
+        ctx.collect(record)
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
+        encode(&self.count)
+            .map(Some)
+            .map_err(|e| OperatorError::state("count", e))
+    }
+
+    fn finish(&mut self, ctx: &mut Context<'_, Fired>) -> Result<(), OperatorError> {
+        let subtask = i64::try_from(self.subtask).unwrap();
+        ctx.collect(StreamRecord::new((COUNTED, subtask, self.count)))
+    }
+}
+
+/// Splits committed output into the windows and the counts.
+fn split(output: &[Fired]) -> (Vec<Fired>, Vec<Fired>) {
+    output.iter().partition(|&&(key, _, _)| key != COUNTED)
+}
+
+/// `output` is `windows` plus one count per subtask, which together counted every window.
+fn assert_counted(output: &[Fired], windows: &[Fired], what: &str) {
+    let (fired, counts) = split(output);
+    assert_eq!(fired, windows, "{what}: the windows");
+    assert_eq!(
+        counts.len(),
+        PARALLELISM,
+        "{what}: one count per subtask: {counts:?}"
+    );
+    assert_eq!(
+        counts.iter().map(|&(_, _, n)| n).sum::<u64>(),
+        u64::try_from(windows.len()).unwrap(),
+        "{what}: the counts emitted at finish: {counts:?}"
+    );
+}
+
 /// How a run of the job goes.
 struct Run {
     model: Model,
@@ -244,7 +315,8 @@ fn run(
         };
         numbers
             .key_by(|n: &u64| n % KEYS)
-            .process("windows", 2, |_| Windows)
+            .process("windows", PARALLELISM, |_| Windows)
+            .operator(|subtask| CountAtFinish { subtask, count: 0 })
             .collect_sink("out", &sink);
     });
     let mut committed = out.committed();
@@ -329,7 +401,7 @@ fn drain_and_no_drain(model: Model, flavour: Flavour) {
         },
     );
     result.unwrap_or_else(|e| panic!("{what} uninterrupted: {e}"));
-    assert_eq!(whole, windows(0..END), "{what}: the uninterrupted run");
+    assert_counted(&whole, &windows(0..END), &format!("{what} uninterrupted"));
 
     // Without drain: the open window stays in the savepoint, and the restore finishes it.
     let out = CollectHandle::new();
@@ -337,7 +409,7 @@ fn drain_and_no_drain(model: Model, flavour: Flavour) {
     assert_eq!(
         first,
         closed_before_stop(),
-        "{what}: no drain, before the stop"
+        "{what}: no drain, before the stop: the closed windows, no count (no finish)"
     );
     let both = resume(
         &work.path().join("no-drain-restored"),
@@ -351,9 +423,14 @@ fn drain_and_no_drain(model: Model, flavour: Flavour) {
     // With drain: the open window fires at the stop, over the records before it.
     let out = CollectHandle::new();
     let (drained, savepoint) = stop(&work.path().join("drain"), &out, model, flavour, true);
-    assert_eq!(drained, windows(0..STOP_AT), "{what}: drained output");
+    assert_counted(
+        &drained,
+        &windows(0..STOP_AT),
+        &format!("{what}: drained output (finish ran at the drain)"),
+    );
     let received = out.received().len();
-    let fired_by_drain: Vec<Fired> = drained
+    let fired_by_drain: Vec<Fired> = split(&drained)
+        .0
         .iter()
         .filter(|w| !first.contains(w))
         .copied()
@@ -419,7 +496,11 @@ fn a_drained_savepoint_restores_after_end_of_input_under_another_model() {
             Flavour::Reader,
             true,
         );
-        assert_eq!(drained, windows(0..STOP_AT), "{model:?}: drained output");
+        assert_counted(
+            &drained,
+            &windows(0..STOP_AT),
+            &format!("{model:?}: drained output"),
+        );
         let received = out.received().len();
         let after = resume(
             &work.path().join("restored"),

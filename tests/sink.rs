@@ -350,6 +350,53 @@ fn finish_pre_commits_a_final_file_that_commit_finished_commits() {
 }
 
 #[test]
+fn a_draining_savepoints_snapshot_after_finish_commits_the_last_records_with_the_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path(), 0);
+    h.process("a").unwrap();
+    h.snapshot(1).unwrap(); // its notice comes with the savepoint's
+    h.process("b").unwrap();
+    h.end_input().unwrap(); // the drain's finish: "b" pre-committed as final
+    assert_eq!(
+        hidden(dir.path()),
+        vec![
+            ".part-00000-00000000.pending-1",
+            ".part-00000-00000001.final"
+        ]
+    );
+    let savepoint = h.snapshot(2).unwrap(); // the draining savepoint, after finish
+    assert_eq!(
+        hidden(dir.path()),
+        vec![
+            ".part-00000-00000000.pending-1",
+            ".part-00000-00000001.pending-2"
+        ],
+        "the final transaction is pending for the savepoint"
+    );
+    assert!(committed(dir.path()).is_empty());
+    h.notify_checkpoint_complete(2).unwrap();
+    h.close().unwrap();
+    assert_eq!(
+        committed(dir.path()),
+        vec!["a", "b"],
+        "committed by the savepoint"
+    );
+    assert!(hidden(dir.path()).is_empty());
+    assert_eq!(
+        commit_finished(dir.path()).unwrap(),
+        0,
+        "nothing left for the end"
+    );
+
+    // The drained savepoint's restore finds everything committed: nothing twice.
+    let mut h = restored(dir.path(), 0, &savepoint);
+    h.end_input().unwrap();
+    h.close().unwrap();
+    assert_eq!(commit_finished(dir.path()).unwrap(), 0);
+    assert_eq!(committed(dir.path()), vec!["a", "b"]);
+}
+
+#[test]
 fn a_failed_attempts_final_file_is_aborted_by_the_restore() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(dir.path(), 0);
@@ -488,8 +535,11 @@ fn calls_out_of_lifecycle_order_are_typed_errors() {
         "{message}"
     );
     assert!(message.contains("is finished"), "{message}");
-    let message = sink_message(h.snapshot(1).unwrap_err());
+    // One snapshot after `finish` is a draining savepoint's; a second has nothing to cover.
+    h.snapshot(1).unwrap();
+    let message = sink_message(h.snapshot(2).unwrap_err());
     assert!(message.contains("snapshot_state called"), "{message}");
+    assert!(message.contains("is drained"), "{message}");
     h.close().unwrap();
     assert!(h.notify_checkpoint_complete(1).is_err());
 }
@@ -547,6 +597,29 @@ fn collect_sink_commits_on_checkpoint_completion() {
     h.notify_checkpoint_complete(1).unwrap();
     assert_eq!(handle.committed(), vec![1, 2]);
     assert_eq!(handle.received(), vec![1, 2, 3]);
+}
+
+#[test]
+fn collect_sink_commits_its_last_records_with_a_draining_savepoint_after_finish() {
+    let handle = CollectHandle::new();
+    let mut h = collect(&handle, 0);
+    h.process(1).unwrap();
+    h.snapshot(1).unwrap(); // its notice comes with the savepoint's
+    h.process(2).unwrap();
+    h.end_input().unwrap(); // the drain's finish
+    let savepoint = h.snapshot(2).unwrap(); // the draining savepoint, after finish
+    assert!(handle.committed().is_empty());
+    h.notify_checkpoint_complete(2).unwrap();
+    h.close().unwrap();
+    assert_eq!(handle.committed(), vec![1, 2], "committed by the savepoint");
+    assert_eq!(handle.commit_finished(), 0, "nothing left for the end");
+
+    // The drained savepoint's restore commits nothing twice.
+    let mut h = collect_restored(&handle, 0, &savepoint);
+    h.end_input().unwrap();
+    h.close().unwrap();
+    assert_eq!(handle.commit_finished(), 0);
+    assert_eq!(handle.committed(), vec![1, 2]);
 }
 
 #[test]

@@ -39,11 +39,13 @@
 //! kit, one implementation for every model): `Watermark::MAX` through the chain (event-time
 //! windows and timers fire), then every operator's input ends, an operator only once
 //! everything upstream of it emitted (a model waits for async calls in flight as it does at
-//! end of input: the lock's condition, a suspended default action). What that produces goes
-//! downstream before the barrier, so the savepoint's pre-commit holds it and its notice
-//! commits it; the rest is step 4 above (the sources stop at the barrier in every model, a
-//! legacy source's thread at its next locked section). `finish` does not run: for the sinks
-//! the savepoint's pre-commit and commit take its place. An abort after a task drained fails
+//! end of input: the lock's condition, a suspended default action), then every operator's
+//! `finish`, head to tail (Flink's FLIP-147). What that produces goes downstream before the
+//! barrier, so the savepoint's pre-commit holds it and its notice commits it; the rest is step
+//! 4 above (the sources stop at the barrier in every model, a legacy source's thread at its
+//! next locked section). A sink takes one snapshot after its `finish`, the savepoint's, which
+//! pre-commits its last records for the savepoint (the [sink module](crate::sink), "Drain"),
+//! so they are committed with it exactly once. An abort after a task drained fails
 //! that task (its chain cannot take input again); the stop fails as any failed savepoint does.
 //!
 //! Every drained task's snapshot holds `TaskSnapshot::FINISHED`, and the restore of a
@@ -259,8 +261,8 @@ impl StopWithSavepoint {
     /// Drains the job before the savepoint (Flink's `stop --drain`; default `false`, Flink's
     /// stop without drain). Every task, at the savepoint's barrier, first advances event time
     /// to [`Watermark::MAX`](streamtask_core::Watermark::MAX) (event-time windows and timers
-    /// fire) and ends its operators' input, so the output holds what end of input produces and
-    /// the savepoint commits it. The job is over then: a restore of the savepoint starts after
+    /// fire), ends its operators' input and runs their `finish`, so the output holds what end
+    /// of input produces and the savepoint commits it. The job is over then: a restore of the savepoint starts after
     /// end of input (its sources emit nothing, whether bounded or not, and its operators get
     /// nothing more), so it ends at once with no new output. Use it to end a job for good;
     /// stop without drain to move, upgrade or rescale a job that goes on. Same in every model.

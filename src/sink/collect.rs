@@ -171,6 +171,8 @@ impl<T> fmt::Debug for CollectHandle<T> {
 ///   and drops what the crashed attempt pre-committed at `finish`; the crashed instance's open
 ///   and pending transactions vanish with it.
 /// - `finish` pre-commits the last records; [`CollectHandle::commit_finished`] commits them.
+///   One snapshot after `finish` (a draining savepoint's) takes them as pending for the
+///   savepoint, whose completion commits them (see the [module doc](super), "Drain").
 ///
 /// Several subtasks may share one handle; give each its index with
 /// [`with_subtask`](Self::with_subtask). See [`CollectHandle`] for an example.
@@ -183,6 +185,9 @@ pub struct CollectSink<T> {
     /// Pre-committed transactions awaiting their checkpoint's completion, in order.
     pending: Vec<PendingTxn<T>>,
     next_txn: u64,
+    /// The last records `finish` pre-committed, with their transaction, until a draining
+    /// savepoint's snapshot takes them.
+    finished: Option<(u64, Vec<T>)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -216,6 +221,7 @@ impl<T> CollectSink<T> {
             open: Vec::new(),
             pending: Vec::new(),
             next_txn: 0,
+            finished: None,
         }
     }
 
@@ -267,6 +273,7 @@ where
         self.next_txn = next_txn.max(shared.next_txn_after_committed(self.subtask));
         self.open.clear();
         self.pending.clear();
+        self.finished = None;
         Ok(())
     }
 
@@ -285,7 +292,17 @@ where
     }
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
-        if !self.open.is_empty() {
+        if let Some((txn, records)) = self.finished.take() {
+            // A draining savepoint's snapshot after `finish`: its state covers every
+            // transaction `finish` handed to `commit_finished`, so they go back to pending and
+            // the savepoint's completion commits them.
+            self.handle.shared.lock().finals.remove(&self.subtask);
+            self.pending.push(PendingTxn {
+                txn,
+                checkpoint: checkpoint_id,
+                records,
+            });
+        } else if !self.open.is_empty() {
             self.pending.push(PendingTxn {
                 txn: self.next_txn,
                 checkpoint: checkpoint_id,
@@ -331,7 +348,9 @@ where
             .map(|p| (p.txn, p.records.clone()))
             .collect();
         if !self.open.is_empty() {
-            finals.push((self.next_txn, mem::take(&mut self.open)));
+            let records = mem::take(&mut self.open);
+            finals.push((self.next_txn, records.clone()));
+            self.finished = Some((self.next_txn, records));
             self.next_txn += 1;
         }
         if !finals.is_empty() {

@@ -35,6 +35,7 @@
 //! | (none) | in progress | the first record of a transaction |
 //! | in progress | pending for `C` | `snapshot_state(C)` (pre-commit) |
 //! | in progress | final | `finish()` (pre-commit at end of input) |
+//! | final | pending for `C` | `snapshot_state(C)` after `finish()` (a draining savepoint, below) |
 //! | pending for `C` | committed | `notify_checkpoint_complete(C')` with `C <= C'`; a restore whose state lists it; [`commit_finished`] |
 //! | final | committed | [`commit_finished`], once the whole job finished |
 //! | in progress, pending, final | aborted | a restore of the same subtask whose state does not list it |
@@ -84,6 +85,15 @@
 //! executor calls [`commit_finished`], which commits every final and every still-pending file in
 //! the directory (the pending ones belong to checkpoints whose completion notice came too late or
 //! not at all; with the job done, all pre-committed output is final).
+//!
+//! ## Drain
+//!
+//! A draining stop-with-savepoint runs `finish()` at the savepoint's barrier, before the
+//! snapshot. The rule for both sinks: after `finish()` a sink takes one more snapshot, the
+//! drain's, which turns the final transaction into one pending for the savepoint; the
+//! savepoint's completion commits it, a restore of the savepoint finds it committed (nothing
+//! twice), and a failure before the savepoint completed aborts it (its records are replayed).
+//! The file sink refuses a second snapshot after `finish()` with [`SinkError::Lifecycle`].
 //!
 //! ## Rules for the output directory
 //!
@@ -185,7 +195,8 @@ pub enum SinkError {
     /// A lifecycle method was called out of order.
     #[error(
         "{call} called while the sink writing to {dir} is {phase}; drive it in lifecycle order: \
-         initialize_state, open, records and checkpoints, finish, close"
+         initialize_state, open, records and checkpoints, finish, at most the snapshot of a \
+         draining savepoint, close"
     )]
     Lifecycle {
         /// The sink's output directory.

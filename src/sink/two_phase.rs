@@ -27,7 +27,8 @@ use streamtask_core::state;
 /// | created | constructed; the directory is untouched | restored |
 /// | restored | `initialize_state` recommitted its state and aborted leftovers | open |
 /// | open | takes records, snapshots and checkpoint notices | finished, closed |
-/// | finished | `finish` pre-committed the last transaction as final | closed |
+/// | finished | `finish` pre-committed the last transaction as final; takes checkpoint notices and one more snapshot | drained, closed |
+/// | drained | a draining savepoint's snapshot after `finish` took the final transaction as pending for the savepoint | closed |
 /// | closed | `close` ran; nothing more happens | - |
 ///
 /// `close` is legal in every phase; without `finish` before it (cancellation, failure) it only
@@ -62,6 +63,9 @@ pub struct TwoPhaseCommitFileSink<T> {
     pending: Vec<PendingTxn>,
     /// The number the next transaction gets.
     next_txn: u64,
+    /// The transaction `finish` pre-committed as final, until a draining savepoint's snapshot
+    /// takes it.
+    final_txn: Option<u64>,
 }
 
 /// The sink's lifecycle phase (see the table on [`TwoPhaseCommitFileSink`]).
@@ -75,6 +79,8 @@ enum Phase {
     Open,
     /// `finish` pre-committed the last transaction.
     Finished,
+    /// The one snapshot after `finish` (a draining savepoint's) took the final transaction.
+    Drained,
     /// `close` ran.
     Closed,
 }
@@ -86,6 +92,7 @@ impl Phase {
             Phase::Restored => "restored",
             Phase::Open => "open",
             Phase::Finished => "finished",
+            Phase::Drained => "drained",
             Phase::Closed => "closed",
         }
     }
@@ -188,6 +195,7 @@ impl<T> TwoPhaseCommitFileSink<T> {
             current: None,
             pending: Vec::new(),
             next_txn: 0,
+            final_txn: None,
         }
     }
 
@@ -368,6 +376,22 @@ impl<T> TwoPhaseCommitFileSink<T> {
         Ok(Some(txn.number))
     }
 
+    /// Renames the final transaction `finish` pre-committed to pending for `checkpoint_id` (a
+    /// draining savepoint's snapshot after `finish`); returns its number, or `None` if `finish`
+    /// had no records to pre-commit.
+    fn pend_final(&mut self, checkpoint_id: u64) -> Result<Option<u64>, SinkError> {
+        let Some(txn) = self.final_txn.take() else {
+            return Ok(None);
+        };
+        let from = self.dir.join(self.file(txn, FileKind::Final).name());
+        let to = self
+            .dir
+            .join(self.file(txn, FileKind::Pending(checkpoint_id)).name());
+        fs::rename(&from, &to).map_err(|e| io_error("pre-commit (rename)", &from, e))?;
+        sync_dir(&self.dir)?;
+        Ok(Some(txn))
+    }
+
     fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), SinkError> {
         let mut committed = 0;
         // Remove each entry only once it is committed, so a failure leaves the rest pending.
@@ -436,12 +460,17 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
     }
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Option<Vec<u8>>, OperatorError> {
-        // Finished tasks take no checkpoints; one after `finish` could not cover the final file.
-        self.expect_phase("snapshot_state", &[Phase::Open])?;
-        if let Some(txn) = self
-            .pre_commit(FileKind::Pending(checkpoint_id))
-            .map_err(|e| self.fail(e))?
-        {
+        // After `finish` one snapshot is legal: a draining savepoint's, taken once the chain
+        // finished. It takes the final transaction as pending for the savepoint, so the
+        // savepoint's completion commits it; a second one has nothing to cover.
+        self.expect_phase("snapshot_state", &[Phase::Open, Phase::Finished])?;
+        let txn = if self.phase == Phase::Finished {
+            self.phase = Phase::Drained;
+            self.pend_final(checkpoint_id)
+        } else {
+            self.pre_commit(FileKind::Pending(checkpoint_id))
+        };
+        if let Some(txn) = txn.map_err(|e| self.fail(e))? {
             self.pending.push(PendingTxn {
                 txn,
                 checkpoint: checkpoint_id,
@@ -461,7 +490,12 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
         self.expect_phase(
             "notify_checkpoint_complete",
-            &[Phase::Restored, Phase::Open, Phase::Finished],
+            &[
+                Phase::Restored,
+                Phase::Open,
+                Phase::Finished,
+                Phase::Drained,
+            ],
         )?;
         self.commit_up_to(checkpoint_id).map_err(|e| self.fail(e))
     }
@@ -469,7 +503,12 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
     fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> Result<(), OperatorError> {
         self.expect_phase(
             "notify_checkpoint_aborted",
-            &[Phase::Restored, Phase::Open, Phase::Finished],
+            &[
+                Phase::Restored,
+                Phase::Open,
+                Phase::Finished,
+                Phase::Drained,
+            ],
         )?;
         // Keep the pending transaction: the next completed checkpoint covers its records and
         // commits it (see the module doc).
@@ -483,7 +522,7 @@ impl<T> Operator for TwoPhaseCommitFileSink<T> {
 
     fn finish(&mut self, _ctx: &mut Context<'_, ()>) -> Result<(), OperatorError> {
         self.expect_phase("finish", &[Phase::Open])?;
-        self.pre_commit(FileKind::Final).map_err(|e| self.fail(e))?;
+        self.final_txn = self.pre_commit(FileKind::Final).map_err(|e| self.fail(e))?;
         self.phase = Phase::Finished;
         Ok(())
     }

@@ -528,11 +528,13 @@ where
     /// advances to its end ([`Watermark::MAX`] through the chain: windows and event-time
     /// timers fire), then every operator's input ends, head to tail, each once everything
     /// upstream of it emitted (an async operator's calls complete first), so what that produces
-    /// goes downstream before the barrier and the snapshot holds the state after it. `finish`
-    /// does not run: the savepoint's snapshot is the sinks' pre-commit and its completion
-    /// notice their commit, as for any savepoint, and the task ends on that notice as after a
-    /// stop without drain (its output gets no end of input). From then on the chain gets
-    /// nothing more ([`is_drained`](Self::is_drained)).
+    /// goes downstream before the barrier; then `finish`, head to tail, as at end of input, so
+    /// what an operator emits only there (a count, a batch's flush) goes out before the barrier
+    /// too. The snapshot holds the state after `finish`: a sink takes that one snapshot after its
+    /// `finish`, its last records pending for the savepoint, and commits them on the
+    /// savepoint's completion notice, as for any savepoint. The task ends on that notice as
+    /// after a stop without drain (its output gets no end of input). From then on the chain
+    /// gets nothing more, and `finish` never runs again ([`is_drained`](Self::is_drained)).
     ///
     /// Returns [`Drain::Waiting`] while an operator still has work in flight: the model keeps
     /// the barrier, waits as it waits at end of input (the lock's condition, a suspended
@@ -570,13 +572,19 @@ where
         if !self.chain.accepts_input() {
             return Ok(Drain::Waiting);
         }
+        // Marked drained before `finish` runs: a failing `finish` fails the task, and nothing
+        // may run it a second time.
+        self.drain_progress = None;
+        self.drained = true;
+        {
+            let (chain, mut ctx) = ctx!(self);
+            chain.finish(&mut ctx)?;
+        }
         log::info!(
-            "{}: input drained for savepoint {} (end of event time, end of input)",
+            "{}: input drained for savepoint {} (end of event time, end of input, finish)",
             self.name(),
             barrier.id
         );
-        self.drain_progress = None;
-        self.drained = true;
         Ok(Drain::Finished)
     }
 
@@ -712,8 +720,8 @@ where
 
     /// Whether the chain's input ended with a draining stop-with-savepoint, at this task's
     /// barrier or in the run its restored snapshot was taken from: the chain gets no records,
-    /// watermarks, timers or events (they are dropped), end of input only ends the output,
-    /// and every snapshot carries [`TaskSnapshot::FINISHED`]. A source restored so starts
+    /// watermarks, timers or events (they are dropped), `finish` ran at the drain and never runs
+    /// again (end of input only ends the output), and every snapshot carries [`TaskSnapshot::FINISHED`]. A source restored so starts
     /// after end of input: each model ends it at once, before it reads anything (a legacy
     /// source's `run` is not called, a reader is not polled).
     #[inline]
@@ -804,7 +812,8 @@ where
             BodyPhase::Finished => return Ok(Drain::Finished),
             phase => panic!("end_input_step in phase {phase:?}: call begin_end_of_input first"),
         }
-        // A drained chain's input ended already: only the output's end is left.
+        // A drained chain's input ended and its `finish` ran at the drain: only the output's
+        // end is left.
         while !self.drained && self.inputs_ended < self.chain.chain_len() {
             // The head has nothing upstream to wait for: its input ends at once, even while it
             // is unavailable (an async head with a full queue runs its due retries now).
