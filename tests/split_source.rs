@@ -457,3 +457,95 @@ fn custom_events_reach_the_enumerator_and_its_answers_reach_the_reader_in_order(
     );
     coordinator.end_attempt();
 }
+
+/// Polls `reader` (calling the coordinator's periodic discovery whenever it has nothing) until
+/// it ends; panics if it never does.
+fn read_discovering(
+    coordinator: &SourceCoordinator<streamtask::files::FileSource>,
+    reader: &mut SplitSourceReader<streamtask::files::FileSource>,
+    until_done: impl Fn(),
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for round in 0..2_000 {
+        let mut emitted = Vec::new();
+        let status = reader
+            .poll_next(&mut ReaderOutput::new(&mut emitted))
+            .unwrap();
+        out.extend(emitted.into_iter().filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        }));
+        match status {
+            InputStatus::EndOfInput => return out,
+            InputStatus::MoreAvailable => {}
+            InputStatus::NothingAvailable => {
+                if round == 100 {
+                    until_done();
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                coordinator.discover();
+            }
+        }
+    }
+    panic!("the reader waits for ever after reading {out:?}");
+}
+
+#[test]
+fn a_request_answered_at_a_discovery_with_a_claimed_split_is_asked_again() {
+    // Checkpoint 1 is triggered before the continuous file source listed anything; then the
+    // reader asks for a split, the discovery answers it with a.txt, and the reader reads it to
+    // the end before its barrier. After the restore, the enumerator (restored from before the
+    // listing) lists a.txt and b.txt again and answers the restored reader's request with
+    // a.txt, which that reader already finished: the answer is dropped, and the request must
+    // be asked again so the reader gets b.txt rather than waiting for ever.
+    let input = tempfile::tempdir().unwrap();
+    std::fs::write(input.path().join("a.txt"), "a1\na2\n").unwrap();
+    std::fs::write(input.path().join("b.txt"), "b1\n").unwrap();
+    let source = streamtask::files::FileSource::for_dir(input.path())
+        .monitor_continuously(Duration::from_millis(1))
+        .end_marker("_done");
+    let coordinator = Arc::new(SourceCoordinator::new("files", source, 1).unwrap());
+    coordinator.start_attempt(None, &[]).unwrap();
+    let mut reader = coordinator.reader(0);
+    reader.restore_state(None).unwrap();
+    coordinator.checkpoint_coordinator(1);
+    let mut first = Vec::new();
+    while first.len() < 2 {
+        let mut emitted = Vec::new();
+        reader
+            .poll_next(&mut ReaderOutput::new(&mut emitted))
+            .unwrap();
+        first.extend(emitted.into_iter().filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        }));
+        std::thread::sleep(Duration::from_millis(2));
+        coordinator.discover();
+    }
+    assert_eq!(
+        first[0].chars().next(),
+        first[1].chars().next(),
+        "one file first"
+    );
+    // Let the reader notice that its split ended.
+    let mut emitted = Vec::new();
+    reader
+        .poll_next(&mut ReaderOutput::new(&mut emitted))
+        .unwrap();
+    assert!(emitted.iter().all(|e| !matches!(e, Emitted::Record(_))));
+    let state = reader.snapshot_state(1).unwrap();
+    drop(reader);
+    coordinator.end_attempt();
+
+    coordinator.start_attempt(Some(1), &[Some(&state)]).unwrap();
+    let mut reader = coordinator.reader(0);
+    reader.restore_state(Some(&state)).unwrap();
+    let marker = input.path().join("_done");
+    let rest = read_discovering(&coordinator, &mut reader, || {
+        std::fs::write(&marker, "").unwrap();
+    });
+    let mut all: Vec<String> = first.into_iter().chain(rest).collect();
+    all.sort();
+    assert_eq!(all, ["a1", "a2", "b1"], "each line once");
+    coordinator.end_attempt();
+}

@@ -65,6 +65,8 @@ struct Attempt<S: Source> {
     claimed: BTreeSet<String>,
     /// Readers told that no more splits will come.
     ended_readers: Vec<bool>,
+    /// Readers whose split request has had no answer yet (no split, no `NoMoreSplits`).
+    requesting: Vec<bool>,
     /// Trigger-time snapshots a restore may still need, with the assignments made before.
     triggered: BTreeMap<u64, (CoordinatorSnapshot, u64)>,
     started: Vec<bool>,
@@ -118,6 +120,7 @@ impl<S: Source> SourceCoordinator<S> {
                 triggered: BTreeMap::new(),
                 started: vec![false; parallelism],
                 ended_readers: vec![false; parallelism],
+                requesting: vec![false; parallelism],
                 ended: false,
                 failure: None,
             }),
@@ -246,6 +249,7 @@ impl<S: Source> SourceCoordinator<S> {
         state.triggered.clear();
         state.started.iter_mut().for_each(|s| *s = false);
         state.ended_readers.iter_mut().for_each(|e| *e = false);
+        state.requesting.iter_mut().for_each(|r| *r = false);
         state.ended = false;
         state.failure = None;
         // Release: no reader of the new attempt runs yet; those that start see it.
@@ -253,7 +257,9 @@ impl<S: Source> SourceCoordinator<S> {
         // Release: pairs with the readers' Acquire load; a reader that sees `false` after a
         // restart sees the cleared failure too.
         self.failed.store(false, Ordering::Release);
-        let result = Self::with_context(&mut state, self.parallelism, |ctx| enumerator.start(ctx));
+        let result = Self::call(&mut state, self.parallelism, &mut enumerator, |e, ctx| {
+            e.start(ctx)
+        });
         state.enumerator = Some(enumerator);
         result
     }
@@ -341,8 +347,9 @@ impl<S: Source> SourceCoordinator<S> {
         let Some(mut enumerator) = state.enumerator.take() else {
             return;
         };
-        let result =
-            Self::with_context(&mut state, self.parallelism, |ctx| enumerator.discover(ctx));
+        let result = Self::call(&mut state, self.parallelism, &mut enumerator, |e, ctx| {
+            e.discover(ctx)
+        });
         state.enumerator = Some(enumerator);
         if let Err(e) = result {
             self.fail(&mut state, e.to_string());
@@ -374,22 +381,17 @@ impl<S: Source> SourceCoordinator<S> {
             return Ok(());
         };
         let result = match event {
-            ReaderEvent::SplitRequest => loop {
-                let claimed_before = state.claimed.len();
-                let r = Self::with_context(&mut state, self.parallelism, |ctx| {
-                    enumerator.handle_split_request(subtask, ctx)
-                });
-                // Every answer was a claimed split, dropped: ask again (each round uses up
-                // one claim, so this ends).
-                let dropped_only =
-                    state.claimed.len() < claimed_before && state.inbox[subtask].is_empty();
-                if r.is_err() || !dropped_only {
-                    break r;
-                }
-            },
-            ReaderEvent::Custom(bytes) => Self::with_context(&mut state, self.parallelism, |ctx| {
-                enumerator.handle_reader_event(subtask, bytes, ctx)
-            }),
+            ReaderEvent::SplitRequest => {
+                state.requesting[subtask] = true;
+                Self::call(&mut state, self.parallelism, &mut enumerator, |e, ctx| {
+                    e.handle_split_request(subtask, ctx)
+                })
+            }
+            ReaderEvent::Custom(bytes) => {
+                Self::call(&mut state, self.parallelism, &mut enumerator, |e, ctx| {
+                    e.handle_reader_event(subtask, bytes, ctx)
+                })
+            }
         };
         state.enumerator = Some(enumerator);
         if let Err(e) = result {
@@ -400,13 +402,44 @@ impl<S: Source> SourceCoordinator<S> {
         Ok(())
     }
 
-    /// Calls the enumerator with a context that delivers into the readers' inboxes (dropping
-    /// the assignment of a claimed split) and wakes the readers it addressed.
-    /// A panic in the enumerator is its error: it fails the enumerator, never the thread that
-    /// called it (the executor's, or a reader's).
+    /// Calls the enumerator through [`with_context`](Self::with_context), then asks again on
+    /// behalf of every reader whose request was answered only with a claimed split (dropped):
+    /// that answer gave the reader nothing, and an enumerator that answers requests later (at
+    /// a discovery) has already counted the request as answered, so without a new request the
+    /// reader would wait for ever. Each round uses up one claim, so this ends.
+    fn call(
+        state: &mut Attempt<S>,
+        parallelism: usize,
+        enumerator: &mut S::Enumerator,
+        f: impl FnOnce(
+            &mut S::Enumerator,
+            &mut EnumeratorContext<'_, S::Split>,
+        ) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let mut dropped = Vec::new();
+        let mut result =
+            Self::with_context(state, parallelism, &mut dropped, |ctx| f(enumerator, ctx));
+        while result.is_ok() {
+            let Some(subtask) = dropped.pop() else {
+                break;
+            };
+            if state.requesting[subtask] {
+                result = Self::with_context(state, parallelism, &mut dropped, |ctx| {
+                    enumerator.handle_split_request(subtask, ctx)
+                });
+            }
+        }
+        result
+    }
+
+    /// Calls the enumerator with a context that delivers into the readers' inboxes and wakes
+    /// the readers it addressed; the assignment of a claimed split is dropped and its reader
+    /// pushed onto `dropped`. A panic in the enumerator is its error: it fails the enumerator,
+    /// never the thread that called it (the executor's, or a reader's).
     fn with_context(
         state: &mut Attempt<S>,
         parallelism: usize,
+        dropped: &mut Vec<usize>,
         f: impl FnOnce(&mut EnumeratorContext<'_, S::Split>) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         let Attempt {
@@ -415,6 +448,7 @@ impl<S: Source> SourceCoordinator<S> {
             assigned,
             claimed,
             ended_readers,
+            requesting,
             ..
         } = state;
         let mut send = |subtask: usize, event: SourceEvent<S::Split>| {
@@ -428,11 +462,16 @@ impl<S: Source> SourceCoordinator<S> {
                 }
                 SourceEvent::Split(split) => {
                     if claimed.remove(&split.split_id()) {
+                        dropped.push(subtask);
                         return Ok(());
                     }
                     *assigned += 1;
+                    requesting[subtask] = false;
                 }
-                SourceEvent::NoMoreSplits => ended_readers[subtask] = true,
+                SourceEvent::NoMoreSplits => {
+                    ended_readers[subtask] = true;
+                    requesting[subtask] = false;
+                }
                 SourceEvent::Custom(_) => {}
             }
             inbox[subtask].push_back((event, number));
