@@ -25,7 +25,7 @@ use streamtask_core::function::AsyncError;
 use streamtask_core::sync::Mutex;
 
 use super::checkpoints::{EndToEnd, EndToEndRecorder};
-use super::data::{DemoData, Order, TotalEvent, expected_output};
+use super::data::{DemoData, Order, TotalEvent, expected_output, per_key_order_held};
 use super::enrich::{create_customer_db, throttled_enrichment};
 use super::probe::SnapshotFaults;
 use super::source::{OrdersFileReader, OrdersFileSource, StopAt};
@@ -168,6 +168,10 @@ pub struct DemoRun {
     pub digest: String,
     /// Whether it equals the reference output.
     pub exactly_once: bool,
+    /// With ordered or key-ordered enrichment: whether each customer's committed lines kept
+    /// its events' order ([`per_key_order_held`]); `None` with unordered enrichment, which
+    /// need not keep it.
+    pub per_key_order: Option<bool>,
     /// How the run's checkpoints were aligned ([`DemoJob::alignment`]).
     pub alignment: Alignment,
     /// Each completed checkpoint's end-to-end duration, every attempt.
@@ -513,6 +517,10 @@ impl DemoJob {
         verifying();
         let mut committed =
             streamtask::sink::read_committed(self.output_dir(model)).map_err(JobError::Sink)?;
+        let per_key_order = match self.async_mode {
+            OutputMode::Ordered | OutputMode::KeyOrdered => Some(per_key_order_held(&committed)),
+            OutputMode::Unordered => None,
+        };
         committed.sort_unstable();
         let digest = super::digest(&committed);
         let exactly_once = committed == expected_output(&self.data);
@@ -522,6 +530,7 @@ impl DemoJob {
             committed,
             digest,
             exactly_once,
+            per_key_order,
             alignment,
             end_to_end: recorder.end_to_end(),
             stalled_checkpoints: std::mem::take(&mut *stalls.lock()),
