@@ -21,7 +21,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, OutputMode, RetryPolicy};
+use streamtask_core::async_io::{
+    AsyncBatchFunction, AsyncConfig, AsyncConfigError, AsyncKey, BatchConfig, BatchResultFuture,
+    BatchedAsyncFunction, OutputMode, RetryPolicy,
+};
 use streamtask_core::function::{AsyncError, AsyncFunction};
 use streamtask_core::operator::Emitted;
 use streamtask_core::task::{CheckpointResponder, TaskConfig, TaskReport};
@@ -1539,5 +1542,287 @@ fn a_retry_due_at_the_instant_of_the_timeout_emits_the_result_exactly_once() {
             "{model:?}"
         );
         assert_eq!(calls.timeouts().len(), 1, "{model:?}: one timeout");
+    }
+}
+
+// ---- batched mode -------------------------------------------------------------------------------
+
+/// One call of a batch function: its inputs, its future, and whether it is the timeout hook.
+struct BatchSeen {
+    inputs: Vec<u64>,
+    result: BatchResultFuture<u64>,
+    timeout: bool,
+}
+
+/// A batch function that hands every batch to the test; its timeout hook answers each input
+/// with `input + 1000` at once.
+struct ChannelBatches(crossbeam::channel::Sender<BatchSeen>);
+
+impl AsyncBatchFunction for ChannelBatches {
+    type In = u64;
+    type Out = u64;
+
+    fn invoke_batch(&mut self, inputs: &[u64], result: BatchResultFuture<u64>) {
+        let _ = self.0.send(BatchSeen {
+            inputs: inputs.to_vec(),
+            result,
+            timeout: false,
+        });
+    }
+
+    fn timeout_batch(&mut self, inputs: &[u64], result: BatchResultFuture<u64>) {
+        result.complete(inputs.iter().map(|x| vec![x + 1000]).collect());
+        let _ = self.0.send(BatchSeen {
+            inputs: inputs.to_vec(),
+            result,
+            timeout: true,
+        });
+    }
+}
+
+/// A batched async operator of `model` and the batches its function is called with.
+fn start_batched(
+    model: Model,
+    config: AsyncConfig<u64>,
+    restore: Option<TaskSnapshot>,
+) -> (AsyncTask, Receiver<BatchSeen>) {
+    let (tx, batches) = crossbeam::channel::unbounded();
+    let key = (config.mode == OutputMode::KeyOrdered).then(last_digit);
+    let function = BatchedAsyncFunction::new(ChannelBatches(tx));
+    (
+        start_any(model, config, function, restore, true, key),
+        batches,
+    )
+}
+
+/// Batches of at most `size`, closed after 5 ms otherwise.
+fn batched(mode: OutputMode, size: usize) -> AsyncConfig<u64> {
+    AsyncConfig::new(mode, 16).with_batch(BatchConfig::new(size, Duration::from_millis(5)))
+}
+
+/// The next batch call.
+fn next_batch(batches: &Receiver<BatchSeen>) -> BatchSeen {
+    batches.recv_timeout(GUARD).expect("a batch call")
+}
+
+/// Moves processing time on, a millisecond at a time, until the next batch call: a batch
+/// closed by its max wait (the test does not know when the task took the batch's records, so
+/// it keeps the clock moving instead of moving it once).
+fn advance_until_batch(t: &AsyncTask, batches: &Receiver<BatchSeen>) -> BatchSeen {
+    let start = Instant::now();
+    loop {
+        if let Ok(batch) = batches.recv_timeout(Duration::from_millis(5)) {
+            return batch;
+        }
+        assert!(start.elapsed() < GUARD, "no batch call");
+        t.advance(1);
+    }
+}
+
+fn answer_times_ten(batch: &BatchSeen) {
+    batch
+        .result
+        .complete(batch.inputs.iter().map(|x| vec![x * 10]).collect());
+}
+
+#[test]
+fn batches_close_at_their_size_or_max_wait_and_keep_each_modes_order() {
+    for model in MODELS {
+        for mode in [
+            OutputMode::Ordered,
+            OutputMode::Unordered,
+            OutputMode::KeyOrdered,
+        ] {
+            let (t, batches) = start_batched(model, batched(mode, 2), None);
+            // Keys are last digits: 11 and 21 share key 1.
+            for (value, ts) in [(11, 1), (2, 2), (21, 3), (3, 4)] {
+                t.record(value, ts);
+            }
+            let first = next_batch(&batches);
+            let second = match mode {
+                // 21 waits for 11's call to be final before it starts.
+                OutputMode::KeyOrdered => {
+                    assert_eq!(first.inputs, vec![11, 2], "{model:?} {mode:?}");
+                    let second = advance_until_batch(&t, &batches);
+                    assert_eq!(second.inputs, vec![3], "{model:?} {mode:?}: max wait");
+                    answer_times_ten(&second);
+                    answer_times_ten(&first);
+                    let third = advance_until_batch(&t, &batches);
+                    assert_eq!(third.inputs, vec![21], "{model:?} {mode:?}");
+                    answer_times_ten(&third);
+                    third
+                }
+                OutputMode::Ordered | OutputMode::Unordered => {
+                    assert_eq!(first.inputs, vec![11, 2], "{model:?} {mode:?}");
+                    let second = next_batch(&batches);
+                    assert_eq!(second.inputs, vec![21, 3], "{model:?} {mode:?}: by size");
+                    // The second batch answers first.
+                    answer_times_ten(&second);
+                    if mode == OutputMode::Unordered {
+                        t.output.wait_len(2);
+                    }
+                    answer_times_ten(&first);
+                    second
+                }
+            };
+            drop(second);
+            t.record(5, 5);
+            let last = advance_until_batch(&t, &batches);
+            assert_eq!(
+                last.inputs,
+                vec![5],
+                "{model:?} {mode:?}: closed by its max wait"
+            );
+            answer_times_ten(&last);
+            t.end();
+            let out = finished(model, t.join());
+            let values: Vec<u64> = out
+                .iter()
+                .filter_map(|e| match e {
+                    Emitted::Record(r) => Some(r.value),
+                    _ => None,
+                })
+                .collect();
+            match mode {
+                OutputMode::Ordered => assert_eq!(values, vec![110, 20, 210, 30, 50]),
+                OutputMode::Unordered => assert_eq!(values, vec![210, 30, 110, 20, 50]),
+                OutputMode::KeyOrdered => {
+                    assert_eq!(values.len(), 5, "{model:?}: {values:?}");
+                    let at = |v: u64| values.iter().position(|&x| x == v).unwrap();
+                    assert!(
+                        at(110) < at(210),
+                        "{model:?}: key 1 in input order: {values:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batch_times_out_as_one_and_its_fallbacks_are_emitted_once() {
+    for model in MODELS {
+        let config = batched(OutputMode::Ordered, 2).with_timeout(Duration::from_millis(10));
+        let (t, batches) = start_batched(model, config, None);
+        t.record(1, 1);
+        t.record(2, 2);
+        let called = next_batch(&batches);
+        assert_eq!(called.inputs, vec![1, 2]);
+        let timed_out = advance_until_batch(&t, &batches);
+        assert!(timed_out.timeout, "{model:?}");
+        assert_eq!(
+            timed_out.inputs,
+            vec![1, 2],
+            "{model:?}: one timeout call per batch"
+        );
+        // The batch's own answer, too late, loses.
+        answer_times_ten(&called);
+        t.end();
+        assert_eq!(
+            finished(model, t.join()),
+            vec![rec(1001, 1), rec(1002, 2)],
+            "{model:?}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_batch_is_retried_together_and_each_result_emitted_once() {
+    for model in MODELS {
+        let retry = RetryPolicy::fixed_delay(3, Duration::from_millis(2))
+            .unwrap()
+            .retry_if_error(|_| true);
+        // A long max wait: the retries (each due 2 ms after its record's failure was applied)
+        // join one batch, closed by its size.
+        let config = AsyncConfig::new(OutputMode::Unordered, 16)
+            .with_batch(BatchConfig::new(3, Duration::from_secs(3600)))
+            .with_timeout(Duration::from_secs(7200))
+            .with_retry(retry);
+        let (t, batches) = start_batched(model, config, None);
+        for v in [1, 2, 3] {
+            t.record(v, v as i64);
+        }
+        let first = next_batch(&batches);
+        assert_eq!(first.inputs, vec![1, 2, 3]);
+        first
+            .result
+            .complete_exceptionally(AsyncError::failed("overloaded"));
+        let again = advance_until_batch(&t, &batches);
+        assert_eq!(again.inputs, vec![1, 2, 3], "{model:?}: one retry batch");
+        answer_times_ten(&again);
+        t.end();
+        let mut out = finished(model, t.join());
+        out.sort_by_key(|e| match e {
+            Emitted::Record(r) => r.value,
+            _ => 0,
+        });
+        assert_eq!(out, vec![rec(10, 1), rec(20, 2), rec(30, 3)], "{model:?}");
+    }
+}
+
+/// A fault with batches in flight: the checkpoint holds the called batch's records and the
+/// open batch's; the task dies (cancelled) before any answer; the restored task calls them
+/// again, in batches, and each result is emitted once.
+#[test]
+fn batches_in_flight_at_a_checkpoint_are_called_again_after_a_restore() {
+    for model in MODELS {
+        for mode in [
+            OutputMode::Ordered,
+            OutputMode::Unordered,
+            OutputMode::KeyOrdered,
+        ] {
+            let (t, batches) = start_batched(model, batched(mode, 2), None);
+            for v in [1, 2, 3] {
+                t.record(v, v as i64);
+            }
+            assert_eq!(
+                next_batch(&batches).inputs,
+                vec![1, 2],
+                "{model:?} {mode:?}"
+            );
+            let snapshot = t.snapshot(1);
+            if mode != OutputMode::KeyOrdered {
+                assert_eq!(
+                    saved_records(&snapshot),
+                    vec![1, 2, 3],
+                    "{model:?} {mode:?}"
+                );
+            }
+            t.cancel();
+
+            let (restored, batches) = start_batched(model, batched(mode, 2), Some(snapshot));
+            let mut called = Vec::new();
+            while called
+                .iter()
+                .map(|b: &BatchSeen| b.inputs.len())
+                .sum::<usize>()
+                < 3
+            {
+                let batch = advance_until_batch(&restored, &batches);
+                answer_times_ten(&batch);
+                called.push(batch);
+            }
+            let sizes: Vec<usize> = called.iter().map(|b| b.inputs.len()).collect();
+            assert_eq!(sizes, vec![2, 1], "{model:?} {mode:?}");
+            let mut inputs: Vec<u64> = called.iter().flat_map(|b| b.inputs.clone()).collect();
+            if mode == OutputMode::KeyOrdered {
+                // Restored by key group, not in input order (each key has one record here).
+                inputs.sort_unstable();
+            }
+            assert_eq!(inputs, vec![1, 2, 3], "{model:?} {mode:?}");
+            restored.end();
+            let mut out = finished(model, restored.join());
+            if mode != OutputMode::Ordered {
+                out.sort_by_key(|e| match e {
+                    Emitted::Record(r) => r.value,
+                    _ => 0,
+                });
+            }
+            assert_eq!(
+                out,
+                vec![rec(10, 1), rec(20, 2), rec(30, 3)],
+                "{model:?} {mode:?}"
+            );
+        }
     }
 }

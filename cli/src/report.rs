@@ -16,6 +16,8 @@
 //!     "output_digest": "hex16",     // SHA-256 (first 16 hex digits) of the sorted committed lines
 //!     "output_lines": u64,
 //!     "exactly_once": bool,         // committed lines == reference lines, as multisets
+//!     "per_key_order": bool | null, // each customer's lines in its events' order (checked with
+//!                                   // ordered and key-ordered enrichment; null when unordered)
 //!     "records_per_sec": f64,       // source records / wall time of the run
 //!     "elapsed_ms": u64,
 //!     "checkpoint_delay_us": {"count","p50","p99","p999","max","mean"},
@@ -64,6 +66,10 @@ pub struct ModelReport {
     pub output_lines: u64,
     /// Committed output equals the reference output.
     pub exactly_once: bool,
+    /// Each customer's committed lines kept its events' order; `None` when not checked
+    /// (unordered enrichment).
+    #[serde(default)]
+    pub per_key_order: Option<bool>,
     /// Source records per second of wall time.
     pub records_per_sec: f64,
     /// Wall time of the run.
@@ -237,6 +243,14 @@ impl CompareReport {
                 "exactly-once",
                 self.col(|m| if m.exactly_once { "true" } else { "FALSE" }.to_string()),
             ),
+            (
+                "per-key order",
+                self.col(|m| match m.per_key_order {
+                    Some(true) => "held".to_string(),
+                    Some(false) => "BROKEN".to_string(),
+                    None => "- (unordered)".to_string(),
+                }),
+            ),
             ("committed lines", self.col(|m| m.output_lines.to_string())),
             (
                 "records/s",
@@ -405,6 +419,19 @@ impl CompareReport {
             (false, true) => "identical committed output across models, exactly-once held",
             (false, false) => "MISMATCH: see the rows marked NO / FALSE",
         };
+        let order = match self
+            .models
+            .iter()
+            .map(|m| m.per_key_order)
+            .collect::<Vec<_>>()
+        {
+            checked if checked.contains(&Some(false)) => {
+                "; MISMATCH: a customer's lines left out of order (see per-key order)"
+            }
+            checked if checked.iter().all(|c| *c == Some(true)) => ", per-key order held",
+            _ => "",
+        };
+        let verdict = format!("{verdict}{order}");
         let _ = writeln!(out, "{verdict}");
         out
     }

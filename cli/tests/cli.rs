@@ -693,3 +693,45 @@ fn an_output_dir_that_is_a_file_is_a_usage_error_before_anything_runs() {
     assert!(err.contains("is a file, not a directory"), "{err}");
     assert!(!work.join("orders.csv").exists(), "data generated");
 }
+
+/// `compare --async-mode key-ordered`: every model's committed output keeps each customer's
+/// order, and the report says so (table row and JSON); unordered enrichment is not checked.
+#[test]
+fn compare_with_key_ordered_enrichment_checks_and_reports_each_customers_order() {
+    for (mode, row, value) in [
+        ("key-ordered", "held", serde_json::Value::Bool(true)),
+        ("unordered", "- (unordered)", serde_json::Value::Null),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("report.json");
+        let out = streamtask(&args(&[
+            "compare",
+            "--records",
+            "3000",
+            "--customers",
+            "50",
+            "--quiet",
+            "--async-mode",
+            mode,
+            "--work-dir",
+            &work(dir.path()),
+            "--json",
+            report.to_str().unwrap(),
+        ]));
+        assert_eq!(code(&out), 0, "{mode}: {}", stderr(&out));
+        let table = stdout(&out);
+        let order_row = table
+            .lines()
+            .find(|l| l.starts_with("per-key order"))
+            .unwrap_or_else(|| panic!("{mode}: no per-key order row:\n{table}"));
+        assert_eq!(order_row.matches(row).count(), 3, "{mode}: {order_row}");
+        if mode == "key-ordered" {
+            assert!(table.contains("per-key order held"), "{table}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+        for m in v["models"].as_array().unwrap() {
+            assert_eq!(m["per_key_order"], value, "{mode}: {m}");
+        }
+    }
+}

@@ -472,6 +472,15 @@ pub trait AsyncFunction: Send + 'static {
         result.complete_exceptionally(AsyncError::Timeout);
     }
 
+    /// Starts what [`invoke`](Self::invoke) and [`timeout`](Self::timeout) kept back since the
+    /// last flush. The operator calls it once a batch of calls closes (after every call
+    /// without [`AsyncConfig::with_batch`](crate::async_io::AsyncConfig::with_batch)); only a
+    /// function that keeps calls back to run them as one batch needs it
+    /// ([`BatchedAsyncFunction`](crate::async_io::BatchedAsyncFunction)). The default does
+    /// nothing.
+    #[inline]
+    fn flush(&mut self) {}
+
     /// Called once when the operator closes.
     ///
     /// # Errors
@@ -493,6 +502,9 @@ impl<F: AsyncFunction + ?Sized> AsyncFunction for Box<F> {
     }
     fn timeout(&mut self, input: &Self::In, result: ResultFuture<Self::Out>) {
         (**self).timeout(input, result);
+    }
+    fn flush(&mut self) {
+        (**self).flush();
     }
     fn close(&mut self) -> Result<(), OperatorError> {
         (**self).close()

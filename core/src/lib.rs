@@ -20,7 +20,7 @@
 //! | [`state`], [`keygroup`] | snapshots and their encoding; key groups, key-grouped, list and union state | `KeyGroupRange`, `ListState` |
 //! | [`task`] | a task's config, outcome, failure, state and checkpoint report | `Task`'s `ExecutionState`, `CheckpointResponder` |
 //! | [`time`] | the clock and the timer service an operator registers with | `ProcessingTimeService` |
-//! | [`async_io`] | the async operator's config, retry policies, the blocking pool | `AsyncDataStream`'s options, `AsyncRetryStrategy` |
+//! | [`async_io`] | the async operator's config, batched calls, retry policies, the blocking pool | `AsyncDataStream`'s options, `AsyncRetryStrategy`, the async batch function |
 //! | [`metrics`], [`trace`] | a task's counters and latency histograms; spans of who ran what | `TaskIOMetricGroup` |
 //! | [`live`] | what a task is doing right now (its thread's activity, barriers per input channel, the checkpoint lock's holder), for the stalled-checkpoint report | the thread dumps and back-pressure sampling of Flink's web UI |
 //! | [`sync`] | the one place that names locks, atomics and threads (loom under `cfg(loom)`) | - |

@@ -267,6 +267,12 @@ pub struct TaskMetrics {
     pub timer_lateness: LatencyHistogram,
     /// Timers fired.
     pub timers_fired: Counter,
+    /// Batched async I/O: records per batch called, a distribution of counts (recorded with
+    /// [`LatencyHistogram::record_micros`], one unit per record).
+    pub async_batch_size: LatencyHistogram,
+    /// Batched async I/O: from a batch's first record joining to the batch's call, at the
+    /// processing time's millisecond resolution.
+    pub async_batch_wait: LatencyHistogram,
     /// Microseconds the task waited for input.
     pub idle_micros: Counter,
     /// Microseconds the task waited for output space or a full operator.
@@ -316,6 +322,8 @@ impl TaskMetrics {
             lock_wait_us: self.lock_wait.summary(),
             timer_lateness_us: self.timer_lateness.summary(),
             timers_fired: self.timers_fired.get(),
+            async_batch_size: self.async_batch_size.summary(),
+            async_batch_wait_us: self.async_batch_wait.summary(),
             idle_micros: self.idle_micros.get(),
             backpressured_micros: self.backpressured_micros.get(),
             threads: self.threads.get(),
@@ -346,6 +354,10 @@ pub struct MetricsSummary {
     pub lock_wait_us: LatencySummary,
     pub timer_lateness_us: LatencySummary,
     pub timers_fired: u64,
+    #[serde(default)]
+    pub async_batch_size: LatencySummary,
+    #[serde(default)]
+    pub async_batch_wait_us: LatencySummary,
     pub idle_micros: u64,
     pub backpressured_micros: u64,
     pub threads: u64,

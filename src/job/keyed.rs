@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::async_io::{AsyncConfig, AsyncKey};
+use streamtask_core::async_io::{AsyncBatchFunction, AsyncConfig, AsyncKey, BatchedAsyncFunction};
 use streamtask_core::function::{AsyncFunction, KeyedProcessFunction};
 use streamtask_core::keygroup::StableKey;
 use streamtask_core::operator::KeyedProcessOperator;
@@ -149,6 +149,29 @@ impl<T: Send + 'static, K: StableKey + 'static> KeyedStream<T, K> {
         let max_parallelism = stream.env.graph.borrow().ids.max_parallelism;
         let key = AsyncKey::new(max_parallelism, move |v: &T| key(v));
         stream.async_wait_keyed(name, config, factory, Some(key))
+    }
+
+    /// Calls the batch function `function` asynchronously, a batch of values per call, in
+    /// `parallelism` tasks behind the hash partitioning with the stream's key as the async
+    /// operator's key: [`DataStream::async_wait_batched`] as [`async_wait`](Self::async_wait)
+    /// is [`DataStream::async_wait`]. With [`OutputMode::KeyOrdered`](streamtask_core::async_io::OutputMode::KeyOrdered) a batch holds at most one
+    /// record of a key (a key's next record starts once its earlier one is final), so a key's
+    /// results leave in input order.
+    pub fn async_wait_batched<B, FF>(
+        self,
+        name: &str,
+        parallelism: usize,
+        config: AsyncConfig<B::Out>,
+        factory: FF,
+    ) -> DataStream<B::Out>
+    where
+        B: AsyncBatchFunction<In = T>,
+        T: Clone + Serialize + DeserializeOwned,
+        FF: Fn(usize) -> B + Send + Sync + 'static,
+    {
+        self.async_wait(name, parallelism, config, move |subtask| {
+            BatchedAsyncFunction::new(factory(subtask))
+        })
     }
 
     // Not under loom: the mailbox crate's async operators need a real executor.

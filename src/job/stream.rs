@@ -8,7 +8,9 @@ use std::sync::Arc;
 use crate::sink::{CollectHandle, CollectSink, TwoPhaseCommitFileSink};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, OutputMode};
+use streamtask_core::async_io::{
+    AsyncBatchFunction, AsyncConfig, AsyncConfigError, AsyncKey, BatchedAsyncFunction, OutputMode,
+};
 use streamtask_core::function::AsyncFunction;
 use streamtask_core::operator::{BoxOperator, Discard, Filter, FlatMap, Map, Operator, TaskOutput};
 use streamtask_legacy::SourceFunction;
@@ -315,6 +317,67 @@ impl<T: Send + 'static> DataStream<T> {
             self.env.fail(AsyncConfigError::KeyOrderedWithoutKey.into());
         }
         self.async_wait_keyed(name, config, factory, None)
+    }
+
+    /// Calls the batch function `function` asynchronously, a batch of values per call: the
+    /// async operator in batched mode ([`AsyncConfig::with_batch`]: a batch closes at its size
+    /// or its max wait; without it every value is a batch of its own), each batch with one
+    /// deadline (the timeout runs from the batch's call) and retried as a whole; otherwise as
+    /// [`async_wait`](Self::async_wait) (modes, capacity, snapshot, chaining).
+    /// `factory(subtask)` makes the function for every task and attempt.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamtask::prelude::*;
+    /// use streamtask_core::async_io::{
+    ///     AsyncBatchFunction, AsyncConfig, BatchConfig, BatchResultFuture, OutputMode,
+    /// };
+    ///
+    /// /// One "query" per batch: every value is answered with the size of its batch.
+    /// struct Lookup;
+    /// impl AsyncBatchFunction for Lookup {
+    ///     type In = u64;
+    ///     type Out = (u64, usize);
+    ///     fn invoke_batch(&mut self, inputs: &[u64], result: BatchResultFuture<(u64, usize)>) {
+    ///         result.complete(inputs.iter().map(|&v| vec![(v, inputs.len())]).collect());
+    ///     }
+    /// }
+    ///
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let out = CollectHandle::new();
+    /// let config = AsyncConfig::new(OutputMode::Ordered, 64)
+    ///     .with_batch(BatchConfig::new(8, Duration::from_millis(5)));
+    /// env.from_iter("values", 0..100u64)
+    ///     .async_wait_batched("lookup", config, |_| Lookup)
+    ///     .map("show", |(v, size)| format!("{v}:{size}"))
+    ///     .collect_sink("collect", &out);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(dir.path())).unwrap();
+    /// let lines = out.committed();
+    /// assert_eq!(lines.len(), 100);
+    /// // In input order (ordered mode), from batches of at most 8.
+    /// let parsed: Vec<(u64, usize)> = lines.iter().map(|l| {
+    ///     let (v, size) = l.split_once(':').unwrap();
+    ///     (v.parse().unwrap(), size.parse().unwrap())
+    /// }).collect();
+    /// assert!(parsed.iter().enumerate().all(|(i, &(v, size))| v == i as u64 && (1..=8).contains(&size)));
+    /// ```
+    pub fn async_wait_batched<B, FF>(
+        self,
+        name: &str,
+        config: AsyncConfig<B::Out>,
+        factory: FF,
+    ) -> DataStream<B::Out>
+    where
+        B: AsyncBatchFunction<In = T>,
+        T: Clone + Serialize + DeserializeOwned,
+        FF: Fn(usize) -> B + Send + Sync + 'static,
+    {
+        self.async_wait(name, config, move |subtask| {
+            BatchedAsyncFunction::new(factory(subtask))
+        })
     }
 
     /// [`async_wait`](Self::async_wait) whose records have `key` (a keyed stream's).

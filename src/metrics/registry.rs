@@ -117,21 +117,29 @@ impl MetricsRegistry {
                 match (family.value)(task) {
                     TaskValue::Counter(v) => out.counter(family.name, &labels, v as f64),
                     TaskValue::Gauge(v) => out.gauge(family.name, &labels, v),
-                    TaskValue::Latency(s) => {
+                    value @ (TaskValue::Latency(_) | TaskValue::Counts(_)) => {
+                        // Latencies are kept in microseconds and rendered in milliseconds.
+                        let (s, scale) = match value {
+                            TaskValue::Latency(s) => (s, 1000.0),
+                            TaskValue::Counts(s) => (s, 1.0),
+                            TaskValue::Counter(_) | TaskValue::Gauge(_) => {
+                                unreachable!("matched above")
+                            }
+                        };
                         // An empty distribution has no quantiles: NaN, as Prometheus's own
                         // clients render them, not a latency of 0.
                         let ms = |us: u64| {
                             if s.count == 0 {
                                 f64::NAN
                             } else {
-                                us as f64 / 1000.0
+                                us as f64 / scale
                             }
                         };
                         out.summary(
                             family.name,
                             &labels,
                             &[(0.5, ms(s.p50)), (0.99, ms(s.p99)), (0.999, ms(s.p999))],
-                            s.mean * s.count as f64 / 1000.0,
+                            s.mean * s.count as f64 / scale,
                             s.count,
                         );
                     }
@@ -492,6 +500,8 @@ enum TaskValue {
     Gauge(f64),
     /// A latency distribution in microseconds, rendered as a summary in milliseconds.
     Latency(LatencySummary),
+    /// A distribution of counts, rendered as a summary as it is.
+    Counts(LatencySummary),
 }
 
 /// A task-level family: name, type, help, and its value (of that type).
@@ -606,6 +616,18 @@ const TASK_FAMILIES: &[TaskFamily] = &[
         help: "From a timer's due time to the start of its callback, in milliseconds.",
         value: |t| TaskValue::Latency(t.summary.timer_lateness_us),
     },
+    TaskFamily {
+        name: "streamtask_task_async_batch_size",
+        kind: Kind::Summary,
+        help: "Records per batch a batched async operator called; empty without one.",
+        value: |t| TaskValue::Counts(t.summary.async_batch_size),
+    },
+    TaskFamily {
+        name: "streamtask_task_async_batch_wait_ms",
+        kind: Kind::Summary,
+        help: "From a batch's first record to the batch's call in a batched async operator, in milliseconds (processing-time resolution); empty without one.",
+        value: |t| TaskValue::Latency(t.summary.async_batch_wait_us),
+    },
 ];
 
 /// Bytes of the regular files under `dir`; `None` if it cannot be read (a checkpoint being
@@ -698,7 +720,7 @@ mod tests {
             let kind = match (family.value)(&row) {
                 TaskValue::Counter(_) => Kind::Counter,
                 TaskValue::Gauge(_) => Kind::Gauge,
-                TaskValue::Latency(_) => Kind::Summary,
+                TaskValue::Latency(_) | TaskValue::Counts(_) => Kind::Summary,
             };
             assert_eq!(kind, family.kind, "{}", family.name);
         }

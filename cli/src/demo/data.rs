@@ -372,9 +372,75 @@ pub fn expected_output(data: &DemoData) -> Vec<String> {
     lines
 }
 
+/// Whether every customer's committed lines (`lines` in committed order: the sink's files in
+/// name order, each subtask's transactions in order) keep the order its events had at the
+/// enrichment's input: its running totals by ascending order id, its window totals by
+/// ascending window end (the totals emit each kind per customer in that order). Ordered and
+/// key-ordered enrichment must keep it; unordered may not. A line of neither kind breaks it.
+pub fn per_key_order_held(lines: &[String]) -> bool {
+    // Per customer: the last order id and the last window end seen.
+    let mut last: BTreeMap<(u64, bool), i64> = BTreeMap::new();
+    lines.iter().all(|line| {
+        let mut fields = line.split(' ');
+        let (Some(kind), Some(position), Some(customer)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            return false;
+        };
+        let number = |field: &str, name: &str| -> Option<i64> {
+            field.strip_prefix(name)?.strip_prefix('=')?.parse().ok()
+        };
+        let (window, position) = match kind {
+            "running" => (false, number(position, "order")),
+            "window" => (true, number(position, "end")),
+            _ => return false,
+        };
+        let (Some(position), Some(customer)) = (position, number(customer, "customer")) else {
+            return false;
+        };
+        let key = (customer as u64, window);
+        let in_order = last.get(&key).is_none_or(|&before| before < position);
+        last.insert(key, position);
+        in_order
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_key_order_is_each_customers_order_ids_and_window_ends_ascending() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let held = lines(&[
+            "running order=1 customer=7 name=a tier=gold total=5",
+            "running order=2 customer=8 name=b tier=gold total=5",
+            "window end=100 customer=7 name=a tier=gold total=5",
+            "running order=3 customer=7 name=a tier=gold total=9",
+            "window end=200 customer=7 name=a tier=gold total=4",
+        ]);
+        assert!(per_key_order_held(&held));
+        // Customer 7's orders 3 before 1: another customer's lines in between do not hide it.
+        let swapped = lines(&[
+            "running order=3 customer=7 name=a tier=gold total=9",
+            "running order=2 customer=8 name=b tier=gold total=5",
+            "running order=1 customer=7 name=a tier=gold total=5",
+        ]);
+        assert!(!per_key_order_held(&swapped));
+        let windows = lines(&[
+            "window end=200 customer=7 name=a tier=gold total=4",
+            "window end=100 customer=7 name=a tier=gold total=5",
+        ]);
+        assert!(!per_key_order_held(&windows));
+        assert!(!per_key_order_held(&lines(&["garbage"])));
+        // The reference output, sorted as text, is not in order ("order=10" before "order=2").
+        let data = DemoData {
+            orders: 200,
+            customers: 3,
+            seed: 1,
+        };
+        assert!(!per_key_order_held(&expected_output(&data)));
+    }
 
     #[test]
     fn orders_round_trip_through_lines() {

@@ -4,25 +4,25 @@
 //! Two versions:
 //!
 //! - [`enrichment`]: one pool job and one query per event (a [`BlockingAsyncFunction`]);
-//! - [`batched_enrichment`], what the demo job runs: the events waiting for a worker are looked
-//!   up together, in one pool job and one query (`WHERE id IN (...)`) per batch. Every event
-//!   still reads its customer from the database; nothing is cached between batches.
-//!   [`throttled_enrichment`] is the same with a slow database (the backpressure scenario).
+//! - [`batched_enrichment`], what the demo job runs: a batch function
+//!   ([`EnrichBatches`]) for the async operator's batched mode, each batch looked up in one
+//!   pool job and one query (`WHERE id IN (...)`). Every event still reads its customer from
+//!   the database; nothing is cached between batches. [`throttled_enrichment`] is the same with
+//!   a slow database (the backpressure scenario).
 //!
-//! The batching is core's [`BatchedBlockingAsyncFunction`] (the calls waiting for a worker go
-//! to one pool job as one batch); this module only says how a batch is looked up. Under load
-//! the batches grow by themselves, and a batch costs one job, one worker wake-up, one query and
-//! one completion burst instead of one of each per event: unbatched, the per-event pool
-//! overhead (a boxed job, a channel hand-over that wakes a worker, the connection cache's lock
-//! twice) costs about as much CPU as the query itself.
+//! The batching is the async operator's (`async_wait_batched`: a batch closes at its size or
+//! its max wait); this module only says how a batch is looked up. A batch costs one job, one
+//! worker wake-up, one query and one completion burst instead of one of each per event:
+//! unbatched, the per-event pool overhead (a boxed job, a channel hand-over that wakes a
+//! worker, the connection cache's lock twice) costs about as much CPU as the query itself.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use streamtask_core::async_io::{
-    BatchedBlockingAsyncFunction, BlockingAsyncFunction, BlockingPool,
+    AsyncBatchFunction, BatchResultFuture, BlockingAsyncFunction, BlockingPool,
 };
 use streamtask_core::function::AsyncError;
 
@@ -185,18 +185,17 @@ fn tier_of(tier: &str) -> Result<&'static str, AsyncError> {
     }
 }
 
-/// The enrichment as an async function that batches the lookups waiting for `pool`'s workers
-/// ([`BatchedBlockingAsyncFunction`]): each batch reads its distinct customers in one query
-/// ([`lookup_many`]) through a read-only connection to the database at `db`. Each event's
-/// answer is what [`enrichment`]'s would be: its line, or a failure for an unknown customer or
-/// a database error (a batch's database error fails every event of the batch; the job's retry
-/// policy sees each), and an injected fault fails its own event only, as it would fail one
-/// pool job.
+/// The enrichment as a batch function ([`EnrichBatches`], run by the async operator in batched
+/// mode): each batch reads its distinct customers in one query ([`lookup_many`]) through a
+/// read-only connection to the database at `db`. Each event's answer is what [`enrichment`]'s
+/// would be: its line, or a failure for an unknown customer or a database error (a batch's
+/// database error fails every event of the batch; the job's retry policy sees each), and an
+/// injected fault fails its own event only, as it would fail one pool job.
 pub fn batched_enrichment(
     pool: Arc<BlockingPool>,
     db: &Path,
     faults: Arc<FaultPlan>,
-) -> BatchedBlockingAsyncFunction<Connection, TotalEvent, String> {
+) -> EnrichBatches {
     throttled_enrichment(pool, db, faults, Duration::ZERO)
 }
 
@@ -210,43 +209,117 @@ pub fn throttled_enrichment(
     db: &Path,
     faults: Arc<FaultPlan>,
     per_event: Duration,
-) -> BatchedBlockingAsyncFunction<Connection, TotalEvent, String> {
-    let db = db.to_path_buf();
-    BatchedBlockingAsyncFunction::new(
+) -> EnrichBatches {
+    EnrichBatches {
         pool,
-        move || open_reader(&db),
-        move |conn: &mut Connection, events: &[TotalEvent]| {
-            if !per_event.is_zero() {
-                // One sleep per batch, not per event: a batch under load holds tens of events,
-                // so the sleep is long enough for the timer's slack not to dominate it.
-                let events = u32::try_from(events.len()).unwrap_or(u32::MAX);
-                std::thread::sleep(per_event.saturating_mul(events));
+        shared: Arc::new(EnrichShared {
+            db: db.to_path_buf(),
+            faults,
+            per_event,
+            connections: Mutex::new(Vec::new()),
+        }),
+    }
+}
+
+/// The demo's enrichment as an [`AsyncBatchFunction`]: the async operator forms the batches
+/// (by size and max wait, see `enrich_config`), and each batch is one job on the blocking pool
+/// that looks its customers up in one query.
+pub struct EnrichBatches {
+    pool: Arc<BlockingPool>,
+    shared: Arc<EnrichShared>,
+}
+
+/// What a batch's pool job needs.
+struct EnrichShared {
+    db: PathBuf,
+    faults: Arc<FaultPlan>,
+    per_event: Duration,
+    /// Idle read connections (one per worker at most is ever checked out).
+    connections: Mutex<Vec<Connection>>,
+}
+
+impl std::fmt::Debug for EnrichBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrichBatches")
+            .field("pool", &self.pool)
+            .field("db", &self.shared.db)
+            .finish()
+    }
+}
+
+impl AsyncBatchFunction for EnrichBatches {
+    type In = TotalEvent;
+    type Out = String;
+
+    fn invoke_batch(&mut self, events: &[TotalEvent], result: BatchResultFuture<String>) {
+        let shared = Arc::clone(&self.shared);
+        let events = events.to_vec();
+        let answer = result.clone();
+        let job = move || {
+            // A panicking batch may have left its connection broken: it is dropped with the
+            // job, and the batch fails.
+            match streamtask_core::catch_panic(|| shared.answer(&events)) {
+                Ok(outcomes) => answer.complete_each(outcomes),
+                Err(panic) => answer.complete_exceptionally(AsyncError::failed(format!(
+                    "blocking call panicked: {panic}"
+                ))),
             }
-            let mut ids: Vec<u32> = events.iter().map(TotalEvent::customer).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let mut found = Vec::with_capacity(ids.len());
-            let looked_up = lookup_many(conn, &ids, &mut found);
-            found.sort_unstable_by_key(|c| c.id);
-            events
-                .iter()
-                .map(|event| {
-                    streamtask_core::catch_panic(|| faults.check(FaultKind::AsyncCompletion))
-                        .map_err(|panic| {
-                            AsyncError::failed(format!("blocking call panicked: {panic}"))
-                        })?;
-                    looked_up.clone()?;
-                    let id = event.customer();
-                    match found.binary_search_by_key(&id, |c| c.id) {
-                        Ok(i) => Ok(vec![event.to_line(&found[i])]),
-                        Err(_) => Err(AsyncError::failed(format!(
-                            "customer {id} is not in the database"
-                        ))),
-                    }
-                })
-                .collect()
-        },
-    )
+        };
+        if let Err(e) = self.pool.execute(job) {
+            result.complete_exceptionally(AsyncError::failed(e));
+        }
+    }
+}
+
+impl EnrichShared {
+    /// Each event's answer, in the events' order.
+    fn answer(&self, events: &[TotalEvent]) -> Vec<Result<Vec<String>, AsyncError>> {
+        let mut conn = match self
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            Some(conn) => conn,
+            None => match open_reader(&self.db) {
+                Ok(conn) => conn,
+                Err(e) => return events.iter().map(|_| Err(e.clone())).collect(),
+            },
+        };
+        if !self.per_event.is_zero() {
+            // One sleep per batch, not per event: a batch under load holds tens of events, so
+            // the sleep is long enough for the timer's slack not to dominate it.
+            let events = u32::try_from(events.len()).unwrap_or(u32::MAX);
+            std::thread::sleep(self.per_event.saturating_mul(events));
+        }
+        let mut ids: Vec<u32> = events.iter().map(TotalEvent::customer).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut found = Vec::with_capacity(ids.len());
+        let looked_up = lookup_many(&mut conn, &ids, &mut found);
+        self.connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(conn);
+        found.sort_unstable_by_key(|c| c.id);
+        events
+            .iter()
+            .map(|event| {
+                streamtask_core::catch_panic(|| self.faults.check(FaultKind::AsyncCompletion))
+                    .map_err(|panic| {
+                        AsyncError::failed(format!("blocking call panicked: {panic}"))
+                    })?;
+                looked_up.clone()?;
+                let id = event.customer();
+                match found.binary_search_by_key(&id, |c| c.id) {
+                    Ok(i) => Ok(vec![event.to_line(&found[i])]),
+                    Err(_) => Err(AsyncError::failed(format!(
+                        "customer {id} is not in the database"
+                    ))),
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -255,7 +328,7 @@ mod tests {
 
     #[test]
     fn batched_lookups_answer_every_call_as_single_lookups_would() {
-        use streamtask_core::function::{AsyncFunction, AsyncOutcome, ResultFuture};
+        use streamtask_core::function::{AsyncOutcome, ResultFuture};
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("customers.db");
         create_customer_db(&db, 100).unwrap();
@@ -264,24 +337,24 @@ mod tests {
         let (sink, completions) = streamtask_core::testing::completion_channel();
         // More distinct customers than one query takes, repeats, and one unknown customer.
         let customers: Vec<u32> = (1..=100).chain([7, 7, 100, 101]).collect();
-        for (entry, &customer) in customers.iter().enumerate() {
-            let event = TotalEvent::Running {
+        let events: Vec<TotalEvent> = customers
+            .iter()
+            .enumerate()
+            .map(|(entry, &customer)| TotalEvent::Running {
                 order: entry as u64,
                 customer,
                 total_cents: 5,
-            };
-            f.invoke(&event, ResultFuture::new(entry as u64, 1, sink.clone()));
-        }
+            })
+            .collect();
+        let futures = (0..events.len())
+            .map(|entry| ResultFuture::new(entry as u64, 1, sink.clone()))
+            .collect();
+        f.invoke_batch(&events, BatchResultFuture::new(futures));
         let mut answers: Vec<_> = (0..customers.len())
             .map(|_| completions.recv().unwrap())
             .collect();
         answers.sort_by_key(|c| c.entry);
-        for (c, &customer) in answers.iter().zip(&customers) {
-            let event = TotalEvent::Running {
-                order: c.entry,
-                customer,
-                total_cents: 5,
-            };
+        for ((c, &customer), event) in answers.iter().zip(&customers).zip(&events) {
             match customer {
                 101 => assert!(matches!(
                     &c.outcome,
@@ -293,7 +366,6 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(f.queued(), 0);
         pool.shutdown();
     }
 

@@ -5,8 +5,8 @@
 //! orders file ──> orders source ──hash(customer)──> totals (keyed, timers) ──> snapshot probe
 //!   (generated)   legacy SourceFunction, or         running + window totals
 //!                 its ported SourceReader
-//!     ──> enrich (async, SQLite through a bounded pool; the calls waiting for a worker are
-//!         looked up in one query) ──> exactly-once file sink
+//!     ──> enrich (async, batched: a batch of events per query, SQLite through a bounded
+//!         pool) ──> exactly-once file sink
 //! ```
 //!
 //! Chaining follows the model: under the legacy model the async enrichment starts its own task
@@ -20,12 +20,12 @@ use std::time::Duration;
 use streamtask::StallReport;
 use streamtask::checkpoint::CheckpointConfig;
 use streamtask_core::Alignment;
-use streamtask_core::async_io::{AsyncConfig, BlockingPool, OutputMode, RetryPolicy};
+use streamtask_core::async_io::{AsyncConfig, BatchConfig, BlockingPool, OutputMode, RetryPolicy};
 use streamtask_core::function::AsyncError;
 use streamtask_core::sync::Mutex;
 
 use super::checkpoints::{EndToEnd, EndToEndRecorder};
-use super::data::{DemoData, Order, TotalEvent, expected_output};
+use super::data::{DemoData, Order, TotalEvent, expected_output, per_key_order_held};
 use super::enrich::{create_customer_db, throttled_enrichment};
 use super::probe::SnapshotFaults;
 use super::source::{OrdersFileReader, OrdersFileSource, StopAt};
@@ -55,13 +55,14 @@ pub const KEYED_PARALLELISM: usize = 2;
 /// Worker threads of the enrichment's blocking pool (shared by the keyed subtasks).
 ///
 /// Two since the lookups are batched
-/// ([`batched_enrichment`](super::enrich::batched_enrichment)): a worker answers every call
-/// queued when it starts, so two keep up with both keyed subtasks; on a two-core machine more
+/// ([`batched_enrichment`](super::enrich::batched_enrichment)): a worker answers a batch of
+/// events per job, so two keep up with both keyed subtasks; on a two-core machine more
 /// workers only add idle threads spinning in the pool queue's `recv` (`sched_yield`) and
 /// context switches (the figures are in PERF-NOTES.md).
 pub const ENRICH_THREADS: usize = 2;
 
-/// The enrichment's async configuration: ordered, 100 in flight, a generous timeout, and
+/// The enrichment's async configuration: ordered, 100 in flight, batches of at most
+/// [`ENRICH_BATCH_SIZE`] closed after [`ENRICH_BATCH_MAX_WAIT`], a generous timeout, and
 /// retries only for a busy database (an injected fault must fail the task, not be retried).
 pub fn enrich_config() -> AsyncConfig<String> {
     enrich_config_in(OutputMode::Ordered)
@@ -73,9 +74,16 @@ pub fn enrich_config_in(mode: OutputMode) -> AsyncConfig<String> {
         .expect("a valid retry policy")
         .retry_if_error(|e| matches!(e, AsyncError::Failed(m) if m.contains("database is locked")));
     AsyncConfig::new(mode, 100)
+        .with_batch(BatchConfig::new(ENRICH_BATCH_SIZE, ENRICH_BATCH_MAX_WAIT))
         .with_timeout(Duration::from_secs(30))
         .with_retry(busy)
 }
+
+/// Events per enrichment batch at most (one query looks up a batch's distinct customers).
+pub const ENRICH_BATCH_SIZE: usize = 32;
+
+/// How long an enrichment batch waits for more events after its first one joined.
+pub const ENRICH_BATCH_MAX_WAIT: Duration = Duration::from_millis(1);
 
 /// The load the demo job runs under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -164,6 +172,10 @@ pub struct DemoRun {
     pub digest: String,
     /// Whether it equals the reference output.
     pub exactly_once: bool,
+    /// With ordered or key-ordered enrichment: whether each customer's committed lines kept
+    /// its events' order ([`per_key_order_held`]); `None` with unordered enrichment, which
+    /// need not keep it.
+    pub per_key_order: Option<bool>,
     /// How the run's checkpoints were aligned ([`DemoJob::alignment`]).
     pub alignment: Alignment,
     /// Each completed checkpoint's end-to-end duration, every attempt.
@@ -412,14 +424,11 @@ impl DemoJob {
             move |_| throttled_enrichment(Arc::clone(&pool), &db, Arc::clone(&faults), delay);
         let config = enrich_config_in(self.async_mode);
         let lines = match self.async_mode {
-            OutputMode::KeyOrdered => totals.key_by(|e: &TotalEvent| e.customer()).async_wait(
-                "enrich",
-                KEYED_PARALLELISM,
-                config,
-                enrich,
-            ),
+            OutputMode::KeyOrdered => totals
+                .key_by(|e: &TotalEvent| e.customer())
+                .async_wait_batched("enrich", KEYED_PARALLELISM, config, enrich),
             OutputMode::Ordered | OutputMode::Unordered => {
-                totals.async_wait("enrich", config, enrich)
+                totals.async_wait_batched("enrich", config, enrich)
             }
         };
         lines.two_phase_file_sink("sink", self.output_dir(model), |l: &String| l.clone());
@@ -521,6 +530,10 @@ impl DemoJob {
         verifying();
         let mut committed =
             streamtask::sink::read_committed(self.output_dir(model)).map_err(JobError::Sink)?;
+        let per_key_order = match self.async_mode {
+            OutputMode::Ordered | OutputMode::KeyOrdered => Some(per_key_order_held(&committed)),
+            OutputMode::Unordered => None,
+        };
         committed.sort_unstable();
         let digest = super::digest(&committed);
         let exactly_once = committed == self.reference();
@@ -530,6 +543,7 @@ impl DemoJob {
             committed,
             digest,
             exactly_once,
+            per_key_order,
             alignment,
             end_to_end: recorder.end_to_end(),
             stalled_checkpoints: std::mem::take(&mut *stalls.lock()),

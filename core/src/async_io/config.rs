@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::batch::BatchConfig;
 use super::retry::RetryPolicy;
 
 /// In which order results leave the async operator.
@@ -48,6 +49,9 @@ pub enum AsyncConfigError {
          the operator an AsyncKey"
     )]
     KeyOrderedWithoutKey,
+    /// Batches of 0 records.
+    #[error("the async batch size is 0; allow at least 1 record per batch")]
+    ZeroBatchSize,
 }
 
 /// How an async operator runs: output mode, capacity (watermarks count), timeout and retries.
@@ -80,6 +84,8 @@ pub struct AsyncConfig<O> {
     pub timeout: Option<Duration>,
     /// When to retry.
     pub retry: RetryPolicy<O>,
+    /// Batched mode: when a batch of calls closes; `None` starts each call on its own.
+    pub batch: Option<BatchConfig>,
 }
 
 impl<O> AsyncConfig<O> {
@@ -90,6 +96,7 @@ impl<O> AsyncConfig<O> {
             capacity,
             timeout: None,
             retry: RetryPolicy::none(),
+            batch: None,
         }
     }
 
@@ -105,14 +112,29 @@ impl<O> AsyncConfig<O> {
         self
     }
 
+    /// Batched mode: the calls of records are started in batches closed as `batch` says (at
+    /// its size, or its max wait after the first record joined), each batch with one call of
+    /// the function's [`flush`](crate::function::AsyncFunction::flush), one deadline (the
+    /// timeout runs from the batch's call) and its records retried together. Run an
+    /// [`AsyncBatchFunction`](super::AsyncBatchFunction) through
+    /// [`BatchedAsyncFunction`](super::BatchedAsyncFunction) in this mode.
+    pub fn with_batch(mut self, batch: BatchConfig) -> Self {
+        self.batch = Some(batch);
+        self
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors
     ///
-    /// [`AsyncConfigError`] for capacity 0, a zero timeout, or retries without a timeout.
+    /// [`AsyncConfigError`] for capacity 0, a zero timeout, retries without a timeout, or a
+    /// batch size of 0.
     pub fn validate(&self) -> Result<(), AsyncConfigError> {
         if self.capacity == 0 {
             return Err(AsyncConfigError::ZeroCapacity);
+        }
+        if self.batch.is_some_and(|b| b.size == 0) {
+            return Err(AsyncConfigError::ZeroBatchSize);
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(AsyncConfigError::ZeroTimeout);
@@ -137,6 +159,7 @@ impl<O> Clone for AsyncConfig<O> {
             capacity: self.capacity,
             timeout: self.timeout,
             retry: self.retry.clone(),
+            batch: self.batch,
         }
     }
 }
@@ -148,6 +171,7 @@ impl<O> fmt::Debug for AsyncConfig<O> {
             .field("capacity", &self.capacity)
             .field("timeout", &self.timeout)
             .field("retry", &self.retry)
+            .field("batch", &self.batch)
             .finish()
     }
 }

@@ -1,5 +1,6 @@
 //! What a user configures and writes async I/O with: the operator's configuration
-//! ([`AsyncConfig`], [`OutputMode`], the key of key-ordered mode: [`AsyncKey`]), retry policies, and the blocking pool that turns a
+//! ([`AsyncConfig`], [`OutputMode`], the key of key-ordered mode: [`AsyncKey`]), batched calls
+//! ([`BatchConfig`], [`AsyncBatchFunction`]), retry policies, and the blocking pool that turns a
 //! blocking client into an [`AsyncFunction`](crate::function::AsyncFunction).
 //!
 //! The user-facing [`AsyncFunction`](crate::function::AsyncFunction) and
@@ -8,11 +9,13 @@
 //! function on an owned tokio runtime) is the runtime's (`streamtask-runtime`); both models'
 //! async operators wrap it.
 
+mod batch;
 mod config;
 mod key;
 mod pool;
 mod retry;
 
+pub use self::batch::{AsyncBatchFunction, BatchConfig, BatchResultFuture, BatchedAsyncFunction};
 pub use self::config::{AsyncConfig, AsyncConfigError, OutputMode};
 pub use self::key::{AsyncKey, KeyPlace};
 pub use self::pool::{

@@ -11,7 +11,7 @@ use super::key_lanes::{KeyLanes, Waiting};
 use super::queue::{ElementQueue, QueueOutput, QueuedInput};
 use streamtask_core::OperatorError;
 use streamtask_core::async_io::RetryPolicy;
-use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, OutputMode};
+use streamtask_core::async_io::{AsyncConfig, AsyncConfigError, AsyncKey, BatchConfig, OutputMode};
 use streamtask_core::function::{
     AsyncFunction, AsyncOutcome, Completion, CompletionSink, ResultFuture,
 };
@@ -25,6 +25,9 @@ use streamtask_core::{StreamRecord, Watermark};
 /// engine's one timeout timer carries no key (its tag is [`TIMEOUT_TIMER`]).
 const TIMEOUT_TIMER: u64 = 0;
 const RETRY_TIMER: u64 = 1;
+/// Batched mode's max-wait timer of the open batch: low bit 0 like the timeout timer's, told
+/// apart by its whole tag (a retry tag has the low bit set, the timeout timer's tag is 0).
+const BATCH_TIMER: u64 = 2;
 
 fn timer_tag(entry: u64, kind: u64) -> u64 {
     (entry << 1) | kind
@@ -161,6 +164,9 @@ pub struct AsyncWaitEngine<F: AsyncFunction> {
     /// call has one (see the module docs, *Timeouts*).
     timeout_timer: Option<SetTimer>,
     phase: Phase,
+    /// Batched mode: the open batch and when it closes (`None`: each call is flushed as it
+    /// starts).
+    batching: Option<Batching>,
     /// The task's metrics (from the services at `open`), whose live state shows the queue's
     /// fill: one relaxed store per element in and per batch out.
     metrics: Option<std::sync::Arc<streamtask_core::metrics::TaskMetrics>>,
@@ -226,6 +232,7 @@ where
             spares: Spares::new(config.capacity),
             timeout_timer: None,
             phase: Phase::Created,
+            batching: config.batch.map(Batching::new),
             metrics: None,
         })
     }
@@ -449,6 +456,19 @@ where
         timer: Timer,
         ctx: &mut Context<'_, F::Out>,
     ) -> Result<(), OperatorError> {
+        if timer.tag == BATCH_TIMER {
+            // Only the open batch's own timer closes it (a batch closed by its size left a
+            // timer that may still fire).
+            if self
+                .batching
+                .as_ref()
+                .and_then(|b| b.timer)
+                .is_some_and(|t| t.at == timer.timestamp)
+            {
+                self.close_batch(ctx)?;
+            }
+            return Ok(());
+        }
         if timer.tag & 1 == TIMEOUT_TIMER {
             return self.on_timeout_timer(timer, ctx);
         }
@@ -467,7 +487,7 @@ where
         }
         call.retry = None;
         start_attempt(&mut self.function, &mut self.spares, key, call, sink);
-        Ok(())
+        self.started(key, ctx)
     }
 
     /// The timeout timer fired: times out every call whose deadline passed, in deadline (then
@@ -498,6 +518,7 @@ where
             })
             .collect();
         expired.sort_unstable();
+        let timed_out = !expired.is_empty();
         for (_, _, key) in expired {
             let Some(call) = self.calls.get_mut(key) else {
                 unreachable!("listed above");
@@ -521,6 +542,14 @@ where
                 unreachable!("a call in flight keeps its attempt's future");
             };
             self.function.timeout(&call.input, future);
+        }
+        // The hooks run now: a batched function kept them back (and the open batch closes
+        // with them).
+        if timed_out {
+            match self.batching {
+                Some(_) => self.close_batch(ctx)?,
+                None => self.function.flush(),
+            }
         }
         let earliest = self
             .calls
@@ -562,7 +591,15 @@ where
             if let Some(retry) = call.retry.take() {
                 ctx.cancel_timer(retry.handle);
                 start_attempt(&mut self.function, &mut self.spares, key, call, sink);
+                match self.batching.as_mut() {
+                    Some(batching) => batching.members.push(key),
+                    None => self.function.flush(),
+                }
             }
+        }
+        // No batch waits for more records once the input ended.
+        if self.batching.is_some() {
+            self.close_batch(ctx)?;
         }
         if self.calls.len() == 0 {
             self.cancel_timeout_timer(ctx);
@@ -648,6 +685,10 @@ where
         self.phase = Phase::Closed;
         self.sink = None;
         self.spares.futures.clear();
+        if let Some(batching) = self.batching.as_mut() {
+            batching.members.clear();
+            batching.timer = None;
+        }
         if opened {
             self.function.close()
         } else {
@@ -679,6 +720,82 @@ where
             admitted = true;
         }
         Ok(admitted)
+    }
+
+    /// Batched mode: the call `key` just started (its function call kept back) joins the open
+    /// batch, which closes when full, when the input ended, or else by its max-wait timer
+    /// (set as its first call joins). Otherwise the call is flushed at once.
+    fn started(&mut self, key: u64, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        let Some(batching) = self.batching.as_mut() else {
+            self.function.flush();
+            return Ok(());
+        };
+        batching.members.push(key);
+        if batching.members.len() == 1 {
+            batching.opened_at = ctx.processing_time();
+        }
+        if self.phase != Phase::Open
+            || batching.members.len() >= batching.config.size
+            || batching.config.max_wait.is_zero()
+        {
+            return self.close_batch(ctx);
+        }
+        if batching.timer.is_none() {
+            let at = batching
+                .opened_at
+                .saturating_add(batching.config.max_wait_millis());
+            let handle = ctx.register_timer(at, BATCH_TIMER)?;
+            batching.timer = Some(SetTimer { at, handle });
+        }
+        Ok(())
+    }
+
+    /// Batched mode: calls the open batch (and the timeouts kept back) through the function's
+    /// `flush`. The batch's calls get their deadline now: the timeout runs from the batch's
+    /// call, one deadline for the batch (a retried call keeps the one it has: the timeout spans
+    /// all attempts).
+    fn close_batch(&mut self, ctx: &mut Context<'_, F::Out>) -> Result<(), OperatorError> {
+        let Some(batching) = self.batching.as_mut() else {
+            unreachable!("only batched mode has batches");
+        };
+        if let Some(timer) = batching.timer.take() {
+            ctx.cancel_timer(timer.handle);
+        }
+        let now = ctx.processing_time();
+        if !batching.members.is_empty() {
+            if let Some(metrics) = &self.metrics {
+                metrics
+                    .async_batch_size
+                    .record_micros(batching.members.len() as u64);
+                let waited_ms = u64::try_from(now.saturating_sub(batching.opened_at)).unwrap_or(0);
+                metrics
+                    .async_batch_wait
+                    .record_micros(waited_ms.saturating_mul(1000));
+            }
+            if let Some(ms) = self.timeout_ms {
+                let at = now.saturating_add(ms);
+                let mut first = false;
+                for &key in &batching.members {
+                    if let Some(call) = self.calls.get_mut(key)
+                        && call.deadline.is_none()
+                        && !call.last_attempt
+                        && call.attempt == 1
+                    {
+                        call.deadline = Some(at);
+                        first = true;
+                    }
+                }
+                if first && self.timeout_timer.is_none_or(|t| at < t.at) {
+                    if let Some(stale) = self.timeout_timer.take() {
+                        ctx.cancel_timer(stale.handle);
+                    }
+                    set_timeout_timer(&mut self.timeout_timer, at, ctx)?;
+                }
+            }
+            batching.members.clear();
+        }
+        self.function.flush();
+        Ok(())
     }
 
     /// Takes the timeout timer down (no call in flight needs it).
@@ -744,7 +861,8 @@ where
         };
         // The key the call gets (its future and retry timers carry it).
         let key = self.calls.next_key();
-        let deadline = match self.timeout_ms {
+        // Batched mode: the deadline is set when the call's batch closes.
+        let deadline = match self.timeout_ms.filter(|_| self.batching.is_none()) {
             Some(ms) => {
                 let at = ctx.processing_time().saturating_add(ms);
                 // Deadlines grow with the clock, so a timer already set is at or before this
@@ -772,7 +890,29 @@ where
             lane,
         });
         self.function.invoke(&call.input, future);
-        Ok(())
+        self.started(key, ctx)
+    }
+}
+
+/// Batched mode's open batch: the calls started since the last one closed.
+struct Batching {
+    config: BatchConfig,
+    /// The open batch's calls (their keys), in the order they started.
+    members: Vec<u64>,
+    /// Processing time the open batch's first call joined.
+    opened_at: i64,
+    /// The open batch's max-wait timer.
+    timer: Option<SetTimer>,
+}
+
+impl Batching {
+    fn new(config: BatchConfig) -> Self {
+        Batching {
+            config,
+            members: Vec::with_capacity(config.size.min(1024)),
+            opened_at: 0,
+            timer: None,
+        }
     }
 }
 
