@@ -49,6 +49,7 @@
 //! group minimum fed from the coordinator's periodic call, without changing these traits.
 
 mod coordinator;
+pub mod porting;
 
 pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 pub use self::coordinator::{
