@@ -32,7 +32,7 @@ fn log() -> Arc<Vec<Vec<String>>> {
     )
 }
 
-fn split_of(record: &String) -> String {
+fn split_of(record: &str) -> String {
     let partition = record[1..].split(':').next().unwrap_or_default();
     format!("partition-{partition}")
 }
@@ -295,7 +295,7 @@ fn kit(
         },
         2,
         Offsets { log },
-        split_of,
+        |record: &String| split_of(record),
     )
     .rescaled_to(3)
     .run()

@@ -2,7 +2,7 @@
 //! `SourceFunction` it replaces, state included, in the user's own test suite.
 //!
 //! [`SplitPortingKit::run`] runs the legacy source through the bridge's
-//! [`PortingKit`](streamtask_bridge::porting::PortingKit) (its schedule, its legacy driver: the
+//! [`PortingKit`] (its schedule, its legacy driver: the
 //! function on its own thread, checkpoints at quiet points between locked sections) and the
 //! split source through a [`SourceCoordinator`] with its readers polled round robin on the
 //! calling thread, checkpointing at the same record counts (the coordinator snapshotted at the
@@ -19,7 +19,7 @@
 //! caught where no failure is scheduled. The first difference is reported as a
 //! [`SplitDivergence`]: the check, the checkpoint, the split, the record's position in the split
 //! and both sides' records, written as the bridge kit writes elements
-//! ([`describe_element`](streamtask_bridge::porting::describe_element)).
+//! ([`describe_element`]).
 //!
 //! Idleness is not compared: a split reader without splits is idle while the legacy source
 //! has no such state. Failures scheduled on the kit (`fail_after`) fail the legacy side only;

@@ -317,6 +317,7 @@ where
     ///
     /// [`PortingError::Failed`], [`PortingError::Stalled`] or [`PortingError::ZeroInterval`],
     /// as [`run`](Self::run).
+    #[allow(clippy::type_complexity)] // one result type, spelled out: its parts are all public
     pub fn run_legacy(&mut self) -> Result<LegacyRun<F::Out, F::State>, PortingError<F::Out>> {
         if self.zero_interval {
             return Err(PortingError::ZeroInterval);
