@@ -16,8 +16,8 @@ use streamtask::source::{
     SplitReader,
 };
 use streamtask_bridge::porting::PortingKit;
-use streamtask_core::OperatorError;
 use streamtask_core::state::{decode, encode};
+use streamtask_core::{OperatorError, Watermark};
 use streamtask_legacy::{SourceContext, SourceFunction};
 use streamtask_mailbox::InputStatus;
 
@@ -57,7 +57,8 @@ impl SourceFunction for LogSource {
                 let mut locked = ctx.lock();
                 let offset = locked.state().get(&p).copied().unwrap_or(0);
                 if let Some(record) = partition.get(offset as usize) {
-                    locked.collect(record.clone())?;
+                    // A record's timestamp is its offset in its partition.
+                    locked.collect_with_timestamp(record.clone(), offset as i64)?;
                     locked.state_mut().insert(p, offset + 1);
                     progressed = true;
                 }
@@ -65,6 +66,10 @@ impl SourceFunction for LogSource {
             if !progressed {
                 return Ok(());
             }
+            // A round emitted every partition's record at one offset: event time passed it.
+            let mut locked = ctx.lock();
+            let round = locked.state().values().copied().max().unwrap_or(0) as i64 - 1;
+            locked.emit_watermark(Watermark(round))?;
         }
         Ok(())
     }
@@ -98,6 +103,9 @@ enum Plant {
     SkipOnRestore,
     /// The enumerator answers a reader's first request with a split it already read.
     ReassignFinished,
+    /// The reader emits its split's timestamp as a watermark after every record, ahead of the
+    /// splits other readers read.
+    WatermarkPerSplit,
 }
 
 struct LogPort {
@@ -184,8 +192,12 @@ impl SplitReader<String> for LogReader {
         let split = &mut self.splits[i];
         match self.log[split.partition].get(split.offset as usize) {
             Some(record) => {
+                let timestamp = split.offset as i64;
                 split.offset += 1;
-                output.collect(record.clone())?;
+                output.collect_with_timestamp(record.clone(), timestamp)?;
+                if self.plant == Plant::WatermarkPerSplit {
+                    output.emit_watermark(Watermark(timestamp))?;
+                }
             }
             None => {
                 let done = self.splits.remove(i);
@@ -305,6 +317,7 @@ fn kit(
 fn the_correct_port_passes_every_check_at_every_checkpoint() {
     let report = kit(Plant::None).unwrap();
     assert_eq!(report.records.len(), 31);
+    assert!(report.records.iter().all(|r| r.timestamp.is_some()));
     assert_eq!(report.checkpoints.len(), 6);
     for checkpoint in 1..=6u64 {
         for check in [
@@ -378,5 +391,22 @@ fn error_divergence(error: &SplitPortingError<String>) -> Option<&SplitDivergenc
     match error {
         SplitPortingError::Diverged(d) => Some(d),
         _ => None,
+    }
+}
+
+#[test]
+fn a_watermark_ahead_of_the_legacy_source_is_caught() {
+    let error = kit(Plant::WatermarkPerSplit).unwrap_err();
+    eprintln!("watermark per split: {error}");
+    match error_divergence(&error) {
+        Some(SplitDivergence::WatermarkAhead {
+            watermark,
+            allowed,
+            after_records,
+        }) => {
+            // After p0:0 the legacy source had emitted p1:0 too before its first watermark.
+            assert_eq!((*watermark, *allowed, *after_records), (0, None, 1));
+        }
+        _ => panic!("expected a watermark divergence, got {error}"),
     }
 }
