@@ -22,6 +22,11 @@
 //! [`Divergence`] naming the element (its index and both sides' elements) and the checkpoint it
 //! follows.
 //!
+//! The legacy side is public as a model for ports of another shape:
+//! [`PortingKit::run_legacy`] and [`PortingKit::run_legacy_from`] run only the legacy source on
+//! the kit's plan, and [`describe_element`] names elements as every report does (the
+//! `streamtask` crate's split-source kit, `streamtask::source::porting`, is built on them).
+//!
 //! # How each side runs
 //!
 //! | | legacy source | reader |
