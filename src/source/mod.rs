@@ -11,6 +11,7 @@
 //! | a reader | in every subtask: on the task thread (mailbox, bridge), under the checkpoint lock (legacy) | [`SplitReader`], [`SplitOutput`], [`SourceEvent`] |
 //! | a split | in the readers' list state and the enumerator's snapshot | [`SourceSplit`] |
 //! | the engine that drives both | the executor (and tests of a source) | [`SourceCoordinator`], [`SplitSourceReader`], [`SplitStateItem`], [`CoordinatorSnapshot`] |
+//! | proving a port of a legacy `SourceFunction` | the user's tests | [`porting::SplitPortingKit`] |
 //!
 //! # The protocol
 //!
@@ -49,6 +50,7 @@
 //! group minimum fed from the coordinator's periodic call, without changing these traits.
 
 mod coordinator;
+pub mod porting;
 
 pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 pub use self::coordinator::{

@@ -22,6 +22,11 @@
 //! [`Divergence`] naming the element (its index and both sides' elements) and the checkpoint it
 //! follows.
 //!
+//! The legacy side is public as a model for ports of another shape:
+//! [`PortingKit::run_legacy`] and [`PortingKit::run_legacy_from`] run only the legacy source on
+//! the kit's plan, and [`describe_element`] names elements as every report does (the
+//! `streamtask` crate's split-source kit, `streamtask::source::porting`, is built on them).
+//!
 //! # How each side runs
 //!
 //! | | legacy source | reader |
@@ -147,6 +152,7 @@ use crate::compat::{LegacyStateCompat, PortedReader, is_legacy_form};
 
 pub use self::report::{
     CheckpointSummary, Divergence, PortingError, PortingReport, RestoreCheck, RestoreSummary, Side,
+    describe_element,
 };
 
 /// How long a side may make no progress before the kit gives up on it, unless set.
@@ -286,6 +292,90 @@ impl<L, R> PortingKit<L, R> {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.plan.timeout = timeout;
         self
+    }
+}
+
+/// What the legacy source committed in a kit's run ([`PortingKit::run_legacy`]): the model a
+/// port of another shape (a split source, compared by the `streamtask` crate's
+/// `source::SplitPortingKit`) is held to.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LegacyRun<T, S> {
+    /// Every committed element in order: records, watermarks and status changes.
+    pub elements: Vec<Emitted<T>>,
+    /// Every checkpoint taken, in order.
+    pub checkpoints: Vec<CheckpointSummary>,
+    /// The source's state at each checkpoint, in the order of `checkpoints`.
+    pub states: Vec<S>,
+}
+
+impl<F, L, R> PortingKit<L, R>
+where
+    L: FnMut() -> F,
+    F: SourceFunction,
+{
+    /// Runs only the legacy side through the kit's plan (schedule, failures, context, clock)
+    /// and returns what it committed with its state at every checkpoint: the public model side
+    /// of the kit, for comparing a port that is not a single `SourceReader`.
+    ///
+    /// # Errors
+    ///
+    /// [`PortingError::Failed`], [`PortingError::Stalled`] or [`PortingError::ZeroInterval`],
+    /// as [`run`](Self::run).
+    #[allow(clippy::type_complexity)] // one result type, spelled out: its parts are all public
+    pub fn run_legacy(&mut self) -> Result<LegacyRun<F::Out, F::State>, PortingError<F::Out>> {
+        if self.zero_interval {
+            return Err(PortingError::ZeroInterval);
+        }
+        let ledger = legacy::run(
+            &mut self.legacy,
+            &self.plan,
+            Ledger::new(&self.plan.schedule),
+        )?;
+        let states = ledger
+            .snapshots
+            .iter()
+            .map(|s| {
+                restore_source_state::<F::State>(Some(s)).map_err(|e| PortingError::Failed {
+                    side: Side::Legacy,
+                    error: OperatorError::state("porting kit", e),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(LegacyRun {
+            elements: ledger.committed,
+            checkpoints: ledger.checkpoints,
+            states,
+        })
+    }
+
+    /// Runs a new legacy source restored with `state` as of `checkpoint` (its position in
+    /// records) to the end (or the kit's `stop_after` limit), without checkpoints or
+    /// failures, and returns what it emits after the restore.
+    ///
+    /// # Errors
+    ///
+    /// [`PortingError::Failed`] (also when `state` does not encode) or
+    /// [`PortingError::Stalled`].
+    pub fn run_legacy_from(
+        &mut self,
+        checkpoint: CheckpointSummary,
+        state: &F::State,
+    ) -> Result<Vec<Emitted<F::Out>>, PortingError<F::Out>> {
+        let mut snapshot = TaskSnapshot::new();
+        snapshot
+            .put_value(TaskSnapshot::SOURCE, state)
+            .map_err(|e| PortingError::Failed {
+                side: Side::Legacy,
+                error: OperatorError::state("porting kit", e),
+            })?;
+        let fork = Ledger::fork(
+            &self.plan.schedule,
+            checkpoint.id,
+            checkpoint.records,
+            snapshot,
+        );
+        Ok(legacy::run(&mut self.legacy, &self.plan, fork)?.committed)
     }
 }
 

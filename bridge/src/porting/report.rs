@@ -157,7 +157,9 @@ pub enum Divergence<T> {
     },
 }
 
-fn element<T: fmt::Debug>(element: &Option<Emitted<T>>) -> String {
+/// How the kit's reports name an element (`"p1:3" @ 17`, `watermark 20`, `an idle mark`,
+/// `nothing` for a missing one): shared by every porting report, so they read alike.
+pub fn describe_element<T: fmt::Debug>(element: Option<&Emitted<T>>) -> String {
     match element {
         Some(Emitted::Record(r)) => match r.timestamp {
             Some(ts) => format!("{:?} @ {ts}", r.value),
@@ -208,8 +210,8 @@ impl<T: fmt::Debug> fmt::Display for Divergence<T> {
                 write!(
                     f,
                     ": the legacy source committed {}, the reader {}",
-                    element(legacy),
-                    element(reader)
+                    describe_element(legacy.as_ref()),
+                    describe_element(reader.as_ref())
                 )?;
                 for (side, from) in [
                     ("legacy source", legacy_restored_from),
@@ -251,8 +253,8 @@ impl<T: fmt::Debug> fmt::Display for Divergence<T> {
                 "after checkpoint {checkpoint} (at record {records}), {restore} diverges at \
                  element {index} after the restore: the legacy source restored from its own \
                  snapshot emits {}, the restored side {}; {}",
-                element(expected),
-                element(got),
+                describe_element(expected.as_ref()),
+                describe_element(got.as_ref()),
                 restore.fix()
             ),
         }
