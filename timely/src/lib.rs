@@ -53,6 +53,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod config;
 mod error;
 mod host;
@@ -60,6 +61,7 @@ mod job;
 mod run;
 pub mod sample;
 
+pub use crate::cluster::{Cluster, completed_checkpoints};
 pub use crate::config::TimelyConfig;
 pub use crate::error::TimelyError;
 pub use crate::job::{LineFiles, SplitRecords, SplitSource, TimelyJob};

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use streamtask::{JobError, JobGraph, Model, StreamEnvironment};
@@ -19,7 +20,7 @@ use streamtask_core::operator::{
     BoxOperator, Chain, Filter, KeyedContext, KeyedProcessOperator, Map, WatermarkStrategy,
 };
 
-use crate::{LineFiles, TimelyJob};
+use crate::{LineFiles, TimelyConfig, TimelyJob, run};
 
 /// A parsed input line: key, value, event time.
 pub type Event = (String, u64, i64);
@@ -100,6 +101,26 @@ fn keep(e: &Event) -> bool {
     !e.1.is_multiple_of(7)
 }
 
+/// What the sample job must commit for `lines`, computed from the data without any runtime
+/// (assuming no record is later than the watermark, as [`write_input`]'s data guarantees).
+pub fn expected_output(lines: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut windows: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for event in lines.iter().map(|l| parse(l)).filter(keep) {
+        let (key, value, ts) = event;
+        out.push(format!("rec,{key},{value}"));
+        let end = ts - ts.rem_euclid(WINDOW_MS) + WINDOW_MS - 1;
+        *windows.entry((key, end)).or_default() += value;
+    }
+    out.extend(
+        windows
+            .into_iter()
+            .map(|((key, end), sum)| format!("win,{key},{end},{sum}")),
+    );
+    out.sort();
+    out
+}
+
 /// The sample job for [`run`](crate::run), committing into `out_dir`.
 pub fn timely_job(inputs: Vec<PathBuf>, out_dir: &Path) -> TimelyJob<String, Event> {
     TimelyJob::new(
@@ -165,4 +186,81 @@ pub fn local_job(model: Model, lines: Vec<String>, out_dir: &Path) -> Result<Job
         .process("totals", 1, |_| WindowTotals)
         .two_phase_file_sink("sink", out_dir, |line: &String| line.clone());
     env.build()
+}
+
+/// The worker program of a multi-process run of the sample job: `args` are
+/// `--inputs DIR --out DIR --checkpoints DIR [--workers W] [--process I --hostfile FILE]
+/// [--interval-ms N] [--max-epoch-records N]`, the same on every process but `--process`.
+/// Exit status 0 when the run committed everything, 1 on a failure (the next run restores the
+/// last complete checkpoint), 2 on bad arguments.
+pub fn worker_main(args: Vec<String>) -> ExitCode {
+    match parse_args(args) {
+        Ok((inputs, out, config)) => match run(timely_job(inputs, &out), &config) {
+            Ok(summary) => {
+                println!(
+                    "read {} records, last checkpoint {:?}, restored from {:?}",
+                    summary.records_read, summary.last_checkpoint, summary.restored_from
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("timely worker: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Err(message) => {
+            eprintln!("timely worker: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse_args(args: Vec<String>) -> Result<(Vec<PathBuf>, PathBuf, TimelyConfig), String> {
+    let value = |name: &str| -> Option<String> {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let need = |v: Option<String>, name: &str| v.ok_or(format!("give {name}"));
+    let number = |v: Option<String>, name: &str, default: u64| -> Result<u64, String> {
+        v.map_or(Ok(default), |s| {
+            s.parse()
+                .map_err(|_| format!("{name} takes a number, not {s:?}"))
+        })
+    };
+    let input_dir = PathBuf::from(need(value("--inputs"), "--inputs DIR")?);
+    let out = PathBuf::from(need(value("--out"), "--out DIR")?);
+    let checkpoints = PathBuf::from(need(value("--checkpoints"), "--checkpoints DIR")?);
+    let workers = number(value("--workers"), "--workers", 1)? as usize;
+    let process = number(value("--process"), "--process", 0)? as usize;
+    let interval = number(value("--interval-ms"), "--interval-ms", 20)?;
+    let max_epoch = number(value("--max-epoch-records"), "--max-epoch-records", 10_000)?;
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&input_dir)
+        .map_err(|e| format!("read --inputs {}: {e}", input_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
+        .collect();
+    inputs.sort();
+    let mut config = TimelyConfig::new(checkpoints)
+        .workers(workers)
+        .checkpoint_interval(Duration::from_millis(interval))
+        .max_epoch_records(max_epoch);
+    if let Some(hostfile) = value("--hostfile") {
+        let text = std::fs::read_to_string(&hostfile)
+            .map_err(|e| format!("read --hostfile {hostfile}: {e}"))?;
+        let addresses: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        if process >= addresses.len() {
+            return Err(format!(
+                "--process {process} is not in the hostfile's {} addresses",
+                addresses.len()
+            ));
+        }
+        config = config.cluster(process, addresses);
+    }
+    Ok((inputs, out, config))
 }
