@@ -121,7 +121,7 @@ pub fn expected_output(lines: &[String]) -> Vec<String> {
     out
 }
 
-/// The sample job for [`run`](crate::run), committing into `out_dir`.
+/// The sample job for [`run`], committing into `out_dir`.
 pub fn timely_job(inputs: Vec<PathBuf>, out_dir: &Path) -> TimelyJob<String, Event> {
     TimelyJob::new(
         "lines",
