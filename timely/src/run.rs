@@ -414,13 +414,12 @@ where
                     let mut ended = false;
                     let mut max_seen = restored_id;
                     move |(input, frontier), output| {
-                        input.for_each_stamp(|time, data| {
+                        // `for_each`, not `for_each_stamp`: the latter sorts containers by
+                        // stamp unstably, and a source's watermark must stay behind its records.
+                        input.for_each(|time, data| {
                             let epoch = *time.least().expect("an epoch stamp is one time");
                             max_seen = max_seen.max(epoch);
-                            stash
-                                .entry(epoch)
-                                .or_default()
-                                .extend(data.flat_map(|d| d.drain(..)));
+                            stash.entry(epoch).or_default().extend(data.drain(..));
                         });
                         let Some(c) = cap.as_mut() else { return };
                         if keyed_shared.stopped() {
@@ -505,13 +504,12 @@ where
                     let mut next = first_epoch;
                     let mut max_seen = restored_id;
                     move |(input, frontier), _output| {
-                        input.for_each_stamp(|time, data| {
+                        // `for_each`, not `for_each_stamp`: the latter sorts containers by
+                        // stamp unstably, and a source's watermark must stay behind its records.
+                        input.for_each(|time, data| {
                             let epoch = *time.least().expect("an epoch stamp is one time");
                             max_seen = max_seen.max(epoch);
-                            stash
-                                .entry(epoch)
-                                .or_default()
-                                .extend(data.flat_map(|d| d.drain(..)));
+                            stash.entry(epoch).or_default().extend(data.drain(..));
                         });
                         let Some(c) = cap.as_mut() else { return };
                         if ck_shared.stopped() {

@@ -75,3 +75,19 @@ fn a_crash_restores_the_last_complete_epoch_exactly_once() {
     );
     assert_eq!(sorted(read_committed(&out).unwrap()), expected);
 }
+
+#[test]
+fn a_sources_watermark_stays_behind_its_records_across_many_containers() {
+    // Large epochs: one epoch of one source spans many exchanged containers, which the keyed
+    // operator must apply in arrival order (a window fired early would be split in two).
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = write_input(&dir.path().join("in"), 4, 3_000).unwrap();
+    let expected = streamtask_timely::sample::expected_output(&read_round_robin(&inputs).unwrap());
+    let out = dir.path().join("timely-out");
+    let config = TimelyConfig::new(dir.path().join("chk"))
+        .workers(2)
+        .checkpoint_interval(Duration::from_secs(60))
+        .max_epoch_records(1_000_000);
+    run(timely_job(inputs, &out), &config).unwrap();
+    assert_eq!(sorted(read_committed(&out).unwrap()), expected);
+}
