@@ -419,7 +419,7 @@ where
                         input.for_each(|time, data| {
                             let epoch = *time.least().expect("an epoch stamp is one time");
                             max_seen = max_seen.max(epoch);
-                            stash.entry(epoch).or_default().extend(data.drain(..));
+                            stash.entry(epoch).or_default().append(data);
                         });
                         let Some(c) = cap.as_mut() else { return };
                         if keyed_shared.stopped() {
@@ -509,7 +509,7 @@ where
                         input.for_each(|time, data| {
                             let epoch = *time.least().expect("an epoch stamp is one time");
                             max_seen = max_seen.max(epoch);
-                            stash.entry(epoch).or_default().extend(data.drain(..));
+                            stash.entry(epoch).or_default().append(data);
                         });
                         let Some(c) = cap.as_mut() else { return };
                         if ck_shared.stopped() {
