@@ -25,6 +25,8 @@ use streamtask_core::async_io::OutputMode;
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
+mod timely_run;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "streamtask",
@@ -60,6 +62,17 @@ enum Command {
     /// state per operator and key group, source positions, async elements in flight, pending
     /// sink transactions, channel state. Exits 3 if a file is damaged.
     Inspect(InspectArgs),
+    /// Run the timely engine's sample job across worker processes on 127.0.0.1 and check it
+    /// against the data and the local mailbox executor (the demo job's shape does not run on
+    /// timely: see the README).
+    Timely(timely_run::TimelyArgs),
+    /// One worker process of `timely` (started by it).
+    #[command(hide = true)]
+    TimelyWorker {
+        /// The worker's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// `compare`'s options (`run` has them too).
@@ -896,6 +909,8 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => bench(&args),
         Command::Inspect(args) => inspect(&args),
+        Command::Timely(args) => timely_run::timely(&args),
+        Command::TimelyWorker { args } => return streamtask_timely::sample::worker_main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,68 @@
+//! streamtask-timely: run a streamtask job on timely-dataflow workers, in one process or across
+//! processes, exactly once through a crash.
+//!
+//! A [`TimelyJob`] is a documented subset of the job shapes the local executor runs: a
+//! [`SplitSource`], a chain of `streamtask_core` operators behind it, a `key_by` (an exchange by
+//! key group: the local executor's assignment, max parallelism 128), a keyed chain (a
+//! `KeyedProcessOperator` with keyed state and event-time timers, and whatever follows it) and
+//! the job library's [`TwoPhaseCommitFileSink`](streamtask::sink::TwoPhaseCommitFileSink).
+//! [`run`] runs it on `W` worker threads per process and `P` processes
+//! ([`TimelyConfig::cluster`]); worker `w` is subtask `w` of every vertex. The same job for the
+//! local executor commits the same lines ([`sample`] has one, used by the tests).
+//!
+//! Checkpoints are epochs: the timestamp of every record is its source's epoch, the source
+//! starts a new one every checkpoint interval, and an operator snapshots its chain for epoch
+//! `k` once its input frontier passed `k`. Snapshots use the local executor's encoding and its
+//! [`CheckpointStorage`](streamtask::checkpoint::CheckpointStorage) (atomic writes, a CRC
+//! manifest), stored by worker 0; the sinks commit when every worker's probe passed `k`. A run
+//! restores the latest complete checkpoint in its directory. The protocol is described in the
+//! engine's module doc (`run.rs`).
+//!
+//! # Limits
+//!
+//! - **No fault tolerance inside timely**: a lost process stops the others (timely's
+//!   connections fail); every process is started again and restores the last complete epoch.
+//! - **No runtime rescale**: a restore needs the checkpoint's number of workers.
+//! - **No unaligned checkpoints**: the frontier is the alignment, so a checkpoint waits for every
+//!   record of its epoch.
+//! - **No flow control in timely**: a source reads on only while the probe shows checkpoint
+//!   `epoch - 2` complete, and an epoch holds at most
+//!   [`max_epoch_records`](TimelyConfig::max_epoch_records) per source worker, so at most two
+//!   epochs are in flight.
+//! - Only the shape above: no legacy `SourceFunction`, no async operators, no processing-time
+//!   timers (the hosted chains see a clock stuck at 0), no side outputs, one keyed stage.
+//! - Watermarks travel in the data (each source worker's bounded out-of-orderness watermark,
+//!   the minimum over them at the keyed stage), not in the timestamps.
+//! - Checkpoint and sink directories must be shared by every process (one machine here).
+//!
+//! # Examples
+//!
+//! ```
+//! use streamtask_timely::sample::{timely_job, write_input};
+//! use streamtask_timely::{TimelyConfig, run};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let inputs = write_input(&dir.path().join("in"), 2, 50).unwrap();
+//! let out = dir.path().join("out");
+//! let config = TimelyConfig::new(dir.path().join("checkpoints")).workers(2);
+//! let summary = run(timely_job(inputs, &out), &config).unwrap();
+//! assert_eq!(summary.records_read, 100);
+//! let committed = streamtask::sink::read_committed(&out).unwrap();
+//! assert!(committed.iter().any(|line| line.starts_with("win,")));
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod cluster;
+mod config;
+mod error;
+mod host;
+mod job;
+mod run;
+pub mod sample;
+
+pub use crate::cluster::{Cluster, completed_checkpoints};
+pub use crate::config::TimelyConfig;
+pub use crate::error::TimelyError;
+pub use crate::job::{LineFiles, SplitRecords, SplitSource, TimelyJob};
+pub use crate::run::{RunSummary, run};
