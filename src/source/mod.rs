@@ -54,7 +54,8 @@
 //! reaches its watermark.
 //!
 //! Which readers hold the group back: a reader that has not emitted a watermark yet counts as
-//! the lowest watermark (the group waits for it); a reader marked idle (by itself, or by the
+//! the lowest watermark (the group waits for it: readers of an aligned source must emit
+//! watermarks, [`SplitOutput::emit_watermark`]); a reader marked idle (by itself, or by the
 //! engine while it holds no split) and a reader that ended are left out until they emit again.
 //! A fast reader runs at most one poll past the bound: the published bound never exceeds the
 //! true minimum plus the drift, since watermarks only grow.
