@@ -6,19 +6,23 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::task::Waker;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use streamtask_core::keygroup::ListState;
 use streamtask_core::state::TaskSnapshot;
-use streamtask_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use streamtask_core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
 use streamtask_core::{OperatorError, catch_panic};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use super::{
     EnumeratorContext, ReaderEvent, Source, SourceError, SourceEvent, SourceSplit, SplitEnumerator,
-    SplitOutput, SplitReader,
+    SplitOutput, SplitReader, WatermarkAlignment,
 };
+
+/// A reader's alignment report when it does not hold its group back (idle, ended).
+const LEFT_OUT: i64 = i64::MAX;
 
 /// The coordinator's state at a checkpoint's trigger, carried in reader 0's list state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +76,10 @@ struct Attempt<S: Source> {
     started: Vec<bool>,
     ended: bool,
     failure: Option<String>,
+    /// Wakers of readers paused by watermark alignment.
+    paused: Vec<Option<Waker>>,
+    /// When the alignment bound was last published.
+    aligned_at: Option<Instant>,
 }
 
 /// The coordinator side of a split source, shared by its readers: holds the enumerator and
@@ -91,6 +99,12 @@ pub struct SourceCoordinator<S: Source> {
     state: Mutex<Attempt<S>>,
     /// Signalled when a reader starts or the attempt ends.
     changed: Condvar,
+    alignment: Option<WatermarkAlignment>,
+    /// Per reader: the highest watermark it emitted (`i64::MIN` before its first one), or
+    /// `LEFT_OUT`.
+    reports: Vec<AtomicI64>,
+    /// The alignment bound: a reader whose watermark is above it is paused.
+    bound: AtomicI64,
 }
 
 impl<S: Source> SourceCoordinator<S> {
@@ -103,7 +117,11 @@ impl<S: Source> SourceCoordinator<S> {
     pub fn new(name: &str, source: S, parallelism: usize) -> Result<Self, SourceError> {
         let parallelism = parallelism.max(1);
         let initial = source.create_enumerator(parallelism)?.snapshot_state(0)?;
+        let alignment = source.watermark_alignment();
         Ok(SourceCoordinator {
+            reports: (0..parallelism).map(|_| AtomicI64::new(i64::MIN)).collect(),
+            bound: AtomicI64::new(initial_bound(alignment)),
+            alignment,
             name: name.to_string(),
             source,
             parallelism,
@@ -123,6 +141,8 @@ impl<S: Source> SourceCoordinator<S> {
                 requesting: vec![false; parallelism],
                 ended: false,
                 failure: None,
+                paused: vec![None; parallelism],
+                aligned_at: None,
             }),
         })
     }
@@ -158,6 +178,8 @@ impl<S: Source> SourceCoordinator<S> {
             finished: Vec::new(),
             requested: false,
             no_more_splits: false,
+            watermark: None,
+            paused: false,
         }
     }
 
@@ -252,6 +274,15 @@ impl<S: Source> SourceCoordinator<S> {
         state.requesting.iter_mut().for_each(|r| *r = false);
         state.ended = false;
         state.failure = None;
+        state.paused.iter_mut().for_each(|w| *w = None);
+        state.aligned_at = None;
+        // Relaxed: no reader of the new attempt runs yet; they start after this returns,
+        // through the lock and the thread spawns that order them after it.
+        self.reports
+            .iter()
+            .for_each(|r| r.store(i64::MIN, Ordering::Relaxed));
+        self.bound
+            .store(initial_bound(self.alignment), Ordering::Relaxed);
         // Release: no reader of the new attempt runs yet; those that start see it.
         self.settled.store(0, Ordering::Release);
         // Release: pairs with the readers' Acquire load; a reader that sees `false` after a
@@ -341,6 +372,7 @@ impl<S: Source> SourceCoordinator<S> {
     /// The periodic call: lets the enumerator discover splits and answer waiting requests.
     pub fn discover(&self) {
         let mut state = self.state.lock();
+        self.align(&mut state);
         if state.failure.is_some() {
             return;
         }
@@ -513,6 +545,61 @@ impl<S: Source> SourceCoordinator<S> {
         }
     }
 
+    /// Publishes the alignment bound if due: the minimum report plus the drift; wakes the
+    /// paused readers to check it (see the lost-wakeup protocol in the module docs).
+    fn align(&self, state: &mut Attempt<S>) {
+        let Some(alignment) = self.alignment else {
+            return;
+        };
+        let now = Instant::now();
+        if state
+            .aligned_at
+            .is_some_and(|at| now.duration_since(at) < alignment.update_interval())
+        {
+            return;
+        }
+        state.aligned_at = Some(now);
+        // Acquire: pairs with the readers' Release stores; a stale report is lower, so the
+        // bound is never above the true minimum plus the drift.
+        let minimum = self
+            .reports
+            .iter()
+            .map(|r| r.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(LEFT_OUT);
+        let bound = minimum.saturating_add(alignment.max_drift_millis());
+        // Release: a paused reader that loads it sees the reports it came from; stored under
+        // the lock, before the wakers are taken (the lost-wakeup protocol).
+        self.bound.fetch_max(bound, Ordering::AcqRel);
+        state
+            .paused
+            .iter_mut()
+            .filter_map(Option::take)
+            .for_each(Waker::wake);
+    }
+
+    /// Whether a reader at `watermark` is within the alignment bound now.
+    fn within_bound(&self, watermark: Option<i64>) -> bool {
+        // Acquire: pairs with the AcqRel publication in `align`.
+        self.alignment.is_none()
+            || watermark.is_none_or(|w| w <= self.bound.load(Ordering::Acquire))
+    }
+
+    /// Wakes `waker` once the bound reaches `watermark` (at once if it does now).
+    fn wake_when_resumed(&self, subtask: usize, watermark: Option<i64>, waker: &Waker) {
+        let mut state = self.state.lock();
+        if state.ended || self.within_bound(watermark) {
+            waker.wake_by_ref();
+        } else {
+            state.paused[subtask] = Some(waker.clone());
+        }
+    }
+
+    fn report(&self, subtask: usize, value: i64) {
+        // Release: pairs with the Acquire load in `align`.
+        self.reports[subtask].store(value, Ordering::Release);
+    }
+
     fn failure(&self) -> Option<SourceError> {
         // Acquire: pairs with the Release store in `fail`, so the reason is set.
         if !self.failed.load(Ordering::Acquire) {
@@ -561,6 +648,12 @@ impl<S: Source> std::fmt::Debug for SourceCoordinator<S> {
             .field("parallelism", &self.parallelism)
             .finish_non_exhaustive()
     }
+}
+
+/// The bound before the first publication: a reader pauses after its first watermark until
+/// the group's minimum is taken.
+fn initial_bound(alignment: Option<WatermarkAlignment>) -> i64 {
+    alignment.map_or(LEFT_OUT, |a| i64::MIN.saturating_add(a.max_drift_millis()))
 }
 
 fn panicked(panic: String) -> SourceError {
@@ -651,6 +744,10 @@ pub struct SplitSourceReader<S: Source> {
     finished: Vec<(String, u64)>,
     requested: bool,
     no_more_splits: bool,
+    /// The highest watermark emitted, for watermark alignment.
+    watermark: Option<i64>,
+    /// Paused by watermark alignment.
+    paused: bool,
 }
 
 impl<S: Source> SplitSourceReader<S> {
@@ -662,6 +759,22 @@ impl<S: Source> SplitSourceReader<S> {
     /// The ids of the splits held now.
     pub fn held_splits(&self) -> BTreeSet<String> {
         self.held.keys().cloned().collect()
+    }
+
+    /// Whether watermark alignment pauses the reader now; tells the user's reader when that
+    /// changes.
+    fn pause_if_ahead(&mut self) -> bool {
+        let ahead = !self.coordinator.within_bound(self.watermark);
+        if ahead != self.paused {
+            self.paused = ahead;
+            let ids: Vec<String> = self.held.keys().cloned().collect();
+            if ahead {
+                self.reader.pause_or_resume_splits(&ids, &[]);
+            } else {
+                self.reader.pause_or_resume_splits(&[], &ids);
+            }
+        }
+        ahead
     }
 
     fn failed(&self, e: SourceError) -> OperatorError {
@@ -724,6 +837,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
         self.take_events()?;
         if self.held.is_empty() {
             if self.no_more_splits {
+                self.coordinator.report(self.subtask, LEFT_OUT);
                 return Ok(InputStatus::EndOfInput);
             }
             if !self.requested {
@@ -735,20 +849,35 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             }
             if self.held.is_empty() {
                 if self.no_more_splits {
+                    self.coordinator.report(self.subtask, LEFT_OUT);
                     return Ok(InputStatus::EndOfInput);
                 }
                 // No split: idle until the enumerator answers.
                 output.mark_idle()?;
+                self.coordinator.report(self.subtask, LEFT_OUT);
                 return Ok(InputStatus::NothingAvailable);
             }
         }
+        if self.pause_if_ahead() {
+            // Paused: neither polled nor marked idle; `register_waker` waits for the bound.
+            return Ok(InputStatus::NothingAvailable);
+        }
         let mut finished = Vec::new();
         let mut events = Vec::new();
-        let status = self.reader.poll_next(&mut SplitOutput {
+        let mut split_output = SplitOutput {
             out: output,
+            watermark: None,
             finished: &mut finished,
             events: &mut events,
-        })?;
+        };
+        let status = self.reader.poll_next(&mut split_output)?;
+        self.watermark = self.watermark.max(split_output.watermark);
+        let report = if status == InputStatus::EndOfInput || output.is_idle() {
+            LEFT_OUT
+        } else {
+            self.watermark.unwrap_or(i64::MIN)
+        };
+        self.coordinator.report(self.subtask, report);
         for id in finished {
             if let Some(Some(number)) = self.held.remove(&id) {
                 self.finished.push((id, number));
@@ -768,7 +897,11 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
 
     fn register_waker(&mut self, waker: &Waker) {
         self.coordinator.wake_when_ready(self.subtask, waker);
-        if !self.held.is_empty() {
+        if self.paused {
+            // The user's reader is not polled while paused: the bound's publication wakes it.
+            self.coordinator
+                .wake_when_resumed(self.subtask, self.watermark, waker);
+        } else if !self.held.is_empty() {
             self.reader.register_waker(waker);
         }
     }

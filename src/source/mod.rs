@@ -42,12 +42,38 @@
 //! trigger but not yet taken by its reader is in the coordinator's snapshot and goes back to the
 //! enumerator ([`SplitEnumerator::add_splits_back`]) on restore unless a reader took it.
 //!
-//! # Pausing a reader
+//! # Watermark alignment
 //!
-//! Nothing pauses a reader yet. Every split has a stable id and every reader is polled by the
-//! engine one step at a time, so pausing (for watermark alignment) can be added as a defaulted
-//! reader method taking the ids of the splits to pause and to resume, and an enumerator-side
-//! group minimum fed from the coordinator's periodic call, without changing these traits.
+//! A source whose [`Source::watermark_alignment`] returns a [`WatermarkAlignment`] keeps its
+//! readers within `max_drift` of each other in event time (Flink's FLIP-182): every reader
+//! reports the highest watermark it emitted; on every `update_interval` the coordinator takes
+//! the minimum over the readers that hold the group back and publishes `minimum + max_drift`
+//! as the group's bound; a reader whose watermark is above the bound is *paused*: it is not
+//! polled (its poll returns `NothingAvailable`, so the task thread keeps taking mail and
+//! checkpoint barriers pass it in every model) and it is told which splits are paused and
+//! resumed through [`SplitReader::pause_or_resume_splits`]. It resumes once a later bound
+//! reaches its watermark.
+//!
+//! Which readers hold the group back: a reader that has not emitted a watermark yet counts as
+//! the lowest watermark (the group waits for it: readers of an aligned source must emit
+//! watermarks, [`SplitOutput::emit_watermark`]); a reader marked idle (by itself, or by the
+//! engine while it holds no split) and a reader that ended are left out until they emit again.
+//! A fast reader runs at most one poll past the bound: the published bound never exceeds the
+//! true minimum plus the drift, since watermarks only grow.
+//!
+//! The lost-wakeup protocol of a paused reader: it checks the bound and, when still paused,
+//! stores its waker, both under the coordinator's lock; the coordinator publishes a new bound
+//! and takes the stored wakers under the same lock. So a bound published after the reader's
+//! check is either seen by its re-check (woken at once) or finds the waker stored (woken by
+//! the publication).
+//!
+//! Idleness: a paused reader is never marked idle by the engine, and its own code is not
+//! polled while paused, so pausing does not make a reader idle (as Flink 2.0 does).
+//!
+//! Not built yet: alignment across sources (a group spans the readers of one source), per-split
+//! watermarks (pausing is per reader: all its splits together), an idleness timeout of a
+//! downstream [`WatermarkStrategy`](crate::prelude::WatermarkStrategy) that ignores paused
+//! time, and the `pausedTimePerSecond` / `idleTimePerSecond` metrics.
 
 mod coordinator;
 pub mod porting;
@@ -59,6 +85,7 @@ pub use self::coordinator::{
 
 use std::fmt;
 use std::task::Waker;
+use std::time::Duration;
 
 use streamtask_core::{BoxError, OperatorError, Watermark};
 use streamtask_mailbox::{InputStatus, ReaderOutput};
@@ -72,6 +99,36 @@ pub enum Boundedness {
     /// The source runs until the job is stopped or cancelled (its enumerator may still end it
     /// with [`SourceEvent::NoMoreSplits`]).
     ContinuousUnbounded,
+}
+
+/// Keeps the readers of a source within `max_drift` of each other in event time: a reader
+/// whose watermark runs more than `max_drift` ahead of the slowest one is paused until the
+/// slowest catches up (see the module docs). Given by [`Source::watermark_alignment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatermarkAlignment {
+    max_drift_ms: i64,
+    update_interval: Duration,
+}
+
+impl WatermarkAlignment {
+    /// Readers at most `max_drift` apart in event time (milliseconds), the slowest one's
+    /// watermark taken every `update_interval` (Flink's default interval is one second).
+    pub fn new(max_drift: Duration, update_interval: Duration) -> Self {
+        WatermarkAlignment {
+            max_drift_ms: i64::try_from(max_drift.as_millis()).unwrap_or(i64::MAX),
+            update_interval,
+        }
+    }
+
+    /// The allowed drift in event-time milliseconds.
+    pub fn max_drift_millis(&self) -> i64 {
+        self.max_drift_ms
+    }
+
+    /// How often the group's minimum is taken.
+    pub fn update_interval(&self) -> Duration {
+        self.update_interval
+    }
 }
 
 /// What went wrong in a split source; the job restarts from its latest checkpoint unless the
@@ -236,6 +293,12 @@ pub trait Source: Send + Sync + 'static {
     /// The reader of subtask `subtask` of `parallelism`; it gets its restored splits through
     /// [`SplitReader::add_splits`].
     fn create_reader(&self, subtask: usize, parallelism: usize) -> Self::Reader;
+
+    /// Whether the readers keep within a drift of each other in event time (see the module
+    /// docs); `None` (the default): they do not.
+    fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
+        None
+    }
 }
 
 /// What an enumerator may do: assign splits, end readers, send events. Given to every
@@ -401,6 +464,14 @@ pub trait SplitReader<T>: Send + 'static {
     /// No split will be assigned any more.
     fn notify_no_more_splits(&mut self) {}
 
+    /// Watermark alignment paused the splits `pause` and resumed the splits `resume` (ids of
+    /// splits held). The reader is not polled while paused; release what the paused splits
+    /// hold upstream (a fetch in flight, a connection) here if that matters. Nothing by
+    /// default.
+    fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
+        let _ = (pause, resume);
+    }
+
     /// The enumerator sent the source's own bytes.
     ///
     /// # Errors
@@ -462,6 +533,8 @@ pub trait SplitReader<T>: Send + 'static {
 /// splits and events to the enumerator.
 pub struct SplitOutput<'o, 'a, T> {
     pub(crate) out: &'o mut ReaderOutput<'a, T>,
+    /// The highest watermark emitted in this poll.
+    pub(crate) watermark: Option<i64>,
     pub(crate) finished: &'o mut Vec<String>,
     pub(crate) events: &'o mut Vec<Vec<u8>>,
 }
@@ -495,6 +568,7 @@ impl<T> SplitOutput<'_, '_, T> {
     ///
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
+        self.watermark = self.watermark.max(Some(watermark.0));
         self.out.emit_watermark(watermark)
     }
 
