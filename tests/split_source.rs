@@ -217,18 +217,30 @@ fn a_user_split_source_rescaled_2_3_1_through_savepoints_commits_exactly_once() 
     }
 }
 
+/// Polls `reader` once: the records it emitted, and its status.
+fn poll_records<S: Source<Output = String>>(
+    reader: &mut SplitSourceReader<S>,
+) -> (Vec<String>, InputStatus) {
+    let mut emitted = Vec::new();
+    let status = reader
+        .poll_next(&mut ReaderOutput::new(&mut emitted))
+        .unwrap();
+    let records = emitted
+        .into_iter()
+        .filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        })
+        .collect();
+    (records, status)
+}
+
 /// Polls `reader` until it ends, returns what it emitted.
 fn drain(reader: &mut SplitSourceReader<MemoryLogSource>) -> Vec<String> {
     let mut out = Vec::new();
     loop {
-        let mut emitted = Vec::new();
-        let status = reader
-            .poll_next(&mut ReaderOutput::new(&mut emitted))
-            .unwrap();
-        out.extend(emitted.into_iter().filter_map(|e| match e {
-            Emitted::Record(r) => Some(r.value),
-            _ => None,
-        }));
+        let (records, status) = poll_records(reader);
+        out.extend(records);
         match status {
             InputStatus::EndOfInput => return out,
             InputStatus::MoreAvailable => {}
@@ -467,14 +479,8 @@ fn read_discovering(
 ) -> Vec<String> {
     let mut out = Vec::new();
     for round in 0..2_000 {
-        let mut emitted = Vec::new();
-        let status = reader
-            .poll_next(&mut ReaderOutput::new(&mut emitted))
-            .unwrap();
-        out.extend(emitted.into_iter().filter_map(|e| match e {
-            Emitted::Record(r) => Some(r.value),
-            _ => None,
-        }));
+        let (records, status) = poll_records(reader);
+        out.extend(records);
         match status {
             InputStatus::EndOfInput => return out,
             InputStatus::MoreAvailable => {}
@@ -511,14 +517,7 @@ fn a_request_answered_at_a_discovery_with_a_claimed_split_is_asked_again() {
     coordinator.checkpoint_coordinator(1);
     let mut first = Vec::new();
     while first.len() < 2 {
-        let mut emitted = Vec::new();
-        reader
-            .poll_next(&mut ReaderOutput::new(&mut emitted))
-            .unwrap();
-        first.extend(emitted.into_iter().filter_map(|e| match e {
-            Emitted::Record(r) => Some(r.value),
-            _ => None,
-        }));
+        first.extend(poll_records(&mut reader).0);
         std::thread::sleep(Duration::from_millis(2));
         coordinator.discover();
     }
@@ -528,11 +527,7 @@ fn a_request_answered_at_a_discovery_with_a_claimed_split_is_asked_again() {
         "one file first"
     );
     // Let the reader notice that its split ended.
-    let mut emitted = Vec::new();
-    reader
-        .poll_next(&mut ReaderOutput::new(&mut emitted))
-        .unwrap();
-    assert!(emitted.iter().all(|e| !matches!(e, Emitted::Record(_))));
+    assert!(poll_records(&mut reader).0.is_empty());
     let state = reader.snapshot_state(1).unwrap();
     drop(reader);
     coordinator.end_attempt();
