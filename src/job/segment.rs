@@ -1,21 +1,17 @@
 //! Open chain segments: how a vertex's head (a source, a gate) and the operators chained behind
 //! it start as a task in each model.
 
-use std::fmt;
 use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamtask_core::async_io::{AsyncConfig, AsyncKey};
 use streamtask_core::function::AsyncFunction;
-use streamtask_core::operator::{
-    BoxOperator, Chain, Operator, SideOutputs, TwoInputChain, TwoInputOperator,
-};
+use streamtask_core::operator::{BoxOperator, Chain, SideOutputs, TwoInputChain, TwoInputOperator};
 use streamtask_core::task::TaskConfig;
-use streamtask_core::{OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output};
 use streamtask_legacy::{SourceContextConfig, SourceFunction};
 use streamtask_mailbox::SourceReader;
-use streamtask_runtime::channel::{InputGate, RecordWriter, TwoInputGate};
+use streamtask_runtime::channel::{InputGate, TwoInputGate};
 
 use super::JobError;
 use super::channel_state::{decode_range, gate_codec};
@@ -312,62 +308,5 @@ impl<T: Send + 'static> Segment<T> for InputSegment<T> {
                 }
             })
         })
-    }
-}
-
-/// The last operator of a chain that fans out: a copy of every record (and every watermark and
-/// status) into each branch's writer.
-pub(crate) struct FanOutWriter<T> {
-    pub(crate) name: String,
-    pub(crate) writers: Vec<RecordWriter<T>>,
-}
-
-impl<T: Clone + Send> Operator for FanOutWriter<T> {
-    type In = T;
-    type Out = ();
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn process_element(
-        &mut self,
-        record: StreamRecord<T>,
-        _ctx: &mut streamtask_core::operator::Context<'_, ()>,
-    ) -> Result<(), OperatorError> {
-        let (last, rest) = self.writers.split_last_mut().expect("at least one branch");
-        for writer in rest {
-            writer.collect(record.clone())?;
-        }
-        last.collect(record)
-    }
-
-    fn process_watermark(
-        &mut self,
-        watermark: Watermark,
-        _ctx: &mut streamtask_core::operator::Context<'_, ()>,
-    ) -> Result<(), OperatorError> {
-        self.writers
-            .iter_mut()
-            .try_for_each(|w| w.emit_watermark(watermark))
-    }
-
-    fn process_status(
-        &mut self,
-        status: StreamStatus,
-        _ctx: &mut streamtask_core::operator::Context<'_, ()>,
-    ) -> Result<(), OperatorError> {
-        self.writers
-            .iter_mut()
-            .try_for_each(|w| w.emit_status(status))
-    }
-}
-
-impl<T> fmt::Debug for FanOutWriter<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FanOutWriter")
-            .field("name", &self.name)
-            .field("branches", &self.writers.len())
-            .finish()
     }
 }

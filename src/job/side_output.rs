@@ -25,7 +25,7 @@ use super::segment::Segment;
 use super::side_channels::SideRegistry;
 use super::spawn::{SpawnCtx, Spawner, Tail};
 use super::stream::DataStream;
-use super::wiring::{ChannelOutput, EdgeChannels, EdgePattern};
+use super::wiring::{EdgeChannels, EdgePattern};
 
 impl StreamEnvironment {
     /// A side-output registry for the operator at `index` of `vertex`'s chain, kept in the graph
@@ -163,12 +163,10 @@ impl<T> DataStream<T> {
         let install_tag = tag.clone();
         registry.add(Box::new(move |ctx, side: &mut SideOutputs| {
             let senders = ctx.wiring.take_senders::<X>(edge, ctx.subtask);
-            let channels = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
-            side.add(
-                &install_tag,
-                RecordWriter::new(senders, Partitioner::Forward)?
-                    .with_metrics(std::sync::Arc::clone(&ctx.metrics)),
-            );
+            let writer = RecordWriter::new(senders, Partitioner::Forward)?
+                .with_metrics(std::sync::Arc::clone(&ctx.metrics));
+            let channels = writer.control();
+            side.add(&install_tag, writer);
             Ok(Box::new(channels) as Box<dyn TaskOutput<()>>)
         }));
         let input = PlannedInput {

@@ -22,12 +22,11 @@ use super::builder::{EdgeSpec, VertexSpec};
 use super::environment::StreamEnvironment;
 use super::plan::{PlannedInput, PlannedTask, SourceAdapter};
 use super::segment::{
-    FanOutWriter, InputSegment, LegacyAsyncSegment, LegacySourceSegment, ReaderSegment, Segment,
-    ThenSegment,
+    InputSegment, LegacyAsyncSegment, LegacySourceSegment, ReaderSegment, Segment, ThenSegment,
 };
 use super::sources::IterReader;
 use super::spawn::{OpFactory, PartitionerFactory, Tail};
-use super::wiring::{ChannelOutput, ChannelWriter, EdgeChannels, EdgePattern};
+use super::wiring::{EdgeChannels, EdgePattern};
 use crate::Model;
 
 impl StreamEnvironment {
@@ -495,10 +494,11 @@ impl<T: Send + 'static> DataStream<T> {
         let writer_name = format!("{} -> {next_vertex}", self.vertex);
         let tail: Tail<T> = Arc::new(move |ctx| {
             let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
-            let output = ChannelOutput::new(senders.clone())?.with_live(&ctx.metrics);
             let writer = RecordWriter::new(senders, partitioner(ctx.subtask))?
-                .with_metrics(Arc::clone(&ctx.metrics));
-            let op: BoxOperator<T, ()> = Box::new(ChannelWriter::new(writer_name.clone(), writer));
+                .with_metrics(Arc::clone(&ctx.metrics))
+                .named(writer_name.clone());
+            let output = writer.control();
+            let op: BoxOperator<T, ()> = Box::new(writer);
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
         let up = self.parallelism;
@@ -839,21 +839,17 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         let writer_name = format!("{} -> fan-out", self.vertex);
         let tail_edges = edges.clone();
         let tail: Tail<T> = Arc::new(move |ctx| {
-            let mut writers = Vec::new();
+            // Every branch is a forward edge of the same parallelism: this subtask has one
+            // channel into each, and a broadcast over them copies every record into each branch.
             let mut all = Vec::new();
             for &edge in &tail_edges {
-                let senders = ctx.wiring.take_senders::<T>(edge, ctx.subtask);
-                all.extend(senders.iter().cloned());
-                writers.push(
-                    RecordWriter::new(senders, Partitioner::Forward)?
-                        .with_metrics(Arc::clone(&ctx.metrics)),
-                );
+                all.extend(ctx.wiring.take_senders::<T>(edge, ctx.subtask));
             }
-            let output = ChannelOutput::new(all)?.with_live(&ctx.metrics);
-            let op: BoxOperator<T, ()> = Box::new(FanOutWriter {
-                name: writer_name.clone(),
-                writers,
-            });
+            let writer = RecordWriter::new(all, Partitioner::broadcast())?
+                .with_metrics(Arc::clone(&ctx.metrics))
+                .named(writer_name.clone());
+            let output = writer.control();
+            let op: BoxOperator<T, ()> = Box::new(writer);
             Ok((op, Box::new(output) as Box<dyn TaskOutput<()>>))
         });
         let parallelism = self.parallelism;

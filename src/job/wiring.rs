@@ -1,25 +1,17 @@
-//! Channels between the job's tasks, made fresh for every attempt, and the two ends of a
-//! task's output into them.
+//! Channels between the job's tasks, made fresh for every attempt.
 //!
-//! A task's records leave through [`ChannelWriter`], the last operator of its chain, which
-//! partitions them (forward or by key). Barriers and end of input leave through the task's output,
-//! a [`ChannelOutput`] over clones of the same senders. Both run on the thread that holds the
-//! chain (under the checkpoint lock in the legacy model), one after the other, so a barrier is
-//! never overtaken by a record emitted before it. The split keeps the job builder's chains
-//! erased to `BoxOperator<In, ()>` while the task still sees a real output: its availability
-//! drives the mailbox model's soft backpressure.
+//! A task's chain ends in the runtime's [`RecordWriter`](streamtask_runtime::channel::RecordWriter)
+//! over the senders of its outgoing edge (forward, by key, broadcast over a fan-out's
+//! branches), and the task's output is that writer's
+//! [`control`](streamtask_runtime::channel::RecordWriter::control) side, for barriers, end of
+//! input and availability.
 
 use std::any::Any;
 use std::fmt;
-use std::task::Waker;
 
-use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::operator::{Context, Operator, Output, TaskOutput};
+use streamtask_core::StreamElement;
 use streamtask_core::sync::Mutex;
-use streamtask_core::{
-    CheckpointBarrier, OperatorError, StreamElement, StreamRecord, StreamStatus, Watermark,
-};
-use streamtask_runtime::channel::{Partitioner, Receiver, RecordWriter, Sender, bounded};
+use streamtask_runtime::channel::{Receiver, Sender, bounded};
 
 use super::JobError;
 
@@ -241,114 +233,5 @@ impl fmt::Debug for Wiring {
         f.debug_struct("Wiring")
             .field("edges", &self.edges.len())
             .finish()
-    }
-}
-
-/// The last operator of a chain that feeds other tasks: partitions records into the channels.
-pub(crate) struct ChannelWriter<T> {
-    name: String,
-    writer: RecordWriter<T>,
-}
-
-impl<T: Send> ChannelWriter<T> {
-    pub(crate) fn new(name: String, writer: RecordWriter<T>) -> Self {
-        ChannelWriter { name, writer }
-    }
-}
-
-impl<T: Send> Operator for ChannelWriter<T> {
-    type In = T;
-    type Out = ();
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    #[inline]
-    fn process_element(
-        &mut self,
-        record: StreamRecord<T>,
-        _ctx: &mut Context<'_, ()>,
-    ) -> Result<(), OperatorError> {
-        self.writer.collect(record)
-    }
-
-    fn process_watermark(
-        &mut self,
-        watermark: Watermark,
-        _ctx: &mut Context<'_, ()>,
-    ) -> Result<(), OperatorError> {
-        self.writer.emit_watermark(watermark)
-    }
-
-    fn process_status(
-        &mut self,
-        status: StreamStatus,
-        _ctx: &mut Context<'_, ()>,
-    ) -> Result<(), OperatorError> {
-        self.writer.emit_status(status)
-    }
-}
-
-impl<T> fmt::Debug for ChannelWriter<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChannelWriter")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A task's output into downstream channels for what is not a record: barriers, end of input,
-/// and availability (for soft backpressure).
-pub(crate) struct ChannelOutput<T> {
-    writer: RecordWriter<T>,
-}
-
-impl<T: Send> ChannelOutput<T> {
-    pub(crate) fn new(senders: Vec<Sender<StreamElement<T>>>) -> Result<Self, JobError> {
-        // Records never pass here; round robin only satisfies the writer's shape rules.
-        Ok(ChannelOutput {
-            writer: RecordWriter::new(senders, Partitioner::RoundRobin)?,
-        })
-    }
-
-    /// Shows a barrier or end of input blocked on a full channel in the task's live state.
-    pub(crate) fn with_live(mut self, metrics: &std::sync::Arc<TaskMetrics>) -> Self {
-        self.writer = self.writer.with_live(std::sync::Arc::clone(metrics));
-        self
-    }
-}
-
-impl<T: Send> Output<()> for ChannelOutput<T> {
-    fn collect(&mut self, _record: StreamRecord<()>) -> Result<(), OperatorError> {
-        // The chain ends in a ChannelWriter, whose output type is (); nothing reaches here.
-        Ok(())
-    }
-    fn emit_watermark(&mut self, _watermark: Watermark) -> Result<(), OperatorError> {
-        Ok(())
-    }
-    fn emit_status(&mut self, _status: StreamStatus) -> Result<(), OperatorError> {
-        Ok(())
-    }
-}
-
-impl<T: Send> TaskOutput<()> for ChannelOutput<T> {
-    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
-        self.writer.broadcast_barrier(barrier)
-    }
-    fn end_of_input(&mut self) -> Result<(), OperatorError> {
-        self.writer.end_of_input()
-    }
-    fn is_available(&self) -> bool {
-        self.writer.is_available()
-    }
-    fn register_availability_waker(&self, waker: &Waker) {
-        self.writer.register_availability_waker(waker);
-    }
-}
-
-impl<T> fmt::Debug for ChannelOutput<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChannelOutput").finish_non_exhaustive()
     }
 }

@@ -8,7 +8,7 @@
 //! | [`BarrierAligner`] | the exactly-once barrier alignment state machine (pure, no I/O) | the gates |
 //! | [`WatermarkValve`] | combines per-channel watermarks and stream status (pure, no I/O) | the gates |
 //! | [`InputGate`], [`TwoInputGate`] | read N channels fairly, align barriers, combine watermarks | a task's input |
-//! | [`RecordWriter`] | a task's [`TaskOutput`](streamtask_core::operator::TaskOutput) into downstream channels | a task's output |
+//! | [`RecordWriter`], [`WriterControl`] | a task's [`TaskOutput`](streamtask_core::operator::TaskOutput) into downstream channels, or the last operator of its chain with its control side | a task's output |
 //! | [`ChannelState`], [`ChannelCodec`] | what an unaligned checkpoint overtook, its format and codec | the gates, the job's restore |
 //!
 //! # Unaligned checkpoints
@@ -112,4 +112,4 @@ pub use self::event::{InputEvent, TwoInputRecord};
 pub use self::gate::{GateError, InputClosed, InputGate, TwoInputGate};
 pub use self::state::{ChannelCodec, ChannelState, ChannelStateError};
 pub use self::valve::{ValveOutput, ValveUpdate, WatermarkValve};
-pub use self::writer::{Partitioner, PickChannel, RecordWriter, WriterError};
+pub use self::writer::{Partitioner, PickChannel, RecordWriter, WriterControl, WriterError};

@@ -13,7 +13,7 @@ use streamtask_core::keygroup::{
     DEFAULT_MAX_PARALLELISM, StableKey, key_group_of, operator_index_for_key_group,
 };
 use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::operator::{Output, TaskOutput};
+use streamtask_core::operator::{Context, Operator, Output, TaskOutput};
 use streamtask_core::{CheckpointBarrier, StreamElement, StreamRecord, StreamStatus, Watermark};
 
 /// How records are spread over the downstream channels.
@@ -199,6 +199,8 @@ pub struct RecordWriter<T> {
     /// Whose live state shows a blocked send (see
     /// [`TaskLive::send_blocked`](streamtask_core::live::TaskLive::send_blocked)).
     live: Option<Arc<TaskMetrics>>,
+    /// Its name as the last operator of a chain ([`named`](Self::named)).
+    name: String,
 }
 
 impl<T> RecordWriter<T> {
@@ -226,7 +228,31 @@ impl<T> RecordWriter<T> {
             next: 0,
             metrics: None,
             live: None,
+            name: String::from("record writer"),
         })
+    }
+
+    /// Names the writer as the last operator of a task's chain (see the
+    /// [`Operator`] implementation): the name operator errors and reports show.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The task output of a chain that ends in this writer: barriers, end of input and
+    /// availability, over the same channels (see [`WriterControl`]).
+    pub fn control(&self) -> WriterControl<T> {
+        WriterControl {
+            writer: RecordWriter {
+                channels: self.channels.clone(),
+                // Records never pass the control side: the partitioner is never asked.
+                partitioner: Partitioner::RoundRobin,
+                next: 0,
+                metrics: None,
+                live: self.live.clone(),
+                name: self.name.clone(),
+            },
+        }
     }
 
     /// Counts `records_out` and backpressured time into `metrics`, and shows a blocked send in
@@ -417,9 +443,97 @@ impl<T: Send> TaskOutput<T> for RecordWriter<T> {
     }
 }
 
+/// A writer as the last operator of a task's chain: the chain's records, watermarks and
+/// status changes leave through it into the channels, and its output type is `()`. The task's
+/// own output for what is not a record (barriers, end of input, availability) is the writer's
+/// [`control`](RecordWriter::control) side over the same channels. Both run on the thread that
+/// holds the chain, one after the other, so a barrier never overtakes a record emitted before it.
+///
+/// A chain ending in the writer keeps a job builder's chains one type, `BoxOperator<In, ()>`,
+/// whatever the edge's element type, while the task still sees a real output whose
+/// availability drives the mailbox model's soft backpressure.
+impl<T: Send> Operator for RecordWriter<T> {
+    type In = T;
+    type Out = ();
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[inline]
+    fn process_element(
+        &mut self,
+        record: StreamRecord<T>,
+        _ctx: &mut Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.collect(record)
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        _ctx: &mut Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.emit_watermark(watermark)
+    }
+
+    fn process_status(
+        &mut self,
+        status: StreamStatus,
+        _ctx: &mut Context<'_, ()>,
+    ) -> Result<(), OperatorError> {
+        self.emit_status(status)
+    }
+}
+
+/// The task output of a chain that ends in a [`RecordWriter`]: barriers and end of input go
+/// into the writer's channels, and the task reads their availability; records never reach it
+/// (the chain's last operator, the writer, has output type `()`). Made by
+/// [`RecordWriter::control`].
+pub struct WriterControl<T> {
+    writer: RecordWriter<T>,
+}
+
+impl<T: Send> Output<()> for WriterControl<T> {
+    fn collect(&mut self, _record: StreamRecord<()>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    fn emit_watermark(&mut self, _watermark: Watermark) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    fn emit_status(&mut self, _status: StreamStatus) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+impl<T: Send> TaskOutput<()> for WriterControl<T> {
+    fn broadcast_barrier(&mut self, barrier: CheckpointBarrier) -> Result<(), OperatorError> {
+        self.writer.broadcast_barrier(barrier)
+    }
+    fn end_of_input(&mut self) -> Result<(), OperatorError> {
+        self.writer.end_of_input()
+    }
+    fn is_available(&self) -> bool {
+        self.writer.is_available()
+    }
+    fn register_availability_waker(&self, waker: &Waker) {
+        self.writer.register_availability_waker(waker);
+    }
+}
+
+impl<T> fmt::Debug for WriterControl<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterControl")
+            .field("name", &self.writer.name)
+            .field("channels", &self.writer.channels.len())
+            .finish()
+    }
+}
+
 impl<T> fmt::Debug for RecordWriter<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecordWriter")
+            .field("name", &self.name)
             .field("channels", &self.channels.len())
             .field("partitioner", &self.partitioner)
             .finish_non_exhaustive()

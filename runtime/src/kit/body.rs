@@ -83,7 +83,12 @@ pub enum Drain {
     Finished,
 }
 
-/// What [`ChainBody::apply`] left to the model.
+/// What [`ChainBody::apply`] left to the model: the one step result every model reads.
+///
+/// The mailbox model's input loop adds two outcomes of its own around it (the output is
+/// unavailable, or a pending stop-with-savepoint suspends the input); they come from the
+/// mailbox task's scheduling, not from the chain, so they stay out of this type and the legacy
+/// and bridge models never match on cases they cannot meet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Applied {
