@@ -1824,7 +1824,11 @@ fn a_batch_retry_due_at_the_instant_of_its_timeout_gives_each_record_the_hooks_a
         };
         assert_eq!(hooks.inputs, vec![1, 2], "{model:?}: one timeout call");
         for batch in &retried {
-            assert_eq!(batch.inputs, vec![1, 2], "{model:?}: the retry, if it ran first");
+            assert_eq!(
+                batch.inputs,
+                vec![1, 2],
+                "{model:?}: the retry, if it ran first"
+            );
             answer_times_ten(batch); // too late
         }
         t.end();

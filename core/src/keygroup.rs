@@ -232,7 +232,10 @@ pub fn murmur3_32(bytes: &[u8], seed: u32) -> u32 {
 /// reused from call to call: keyed records are placed one after another, and a fresh
 /// allocation per record would cost more than hashing the bytes. A re-entrant call (a key whose
 /// encoding places another key) gets a buffer of its own.
-pub(crate) fn with_stable_bytes<K: StableKey + ?Sized, R>(key: &K, f: impl FnOnce(&[u8]) -> R) -> R {
+pub(crate) fn with_stable_bytes<K: StableKey + ?Sized, R>(
+    key: &K,
+    f: impl FnOnce(&[u8]) -> R,
+) -> R {
     thread_local! {
         static BYTES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
