@@ -1726,6 +1726,45 @@ fn a_batch_times_out_as_one_and_its_fallbacks_are_emitted_once() {
     }
 }
 
+/// A batch function with the default timeout hook: it answers nothing, and the task fails.
+struct UnansweredBatches(crossbeam::channel::Sender<Vec<u64>>);
+
+impl AsyncBatchFunction for UnansweredBatches {
+    type In = u64;
+    type Out = u64;
+
+    fn invoke_batch(&mut self, inputs: &[u64], _result: BatchResultFuture<u64>) {
+        let _ = self.0.send(inputs.to_vec());
+    }
+}
+
+/// Without a `timeout_batch` of its own, a batch that times out fails the task (the default
+/// hook fails each record with a timeout), naming a record of the batch; nothing is emitted.
+#[test]
+fn a_batch_timing_out_without_a_hook_fails_the_task() {
+    for model in MODELS {
+        let config = batched(OutputMode::Ordered, 2).with_timeout(Duration::from_millis(10));
+        let (tx, batches) = crossbeam::channel::unbounded();
+        let function = BatchedAsyncFunction::new(UnansweredBatches(tx));
+        let t = start_any(model, config, function, None, true, None);
+        t.record(1, 1);
+        t.record(2, 2);
+        assert_eq!(
+            batches.recv_timeout(GUARD).unwrap(),
+            vec![1, 2],
+            "{model:?}"
+        );
+        t.advance(11);
+        let (outcome, emitted) = t.join();
+        let message = async_failure(model, &outcome);
+        assert!(message.contains("timed out"), "{model:?}: {message}");
+        assert!(
+            !emitted.iter().any(|e| matches!(e, Emitted::Record(_))),
+            "{model:?}: {emitted:?}"
+        );
+    }
+}
+
 /// A batch call fails for two of its three records: those two are retried as one batch of
 /// their own, as soon as the policy's delay passed (not after the max wait), and a record
 /// waiting in the open batch meanwhile is never part of it.
