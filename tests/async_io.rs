@@ -1726,14 +1726,56 @@ fn a_batch_times_out_as_one_and_its_fallbacks_are_emitted_once() {
     }
 }
 
+/// A batch function with the default timeout hook: it answers nothing, and the task fails.
+struct UnansweredBatches(crossbeam::channel::Sender<Vec<u64>>);
+
+impl AsyncBatchFunction for UnansweredBatches {
+    type In = u64;
+    type Out = u64;
+
+    fn invoke_batch(&mut self, inputs: &[u64], _result: BatchResultFuture<u64>) {
+        let _ = self.0.send(inputs.to_vec());
+    }
+}
+
+/// Without a `timeout_batch` of its own, a batch that times out fails the task (the default
+/// hook fails each record with a timeout), naming a record of the batch; nothing is emitted.
 #[test]
-fn a_failed_batch_is_retried_together_and_each_result_emitted_once() {
+fn a_batch_timing_out_without_a_hook_fails_the_task() {
+    for model in MODELS {
+        let config = batched(OutputMode::Ordered, 2).with_timeout(Duration::from_millis(10));
+        let (tx, batches) = crossbeam::channel::unbounded();
+        let function = BatchedAsyncFunction::new(UnansweredBatches(tx));
+        let t = start_any(model, config, function, None, true, None);
+        t.record(1, 1);
+        t.record(2, 2);
+        assert_eq!(
+            batches.recv_timeout(GUARD).unwrap(),
+            vec![1, 2],
+            "{model:?}"
+        );
+        t.advance(11);
+        let (outcome, emitted) = t.join();
+        let message = async_failure(model, &outcome);
+        assert!(message.contains("timed out"), "{model:?}: {message}");
+        assert!(
+            !emitted.iter().any(|e| matches!(e, Emitted::Record(_))),
+            "{model:?}: {emitted:?}"
+        );
+    }
+}
+
+/// A batch call fails for two of its three records: those two are retried as one batch of
+/// their own, as soon as the policy's delay passed (not after the max wait), and a record
+/// waiting in the open batch meanwhile is never part of it.
+#[test]
+fn a_failed_batch_is_retried_as_one_batch_and_each_result_emitted_once() {
     for model in MODELS {
         let retry = RetryPolicy::fixed_delay(3, Duration::from_millis(2))
             .unwrap()
             .retry_if_error(|_| true);
-        // A long max wait: the retries (each due 2 ms after its record's failure was applied)
-        // join one batch, closed by its size.
+        // A max wait no test reaches: a batch closes by its size, before a retry, or at the
+        // end of input.
         let config = AsyncConfig::new(OutputMode::Unordered, 16)
             .with_batch(BatchConfig::new(3, Duration::from_secs(3600)))
             .with_timeout(Duration::from_secs(7200))
@@ -1744,19 +1786,101 @@ fn a_failed_batch_is_retried_together_and_each_result_emitted_once() {
         }
         let first = next_batch(&batches);
         assert_eq!(first.inputs, vec![1, 2, 3]);
-        first
-            .result
-            .complete_exceptionally(AsyncError::failed("overloaded"));
-        let again = advance_until_batch(&t, &batches);
-        assert_eq!(again.inputs, vec![1, 2, 3], "{model:?}: one retry batch");
-        answer_times_ten(&again);
+        t.record(4, 4); // waits in the open batch
+        first.result.complete_each(vec![
+            Err(AsyncError::failed("overloaded")),
+            Err(AsyncError::failed("overloaded")),
+            Ok(vec![30]),
+        ]);
+        // Completions apply in order: 3's result shows 1's and 2's retries were scheduled.
+        assert_eq!(t.output.wait_len(1), vec![rec(30, 3)], "{model:?}");
+        let mut others = Vec::new();
+        let retried = loop {
+            let batch = advance_until_batch(&t, &batches);
+            if batch.inputs.contains(&1) || batch.inputs.contains(&2) {
+                break batch;
+            }
+            others.push(batch);
+        };
+        assert_eq!(retried.inputs, vec![1, 2], "{model:?}: one retry batch");
+        answer_times_ten(&retried);
+        t.end();
+        if others.is_empty() {
+            others.push(next_batch(&batches)); // the open batch, closed by the end of input
+        }
+        assert_eq!(others.len(), 1, "{model:?}");
+        assert_eq!(others[0].inputs, vec![4], "{model:?}: a batch of its own");
+        answer_times_ten(&others[0]);
+        let mut out = finished(model, t.join());
+        out.sort_by_key(|e| match e {
+            Emitted::Record(r) => r.value,
+            _ => 0,
+        });
+        assert_eq!(
+            out,
+            vec![rec(10, 1), rec(20, 2), rec(30, 3), rec(40, 4)],
+            "{model:?}"
+        );
+    }
+}
+
+/// FLINK-40456 for a batch: the batch's retry is due at the very instant its records time
+/// out. Whichever timer the task fires first, every record gets the timeout hook's answer,
+/// once; a retried batch answering later loses.
+#[test]
+fn a_batch_retry_due_at_the_instant_of_its_timeout_gives_each_record_the_hooks_answer_once() {
+    for model in MODELS {
+        let retry = RetryPolicy::fixed_delay(3, Duration::from_millis(5))
+            .unwrap()
+            .retry_if_error(|_| true);
+        let config = AsyncConfig::new(OutputMode::Unordered, 16)
+            .with_batch(BatchConfig::new(3, Duration::from_secs(3600)))
+            .with_timeout(Duration::from_millis(10))
+            .with_retry(retry);
+        let (t, batches) = start_batched(model, config, None);
+        for v in [1, 2, 3] {
+            t.record(v, v as i64);
+        }
+        // Closed by its size at 0: the batch's deadline is 10.
+        let first = next_batch(&batches);
+        assert_eq!(first.inputs, vec![1, 2, 3]);
+        t.advance(5);
+        first.result.complete_each(vec![
+            Err(AsyncError::failed("overloaded")),
+            Err(AsyncError::failed("overloaded")),
+            Ok(vec![30]),
+        ]);
+        // 3's result shows the failures were applied at 5: the retry is due at 10.
+        assert_eq!(t.output.wait_len(1), vec![rec(30, 3)], "{model:?}");
+        t.advance(6); // both timers are due
+        let mut retried = Vec::new();
+        let hooks = loop {
+            let batch = next_batch(&batches);
+            if batch.timeout {
+                break batch;
+            }
+            retried.push(batch);
+        };
+        assert_eq!(hooks.inputs, vec![1, 2], "{model:?}: one timeout call");
+        for batch in &retried {
+            assert_eq!(
+                batch.inputs,
+                vec![1, 2],
+                "{model:?}: the retry, if it ran first"
+            );
+            answer_times_ten(batch); // too late
+        }
         t.end();
         let mut out = finished(model, t.join());
         out.sort_by_key(|e| match e {
             Emitted::Record(r) => r.value,
             _ => 0,
         });
-        assert_eq!(out, vec![rec(10, 1), rec(20, 2), rec(30, 3)], "{model:?}");
+        assert_eq!(
+            out,
+            vec![rec(30, 3), rec(1001, 1), rec(1002, 2)],
+            "{model:?}"
+        );
     }
 }
 

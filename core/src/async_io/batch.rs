@@ -60,9 +60,12 @@ impl BatchConfig {
 /// [`AsyncConfig::with_batch`](super::AsyncConfig::with_batch)).
 ///
 /// The operator's timeout and retry policy apply to a batch as a whole: the batch's records
-/// get one deadline (the timeout from the moment the batch is called), a failed batch's
-/// records are retried together, and when the deadline passes
-/// [`timeout_batch`](Self::timeout_batch) gets the records still unanswered.
+/// get one deadline (the timeout from the moment the batch is called); the records of a batch
+/// that the retry policy retries (all of a failed batch, or those of a batch answered in part
+/// that it judges worth a retry) are called again together, as one batch of their own, once
+/// the policy's delay has passed; and when the deadline passes
+/// [`timeout_batch`](Self::timeout_batch) gets the records still unanswered, a retry pending
+/// for them included.
 ///
 /// # Examples
 ///

@@ -26,6 +26,13 @@ pub enum OutputMode {
     /// against the capacity) until that call is final, so the calls of one key also *run* in
     /// input order: the external system sees a key's requests one at a time, in order. Needs a
     /// key: [`AsyncKey`](super::AsyncKey), or a keyed stream's key in the job API.
+    ///
+    /// The capacity counts every record from its admission to its emission, waiting or called,
+    /// as Flink's key-ordered operators count theirs: it bounds what the operator holds in all,
+    /// so a hot key can never pile up records beyond it, and there is no second bound to size.
+    /// The price is that records waiting behind busy keys take slots calls could use, so even
+    /// with many more keys than the capacity the calls in flight stay somewhat below it
+    /// (`streamtask bench` measures it: `async_key_ordered_littles_law`).
     KeyOrdered,
 }
 

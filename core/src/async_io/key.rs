@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::keygroup::{StableKey, murmur3_32};
+use crate::keygroup::{StableKey, murmur3_32, with_stable_bytes};
 
 /// Where a record's key puts it: the lane its calls queue in, and its key group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,16 +56,16 @@ impl<I> AsyncKey<I> {
         AsyncKey {
             max_parallelism: max,
             place: Arc::new(move |input: &I| {
-                let mut bytes = Vec::with_capacity(16);
-                key(input).write_stable(&mut bytes);
-                // The key-group hash (seed 0) is half of the lane; a second seed makes the
-                // other half, so keys of one key group still get lanes of their own.
-                let group_hash = murmur3_32(&bytes, 0);
-                let other = murmur3_32(&bytes, 0x9747_b28c);
-                KeyPlace {
-                    lane: (u64::from(group_hash) << 32) | u64::from(other),
-                    key_group: group_hash % max,
-                }
+                with_stable_bytes(&key(input), |bytes| {
+                    // The key-group hash (seed 0) is half of the lane; a second seed makes the
+                    // other half, so keys of one key group still get lanes of their own.
+                    let group_hash = murmur3_32(bytes, 0);
+                    let other = murmur3_32(bytes, 0x9747_b28c);
+                    KeyPlace {
+                        lane: (u64::from(group_hash) << 32) | u64::from(other),
+                        key_group: group_hash % max,
+                    }
+                })
             }),
         }
     }

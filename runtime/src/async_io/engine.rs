@@ -28,6 +28,14 @@ const RETRY_TIMER: u64 = 1;
 /// Batched mode's max-wait timer of the open batch: low bit 0 like the timeout timer's, told
 /// apart by its whole tag (a retry tag has the low bit set, the timeout timer's tag is 0).
 const BATCH_TIMER: u64 = 2;
+/// Batched mode's retry timer of a batch: the batch's id (from 1) above two bits `10`, so its
+/// tag is never [`BATCH_TIMER`]'s, has the low bit 0 and is told apart from the timeout timer's
+/// (0) by its second bit.
+const BATCH_RETRY_TIMER: u64 = 2;
+
+fn batch_retry_tag(batch: u64) -> u64 {
+    (batch << 2) | BATCH_RETRY_TIMER
+}
 
 fn timer_tag(entry: u64, kind: u64) -> u64 {
     (entry << 1) | kind
@@ -73,6 +81,8 @@ struct Call<I, O> {
     last_attempt: bool,
     /// Key-ordered mode: the key's lane, whose next record starts once this call is final.
     lane: Option<u64>,
+    /// Batched mode: the batch its current attempt was called in (0 until that batch closes).
+    batch: u64,
 }
 
 /// The logic of an async wait operator, shared by every model's operator; the protocol is
@@ -379,6 +389,14 @@ where
             && let Some(delay) = self.retry.next_delay(attempt, &outcome)
         {
             let at = ctx.processing_time().saturating_add(millis_ceil(delay));
+            // Batched mode: the records of one batch call that the policy retries are retried
+            // as one batch, at the time the first of them asked for (one timer per batch).
+            if let Some(batching) = self.batching.as_mut()
+                && call.batch != 0
+            {
+                call.retry = Some(batching.retry(call.batch, attempt, key, at, ctx)?);
+                return Ok(());
+            }
             let handle = ctx.register_timer(at, timer_tag(key, RETRY_TIMER))?;
             call.retry = Some(SetTimer { at, handle });
             return Ok(());
@@ -469,6 +487,18 @@ where
             }
             return Ok(());
         }
+        if timer.tag & 3 == BATCH_RETRY_TIMER {
+            let retry = self.batching.as_mut().and_then(|batching| {
+                let at = batching.retries.iter().position(|r| {
+                    batch_retry_tag(r.batch) == timer.tag && r.timer.at == timer.timestamp
+                })?;
+                Some(batching.retries.swap_remove(at))
+            });
+            return match retry {
+                Some(retry) => self.call_batch_retry(retry, ctx),
+                None => Ok(()), // stale: the retry ran at the end of input, or timed out
+            };
+        }
         if timer.tag & 1 == TIMEOUT_TIMER {
             return self.on_timeout_timer(timer, ctx);
         }
@@ -532,8 +562,15 @@ where
             }
             if let Some(retry) = call.retry.take() {
                 // FLINK-30477: the timeout drops a pending retry; the hook gets a fresh
-                // attempt's future.
-                ctx.cancel_timer(retry.handle);
+                // attempt's future. A batch's retry timer goes once none of its records is
+                // left to retry.
+                let unused = self
+                    .batching
+                    .as_mut()
+                    .is_none_or(|batching| batching.leave_retry(key));
+                if unused {
+                    ctx.cancel_timer(retry.handle);
+                }
                 call.attempt += 1;
                 let future = self.spares.future(key, call.attempt, sink);
                 self.spares.keep(call.future.replace(future));
@@ -573,6 +610,19 @@ where
             return Ok(());
         }
         self.phase = Phase::Ending;
+        if self.sink.is_none() {
+            return Ok(());
+        }
+        // Batched mode: each batch's pending retry is called now, as a batch of its own, in
+        // the order the batches were called.
+        if let Some(batching) = self.batching.as_mut() {
+            let mut retries = std::mem::take(&mut batching.retries);
+            retries.sort_unstable_by_key(|r| r.batch);
+            for retry in retries {
+                ctx.cancel_timer(retry.timer.handle);
+                self.call_batch_retry(retry, ctx)?;
+            }
+        }
         let Some(sink) = self.sink.as_ref() else {
             return Ok(());
         };
@@ -688,6 +738,7 @@ where
         if let Some(batching) = self.batching.as_mut() {
             batching.members.clear();
             batching.timer = None;
+            batching.retries.clear();
         }
         if opened {
             self.function.close()
@@ -772,30 +823,79 @@ where
                     .async_batch_wait
                     .record_micros(waited_ms.saturating_mul(1000));
             }
-            if let Some(ms) = self.timeout_ms {
-                let at = now.saturating_add(ms);
-                let mut first = false;
-                for &key in &batching.members {
-                    if let Some(call) = self.calls.get_mut(key)
-                        && call.deadline.is_none()
-                        && !call.last_attempt
-                        && call.attempt == 1
-                    {
-                        call.deadline = Some(at);
-                        first = true;
-                    }
+            let id = batching.next_id;
+            batching.next_id += 1;
+            let deadline = self.timeout_ms.map(|ms| now.saturating_add(ms));
+            let mut first = false;
+            for &key in &batching.members {
+                let Some(call) = self.calls.get_mut(key) else {
+                    continue;
+                };
+                call.batch = id;
+                if deadline.is_some()
+                    && call.deadline.is_none()
+                    && !call.last_attempt
+                    && call.attempt == 1
+                {
+                    call.deadline = deadline;
+                    first = true;
                 }
-                if first && self.timeout_timer.is_none_or(|t| at < t.at) {
-                    if let Some(stale) = self.timeout_timer.take() {
-                        ctx.cancel_timer(stale.handle);
-                    }
-                    set_timeout_timer(&mut self.timeout_timer, at, ctx)?;
+            }
+            if let Some(at) = deadline
+                && first
+                && self.timeout_timer.is_none_or(|t| at < t.at)
+            {
+                if let Some(stale) = self.timeout_timer.take() {
+                    ctx.cancel_timer(stale.handle);
                 }
+                set_timeout_timer(&mut self.timeout_timer, at, ctx)?;
             }
             batching.members.clear();
         }
         self.function.flush();
         Ok(())
+    }
+
+    /// Batched mode: `retry` is due (its timer fired, or the input ended): its records that
+    /// still wait for it (a timeout takes a record's retry over) start their next attempt and
+    /// are called as one batch, in the order they arrived. The open batch is called first, as
+    /// it is, so the retried batch is the failed batch's records and no others, and neither
+    /// grows past the batch size.
+    fn call_batch_retry(
+        &mut self,
+        retry: BatchRetry,
+        ctx: &mut Context<'_, F::Out>,
+    ) -> Result<(), OperatorError> {
+        let mut due: Vec<(u64, u64)> = Vec::with_capacity(retry.members.len());
+        for &key in &retry.members {
+            if let Some(call) = self.calls.get_mut(key)
+                && call.attempt == retry.attempt
+                && call.retry.is_some_and(|t| t.at == retry.timer.at)
+            {
+                due.push((call.entry, key));
+            }
+        }
+        if due.is_empty() {
+            return Ok(());
+        }
+        due.sort_unstable();
+        self.close_batch(ctx)?;
+        let Some(sink) = self.sink.as_ref() else {
+            return Ok(());
+        };
+        let Some(batching) = self.batching.as_mut() else {
+            unreachable!("only batched mode has batch retries");
+        };
+        batching.opened_at = ctx.processing_time();
+        for (_, key) in due {
+            let Some(call) = self.calls.get_mut(key) else {
+                unreachable!("listed above");
+            };
+            call.retry = None;
+            start_attempt(&mut self.function, &mut self.spares, key, call, sink);
+            batching.members.push(key);
+        }
+        self.close_batch(ctx)
     }
 
     /// Takes the timeout timer down (no call in flight needs it).
@@ -888,6 +988,7 @@ where
             retry: None,
             last_attempt: false,
             lane,
+            batch: 0,
         });
         self.function.invoke(&call.input, future);
         self.started(key, ctx)
@@ -903,6 +1004,23 @@ struct Batching {
     opened_at: i64,
     /// The open batch's max-wait timer.
     timer: Option<SetTimer>,
+    /// The id the next batch to close gets (ids start at 1; a call's 0 means "not called in a
+    /// batch yet").
+    next_id: u64,
+    /// Retries due, one per batch whose records the retry policy retried.
+    retries: Vec<BatchRetry>,
+}
+
+/// The records of one batch call that the retry policy retried: they are called again
+/// together, as a batch of their own, when the batch's retry timer fires.
+struct BatchRetry {
+    /// The batch they were called in.
+    batch: u64,
+    /// The attempt that failed (one attempt number for a whole batch).
+    attempt: u32,
+    timer: SetTimer,
+    /// Their calls (keys), in the order their outcomes were applied.
+    members: Vec<u64>,
 }
 
 impl Batching {
@@ -912,7 +1030,55 @@ impl Batching {
             members: Vec::with_capacity(config.size.min(1024)),
             opened_at: 0,
             timer: None,
+            next_id: 1,
+            retries: Vec::new(),
         }
+    }
+
+    /// The call `key` of batch `batch` failed its attempt `attempt` and the policy retries it,
+    /// due at `at`: it joins its batch's retry, set up (with its one timer) by the first of the
+    /// batch's records to fail. Returns the retry's timer.
+    fn retry<O>(
+        &mut self,
+        batch: u64,
+        attempt: u32,
+        key: u64,
+        at: i64,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<SetTimer, OperatorError> {
+        if let Some(retry) = self
+            .retries
+            .iter_mut()
+            .find(|r| r.batch == batch && r.attempt == attempt)
+        {
+            retry.members.push(key);
+            return Ok(retry.timer);
+        }
+        let handle = ctx.register_timer(at, batch_retry_tag(batch))?;
+        let timer = SetTimer { at, handle };
+        self.retries.push(BatchRetry {
+            batch,
+            attempt,
+            timer,
+            members: vec![key],
+        });
+        Ok(timer)
+    }
+
+    /// The call `key` leaves the retry it waits in (its timeout took the retry over); returns
+    /// whether that retry's timer is unused now (no record of its batch left to retry, or the
+    /// call's retry was not a batch's).
+    fn leave_retry(&mut self, key: u64) -> bool {
+        let Some(at) = self.retries.iter().position(|r| r.members.contains(&key)) else {
+            return true;
+        };
+        let retry = &mut self.retries[at];
+        retry.members.retain(|&member| member != key);
+        if retry.members.is_empty() {
+            self.retries.swap_remove(at);
+            return true;
+        }
+        false
     }
 }
 
@@ -1913,6 +2079,111 @@ mod tests {
             assert_eq!(
                 rig.emitted(),
                 vec!["1001@1"],
+                "timeout first: {timeout_first}"
+            );
+            assert!(rig.engine.is_drained(), "timeout first: {timeout_first}");
+            assert_eq!(
+                rig.services.timers.pending(),
+                0,
+                "timeout first: {timeout_first}"
+            );
+        }
+    }
+
+    /// The batch id each call in flight was last called in, by input.
+    fn batch_of(rig: &Rig, input: u32) -> u64 {
+        rig.engine
+            .calls
+            .iter()
+            .find(|(_, call)| call.input == input)
+            .map(|(_, call)| call.batch)
+            .unwrap_or_else(|| panic!("{input} is in flight"))
+    }
+
+    #[test]
+    fn a_batch_retries_its_retried_records_as_one_batch_of_their_own_on_one_timer() {
+        let config = AsyncConfig::new(OutputMode::Unordered, 8)
+            .with_batch(BatchConfig::new(3, Duration::from_secs(3600)))
+            .with_timeout(Duration::from_secs(7200))
+            .with_retry(retry_on_empty(3, 10));
+        let mut rig = Rig::new(config);
+        for v in [1, 2, 3] {
+            rig.record(v); // closes by its size
+        }
+        rig.record(4); // the open batch
+        let first = batch_of(&rig, 1);
+        assert_ne!(first, 0);
+        assert_eq!(batch_of(&rig, 4), 0, "the open batch is not called yet");
+        let before = rig.services.timers.registered();
+        rig.calls.complete(&1, vec![]); // retried
+        rig.calls.complete(&2, vec![20]); // final
+        rig.calls.complete(&3, vec![]); // retried
+        rig.apply().unwrap();
+        assert_eq!(
+            rig.services.timers.registered() - before,
+            1,
+            "one retry timer for the batch"
+        );
+        assert_eq!(rig.emitted(), vec!["20@2"]);
+        rig.advance(11);
+        let retried = batch_of(&rig, 1);
+        assert_eq!(batch_of(&rig, 3), retried, "retried together");
+        assert_ne!(retried, first);
+        let open = batch_of(&rig, 4);
+        assert_ne!(open, 0, "the open batch was called before the retry");
+        assert_ne!(open, retried, "and not with it");
+        assert_eq!(
+            rig.calls
+                .invocations()
+                .iter()
+                .map(|c| c.input)
+                .collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 1, 3]
+        );
+        for v in [1, 3, 4] {
+            assert!(rig.calls.complete(&v, vec![v * 10]));
+        }
+        rig.apply().unwrap();
+        assert_eq!(rig.emitted(), vec!["20@2", "10@1", "30@3", "40@4"]);
+        assert!(rig.engine.is_drained());
+    }
+
+    #[test]
+    fn a_batch_retry_due_at_the_instant_of_its_timeout_gives_each_record_the_hooks_answer_once() {
+        for timeout_first in [true, false] {
+            let function = ManualAsyncFunction::new().with_deferred_timeout();
+            let config = AsyncConfig::new(OutputMode::Ordered, 8)
+                .with_batch(BatchConfig::new(2, Duration::from_secs(3600)))
+                .with_timeout(Duration::from_millis(10))
+                .with_retry(retry_on_empty(3, 10));
+            let mut rig = Rig::with(function, config, None);
+            rig.record(1);
+            rig.record(2); // the batch closes by its size at 0: its deadline is 10
+            rig.calls.complete(&1, vec![]);
+            rig.calls.complete(&2, vec![]); // the batch's retry is due at 10 too
+            rig.apply().unwrap();
+            rig.advance_taking_all(11, |due| {
+                assert_eq!(due.len(), 2, "the timeout and the batch's retry timers");
+                due.sort_by_key(|t| (t.tag == TIMEOUT_TIMER) != timeout_first);
+            });
+            let timeouts = rig.calls.wait_for_timeouts(2);
+            assert_eq!(timeouts.len(), 2, "timeout first: {timeout_first}");
+            for hook in &timeouts {
+                assert!(hook.result.complete(vec![hook.input + 1000]));
+            }
+            // If the retry ran first, its attempts answer after the hooks, and lose.
+            for v in [1, 2] {
+                assert!(
+                    !rig.calls.complete(&v, vec![v * 10]),
+                    "timeout first: {timeout_first}: the hook's answer was final"
+                );
+            }
+            rig.apply().unwrap();
+            rig.advance(1_000);
+            rig.apply().unwrap();
+            assert_eq!(
+                rig.emitted(),
+                vec!["1001@1", "1002@2"],
                 "timeout first: {timeout_first}"
             );
             assert!(rig.engine.is_drained(), "timeout first: {timeout_first}");

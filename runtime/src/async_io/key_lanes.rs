@@ -6,7 +6,33 @@
 //! | free (absent) | no call of the key is in flight | busy (a record of the key is admitted: its call starts) |
 //! | busy | one call of the key is in flight; the key's later records wait behind it | busy (the call is final and a record waited: its call starts), free (the call is final and none waited) |
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes a lane as it is: a lane is already a hash of its key (two MurmurHash3 halves,
+/// [`KeyPlace::lane`](streamtask_core::async_io::KeyPlace::lane)), so hashing it again (SipHash,
+/// the map's default) would only add cost to every record. Lanes chosen by an attacker are not
+/// a concern: they come from the job's own keys through a hash.
+#[derive(Default)]
+struct LaneHasher(u64);
+
+impl Hasher for LaneHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` lanes are hashed (`write_u64`); any other input still hashes consistently.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, lane: u64) {
+        self.0 = lane;
+    }
+}
 
 /// A record admitted to the queue whose call waits for its key's lane.
 pub(super) struct Waiting<I> {
@@ -19,7 +45,7 @@ pub(super) struct Waiting<I> {
 pub(super) struct KeyLanes<I> {
     /// A lane is present while its key has a call in flight; the deque holds the key's records
     /// admitted since, oldest first.
-    busy: HashMap<u64, VecDeque<Waiting<I>>>,
+    busy: HashMap<u64, VecDeque<Waiting<I>>, BuildHasherDefault<LaneHasher>>,
     /// Deques of lanes that became free, reused for the next busy lanes (no allocation per
     /// record once as many lanes as the capacity exist).
     spare: Vec<VecDeque<Waiting<I>>>,
@@ -29,7 +55,7 @@ pub(super) struct KeyLanes<I> {
 impl<I> KeyLanes<I> {
     pub(super) fn new() -> Self {
         KeyLanes {
-            busy: HashMap::new(),
+            busy: HashMap::default(),
             spare: Vec::new(),
             waiting: 0,
         }
@@ -39,15 +65,14 @@ impl<I> KeyLanes<I> {
     /// free and is busy from here on), or keeps it behind the lane's call in flight.
     #[inline]
     pub(super) fn enter(&mut self, lane: u64, record: Waiting<I>) -> Option<Waiting<I>> {
-        match self.busy.get_mut(&lane) {
-            Some(queue) => {
-                queue.push_back(record);
+        match self.busy.entry(lane) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push_back(record);
                 self.waiting += 1;
                 None
             }
-            None => {
-                let queue = self.spare.pop().unwrap_or_default();
-                self.busy.insert(lane, queue);
+            Entry::Vacant(free) => {
+                free.insert(self.spare.pop().unwrap_or_default());
                 Some(record)
             }
         }
@@ -57,14 +82,14 @@ impl<I> KeyLanes<I> {
     /// stays busy), or `None` (the lane is free).
     #[inline]
     pub(super) fn leave(&mut self, lane: u64) -> Option<Waiting<I>> {
-        let queue = self.busy.get_mut(&lane)?;
-        if let Some(next) = queue.pop_front() {
+        let Entry::Occupied(mut queue) = self.busy.entry(lane) else {
+            return None;
+        };
+        if let Some(next) = queue.get_mut().pop_front() {
             self.waiting -= 1;
             return Some(next);
         }
-        if let Some(queue) = self.busy.remove(&lane) {
-            self.spare.push(queue);
-        }
+        self.spare.push(queue.remove());
         None
     }
 
