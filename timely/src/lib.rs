@@ -60,9 +60,13 @@ mod host;
 mod job;
 mod run;
 pub mod sample;
+mod savepoint;
+mod split;
 
 pub use crate::cluster::{Cluster, completed_checkpoints};
 pub use crate::config::TimelyConfig;
 pub use crate::error::TimelyError;
 pub use crate::job::{LineFiles, SplitRecords, SplitSource, TimelyJob};
 pub use crate::run::{RunSummary, run};
+pub use crate::savepoint::savepoint_shape;
+pub use crate::split::{SplitOffset, SplitReader};

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use streamtask::{JobError, JobGraph, Model, StreamEnvironment};
@@ -17,10 +18,10 @@ use streamtask_core::OperatorError;
 use streamtask_core::function::KeyedProcessFunction;
 use streamtask_core::function::TimeDomain;
 use streamtask_core::operator::{
-    BoxOperator, Chain, Filter, KeyedContext, KeyedProcessOperator, Map, WatermarkStrategy,
+    BoxOperator, Chain, Filter, KeyedContext, KeyedProcessOperator, Map,
 };
 
-use crate::{LineFiles, TimelyConfig, TimelyJob, run};
+use crate::{LineFiles, SplitReader, SplitSource, TimelyConfig, TimelyJob, run};
 
 /// A parsed input line: key, value, event time.
 pub type Event = (String, u64, i64);
@@ -121,11 +122,17 @@ pub fn expected_output(lines: &[String]) -> Vec<String> {
     out
 }
 
+/// The sample job's source: the lines of `inputs`, one split per file, stamped with their
+/// event time.
+pub fn source(inputs: Vec<PathBuf>) -> LineFiles {
+    LineFiles::new(inputs, |line| parse(line).2)
+}
+
 /// The sample job for [`run`], committing into `out_dir`.
 pub fn timely_job(inputs: Vec<PathBuf>, out_dir: &Path) -> TimelyJob<String, Event> {
     TimelyJob::new(
         "lines",
-        LineFiles::new(inputs, |line| parse(line).2),
+        source(inputs),
         OUT_OF_ORDERNESS_MS,
         || -> BoxOperator<String, Event> {
             Box::new(Chain::new(
@@ -165,26 +172,52 @@ pub fn read_round_robin(inputs: &[PathBuf]) -> std::io::Result<Vec<String>> {
         .collect())
 }
 
-/// The same job for the local executor under `model`, over `lines` (see
-/// [`read_round_robin`]), committing into `out_dir`.
+/// The same job for the local executor under `model`, every vertex at `parallelism`,
+/// committing into `out_dir`: its source is a [`SplitReader`] over the same files, its
+/// operators and their names (so their operator ids) are the timely job's, so savepoints move
+/// between the two (see [`savepoint_shape`](crate::savepoint_shape)).
 ///
 /// # Errors
 ///
 /// Building the job.
-pub fn local_job(model: Model, lines: Vec<String>, out_dir: &Path) -> Result<JobGraph, JobError> {
+pub fn local_job(
+    model: Model,
+    inputs: Vec<PathBuf>,
+    parallelism: usize,
+    out_dir: &Path,
+) -> Result<JobGraph, JobError> {
+    local_job_reading(model, Arc::new(source(inputs)), parallelism, out_dir)
+}
+
+/// [`local_job`] reading `source` (lines as [`source`] reads them; a test wraps it to stop
+/// the job at a given record).
+///
+/// # Errors
+///
+/// Building the job.
+pub fn local_job_reading(
+    model: Model,
+    source: Arc<dyn SplitSource<Out = String>>,
+    parallelism: usize,
+    out_dir: &Path,
+) -> Result<JobGraph, JobError> {
     let env = StreamEnvironment::new(model);
-    env.from_iter("lines", lines)
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(
-                OUT_OF_ORDERNESS_MS as u64,
-            ))
-            .with_timestamp_assigner(|line: &String, _| parse(line).2),
+    let identity = source.identity().unwrap_or_default();
+    env.add_reader_parallel("lines", parallelism, move |subtask| {
+        SplitReader::new(
+            Arc::clone(&source),
+            "lines",
+            OUT_OF_ORDERNESS_MS,
+            subtask,
+            parallelism,
         )
-        .map("parse", |line: String| parse(&line))
-        .filter("keep", keep)
-        .key_by(|e: &Event| e.0.clone())
-        .process("totals", 1, |_| WindowTotals)
-        .two_phase_file_sink("sink", out_dir, |line: &String| line.clone());
+    })
+    .source_identity(identity)
+    .map("parse", |line: String| parse(&line))
+    .filter("keep", keep)
+    .key_by(|e: &Event| e.0.clone())
+    .process("totals", parallelism, |_| WindowTotals)
+    .two_phase_file_sink("totals sink", out_dir, |line: &String| line.clone());
     env.build()
 }
 
