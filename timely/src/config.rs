@@ -82,7 +82,7 @@ impl TimelyConfig {
 
     /// Restores the savepoint in directory `path` (the local executor's or a timely run's),
     /// rescaled to this run's workers, when the checkpoint directory holds no complete
-    /// checkpoint; see the [`savepoint_shape`](crate::savepoint_shape) module docs.
+    /// checkpoint; see the crate docs, "Savepoints".
     pub fn from_savepoint(mut self, path: impl Into<PathBuf>) -> Self {
         self.savepoint = Some(path.into());
         self

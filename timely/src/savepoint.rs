@@ -1,46 +1,5 @@
-//! Savepoints between the local executor and a timely run, both ways, rescaled by key group.
-//!
-//! A timely run's checkpoint already is a local executor's checkpoint of the same job: the
-//! same task snapshots, entry keys and state encodings. What a savepoint adds is its shape:
-//! per vertex, its parallelism and the operator id of every entry, so a restore finds each
-//! operator's state wherever it sits and moves it to the new parallelism. The two sides use the
-//! local executor's savepoint format ([`Savepoint`]) and its restore
-//! ([`rescale_savepoint`](streamtask::rescale_savepoint)): there is one rescale.
-//!
-//! # The mapping
-//!
-//! | timely | local executor (`sample::local_job`) | operator ids |
-//! |---|---|---|
-//! | worker `w` of `n` (over all processes) | subtask `w` of every vertex at parallelism `n` | - |
-//! | task `<source name>#<w>`: `source` | source vertex `<source name>`, a [`SplitReader`]: `source` | the source's name |
-//! | the source's chain: `operator-<i>` | the source vertex's chained operators: `operator-<i>` | each operator's name |
-//! | task `<keyed name>#<w>`: `operator-0` | the keyed vertex `<keyed name>`: `operator-0` | the keyed operator's name |
-//! | the sink: `operator-<last>`, named `<keyed name> sink` | `two_phase_file_sink("<keyed name> sink", ..)` | `<keyed name> sink` |
-//!
-//! [`savepoint_shape`] writes this shape; the operator ids are the operators' names (a timely
-//! job has no `uid`s), so the local job must give its operators the same names and no uids.
-//!
-//! | state | how it moves to another worker count / parallelism |
-//! |---|---|
-//! | the source's position: [`ListState`](streamtask_core::keygroup::ListState) of [`SplitOffset`](crate::SplitOffset) | concatenated, split evenly: each split read on from its offset by one reader |
-//! | the keyed operator's state and event-time timers | by key group, to the worker whose range holds it (max parallelism 128) |
-//! | the sink's transactions (union state) | to every worker, which commits the ones the savepoint pre-committed |
-//! | the source chain's state | same parallelism only, unless list, union or keyed state |
-//!
-//! # Taking one
-//!
-//! [`TimelyConfig::stop_with_savepoint`] stops the sources after epoch `k` (no end of input:
-//! no final watermark, no end of the operators' input, as the local executor's stop without
-//! drain), lets checkpoint `k` complete and commit, and writes it as a savepoint
-//! ([`RunSummary::savepoint`](crate::RunSummary)).
-//!
-//! # Restoring one
-//!
-//! [`TimelyConfig::from_savepoint`] restores a savepoint (the local executor's or a timely
-//! run's) at the run's worker count when the checkpoint directory holds no complete
-//! checkpoint; once the run completed one, a restart restores that instead (a crash after the
-//! restore neither replays the savepoint's output nor loses what followed it). A savepoint of
-//! another job or of other input is refused with a typed error naming the fix.
+//! Savepoints between the local executor and a timely run: documented in the crate docs
+//! ("Savepoints"), since this module is private.
 
 use std::path::{Path, PathBuf};
 
@@ -54,7 +13,7 @@ use streamtask_core::state::TaskSnapshot;
 use crate::{TimelyConfig, TimelyError, TimelyJob};
 
 /// The vertices of `job` run on `workers` workers (over all processes), as a savepoint
-/// records them (see the [module docs](self) for the mapping).
+/// records them (the mapping is in the crate docs, "Savepoints").
 ///
 /// # Examples
 ///

@@ -26,7 +26,10 @@ use crate::{SplitRecords, SplitSource};
 pub(crate) const BATCH: usize = 1024;
 
 /// One split of a [`SplitSource`] and how many of its records were read: an item of a
-/// reader's [`ListState`] (see the [module docs](self)).
+/// reader's [`ListState`] under `TaskSnapshot::SOURCE`, every split it was given, read to the
+/// end or not. A fresh reader `w` of `n` gets the splits `s` with `s % n == w`; a restored one
+/// the splits in its state. List state moves to another parallelism concatenated and split
+/// evenly, so each split is read on from its offset by exactly one reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitOffset {
     /// The split's index.
@@ -50,7 +53,7 @@ pub(crate) struct SplitCursor<A> {
 }
 
 impl<A: 'static> SplitCursor<A> {
-    /// Reader `worker` of `workers` (see the [module docs](self)), restored from `state` (the
+    /// Reader `worker` of `workers` (see [`SplitOffset`]), restored from `state` (the
     /// bytes under `TaskSnapshot::SOURCE`) if given.
     pub(crate) fn new(
         source: Arc<dyn SplitSource<Out = A>>,
@@ -151,8 +154,8 @@ impl<A: 'static> SplitCursor<A> {
 }
 
 /// A [`SplitSource`] as a local executor's reader (`StreamEnvironment::add_reader_parallel`),
-/// reading, stamping and watermarking as the timely source does, with the same state (see the
-/// [module docs](self)): so a job reads the same source on either engine and its savepoints
+/// reading, stamping and watermarking as the timely source does, with the same state
+/// ([`SplitOffset`]s): so a job reads the same source on either engine and its savepoints
 /// move between them.
 ///
 /// # Examples
