@@ -82,7 +82,8 @@
 //! - Only the shape above: no legacy `SourceFunction`, no async operators, no processing-time
 //!   timers (the hosted chains see a clock stuck at 0), no side outputs, one keyed stage.
 //! - Watermarks travel in the data (each source worker's bounded out-of-orderness watermark,
-//!   the minimum over them at the keyed stage), not in the timestamps.
+//!   the minimum over its splits not yet read to the end, and the minimum over the source
+//!   workers at the keyed stage), not in the timestamps.
 //! - Checkpoint and sink directories must be shared by every process (one machine here).
 //!
 //! # Examples

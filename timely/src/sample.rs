@@ -223,7 +223,10 @@ pub fn local_job_reading(
 
 /// The worker program of a multi-process run of the sample job: `args` are
 /// `--inputs DIR --out DIR --checkpoints DIR [--workers W] [--process I --hostfile FILE]
-/// [--interval-ms N] [--max-epoch-records N]`, the same on every process but `--process`.
+/// [--interval-ms N] [--max-epoch-records N] [--from-savepoint DIR]
+/// [--stop-with-savepoint EPOCH --savepoint-dir DIR]`, the same on every process but
+/// `--process` (see [`TimelyConfig::from_savepoint`] and
+/// [`TimelyConfig::stop_with_savepoint`]; process 0 writes the savepoint).
 /// Exit status 0 when the run committed everything, 1 on a failure (the next run restores the
 /// last complete checkpoint), 2 on bad arguments.
 pub fn worker_main(args: Vec<String>) -> ExitCode {
@@ -234,6 +237,9 @@ pub fn worker_main(args: Vec<String>) -> ExitCode {
                     "read {} records, last checkpoint {:?}, restored from {:?}",
                     summary.records_read, summary.last_checkpoint, summary.restored_from
                 );
+                if let Some(savepoint) = summary.savepoint {
+                    println!("savepoint written to {}", savepoint.display());
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -278,6 +284,14 @@ fn parse_args(args: Vec<String>) -> Result<(Vec<PathBuf>, PathBuf, TimelyConfig)
         .workers(workers)
         .checkpoint_interval(Duration::from_millis(interval))
         .max_epoch_records(max_epoch);
+    if let Some(savepoint) = value("--from-savepoint") {
+        config = config.from_savepoint(savepoint);
+    }
+    if let Some(epoch) = value("--stop-with-savepoint") {
+        let epoch = number(Some(epoch), "--stop-with-savepoint", 0)?;
+        let dir = need(value("--savepoint-dir"), "--savepoint-dir DIR")?;
+        config = config.stop_with_savepoint(epoch, dir);
+    }
     if let Some(hostfile) = value("--hostfile") {
         let text = std::fs::read_to_string(&hostfile)
             .map_err(|e| format!("read --hostfile {hostfile}: {e}"))?;

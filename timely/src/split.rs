@@ -43,12 +43,13 @@ pub(crate) struct SplitCursor<A> {
     source: Arc<dyn SplitSource<Out = A>>,
     name: String,
     positions: Vec<SplitOffset>,
+    /// Per position: the largest event time read from it, and whether it was read to the end.
+    split_max: Vec<(i64, bool)>,
     /// Open readers, by index into `positions`; opened on the first read.
     readers: Vec<(usize, SplitRecords<A>)>,
     opened: bool,
     next_reader: usize,
     out_of_orderness: i64,
-    max_ts: i64,
     last_wm: i64,
 }
 
@@ -87,12 +88,12 @@ impl<A: 'static> SplitCursor<A> {
         Ok(SplitCursor {
             source,
             name: name.to_string(),
+            split_max: vec![(i64::MIN, false); positions.len()],
             positions,
             readers: Vec::new(),
             opened: false,
             next_reader: 0,
             out_of_orderness,
-            max_ts: i64::MIN,
             last_wm: i64::MIN,
         })
     }
@@ -115,24 +116,37 @@ impl<A: 'static> SplitCursor<A> {
             match reader.next() {
                 Some((value, ts)) => {
                     self.positions[*position].offset += 1;
+                    let max = &mut self.split_max[*position].0;
+                    *max = (*max).max(ts);
                     self.next_reader += 1;
-                    self.max_ts = self.max_ts.max(ts);
                     return Ok(Some((value, ts)));
                 }
-                None => drop(self.readers.remove(self.next_reader)),
+                None => {
+                    self.split_max[*position].1 = true;
+                    drop(self.readers.remove(self.next_reader));
+                }
             }
         }
         Ok(None)
     }
 
-    /// The bounded out-of-orderness watermark (Flink's generator: the largest event time read
-    /// minus the bound minus 1), if it advanced since the last call.
+    /// The bounded out-of-orderness watermark, if it advanced since the last call: per split
+    /// as Flink's generator computes it (the largest event time read minus the bound minus
+    /// 1), the smallest over the splits not read to the end (Flink's per-split watermarks).
+    /// Per split, because a reader's splits need not be in step: a restore may give it splits
+    /// read to different offsets, and one split far ahead must not make another's records
+    /// late. None before every such split was read from.
     pub(crate) fn watermark(&mut self) -> Option<Watermark> {
-        if self.max_ts == i64::MIN {
+        let slowest = self
+            .split_max
+            .iter()
+            .filter(|(_, done)| !done)
+            .map(|(max, _)| *max)
+            .min()?;
+        if slowest == i64::MIN {
             return None;
         }
-        let wm = self
-            .max_ts
+        let wm = slowest
             .saturating_sub(self.out_of_orderness)
             .saturating_sub(1);
         (wm > self.last_wm).then(|| {

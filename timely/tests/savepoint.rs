@@ -1,5 +1,6 @@
 //! A job moves between the local executor and timely through savepoints, rescaled by key
-//! group: local (1 subtask) -> timely (2 workers) -> local (3 subtasks), the committed output
+//! group: local (1 subtask) -> timely (2 workers) -> local (3 subtasks), and local (2) -> 2
+//! timely processes -> local (1), the committed output
 //! exactly once and identical to an uninterrupted local run; other jobs and other input are
 //! refused.
 
@@ -15,11 +16,35 @@ use streamtask::{JobConfig, Model, Restore, StopWithSavepoint};
 use streamtask::SavepointHandle;
 use streamtask_core::OperatorError;
 use streamtask_timely::sample::{local_job, local_job_reading, source, timely_job, write_input};
-use streamtask_timely::{LineFiles, SplitRecords, SplitSource, TimelyConfig, TimelyError, run};
+use streamtask_timely::{
+    Cluster, LineFiles, SplitRecords, SplitSource, TimelyConfig, TimelyError, run,
+};
 
 fn sorted(mut lines: Vec<String>) -> Vec<String> {
     lines.sort();
     lines
+}
+
+/// Asserts that `out` committed exactly `expected` (sorted), naming a few differences.
+fn assert_committed(out: &Path, expected: &[String]) {
+    let got = sorted(read_committed(out).unwrap());
+    if got != expected {
+        let missing: Vec<&String> = expected
+            .iter()
+            .filter(|l| !got.contains(l))
+            .take(5)
+            .collect();
+        let extra: Vec<&String> = got
+            .iter()
+            .filter(|l| !expected.contains(l))
+            .take(5)
+            .collect();
+        panic!(
+            "committed {} lines, expected {}; missing e.g. {missing:?}, unexpected e.g. {extra:?}",
+            got.len(),
+            expected.len()
+        );
+    }
 }
 
 /// An uninterrupted local run's committed output.
@@ -129,7 +154,67 @@ fn a_job_moves_local_to_timely_to_local_exactly_once() {
         .with_checkpoints(Some(CheckpointConfig::new(Duration::from_millis(5))))
         .with_restore(Restore::Savepoint(timely_sp));
     job.run(&config).unwrap();
-    assert_eq!(sorted(read_committed(&out).unwrap()), expected);
+    assert_committed(&out, &expected);
+}
+
+#[test]
+fn a_job_moves_local_to_two_timely_processes_to_local_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    let inputs = write_input(&work.join("in"), 4, 5_000).unwrap();
+    let expected = reference(&inputs, work);
+    let out = work.join("out");
+    let local_sp = local_savepoint(&inputs, &out, work, 2);
+    let after_local = read_committed(&out).unwrap().len();
+
+    // Two worker processes on loopback ports restore it and stop with a savepoint.
+    let id = checkpoint_id(&local_sp);
+    let p = |p: &Path| p.display().to_string();
+    let args = [
+        "--inputs".to_string(),
+        p(&work.join("in")),
+        "--out".into(),
+        p(&out),
+        "--checkpoints".into(),
+        p(&work.join("timely-chk")),
+        "--interval-ms".into(),
+        "2".into(),
+        "--max-epoch-records".into(),
+        "100".into(),
+        "--from-savepoint".into(),
+        p(&local_sp),
+        "--stop-with-savepoint".into(),
+        (id + 3).to_string(),
+        "--savepoint-dir".into(),
+        p(&work.join("sp-timely")),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cluster = Cluster::start(
+        env!("CARGO_BIN_EXE_streamtask-timely-worker"),
+        &args,
+        2,
+        work,
+    )
+    .unwrap();
+    let statuses = cluster.wait().unwrap();
+    assert!(statuses.iter().all(|s| s.success()), "{statuses:?}");
+    let written: Vec<PathBuf> = std::fs::read_dir(work.join("sp-timely"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [timely_sp] = written.as_slice() else {
+        panic!("one savepoint, not {written:?}");
+    };
+    assert_eq!(checkpoint_id(timely_sp), id + 3);
+    let after_timely = read_committed(&out).unwrap().len();
+    assert!(after_timely > after_local && after_timely < expected.len());
+
+    // One local subtask per vertex restores it and ends.
+    let job = local_job(Model::Mailbox, inputs, 1, &out).unwrap();
+    let config =
+        JobConfig::new(work.join("local-2")).with_restore(Restore::Savepoint(timely_sp.clone()));
+    job.run(&config).unwrap();
+    assert_committed(&out, &expected);
 }
 
 #[test]
