@@ -650,7 +650,7 @@ pub fn rescale_savepoint(
                 vertex: vertex.name.clone(),
                 source: streamtask_core::keygroup::KeyGroupError::ParallelismAboveMax {
                     parallelism: u32::try_from(to).unwrap_or(u32::MAX),
-                    max_parallelism: max_parallelism,
+                    max_parallelism,
                 },
             });
         }

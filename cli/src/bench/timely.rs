@@ -45,7 +45,7 @@ pub struct TimelyBench {
 }
 
 impl TimelyBench {
-    /// Writes `records` input records (at least [`FILES`]).
+    /// Writes `records` input records (rounded up to a multiple of the 4 input files).
     ///
     /// # Errors
     ///
