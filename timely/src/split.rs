@@ -279,3 +279,80 @@ impl<A: Send + 'static> SourceReader<A> for SplitReader<A> {
         self.cursor.snapshot()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LineFiles;
+
+    /// Two files of 10 lines, line `i` at event time `100 * i`.
+    fn source(dir: &std::path::Path) -> Arc<dyn SplitSource<Out = String>> {
+        let files = (0..2)
+            .map(|f| {
+                let path = dir.join(format!("{f}.txt"));
+                let text: String = (0..10).map(|i| format!("{}\n", 100 * i)).collect();
+                std::fs::write(&path, text).unwrap();
+                path
+            })
+            .collect();
+        Arc::new(LineFiles::new(files, |line| line.parse().unwrap()))
+    }
+
+    #[test]
+    fn the_watermark_follows_the_split_furthest_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        // Split 0 read to line 8, split 1 to line 2: as a restore may hand them to one reader.
+        let state = ListState::new(vec![
+            SplitOffset {
+                split: 0,
+                offset: 8,
+            },
+            SplitOffset {
+                split: 1,
+                offset: 2,
+            },
+        ])
+        .encode()
+        .unwrap();
+        let mut cursor =
+            SplitCursor::new(source(dir.path()), "t", 50, (0, 1), Some(&state)).unwrap();
+        assert_eq!(cursor.next().unwrap().map(|r| r.1), Some(800));
+        assert_eq!(cursor.watermark(), None, "split 1 not read from yet");
+        assert_eq!(cursor.next().unwrap().map(|r| r.1), Some(200));
+        assert_eq!(cursor.watermark(), Some(Watermark(200 - 50 - 1)));
+        // Split 0 ends after line 9; from then on split 1 alone sets the watermark.
+        let mut read = 2;
+        while cursor.next().unwrap().is_some() {
+            read += 1;
+        }
+        assert_eq!(read, 10, "lines 8-9 of split 0 and 2-9 of split 1");
+        let decoded: ListState<SplitOffset> =
+            ListState::decode(&cursor.snapshot().unwrap()).unwrap();
+        assert_eq!(
+            decoded.items,
+            [
+                SplitOffset {
+                    split: 0,
+                    offset: 10
+                },
+                SplitOffset {
+                    split: 1,
+                    offset: 10
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_position_naming_a_split_the_source_lacks_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = ListState::new(vec![SplitOffset {
+            split: 5,
+            offset: 0,
+        }])
+        .encode()
+        .unwrap();
+        let refused = SplitCursor::new(source(dir.path()), "t", 0, (0, 1), Some(&state));
+        assert!(refused.is_err());
+    }
+}
