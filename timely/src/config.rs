@@ -90,8 +90,9 @@ impl TimelyConfig {
 
     /// Stops the sources after epoch `epoch` (without ending their input) and, once
     /// checkpoint `epoch` completed and committed, writes it as a savepoint into `dir`
-    /// ([`RunSummary::savepoint`](crate::RunSummary::savepoint)). A source whose input ends
-    /// first ends as usual.
+    /// ([`RunSummary::savepoint`](crate::RunSummary::savepoint)). An `epoch` the run starts
+    /// after (a restore of a later checkpoint) stops it after its first epoch; a source whose
+    /// input ends first ends as usual.
     pub fn stop_with_savepoint(mut self, epoch: u64, dir: impl Into<PathBuf>) -> Self {
         self.stop_with_savepoint = Some((epoch, dir.into()));
         self
