@@ -6,8 +6,9 @@
 //! 100,000 records per source worker): the local executor (mailbox model,
 //! parallelism 1), timely in this process on 1 worker, and timely as 2 worker processes
 //! of this program (`streamtask timely-worker`, one worker each, on loopback ports). Records/s
-//! are input records over wall time, process start-up included; every run's committed output
-//! is checked against the data, so a figure is never of a wrong run.
+//! are input records over wall time, process start-up included (for 2 processes that is
+//! timely's connection set-up, whose listener polls for peers once a second); every run's
+//! committed output is checked against the data, so a figure is never of a wrong run.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
