@@ -39,7 +39,7 @@ pub use crate::job::{
     KeyedConnectedStreams, KeyedStream, LockError, NonRecoverable, PhaseCallback, PlannedInput,
     PlannedTask, ProgressCallback, RestartStrategy, Restore, SavepointDirProblem, SavepointHandle,
     SourceAdapter, StallCallback, StallReport, StopWithSavepoint, StreamEnvironment, TaskFailed,
-    TaskResult, TaskStall,
+    TaskResult, TaskStall, rescale_savepoint,
 };
 pub use crate::metrics::{MetricsRegistry, OPENMETRICS_CONTENT_TYPE, RATE_WINDOW};
 pub use crate::model::{Model, UnknownModel};

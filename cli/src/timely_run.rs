@@ -81,7 +81,7 @@ pub(crate) fn timely(args: &TimelyArgs) -> Result<(), CliError> {
 
     eprintln!("running the sample job on the local executor (mailbox model)");
     let started = Instant::now();
-    let job = local_job(Model::Mailbox, lines, &work.join("local-out"))
+    let job = local_job(Model::Mailbox, inputs.clone(), 1, &work.join("local-out"))
         .map_err(|e| failed("build the local job", &e))?;
     job.run(&JobConfig::new(work.join("local")))
         .map_err(|e| failed("the local run", &e))?;

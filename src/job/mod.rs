@@ -45,6 +45,6 @@ pub use self::non_recoverable::NonRecoverable;
 pub use self::plan::{JobPlan, PlannedInput, PlannedTask, SourceAdapter};
 pub use self::restore::Restore;
 pub(crate) use self::runtime::RunningTask;
-pub use self::savepoint::{SavepointHandle, StopWithSavepoint};
+pub use self::savepoint::{SavepointHandle, StopWithSavepoint, rescale_savepoint};
 pub use self::stall::{InputChannel, StallCallback, StallReport, TaskStall};
 pub use self::stream::DataStream;

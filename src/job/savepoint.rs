@@ -499,32 +499,7 @@ impl JobGraph {
     /// an identity must read what its namesake (by operator id) in the savepoint read, if that
     /// one declared an identity too.
     pub(crate) fn check_source_identities(&self, savepoint: &Savepoint) -> Result<(), JobError> {
-        let source_of = |v: &VertexShape| {
-            v.states
-                .iter()
-                .find(|s| s.key == TaskSnapshot::SOURCE)
-                .map(|s| s.operator_id.clone())
-        };
-        for vertex in self.shape()? {
-            let (Some(job), Some(operator)) = (&vertex.source_identity, source_of(&vertex)) else {
-                continue;
-            };
-            let taken = savepoint
-                .metadata
-                .vertices
-                .iter()
-                .filter(|v| source_of(v).as_ref() == Some(&operator))
-                .find_map(|v| v.source_identity.as_ref());
-            if let Some(taken) = taken.filter(|t| *t != job) {
-                return Err(JobError::SourceMismatch {
-                    path: savepoint.path.clone(),
-                    operator,
-                    savepoint: taken.clone(),
-                    job: job.clone(),
-                });
-            }
-        }
-        Ok(())
+        check_source_identities(savepoint, &self.shape()?)
     }
 
     /// Turns `savepoint` into a checkpoint of this job's tasks: every state entry found by its
@@ -534,144 +509,235 @@ impl JobGraph {
         savepoint: &Savepoint,
         allow_non_restored: bool,
     ) -> Result<CompletedCheckpoint, JobError> {
-        let meta = &savepoint.metadata;
-        if meta.max_parallelism != self.max_parallelism() {
-            return Err(JobError::MaxParallelismChanged {
+        rescale_savepoint(
+            savepoint,
+            &self.shape()?,
+            self.max_parallelism(),
+            allow_non_restored,
+        )
+    }
+}
+
+/// Every source of `shape` that declares an identity must read what its namesake (by
+/// operator id) in the savepoint read, if that one declared an identity too.
+fn check_source_identities(savepoint: &Savepoint, shape: &[VertexShape]) -> Result<(), JobError> {
+    let source_of = |v: &VertexShape| {
+        v.states
+            .iter()
+            .find(|s| s.key == TaskSnapshot::SOURCE)
+            .map(|s| s.operator_id.clone())
+    };
+    for vertex in shape {
+        let (Some(job), Some(operator)) = (&vertex.source_identity, source_of(vertex)) else {
+            continue;
+        };
+        let taken = savepoint
+            .metadata
+            .vertices
+            .iter()
+            .filter(|v| source_of(v).as_ref() == Some(&operator))
+            .find_map(|v| v.source_identity.as_ref());
+        if let Some(taken) = taken.filter(|t| *t != job) {
+            return Err(JobError::SourceMismatch {
                 path: savepoint.path.clone(),
-                savepoint: meta.max_parallelism,
-                job: self.max_parallelism(),
+                operator,
+                savepoint: taken.clone(),
+                job: job.clone(),
             });
         }
-        self.check_source_identities(savepoint)?;
-        // operator id -> (old vertex, entry key, old parallelism)
-        let mut old: BTreeMap<String, (&str, &str, usize)> = BTreeMap::new();
-        for v in &meta.vertices {
-            for s in &v.states {
-                old.insert(s.operator_id.clone(), (&v.name, &s.key, v.parallelism));
-            }
-            // A source's elements in flight belong to the source, also where the shape left
-            // them out (savepoints whose shape declared them only for `add_source`'s
-            // functions, while a reader given to `add_reader` wrote them too).
-            let declares = |key: &str| v.states.iter().any(|s| s.key == key);
-            if !declares(TaskSnapshot::SOURCE_IN_FLIGHT)
-                && let Some(source) = v.states.iter().find(|s| s.key == TaskSnapshot::SOURCE)
-            {
-                old.insert(
-                    format!("{}/in-flight", source.operator_id),
-                    (&v.name, TaskSnapshot::SOURCE_IN_FLIGHT, v.parallelism),
+    }
+    Ok(())
+}
+
+/// Turns `savepoint` into a checkpoint of the tasks of a job of `shape` (tasks
+/// `<vertex>#<subtask>`, its vertices at their parallelism) with `max_parallelism` key groups:
+/// every state entry is found by its operator id and redistributed to the new parallelism as
+/// the [module docs](crate::StopWithSavepoint) table says (keyed state by key group, list
+/// state split evenly, union state to every subtask). This is the restore of
+/// [`Restore::Savepoint`](crate::Restore::Savepoint), for engines that run a job's operators
+/// outside the local executor (a job moving between them through a savepoint).
+///
+/// # Errors
+///
+/// [`JobError::MaxParallelismChanged`], [`JobError::SourceMismatch`] (a source declares
+/// another input than the savepoint's), [`JobError::MaxParallelism`], [`JobError::Rescale`]
+/// (state that cannot move to another parallelism), [`JobError::NonRestoredState`] (state
+/// for operators `shape` lacks, unless `allow_non_restored`).
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use streamtask::checkpoint::{CompletedCheckpoint, Savepoint, StateEntry, VertexShape};
+/// use streamtask_core::keygroup::ListState;
+/// use streamtask_core::state::TaskSnapshot;
+///
+/// let shape = |parallelism| {
+///     vec![VertexShape {
+///         name: "numbers".into(),
+///         parallelism,
+///         states: vec![StateEntry { key: "source".into(), operator_id: "numbers".into() }],
+///         source_identity: None,
+///     }]
+/// };
+/// let mut task = TaskSnapshot::new();
+/// task.put(TaskSnapshot::SOURCE, ListState::new(vec![1u64, 2, 3, 4]).encode().unwrap());
+/// let checkpoint = CompletedCheckpoint {
+///     id: 7,
+///     timestamp: 0,
+///     tasks: BTreeMap::from([("numbers#0".to_string(), task)]),
+/// };
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = Savepoint::write(dir.path(), &checkpoint, "mailbox", 128, shape(1)).unwrap();
+/// let savepoint = Savepoint::load(&path).unwrap();
+/// let rescaled = streamtask::rescale_savepoint(&savepoint, &shape(2), 128, false).unwrap();
+/// assert_eq!(rescaled.tasks.len(), 2);
+/// assert!(rescaled.task("numbers#1").unwrap().get(TaskSnapshot::SOURCE).is_some());
+/// ```
+pub fn rescale_savepoint(
+    savepoint: &Savepoint,
+    shape: &[VertexShape],
+    max_parallelism: u32,
+    allow_non_restored: bool,
+) -> Result<CompletedCheckpoint, JobError> {
+    let meta = &savepoint.metadata;
+    if meta.max_parallelism != max_parallelism {
+        return Err(JobError::MaxParallelismChanged {
+            path: savepoint.path.clone(),
+            savepoint: meta.max_parallelism,
+            job: max_parallelism,
+        });
+    }
+    check_source_identities(savepoint, shape)?;
+    // operator id -> (old vertex, entry key, old parallelism)
+    let mut old: BTreeMap<String, (&str, &str, usize)> = BTreeMap::new();
+    for v in &meta.vertices {
+        for s in &v.states {
+            old.insert(s.operator_id.clone(), (&v.name, &s.key, v.parallelism));
+        }
+        // A source's elements in flight belong to the source, also where the shape left
+        // them out (savepoints whose shape declared them only for `add_source`'s
+        // functions, while a reader given to `add_reader` wrote them too).
+        let declares = |key: &str| v.states.iter().any(|s| s.key == key);
+        if !declares(TaskSnapshot::SOURCE_IN_FLIGHT)
+            && let Some(source) = v.states.iter().find(|s| s.key == TaskSnapshot::SOURCE)
+        {
+            old.insert(
+                format!("{}/in-flight", source.operator_id),
+                (&v.name, TaskSnapshot::SOURCE_IN_FLIGHT, v.parallelism),
+            );
+        }
+    }
+    let has_state = |vertex: &str, key: &str, parallelism: usize| {
+        (0..parallelism).any(|i| {
+            savepoint
+                .checkpoint
+                .task(&format!("{vertex}#{i}"))
+                .is_some_and(|t| t.get(key).is_some())
+        })
+    };
+    let mut tasks: BTreeMap<String, TaskSnapshot> = shape
+        .iter()
+        .flat_map(|v| {
+            (0..v.parallelism).map(move |i| (format!("{}#{i}", v.name), TaskSnapshot::new()))
+        })
+        .collect();
+    let mut claimed = BTreeSet::new();
+    for vertex in shape {
+        let to = vertex.parallelism;
+        if to > max_parallelism as usize {
+            return Err(JobError::MaxParallelism {
+                vertex: vertex.name.clone(),
+                source: streamtask_core::keygroup::KeyGroupError::ParallelismAboveMax {
+                    parallelism: u32::try_from(to).unwrap_or(u32::MAX),
+                    max_parallelism,
+                },
+            });
+        }
+        for entry in &vertex.states {
+            let Some(&(old_vertex, old_key, from)) = old.get(&entry.operator_id) else {
+                log::info!(
+                    "operator {:?} has no state in savepoint {}; it starts empty",
+                    entry.operator_id,
+                    savepoint.path.display()
                 );
-            }
-        }
-        let has_state = |vertex: &str, key: &str, parallelism: usize| {
-            (0..parallelism).any(|i| {
-                savepoint
-                    .checkpoint
-                    .task(&format!("{vertex}#{i}"))
-                    .is_some_and(|t| t.get(key).is_some())
-            })
-        };
-        let mut tasks: BTreeMap<String, TaskSnapshot> = self
-            .task_names()
-            .into_iter()
-            .map(|(_, _, name)| (name, TaskSnapshot::new()))
-            .collect();
-        let mut claimed = BTreeSet::new();
-        for vertex in self.shape()? {
-            let to = vertex.parallelism;
-            if to > self.max_parallelism() as usize {
-                return Err(JobError::MaxParallelism {
-                    vertex: vertex.name.clone(),
-                    source: streamtask_core::keygroup::KeyGroupError::ParallelismAboveMax {
-                        parallelism: u32::try_from(to).unwrap_or(u32::MAX),
-                        max_parallelism: self.max_parallelism(),
-                    },
-                });
-            }
-            for entry in &vertex.states {
-                let Some(&(old_vertex, old_key, from)) = old.get(&entry.operator_id) else {
-                    log::info!(
-                        "operator {:?} has no state in savepoint {}; it starts empty",
-                        entry.operator_id,
-                        savepoint.path.display()
-                    );
-                    continue;
-                };
-                claimed.insert(entry.operator_id.clone());
-                let bytes: Vec<Option<&[u8]>> = (0..from)
-                    .map(|i| {
-                        savepoint
-                            .checkpoint
-                            .task(&format!("{old_vertex}#{i}"))
-                            .and_then(|t| t.get(old_key))
-                    })
-                    .collect();
-                let moved = redistribute(&entry.operator_id, &bytes, to, self.max_parallelism())?;
-                for (i, state) in moved.into_iter().enumerate() {
-                    if let Some(state) = state {
-                        let task = tasks
-                            .get_mut(&format!("{}#{i}", vertex.name))
-                            .expect("every task of the job has a snapshot");
-                        task.put(entry.key.clone(), state);
-                    }
+                continue;
+            };
+            claimed.insert(entry.operator_id.clone());
+            let bytes: Vec<Option<&[u8]>> = (0..from)
+                .map(|i| {
+                    savepoint
+                        .checkpoint
+                        .task(&format!("{old_vertex}#{i}"))
+                        .and_then(|t| t.get(old_key))
+                })
+                .collect();
+            let moved = redistribute(&entry.operator_id, &bytes, to, max_parallelism)?;
+            for (i, state) in moved.into_iter().enumerate() {
+                if let Some(state) = state {
+                    let task = tasks
+                        .get_mut(&format!("{}#{i}", vertex.name))
+                        .expect("every task of the job has a snapshot");
+                    task.put(entry.key.clone(), state);
                 }
             }
         }
-        let mut dropped: Vec<String> = old
-            .iter()
-            .filter(|(id, (v, k, p))| !claimed.contains(*id) && has_state(v, k, *p))
-            .map(|(id, _)| id.clone())
-            .collect();
-        // An entry no operator id names would be lost without a word: refused as well.
-        let named: BTreeSet<(&str, &str)> = old.values().map(|&(v, k, _)| (v, k)).collect();
-        for v in &meta.vertices {
-            for i in 0..v.parallelism {
-                let task = format!("{}#{i}", v.name);
-                let Some(snapshot) = savepoint.checkpoint.task(&task) else {
-                    continue;
-                };
-                for (key, _) in snapshot.iter() {
-                    if key != TaskSnapshot::FINISHED && !named.contains(&(v.name.as_str(), key)) {
-                        dropped.push(format!("{task}: {key} (no operator id in the savepoint)"));
-                    }
+    }
+    let mut dropped: Vec<String> = old
+        .iter()
+        .filter(|(id, (v, k, p))| !claimed.contains(*id) && has_state(v, k, *p))
+        .map(|(id, _)| id.clone())
+        .collect();
+    // An entry no operator id names would be lost without a word: refused as well.
+    let named: BTreeSet<(&str, &str)> = old.values().map(|&(v, k, _)| (v, k)).collect();
+    for v in &meta.vertices {
+        for i in 0..v.parallelism {
+            let task = format!("{}#{i}", v.name);
+            let Some(snapshot) = savepoint.checkpoint.task(&task) else {
+                continue;
+            };
+            for (key, _) in snapshot.iter() {
+                if key != TaskSnapshot::FINISHED && !named.contains(&(v.name.as_str(), key)) {
+                    dropped.push(format!("{task}: {key} (no operator id in the savepoint)"));
                 }
             }
         }
-        if !dropped.is_empty() {
-            if !allow_non_restored {
-                return Err(JobError::NonRestoredState {
-                    path: savepoint.path.clone(),
-                    operators: dropped,
-                });
-            }
-            log::warn!(
-                "dropping the state of operators the job no longer has, as allowed: {dropped:?}"
-            );
+    }
+    if !dropped.is_empty() {
+        if !allow_non_restored {
+            return Err(JobError::NonRestoredState {
+                path: savepoint.path.clone(),
+                operators: dropped,
+            });
         }
-        // A drained savepoint's job ended its input: the restored job starts after it, every
-        // task of it (a source emits nothing, whether bounded or not; see
-        // `TaskSnapshot::FINISHED`).
-        if savepoint.is_drained() {
-            log::info!(
-                "savepoint {} was drained: the job restores after end of input",
-                savepoint.path.display()
-            );
-            for task in tasks.values_mut() {
-                task.put(TaskSnapshot::FINISHED, Vec::new());
-            }
-        }
+        log::warn!(
+            "dropping the state of operators the job no longer has, as allowed: {dropped:?}"
+        );
+    }
+    // A drained savepoint's job ended its input: the restored job starts after it, every
+    // task of it (a source emits nothing, whether bounded or not; see
+    // `TaskSnapshot::FINISHED`).
+    if savepoint.is_drained() {
         log::info!(
-            "restoring savepoint {} (checkpoint {}, taken under the {} model) from {}",
-            savepoint.path.display(),
-            meta.checkpoint_id,
-            meta.model,
+            "savepoint {} was drained: the job restores after end of input",
             savepoint.path.display()
         );
-        Ok(CompletedCheckpoint {
-            id: savepoint.checkpoint.id,
-            timestamp: savepoint.checkpoint.timestamp,
-            tasks,
-        })
+        for task in tasks.values_mut() {
+            task.put(TaskSnapshot::FINISHED, Vec::new());
+        }
     }
+    log::info!(
+        "restoring savepoint {} (checkpoint {}, taken under the {} model) from {}",
+        savepoint.path.display(),
+        meta.checkpoint_id,
+        meta.model,
+        savepoint.path.display()
+    );
+    Ok(CompletedCheckpoint {
+        id: savepoint.checkpoint.id,
+        timestamp: savepoint.checkpoint.timestamp,
+        tasks,
+    })
 }
 
 /// The new subtasks' snapshots of one operator's state, from the old subtasks'.

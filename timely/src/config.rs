@@ -25,6 +25,8 @@ pub struct TimelyConfig {
     pub(crate) interval: Duration,
     pub(crate) max_epoch_records: u64,
     pub(crate) crash_after: Option<(usize, u64)>,
+    pub(crate) savepoint: Option<PathBuf>,
+    pub(crate) stop_with_savepoint: Option<(u64, PathBuf)>,
 }
 
 impl TimelyConfig {
@@ -38,6 +40,8 @@ impl TimelyConfig {
             interval: Duration::from_millis(50),
             max_epoch_records: 10_000,
             crash_after: None,
+            savepoint: None,
+            stop_with_savepoint: None,
         }
     }
 
@@ -73,6 +77,24 @@ impl TimelyConfig {
     /// source worker `worker` has read `records` records in this run; for tests.
     pub fn crash_after(mut self, worker: usize, records: u64) -> Self {
         self.crash_after = Some((worker, records));
+        self
+    }
+
+    /// Restores the savepoint in directory `path` (the local executor's or a timely run's),
+    /// rescaled to this run's workers, when the checkpoint directory holds no complete
+    /// checkpoint; see the crate docs, "Savepoints".
+    pub fn from_savepoint(mut self, path: impl Into<PathBuf>) -> Self {
+        self.savepoint = Some(path.into());
+        self
+    }
+
+    /// Stops the sources after epoch `epoch` (without ending their input) and, once
+    /// checkpoint `epoch` completed and committed, writes it as a savepoint into `dir`
+    /// ([`RunSummary::savepoint`](crate::RunSummary::savepoint)). An `epoch` the run starts
+    /// after (a restore of a later checkpoint) stops it after its first epoch; a source whose
+    /// input ends first ends as usual.
+    pub fn stop_with_savepoint(mut self, epoch: u64, dir: impl Into<PathBuf>) -> Self {
+        self.stop_with_savepoint = Some((epoch, dir.into()));
         self
     }
 

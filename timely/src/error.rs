@@ -51,6 +51,39 @@ pub enum TimelyError {
     /// Preparing the sink directory failed.
     #[error("sink directory: {0} (check the output directory)")]
     Sink(#[from] streamtask::sink::SinkError),
+    /// The savepoint holds state for operators this job lacks.
+    #[error(
+        "savepoint {} holds state for operators this job does not have: {operators:?}; restore it into the job it was taken from (the same source, operator and keyed names), or start without it",
+        path.display()
+    )]
+    SavepointOfOtherJob {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// The operator ids without an operator in the job.
+        operators: Vec<String>,
+    },
+    /// The savepoint's source read other input than this job's source reads.
+    #[error(
+        "savepoint {} was taken while the source read {savepoint}, but this job's source reads {job}; restore it into a job reading the same input, or start without it",
+        path.display()
+    )]
+    SavepointOfOtherInput {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// What its source read.
+        savepoint: String,
+        /// What this job's source reads.
+        job: String,
+    },
+    /// The savepoint cannot restore into this run for another reason (named by the source).
+    #[error("restore savepoint {}: {source}", path.display())]
+    Savepoint {
+        /// The savepoint.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: Box<streamtask::JobError>,
+    },
     /// The injected fault stopped the run (tests only).
     #[error(
         "the injected fault stopped the run: run again to restore the last complete checkpoint"

@@ -13,7 +13,7 @@ use streamtask_core::keygroup::{DEFAULT_MAX_PARALLELISM, StableKey, key_group_of
 use streamtask_core::operator::{BoxOperator, Chain};
 
 /// The records of one split, each with its event time in ms.
-pub type SplitRecords<T> = Box<dyn Iterator<Item = (T, i64)>>;
+pub type SplitRecords<T> = Box<dyn Iterator<Item = (T, i64)> + Send>;
 
 /// A bounded, replayable source cut into splits: worker `w` of `n` reads the splits `s` with
 /// `s % n == w`, and a restore reopens each split after the records it had read.
@@ -30,6 +30,13 @@ pub trait SplitSource: Send + Sync + 'static {
     ///
     /// Whatever keeps the split from being read (a missing file); the run fails with it.
     fn open(&self, split: usize, skip: u64) -> Result<SplitRecords<Self::Out>, OperatorError>;
+
+    /// What it reads, as a savepoint records it (`DataStream::source_identity`): a restore
+    /// of a savepoint whose source read other input is refused. `None` (the default): not
+    /// checked.
+    fn identity(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Text files as a [`SplitSource`]: one split per file, one record per line, its event time
@@ -65,6 +72,22 @@ impl SplitSource for LineFiles {
 
     fn splits(&self) -> usize {
         self.files.len()
+    }
+
+    /// The files' names and sizes, in split order.
+    fn identity(&self) -> Option<String> {
+        let files: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| {
+                let name = f
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                let len = std::fs::metadata(f).map_or(0, |m| m.len());
+                format!("{name}:{len}")
+            })
+            .collect();
+        Some(format!("line files {}", files.join(",")))
     }
 
     fn open(&self, split: usize, skip: u64) -> Result<SplitRecords<String>, OperatorError> {

@@ -18,11 +18,61 @@
 //! restores the latest complete checkpoint in its directory. The protocol is described in the
 //! engine's module doc (`run.rs`).
 //!
+//! # Savepoints
+//!
+//! Savepoints move a job between the local executor and a timely run, both ways, rescaled by
+//! key group.
+//!
+//! A timely run's checkpoint already is a local executor's checkpoint of the same job: the
+//! same task snapshots, entry keys and state encodings. What a savepoint adds is its shape:
+//! per vertex, its parallelism and the operator id of every entry, so a restore finds each
+//! operator's state wherever it sits and moves it to the new parallelism. The two sides use the
+//! local executor's savepoint format ([`Savepoint`](streamtask::checkpoint::Savepoint)) and
+//! its restore ([`rescale_savepoint`](streamtask::rescale_savepoint)): there is one rescale.
+//!
+//! ## The mapping
+//!
+//! | timely | local executor (`sample::local_job`) | operator ids |
+//! |---|---|---|
+//! | worker `w` of `n` (over all processes) | subtask `w` of every vertex at parallelism `n` | - |
+//! | task `<source name>#<w>`: `source` | source vertex `<source name>`, a [`SplitReader`]: `source` | the source's name |
+//! | the source's chain: `operator-<i>` | the source vertex's chained operators: `operator-<i>` | each operator's name |
+//! | task `<keyed name>#<w>`: `operator-0` | the keyed vertex `<keyed name>`: `operator-0` | the keyed operator's name |
+//! | the sink: `operator-<last>`, named `<keyed name> sink` | `two_phase_file_sink("<keyed name> sink", ..)` | `<keyed name> sink` |
+//!
+//! [`savepoint_shape`] writes this shape; the operator ids are the operators' names (a timely
+//! job has no `uid`s), so the local job must give its operators the same names and no uids.
+//!
+//! | state | how it moves to another worker count / parallelism |
+//! |---|---|
+//! | the source's position: [`ListState`](streamtask_core::keygroup::ListState) of [`SplitOffset`] | concatenated, split evenly: each split read on from its offset by one reader |
+//! | the keyed operator's state and event-time timers | by key group, to the worker whose range holds it (max parallelism 128) |
+//! | the sink's transactions (union state) | to every worker, which commits the ones the savepoint pre-committed |
+//! | the source chain's state | same parallelism only, unless list, union or keyed state |
+//!
+//! ## Taking one
+//!
+//! [`TimelyConfig::stop_with_savepoint`] stops the sources after epoch `k` (no end of input:
+//! no final watermark, no end of the operators' input, as the local executor's stop without
+//! drain), lets checkpoint `k` complete and commit, and writes it as a savepoint
+//! ([`RunSummary::savepoint`]).
+//!
+//! ## Restoring one
+//!
+//! [`TimelyConfig::from_savepoint`] restores a savepoint (the local executor's or a timely
+//! run's) at the run's worker count when the checkpoint directory holds no complete
+//! checkpoint; once the run completed one, a restart restores that instead (a crash after the
+//! restore neither replays the savepoint's output nor loses what followed it). A savepoint of
+//! another job or of other input is refused with a typed error naming the fix.
+//!
 //! # Limits
 //!
 //! - **No fault tolerance inside timely**: a lost process stops the others (timely's
 //!   connections fail); every process is started again and restores the last complete epoch.
-//! - **No runtime rescale**: a restore needs the checkpoint's number of workers.
+//! - **No runtime rescale**: a checkpoint restores at its number of workers; a job changes its
+//!   worker count, or moves to and from the local executor, through a savepoint
+//!   ([`TimelyConfig::from_savepoint`], [`TimelyConfig::stop_with_savepoint`]; see
+//!   "Savepoints" above).
 //! - **No unaligned checkpoints**: the frontier is the alignment, so a checkpoint waits for every
 //!   record of its epoch.
 //! - **No flow control in timely**: a source reads on only while the probe shows checkpoint
@@ -32,7 +82,8 @@
 //! - Only the shape above: no legacy `SourceFunction`, no async operators, no processing-time
 //!   timers (the hosted chains see a clock stuck at 0), no side outputs, one keyed stage.
 //! - Watermarks travel in the data (each source worker's bounded out-of-orderness watermark,
-//!   the minimum over them at the keyed stage), not in the timestamps.
+//!   the minimum over its splits not yet read to the end, and the minimum over the source
+//!   workers at the keyed stage), not in the timestamps.
 //! - Checkpoint and sink directories must be shared by every process (one machine here).
 //!
 //! # Examples
@@ -60,9 +111,13 @@ mod host;
 mod job;
 mod run;
 pub mod sample;
+mod savepoint;
+mod split;
 
 pub use crate::cluster::{Cluster, completed_checkpoints};
 pub use crate::config::TimelyConfig;
 pub use crate::error::TimelyError;
 pub use crate::job::{LineFiles, SplitRecords, SplitSource, TimelyJob};
 pub use crate::run::{RunSummary, run};
+pub use crate::savepoint::savepoint_shape;
+pub use crate::split::{SplitOffset, SplitReader};

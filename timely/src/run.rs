@@ -45,10 +45,8 @@ use timely::dataflow::operators::generic::Operator;
 use timely::dataflow::operators::generic::operator::source;
 
 use crate::host::Host;
-use crate::{SplitRecords, TimelyConfig, TimelyError, TimelyJob};
-
-/// How many records a source reads per activation.
-const BATCH: usize = 1024;
+use crate::split::{BATCH, SplitCursor};
+use crate::{TimelyConfig, TimelyError, TimelyJob};
 
 /// What flows between the operators.
 #[derive(Clone, Serialize, Deserialize)]
@@ -82,6 +80,8 @@ pub struct RunSummary {
     pub last_checkpoint: Option<u64>,
     /// Records the sources of this process read.
     pub records_read: u64,
+    /// The savepoint written ([`TimelyConfig::stop_with_savepoint`]; process 0 writes it).
+    pub savepoint: Option<std::path::PathBuf>,
 }
 
 /// What the workers of one process share.
@@ -127,7 +127,7 @@ where
     B: Serialize + DeserializeOwned + Clone + Send + 'static,
 {
     let storage = CheckpointStorage::directory(&config.checkpoint_dir, 3)?;
-    let restored = storage.latest()?;
+    let restored = crate::savepoint::restore_point(&storage, &job, config)?;
     match &restored {
         Some(chk) => {
             let taken = chk.tasks.len() / 2;
@@ -169,6 +169,7 @@ where
         worker: timely::WorkerConfig::default(),
     };
     let job = Arc::new(job);
+    let savepoint_job = Arc::clone(&job);
     let settings = config.clone();
     let worker_shared = Arc::clone(&shared);
     let guards = timely::execute(timely_config, move |worker| {
@@ -195,10 +196,21 @@ where
         return Err(error);
     }
     let last = shared.last_checkpoint.load(Ordering::Acquire);
+    let savepoint = match &config.stop_with_savepoint {
+        Some((_, dir)) if config.process == 0 && last > 0 => Some(crate::savepoint::write(
+            &shared.storage,
+            last,
+            &savepoint_job,
+            config,
+            dir,
+        )?),
+        _ => None,
+    };
     Ok(RunSummary {
         restored_from,
         last_checkpoint: (last > 0).then_some(last),
         records_read: shared.records_read.load(Ordering::Acquire),
+        savepoint,
     })
 }
 
@@ -242,25 +254,27 @@ where
         )
         .map_err(op_err(me))?,
     ));
-    let offsets: BTreeMap<usize, u64> = match restored_task(&source_task) {
-        Some(s) => s
-            .get_value(TaskSnapshot::SOURCE)
-            .map_err(|e| op_err(me)(OperatorError::state(&source_task, e)))?
-            .unwrap_or_default(),
-        None => BTreeMap::new(),
-    };
+    let mut cursor = SplitCursor::new(
+        Arc::clone(&job.source),
+        &source_task,
+        job.out_of_orderness,
+        (me, peers),
+        restored_task(&source_task)
+            .as_ref()
+            .and_then(|s| s.get(TaskSnapshot::SOURCE)),
+    )
+    .map_err(op_err(me))?;
     let keyed_last = Rc::new(Cell::new(restored_id));
     let probe = ProbeHandle::new();
 
     worker.dataflow::<u64, _, _>(|scope| {
         // ---- the source and its chain ----
-        let src = Arc::clone(&job.source);
         let src_shared = Arc::clone(shared);
         let src_probe = probe.clone();
         let interval = config.interval;
         let max_epoch_records = config.max_epoch_records;
         let crash_after = config.crash_after;
-        let ooo = job.out_of_orderness;
+        let stop_after = config.stop_with_savepoint.as_ref().map(|(epoch, _)| *epoch);
         let activator_scope = scope;
         let src_task = source_task.clone();
         let stream = source(scope, &source_task, move |cap, info| {
@@ -269,13 +283,6 @@ where
             if let Some(c) = cap.as_mut() {
                 c.downgrade(&first_epoch);
             }
-            let splits: Vec<usize> = (0..src.splits()).filter(|s| s % peers == me).collect();
-            let mut offsets = offsets;
-            let mut readers: Vec<(usize, SplitRecords<A>)> = Vec::new();
-            let mut opened = false;
-            let mut next_reader = 0;
-            let mut max_ts = i64::MIN;
-            let mut last_wm = i64::MIN;
             let mut epoch_records = 0u64;
             let mut epoch_started = Instant::now();
             let mut read_this_run = 0u64;
@@ -290,17 +297,6 @@ where
                     activator.activate_after(Duration::from_millis(1));
                     return;
                 }
-                if !opened {
-                    opened = true;
-                    for &s in &splits {
-                        let skip = offsets.get(&s).copied().unwrap_or(0);
-                        offsets.insert(s, skip);
-                        match src.open(s, skip) {
-                            Ok(r) => readers.push((s, r)),
-                            Err(e) => return src_shared.fail(op_err(me)(e)),
-                        }
-                    }
-                }
                 let mut out = Vec::new();
                 let mut exhausted = false;
                 let step = (|| -> Result<(), OperatorError> {
@@ -308,37 +304,20 @@ where
                     let budget =
                         BATCH.min(max_epoch_records.saturating_sub(epoch_records) as usize);
                     while read < budget {
-                        if readers.is_empty() {
+                        let Some((value, ts)) = cursor.next()? else {
                             exhausted = true;
                             break;
-                        }
-                        next_reader %= readers.len();
-                        let (split, reader) = &mut readers[next_reader];
-                        match reader.next() {
-                            Some((value, ts)) => {
-                                *offsets.entry(*split).or_default() += 1;
-                                next_reader += 1;
-                                read += 1;
-                                max_ts = max_ts.max(ts);
-                                chain.record(StreamRecord::with_timestamp(value, ts))?;
-                            }
-                            None => {
-                                drop(readers.remove(next_reader));
-                            }
-                        }
+                        };
+                        read += 1;
+                        chain.record(StreamRecord::with_timestamp(value, ts))?;
                     }
                     epoch_records += read as u64;
                     read_this_run += read as u64;
                     src_shared
                         .records_read
                         .fetch_add(read as u64, Ordering::Relaxed);
-                    // The bounded out-of-orderness watermark, as Flink's generator computes it.
-                    if max_ts != i64::MIN {
-                        let wm = max_ts.saturating_sub(ooo).saturating_sub(1);
-                        if wm > last_wm {
-                            last_wm = wm;
-                            chain.watermark(Watermark(wm))?;
-                        }
+                    if let Some(wm) = cursor.watermark() {
+                        chain.watermark(wm)?;
                     }
                     if exhausted {
                         chain.watermark(Watermark::MAX)?;
@@ -361,8 +340,7 @@ where
                     || epoch_started.elapsed() >= interval;
                 if end_epoch {
                     match chain.snapshot(epoch).and_then(|mut s| {
-                        s.put_value(TaskSnapshot::SOURCE, &offsets)
-                            .map_err(|e| OperatorError::state("source offsets", e))?;
+                        s.put(TaskSnapshot::SOURCE, cursor.snapshot()?);
                         Ok(s)
                     }) {
                         Ok(s) => out.push(snapshot_msg(src_task.clone(), &s)),
@@ -374,6 +352,11 @@ where
                     session.give_iterator(out.into_iter());
                 }
                 if exhausted {
+                    cap = None;
+                    return;
+                }
+                // Stop with a savepoint: no epoch after it, and no end of input.
+                if end_epoch && stop_after.is_some_and(|k| epoch >= k) {
                     cap = None;
                     return;
                 }

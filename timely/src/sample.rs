@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use streamtask::{JobError, JobGraph, Model, StreamEnvironment};
@@ -17,10 +18,10 @@ use streamtask_core::OperatorError;
 use streamtask_core::function::KeyedProcessFunction;
 use streamtask_core::function::TimeDomain;
 use streamtask_core::operator::{
-    BoxOperator, Chain, Filter, KeyedContext, KeyedProcessOperator, Map, WatermarkStrategy,
+    BoxOperator, Chain, Filter, KeyedContext, KeyedProcessOperator, Map,
 };
 
-use crate::{LineFiles, TimelyConfig, TimelyJob, run};
+use crate::{LineFiles, SplitReader, SplitSource, TimelyConfig, TimelyJob, run};
 
 /// A parsed input line: key, value, event time.
 pub type Event = (String, u64, i64);
@@ -121,11 +122,17 @@ pub fn expected_output(lines: &[String]) -> Vec<String> {
     out
 }
 
+/// The sample job's source: the lines of `inputs`, one split per file, stamped with their
+/// event time.
+pub fn source(inputs: Vec<PathBuf>) -> LineFiles {
+    LineFiles::new(inputs, |line| parse(line).2)
+}
+
 /// The sample job for [`run`], committing into `out_dir`.
 pub fn timely_job(inputs: Vec<PathBuf>, out_dir: &Path) -> TimelyJob<String, Event> {
     TimelyJob::new(
         "lines",
-        LineFiles::new(inputs, |line| parse(line).2),
+        source(inputs),
         OUT_OF_ORDERNESS_MS,
         || -> BoxOperator<String, Event> {
             Box::new(Chain::new(
@@ -165,32 +172,61 @@ pub fn read_round_robin(inputs: &[PathBuf]) -> std::io::Result<Vec<String>> {
         .collect())
 }
 
-/// The same job for the local executor under `model`, over `lines` (see
-/// [`read_round_robin`]), committing into `out_dir`.
+/// The same job for the local executor under `model`, every vertex at `parallelism`,
+/// committing into `out_dir`: its source is a [`SplitReader`] over the same files, its
+/// operators and their names (so their operator ids) are the timely job's, so savepoints move
+/// between the two (see [`savepoint_shape`](crate::savepoint_shape)).
 ///
 /// # Errors
 ///
 /// Building the job.
-pub fn local_job(model: Model, lines: Vec<String>, out_dir: &Path) -> Result<JobGraph, JobError> {
+pub fn local_job(
+    model: Model,
+    inputs: Vec<PathBuf>,
+    parallelism: usize,
+    out_dir: &Path,
+) -> Result<JobGraph, JobError> {
+    local_job_reading(model, Arc::new(source(inputs)), parallelism, out_dir)
+}
+
+/// [`local_job`] reading `source` (lines as [`source`] reads them; a test wraps it to stop
+/// the job at a given record).
+///
+/// # Errors
+///
+/// Building the job.
+pub fn local_job_reading(
+    model: Model,
+    source: Arc<dyn SplitSource<Out = String>>,
+    parallelism: usize,
+    out_dir: &Path,
+) -> Result<JobGraph, JobError> {
     let env = StreamEnvironment::new(model);
-    env.from_iter("lines", lines)
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(
-                OUT_OF_ORDERNESS_MS as u64,
-            ))
-            .with_timestamp_assigner(|line: &String, _| parse(line).2),
+    let identity = source.identity().unwrap_or_default();
+    env.add_reader_parallel("lines", parallelism, move |subtask| {
+        SplitReader::new(
+            Arc::clone(&source),
+            "lines",
+            OUT_OF_ORDERNESS_MS,
+            subtask,
+            parallelism,
         )
-        .map("parse", |line: String| parse(&line))
-        .filter("keep", keep)
-        .key_by(|e: &Event| e.0.clone())
-        .process("totals", 1, |_| WindowTotals)
-        .two_phase_file_sink("sink", out_dir, |line: &String| line.clone());
+    })
+    .source_identity(identity)
+    .map("parse", |line: String| parse(&line))
+    .filter("keep", keep)
+    .key_by(|e: &Event| e.0.clone())
+    .process("totals", parallelism, |_| WindowTotals)
+    .two_phase_file_sink("totals sink", out_dir, |line: &String| line.clone());
     env.build()
 }
 
 /// The worker program of a multi-process run of the sample job: `args` are
 /// `--inputs DIR --out DIR --checkpoints DIR [--workers W] [--process I --hostfile FILE]
-/// [--interval-ms N] [--max-epoch-records N]`, the same on every process but `--process`.
+/// [--interval-ms N] [--max-epoch-records N] [--from-savepoint DIR]
+/// [--stop-with-savepoint EPOCH --savepoint-dir DIR]`, the same on every process but
+/// `--process` (see [`TimelyConfig::from_savepoint`] and
+/// [`TimelyConfig::stop_with_savepoint`]; process 0 writes the savepoint).
 /// Exit status 0 when the run committed everything, 1 on a failure (the next run restores the
 /// last complete checkpoint), 2 on bad arguments.
 pub fn worker_main(args: Vec<String>) -> ExitCode {
@@ -201,6 +237,9 @@ pub fn worker_main(args: Vec<String>) -> ExitCode {
                     "read {} records, last checkpoint {:?}, restored from {:?}",
                     summary.records_read, summary.last_checkpoint, summary.restored_from
                 );
+                if let Some(savepoint) = summary.savepoint {
+                    println!("savepoint written to {}", savepoint.display());
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -245,6 +284,14 @@ fn parse_args(args: Vec<String>) -> Result<(Vec<PathBuf>, PathBuf, TimelyConfig)
         .workers(workers)
         .checkpoint_interval(Duration::from_millis(interval))
         .max_epoch_records(max_epoch);
+    if let Some(savepoint) = value("--from-savepoint") {
+        config = config.from_savepoint(savepoint);
+    }
+    if let Some(epoch) = value("--stop-with-savepoint") {
+        let epoch = number(Some(epoch), "--stop-with-savepoint", 0)?;
+        let dir = need(value("--savepoint-dir"), "--savepoint-dir DIR")?;
+        config = config.stop_with_savepoint(epoch, dir);
+    }
     if let Some(hostfile) = value("--hostfile") {
         let text = std::fs::read_to_string(&hostfile)
             .map_err(|e| format!("read --hostfile {hostfile}: {e}"))?;

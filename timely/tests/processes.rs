@@ -43,7 +43,7 @@ fn path(p: &Path) -> &str {
 
 fn reference(inputs: &[PathBuf], work: &Path) -> Vec<String> {
     let out = work.join("local-out");
-    let job = local_job(Model::Mailbox, read_round_robin(inputs).unwrap(), &out).unwrap();
+    let job = local_job(Model::Mailbox, inputs.to_vec(), 1, &out).unwrap();
     job.run(&JobConfig::new(work.join("local"))).unwrap();
     sorted(read_committed(&out).unwrap())
 }

@@ -17,8 +17,7 @@ fn sorted(mut lines: Vec<String>) -> Vec<String> {
 /// The local executor's committed output (mailbox model) for the sample inputs.
 fn reference(inputs: &[std::path::PathBuf], work: &Path) -> Vec<String> {
     let out = work.join("local-out");
-    let lines = read_round_robin(inputs).unwrap();
-    let job = local_job(Model::Mailbox, lines, &out).unwrap();
+    let job = local_job(Model::Mailbox, inputs.to_vec(), 1, &out).unwrap();
     job.run(&JobConfig::new(work.join("local"))).unwrap();
     sorted(read_committed(&out).unwrap())
 }

@@ -22,6 +22,7 @@
 //! | `bridge_vs_legacy_trigger_p99_unfair` | the same with the checkpoint lock's `Fairness::Unfair` (a futex mutex with no hand-off: a Java monitor, Flink 1.9's lock) for both runners; a reference next to `bridge_vs_legacy_trigger_p99`, which stays on `Fairness::Eventual` (below) | lower |
 //! | `legacy_bounded_handover_trigger_p99` | the same (pooled) for the legacy task with the bounded hand-over on, over legacy's default | lower |
 //! | `unaligned_vs_aligned_p99` | the demo job under backpressure: checkpoint end-to-end p99 (trigger to completion at the coordinator) with unaligned checkpoints over aligned ones, `{mailbox, bridge}`, each runner's checkpoints of every round pooled | lower |
+//! | `timely_vs_local_mailbox` | the timely sample job's records/s (input records over wall time, start-up included, checkpoints every 50 ms, timely's epochs capped at 100,000 records, output checked) over the local mailbox executor's on the same input, timely on 1 process (1 worker, in this process) and on 2 processes (1 worker each, started as `streamtask timely-worker`): `{"1": .., "2": ..}` ([`timely`]); scaling is not a target on a 2-core machine | higher |
 //! | `interruptible_timers_mail_p99_us` | `{"on": .., "off": ..}`: p99 in us of an urgent mail (a source task's checkpoint trigger) waiting while a watermark fires 100,000 event-time timers, interruptible timers on and off; every round's samples pooled per setting ([`timers`]) | lower |
 //!
 //! Every trigger-latency measurement (the tasks' and the tokio peer's) sends its triggers from a
@@ -90,6 +91,7 @@ pub mod hot_path;
 pub mod models;
 pub mod put_take;
 pub mod sources;
+pub mod timely;
 pub mod timers;
 pub mod tokio_peer;
 
@@ -425,6 +427,11 @@ pub struct BenchReport {
     pub interruptible_timers_mail_p99_us: OnOff,
     /// Urgent mails measured for that row, on and off (every round pooled).
     pub interruptible_timers_mail_samples: OnOff,
+    /// The sample job's records/s on timely over the local mailbox executor's, by processes
+    /// ("1", "2"); `NaN` if a run failed (the reason is logged).
+    pub timely_vs_local_mailbox: BTreeMap<String, f64>,
+    /// The records/s behind that ratio: "local mailbox", "timely 1", "timely 2".
+    pub timely_records_per_s: BTreeMap<String, f64>,
 }
 
 /// A figure with interruptible timers on and off.
@@ -497,7 +504,27 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let mut pooled_legacy_unfair = Pooled::default();
     let mut pooled_bridge_unfair = Pooled::default();
     let (timers_on, timers_off) = (LatencyHistogram::new(), LatencyHistogram::new());
+    let timely_bench = timely::TimelyBench::new(config.pick(20_000, 400_000));
     for round in 0..config.rounds {
+        progress(
+            round,
+            "the sample job on timely and on the local mailbox executor",
+        );
+        match timely_bench
+            .as_ref()
+            .map_err(ToString::to_string)
+            .and_then(|b| b.round())
+        {
+            Ok(r) => {
+                s.push("timely_1_vs_local", r.one / r.local);
+                s.push("timely_2_vs_local", r.two / r.local);
+                s.push("timely_local_rps", r.local);
+                s.push("timely_1_rps", r.one);
+                s.push("timely_2_rps", r.two);
+            }
+            Err(e) => log::warn!("the timely row's round {round} failed: {e}"),
+        }
+
         progress(round, "hot path");
         let bare = hot_path::bare_loop(records);
         let task = hot_path::source_task(records);
@@ -866,6 +893,15 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             on: timers_on.count() as f64,
             off: timers_off.count() as f64,
         },
+        timely_vs_local_mailbox: BTreeMap::from([
+            ("1".to_string(), s.median("timely_1_vs_local")),
+            ("2".to_string(), s.median("timely_2_vs_local")),
+        ]),
+        timely_records_per_s: BTreeMap::from([
+            ("local mailbox".to_string(), s.median("timely_local_rps")),
+            ("timely 1".to_string(), s.median("timely_1_rps")),
+            ("timely 2".to_string(), s.median("timely_2_rps")),
+        ]),
     }
 }
 
@@ -1223,6 +1259,22 @@ impl fmt::Display for BenchReport {
             "on < off",
             on.on < on.off,
         )?;
+        for (processes, target) in [("1", Some(0.5)), ("2", None)] {
+            let value = self
+                .timely_vs_local_mailbox
+                .get(processes)
+                .copied()
+                .unwrap_or(f64::NAN);
+            row(
+                format!("sample job on timely, {processes} process(es), over local mailbox"),
+                format!("{value:.3}"),
+                if target.is_some() { ">= 0.5" } else { "-" },
+                target.is_none_or(|t| value >= t),
+            )?;
+        }
+        for (label, rps) in &self.timely_records_per_s {
+            writeln!(f, "  sample job: {label:<20} {rps:>14.0} records/s")?;
+        }
         for (label, (rps, p99)) in &self.trigger_runs {
             writeln!(
                 f,
