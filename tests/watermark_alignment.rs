@@ -238,7 +238,7 @@ impl Source for RaceSource {
     }
 
     fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
-        Some(self.alignment)
+        Some(self.alignment.clone())
     }
 }
 

@@ -80,13 +80,16 @@ pub mod porting;
 
 pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 pub use self::coordinator::{
-    CoordinatorSnapshot, SourceCoordinator, SplitSourceReader, SplitStateItem,
+    AlignmentGroups, CoordinatorSnapshot, SourceCoordinator, SplitSourceReader, SplitStateItem,
 };
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
+use streamtask_core::metrics::SplitMetrics;
 use streamtask_core::{BoxError, OperatorError, Watermark};
 use streamtask_mailbox::{InputStatus, ReaderOutput};
 
@@ -101,23 +104,40 @@ pub enum Boundedness {
     ContinuousUnbounded,
 }
 
-/// Keeps the readers of a source within `max_drift` of each other in event time: a reader
-/// whose watermark runs more than `max_drift` ahead of the slowest one is paused until the
-/// slowest catches up (see the module docs). Given by [`Source::watermark_alignment`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Keeps the splits of a source (and of the other sources of its group) within `max_drift` of
+/// each other in event time: a split whose watermark runs more than `max_drift` ahead of the
+/// group's slowest reader is paused until that one catches up (see the module docs). Given by
+/// [`Source::watermark_alignment`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatermarkAlignment {
+    group: Option<String>,
     max_drift_ms: i64,
     update_interval: Duration,
 }
 
 impl WatermarkAlignment {
-    /// Readers at most `max_drift` apart in event time (milliseconds), the slowest one's
-    /// watermark taken every `update_interval` (Flink's default interval is one second).
+    /// Splits at most `max_drift` apart in event time (milliseconds), the slowest reader's
+    /// watermark taken every `update_interval` (Flink's default interval is one second). The
+    /// group is the source's own until [`with_group`](Self::with_group).
     pub fn new(max_drift: Duration, update_interval: Duration) -> Self {
         WatermarkAlignment {
+            group: None,
             max_drift_ms: i64::try_from(max_drift.as_millis()).unwrap_or(i64::MAX),
             update_interval,
         }
+    }
+
+    /// Aligns the source with every other source of the job whose alignment names `group`
+    /// (Flink's `withWatermarkAlignment(group, maxDrift, updateInterval)`): their readers
+    /// share one minimum, and each source keeps its own drift above it.
+    pub fn with_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// The group named by [`with_group`](Self::with_group); `None`: the source's own.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
     }
 
     /// The allowed drift in event-time milliseconds.
@@ -297,6 +317,19 @@ pub trait Source: Send + Sync + 'static {
     /// Whether the readers keep within a drift of each other in event time (see the module
     /// docs); `None` (the default): they do not.
     fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
+        None
+    }
+
+    /// The idleness timeout of a split (Flink's `WatermarkStrategy::withIdleness`, applied per
+    /// split as Flink's source operator does): a split with no activity (a record or watermark
+    /// of its own, or one emitted for the whole reader) for this long of its *active* time is
+    /// marked idle: left out of its reader's watermark and of watermark alignment until it is
+    /// active again, and the reader is marked idle when all its splits are. Active time is
+    /// processing time of the task's clock during which the split was neither paused by
+    /// alignment nor its task blocked on full output (backpressure), so pauses and
+    /// backpressure never make a split idle. `None` (the default): splits go idle only when
+    /// the reader says so ([`SplitOutput::mark_split_idle`]).
+    fn split_idle_timeout(&self) -> Option<Duration> {
         None
     }
 }
@@ -531,10 +564,18 @@ pub trait SplitReader<T>: Send + 'static {
 
 /// Where a [`SplitReader`] emits: records (with timestamps), watermarks, idleness, finished
 /// splits and events to the enumerator.
+///
+/// Watermarks come per reader ([`emit_watermark`](Self::emit_watermark): every split held is
+/// at least there, and it is forwarded as it is) or per split
+/// ([`emit_watermark_for`](Self::emit_watermark_for), Flink's split outputs): the reader's
+/// watermark is then the minimum over its splits that are not idle (a split without a
+/// watermark yet holds it at the lowest), forwarded whenever it advances, and watermark
+/// alignment pauses each split on its own watermark. Records and watermarks addressed to a
+/// split count as that split's activity for its idleness timeout
+/// ([`Source::split_idle_timeout`]); unaddressed ones as activity of every split held.
 pub struct SplitOutput<'o, 'a, T> {
     pub(crate) out: &'o mut ReaderOutput<'a, T>,
-    /// The highest watermark emitted in this poll.
-    pub(crate) watermark: Option<i64>,
+    pub(crate) splits: &'o mut Splits,
     pub(crate) finished: &'o mut Vec<String>,
     pub(crate) events: &'o mut Vec<Vec<u8>>,
 }
@@ -546,6 +587,7 @@ impl<T> SplitOutput<'_, '_, T> {
     ///
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
+        self.splits.activity(None);
         self.out.collect(value)
     }
 
@@ -559,17 +601,67 @@ impl<T> SplitOutput<'_, '_, T> {
         value: T,
         timestamp: i64,
     ) -> Result<(), OperatorError> {
+        self.splits.activity(None);
         self.out.collect_with_timestamp(value, timestamp)
     }
 
-    /// Emits a watermark.
+    /// Emits a record of split `split_id` with event time `timestamp` (the split's activity).
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn collect_for(
+        &mut self,
+        split_id: &str,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        self.splits.activity(Some(split_id));
+        self.out.collect_with_timestamp(value, timestamp)
+    }
+
+    /// Emits a watermark for the whole reader: every split held is at least there.
     ///
     /// # Errors
     ///
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        self.watermark = self.watermark.max(Some(watermark.0));
+        self.splits.activity(None);
+        self.splits.reader_watermark = self.splits.reader_watermark.max(Some(watermark.0));
+        self.splits.forwarded = self.splits.forwarded.max(Some(watermark.0));
         self.out.emit_watermark(watermark)
+    }
+
+    /// Split `split_id` reached `watermark` (the split's activity); the reader's watermark,
+    /// the minimum over its active splits, is forwarded if it advanced. A split not held is
+    /// ignored.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn emit_watermark_for(
+        &mut self,
+        split_id: &str,
+        watermark: Watermark,
+    ) -> Result<(), OperatorError> {
+        if let Some(split) = self.splits.held.get_mut(split_id) {
+            split.watermark = split.watermark.max(Some(watermark.0));
+        }
+        self.splits.activity(Some(split_id));
+        self.forward_watermark()
+    }
+
+    /// Marks split `split_id` idle until it is active again: it no longer holds the reader's
+    /// watermark back.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn mark_split_idle(&mut self, split_id: &str) -> Result<(), OperatorError> {
+        if let Some(split) = self.splits.held.get_mut(split_id) {
+            split.idle = true;
+        }
+        self.forward_watermark()
     }
 
     /// Marks the reader idle until it emits again.
@@ -590,6 +682,14 @@ impl<T> SplitOutput<'_, '_, T> {
     pub fn send_event(&mut self, event: Vec<u8>) {
         self.events.push(event);
     }
+
+    /// Forwards the reader's watermark if it advanced past the last one forwarded.
+    pub(crate) fn forward_watermark(&mut self) -> Result<(), OperatorError> {
+        match self.splits.advanced() {
+            Some(watermark) => self.out.emit_watermark(Watermark(watermark)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl<T> fmt::Debug for SplitOutput<'_, '_, T> {
@@ -597,5 +697,96 @@ impl<T> fmt::Debug for SplitOutput<'_, '_, T> {
         f.debug_struct("SplitOutput")
             .field("finished", &self.finished)
             .finish_non_exhaustive()
+    }
+}
+
+/// The splits a reader holds, with their watermarks, idleness and pauses.
+#[derive(Debug, Default)]
+pub(crate) struct Splits {
+    pub(crate) held: HashMap<String, HeldSplit>,
+    /// The highest watermark emitted for the whole reader.
+    pub(crate) reader_watermark: Option<i64>,
+    /// The highest watermark forwarded downstream.
+    pub(crate) forwarded: Option<i64>,
+}
+
+/// One split a reader holds.
+#[derive(Debug)]
+pub(crate) struct HeldSplit {
+    /// The assignment's number if assigned in this attempt.
+    pub(crate) assigned: Option<u64>,
+    /// The split's own watermark.
+    pub(crate) watermark: Option<i64>,
+    pub(crate) idle: bool,
+    /// Paused by watermark alignment.
+    pub(crate) paused: bool,
+    /// Active time (milliseconds) since the split's last activity: its idleness clock.
+    pub(crate) inactive_ms: i64,
+    pub(crate) metrics: Arc<SplitMetrics>,
+}
+
+impl HeldSplit {
+    pub(crate) fn new(assigned: Option<u64>) -> Self {
+        HeldSplit {
+            assigned,
+            watermark: None,
+            idle: false,
+            paused: false,
+            inactive_ms: 0,
+            metrics: Arc::new(SplitMetrics::default()),
+        }
+    }
+}
+
+impl Splits {
+    /// The watermark of `split`: its own, raised to the reader's.
+    pub(crate) fn watermark_of(&self, split: &HeldSplit) -> Option<i64> {
+        split.watermark.max(self.reader_watermark)
+    }
+
+    /// The reader's watermark: the minimum over the splits that are not idle (`i64::MIN` while
+    /// one has none yet); `None` when every split held is idle, or none is held.
+    pub(crate) fn combined(&self) -> Option<i64> {
+        self.held
+            .values()
+            .filter(|s| !s.idle)
+            .map(|s| self.watermark_of(s).unwrap_or(i64::MIN))
+            .min()
+    }
+
+    /// The reader's watermark if it advanced past the last one forwarded (now forwarded).
+    fn advanced(&mut self) -> Option<i64> {
+        let combined = self.combined().filter(|w| *w > i64::MIN)?;
+        if self.forwarded.is_some_and(|f| f >= combined) {
+            return None;
+        }
+        self.forwarded = Some(combined);
+        Some(combined)
+    }
+
+    /// Activity of split `split_id`, or of every split held: their idleness clocks restart.
+    pub(crate) fn activity(&mut self, split_id: Option<&str>) {
+        let restart = |s: &mut HeldSplit| {
+            s.idle = false;
+            s.inactive_ms = 0;
+        };
+        match split_id {
+            Some(id) => self.held.get_mut(id).into_iter().for_each(restart),
+            None => self.held.values_mut().for_each(restart),
+        }
+    }
+
+    /// Whether splits are held and every one is paused.
+    pub(crate) fn all_paused(&self) -> bool {
+        !self.held.is_empty() && self.held.values().all(|s| s.paused)
+    }
+
+    /// The lowest watermark of a paused split: the first a new bound resumes.
+    pub(crate) fn lowest_paused(&self) -> Option<i64> {
+        self.held
+            .values()
+            .filter(|s| s.paused)
+            .filter_map(|s| self.watermark_of(s))
+            .min()
     }
 }
