@@ -68,6 +68,9 @@ struct Attempt<S: Source> {
     enumerator: Option<S::Enumerator>,
     inbox: Vec<VecDeque<Delivery<S::Split>>>,
     waiting: Vec<Option<Waker>>,
+    /// Readers waiting for input whose split reaches its idleness timeout at a time of the
+    /// reader's clock: woken by the periodic call then, to mark it idle.
+    idle_deadlines: Vec<Option<(Clock, i64, Waker)>>,
     /// Assignments made in this attempt.
     assigned: u64,
     claimed: BTreeSet<String>,
@@ -218,6 +221,7 @@ impl<S: Source> SourceCoordinator<S> {
                 enumerator: None,
                 inbox: (0..parallelism).map(|_| VecDeque::new()).collect(),
                 waiting: vec![None; parallelism],
+                idle_deadlines: vec![None; parallelism],
                 assigned: 0,
                 claimed: BTreeSet::new(),
                 triggered: BTreeMap::new(),
@@ -354,6 +358,7 @@ impl<S: Source> SourceCoordinator<S> {
         }
         state.inbox.iter_mut().for_each(VecDeque::clear);
         state.waiting.iter_mut().for_each(|w| *w = None);
+        state.idle_deadlines.iter_mut().for_each(|w| *w = None);
         state.assigned = 0;
         state.claimed = claimed;
         state.triggered.clear();
@@ -466,6 +471,15 @@ impl<S: Source> SourceCoordinator<S> {
     pub fn discover(&self) {
         self.align();
         let mut state = self.state.lock();
+        for slot in &mut state.idle_deadlines {
+            if slot
+                .as_ref()
+                .is_some_and(|(clock, deadline, _)| clock.now_millis() >= *deadline)
+                && let Some((_, _, waker)) = slot.take()
+            {
+                waker.wake();
+            }
+        }
         if state.failure.is_some() {
             return;
         }
@@ -636,6 +650,12 @@ impl<S: Source> SourceCoordinator<S> {
         } else {
             state.waiting[subtask] = Some(waker.clone());
         }
+    }
+
+    /// Wakes `waker` through the periodic call once `clock` reads `deadline` (a split of
+    /// reader `subtask` reaches its idleness timeout then).
+    fn wake_at(&self, subtask: usize, clock: &Clock, deadline: i64, waker: &Waker) {
+        self.state.lock().idle_deadlines[subtask] = Some((clock.clone(), deadline, waker.clone()));
     }
 
     /// Publishes the group's bounds if due: its minimum report plus each member's drift; wakes
@@ -1128,6 +1148,21 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
         }
         if !self.splits.held.is_empty() && !self.splits.all_paused() {
             self.reader.register_waker(waker);
+        }
+        // The idleness clock of a waiting reader's active splits runs while it waits: poll it
+        // again when the first of them reaches the timeout, to mark it idle.
+        let inactive = self
+            .splits
+            .held
+            .values()
+            .filter(|s| !s.idle && !s.paused)
+            .map(|s| s.inactive_ms)
+            .max();
+        if let (Some(timeout), Some(inactive)) = (self.idle_timeout_ms, inactive) {
+            let since = self.ticked.map_or_else(|| self.clock.now_millis(), |(t, _)| t);
+            let deadline = since.saturating_add(timeout.saturating_sub(inactive));
+            self.coordinator
+                .wake_at(self.subtask, &self.clock, deadline, waker);
         }
     }
 
