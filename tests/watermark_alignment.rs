@@ -16,6 +16,7 @@
 //! watermark 0 until the fast one was told to pause. Every assertion is on emitted event
 //! times: a fast record carries the slow reader's watermark at the moment it was emitted.
 
+use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,7 +28,10 @@ use streamtask::source::{
     Boundedness, EnumeratorContext, Source, SourceCoordinator, SourceError, SourceSplit,
     SplitEnumerator, SplitOutput, SplitReader, WatermarkAlignment,
 };
+use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::Emitted;
+use streamtask_core::task::TaskConfig;
+use streamtask_core::time::{Clock, ManualClock};
 use streamtask_core::{OperatorError, StreamStatus, Watermark};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
@@ -148,10 +152,13 @@ impl SplitReader<String> for RaceReader {
     }
 
     fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
-        if !resume.is_empty() {
+        // Only the fast split's pauses count: the slow one may be paused too (against the
+        // first bound, before the group's minimum is taken), which proves nothing.
+        let fast = |ids: &[String]| ids.iter().any(|id| id == "fast");
+        if fast(resume) {
             self.race.resumes.fetch_add(1, Ordering::SeqCst);
         }
-        if !pause.is_empty() {
+        if fast(pause) {
             let gate = self.race.gate.lock().unwrap();
             self.race.pauses.fetch_add(1, Ordering::SeqCst);
             if let Some(waker) = gate.as_ref() {
@@ -449,4 +456,534 @@ fn a_paused_reader_is_woken_by_the_bound_and_never_marked_idle() {
         assert!(rounds < 10 * END, "the readers did not run to their ends");
     }
     coordinator.end_attempt();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-split alignment and idleness (FLIP-217, FLINK-35886), translated from Flink's
+// `SourceOperatorSplitWatermarkAlignmentTest`: a scripted split source read by the engine's
+// reader (`SplitSourceReader`, the same code every model runs), with a manual clock for the
+// idleness timeout.
+// ---------------------------------------------------------------------------------------------
+
+/// A scripted split (Flink's `MockSourceSplit`): the event times of its records still to
+/// read, and whether it ends when they are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ScriptSplit {
+    id: String,
+    records: VecDeque<i64>,
+    finishes: bool,
+}
+
+fn split(id: &str, records: &[i64], finishes: bool) -> ScriptSplit {
+    ScriptSplit {
+        id: id.to_string(),
+        records: records.iter().copied().collect(),
+        finishes,
+    }
+}
+
+impl SourceSplit for ScriptSplit {
+    fn split_id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn encode(&self) -> Result<Vec<u8>, SourceError> {
+        let records: Vec<String> = self.records.iter().map(i64::to_string).collect();
+        Ok(format!("{}|{}|{}", self.id, self.finishes, records.join(",")).into_bytes())
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, SourceError> {
+        let text = std::str::from_utf8(bytes).map_err(SourceError::user)?;
+        let mut parts = text.splitn(3, '|');
+        let (Some(id), Some(finishes), Some(records)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(SourceError::user(format!("not a script split: {text}")));
+        };
+        Ok(ScriptSplit {
+            id: id.to_string(),
+            finishes: finishes == "true",
+            records: records
+                .split(',')
+                .filter(|r| !r.is_empty())
+                .map(|r| r.parse().map_err(SourceError::user))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// Assigns each reader its scripted splits when it starts, then no more.
+struct ScriptEnumerator {
+    assignments: Vec<Vec<ScriptSplit>>,
+}
+
+impl SplitEnumerator for ScriptEnumerator {
+    type Split = ScriptSplit;
+
+    fn start(&mut self, ctx: &mut EnumeratorContext<'_, ScriptSplit>) -> Result<(), SourceError> {
+        for (subtask, splits) in std::mem::take(&mut self.assignments).into_iter().enumerate() {
+            for s in splits {
+                ctx.assign_split(subtask, s)?;
+            }
+            ctx.signal_no_more_splits(subtask)?;
+        }
+        Ok(())
+    }
+
+    fn handle_split_request(
+        &mut self,
+        _subtask: usize,
+        _ctx: &mut EnumeratorContext<'_, ScriptSplit>,
+    ) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn add_splits_back(&mut self, _splits: Vec<ScriptSplit>, _subtask: usize) {}
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, SourceError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The pause and resume calls a reader got: (paused, resumed).
+type PauseLog = Arc<Mutex<Vec<(Vec<String>, Vec<String>)>>>;
+
+/// Flink's `MockSourceReader` with per-split outputs: one record per poll from the first split
+/// that is not paused and has one, with the split's watermark at its event time (Flink's
+/// `TestWatermarkGenerator`); a split that `finishes` ends once read.
+struct ScriptReader {
+    splits: Vec<ScriptSplit>,
+    paused: BTreeSet<String>,
+    log: PauseLog,
+}
+
+impl SplitReader<i64> for ScriptReader {
+    type Split = ScriptSplit;
+
+    fn add_splits(&mut self, splits: Vec<ScriptSplit>) {
+        self.splits.extend(splits);
+    }
+
+    fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
+        self.paused.extend(pause.iter().cloned());
+        resume.iter().for_each(|id| {
+            self.paused.remove(id);
+        });
+        self.log.lock().unwrap().push((pause.to_vec(), resume.to_vec()));
+    }
+
+    fn poll_next(
+        &mut self,
+        output: &mut SplitOutput<'_, '_, i64>,
+    ) -> Result<InputStatus, OperatorError> {
+        let paused = &self.paused;
+        let Some(index) = self
+            .splits
+            .iter()
+            .position(|s| !paused.contains(&s.id) && (!s.records.is_empty() || s.finishes))
+        else {
+            return Ok(InputStatus::NothingAvailable);
+        };
+        let s = &mut self.splits[index];
+        if let Some(ts) = s.records.pop_front() {
+            output.collect_for(&s.id, ts, ts)?;
+            output.emit_watermark_for(&s.id, Watermark(ts))?;
+        }
+        if s.records.is_empty() && s.finishes {
+            output.finish_split(s.id.clone());
+            self.splits.remove(index);
+        }
+        Ok(InputStatus::MoreAvailable)
+    }
+
+    fn register_waker(&mut self, _waker: &Waker) {
+        // Driven by hand: the test polls again.
+    }
+
+    fn snapshot_splits(&mut self, _checkpoint_id: u64) -> Result<Vec<ScriptSplit>, OperatorError> {
+        Ok(self.splits.clone())
+    }
+}
+
+struct ScriptSource {
+    assignments: Vec<Vec<ScriptSplit>>,
+    alignment: Option<WatermarkAlignment>,
+    idle_timeout: Option<Duration>,
+    log: PauseLog,
+}
+
+impl Source for ScriptSource {
+    type Output = i64;
+    type Split = ScriptSplit;
+    type Enumerator = ScriptEnumerator;
+    type Reader = ScriptReader;
+
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Bounded
+    }
+
+    fn create_enumerator(&self, _parallelism: usize) -> Result<ScriptEnumerator, SourceError> {
+        Ok(ScriptEnumerator {
+            assignments: self.assignments.clone(),
+        })
+    }
+
+    fn restore_enumerator(
+        &self,
+        parallelism: usize,
+        _state: &[u8],
+    ) -> Result<ScriptEnumerator, SourceError> {
+        self.create_enumerator(parallelism)
+    }
+
+    fn create_reader(&self, _subtask: usize, _parallelism: usize) -> ScriptReader {
+        ScriptReader {
+            splits: Vec::new(),
+            paused: BTreeSet::new(),
+            log: Arc::clone(&self.log),
+        }
+    }
+
+    fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
+        self.alignment.clone()
+    }
+
+    fn split_idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+}
+
+/// The drift of the scripted tests: Flink's tests align with 1 ms.
+const SCRIPT_DRIFT: Duration = Duration::from_millis(1);
+/// The idleness timeout of the scripted tests (Flink's `idleTimeout`).
+const IDLE_TIMEOUT: i64 = 100;
+
+/// A scripted source's coordinator (aligned with [`SCRIPT_DRIFT`] if `aligned`), started, and
+/// its readers restored and attached to tasks that share `clock`; returns them with the
+/// readers' pause log and the tasks' metrics.
+struct Scripted {
+    coordinator: Arc<SourceCoordinator<ScriptSource>>,
+    readers: Vec<streamtask::source::SplitSourceReader<ScriptSource>>,
+    metrics: Vec<Arc<TaskMetrics>>,
+    log: PauseLog,
+}
+
+fn scripted(
+    assignments: Vec<Vec<ScriptSplit>>,
+    aligned: bool,
+    idle_timeout: Option<i64>,
+    clock: &ManualClock,
+) -> Scripted {
+    let log = PauseLog::default();
+    let parallelism = assignments.len();
+    let source = ScriptSource {
+        assignments,
+        alignment: aligned.then(|| WatermarkAlignment::new(SCRIPT_DRIFT, Duration::ZERO)),
+        idle_timeout: idle_timeout.map(|ms| Duration::from_millis(ms as u64)),
+        log: Arc::clone(&log),
+    };
+    let coordinator = Arc::new(SourceCoordinator::new("script", source, parallelism).unwrap());
+    coordinator.start_attempt(None, &[]).unwrap();
+    let mut readers = Vec::new();
+    let mut metrics = Vec::new();
+    for subtask in 0..parallelism {
+        let mut reader = coordinator.reader(subtask);
+        let mut task = TaskConfig::new(format!("script#{subtask}"));
+        task.clock = Clock::Manual(clock.clone());
+        reader.attach(&task);
+        reader.restore_state(None).unwrap();
+        metrics.push(Arc::clone(&task.metrics));
+        readers.push(reader);
+    }
+    Scripted {
+        coordinator,
+        readers,
+        metrics,
+        log,
+    }
+}
+
+fn poll_i64<R: SourceReader<i64>>(reader: &mut R, into: &mut Vec<Emitted<i64>>) -> InputStatus {
+    let mut emitted = Vec::new();
+    let status = reader
+        .poll_next(&mut ReaderOutput::new(&mut emitted))
+        .unwrap();
+    into.extend(emitted);
+    status
+}
+
+fn watermarks(emitted: &[Emitted<i64>]) -> Vec<i64> {
+    emitted
+        .iter()
+        .filter_map(|e| match e {
+            Emitted::Watermark(w) => Some(w.0),
+            _ => None,
+        })
+        .collect()
+}
+
+fn records(emitted: &[Emitted<i64>]) -> Vec<i64> {
+    emitted
+        .iter()
+        .filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        })
+        .collect()
+}
+
+fn set(ids: &[&str]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+/// `testSplitWatermarkAlignment`: the splits of one reader aligned to each other: a split whose
+/// watermark runs past the bound (the reader's minimum plus the drift) is paused while the
+/// other goes on, and resumed once a later bound reaches it.
+#[test]
+fn a_fast_split_is_paused_while_the_slow_split_of_its_reader_goes_on() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[5, 11], false), split("1", &[3, 12], false)]],
+        true,
+        None,
+        &clock,
+    );
+    let reader = &mut s.readers[0];
+    let mut out = Vec::new();
+    s.coordinator.discover();
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::MoreAvailable);
+    assert_eq!(records(&out), [5], "split 0 emits 5");
+    // Split 1 has no watermark yet: the reader's minimum is the lowest, split 0 is ahead.
+    assert_eq!(reader.paused_splits(), set(&["0"]));
+    assert!(watermarks(&out).is_empty(), "split 1 holds the watermark");
+
+    s.coordinator.discover();
+    poll_i64(reader, &mut out);
+    assert_eq!(
+        records(&out),
+        [5, 3],
+        "the paused split is skipped: split 1 emits 3"
+    );
+    assert_eq!(watermarks(&out), [3], "the minimum over the splits");
+    // Split 1 is past the bound published before its first watermark: paused too. Every
+    // split paused: the reader is not polled.
+    assert_eq!(reader.paused_splits(), set(&["0", "1"]));
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::NothingAvailable);
+    assert_eq!(records(&out), [5, 3]);
+
+    // Bound 3 + 1 resumes split 1 (it emits 12, ahead again); split 0 stays paused.
+    s.coordinator.discover();
+    poll_i64(reader, &mut out);
+    assert_eq!(records(&out), [5, 3, 12]);
+    assert_eq!(watermarks(&out), [3, 5]);
+    assert_eq!(reader.paused_splits(), set(&["0", "1"]));
+
+    // Bound 5 + 1 resumes split 0 (it emits 11) and keeps split 1 paused.
+    s.coordinator.discover();
+    poll_i64(reader, &mut out);
+    assert_eq!(records(&out), [5, 3, 12, 11]);
+    assert_eq!(watermarks(&out), [3, 5, 11]);
+    assert_eq!(reader.paused_splits(), set(&["0", "1"]));
+    // Bound 11 + 1 resumes both.
+    s.coordinator.discover();
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::NothingAvailable);
+    assert!(reader.paused_splits().is_empty());
+
+    let log = s.log.lock().unwrap().clone();
+    let strings = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        log,
+        [
+            (strings(&["0"]), strings(&[])),
+            (strings(&["1"]), strings(&[])),
+            (strings(&[]), strings(&["1"])),
+            (strings(&["1"]), strings(&[])),
+            (strings(&[]), strings(&["0"])),
+            (strings(&["0"]), strings(&[])),
+            (strings(&[]), strings(&["0", "1"])),
+        ],
+        "the reader is told of every pause and resume, per split"
+    );
+}
+
+/// `testBackpressureAndIdleness`: time the task is backpressured is not on the splits'
+/// idleness clocks; once it is over, the silent splits go idle and the reader with them.
+#[test]
+fn backpressured_time_does_not_make_a_split_idle() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[42, 44], false), split("1", &[], false)]],
+        false,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let reader = &mut s.readers[0];
+    let metrics = Arc::clone(&s.metrics[0]);
+    let mut out = Vec::new();
+    poll_i64(reader, &mut out);
+    for _ in 0..10 {
+        clock.advance(IDLE_TIMEOUT);
+        // The task spent the whole interval blocked on full output.
+        metrics.backpressured_micros.add(IDLE_TIMEOUT as u64 * 1000);
+        poll_i64(reader, &mut out);
+    }
+    assert!(!marks_idle_i64(&out), "backpressure made a split idle: {out:?}");
+    assert!(watermarks(&out).is_empty(), "split 1 holds the watermark");
+    assert!(reader.idle_splits().is_empty());
+
+    for _ in 0..10 {
+        clock.advance(IDLE_TIMEOUT);
+        poll_i64(reader, &mut out);
+    }
+    assert!(marks_idle_i64(&out), "both splits idle: the reader is idle");
+    assert_eq!(reader.idle_splits(), set(&["0", "1"]));
+    assert!(
+        watermarks(&out).is_empty(),
+        "both went idle together: no watermark"
+    );
+    // Idle from the first interval after the backpressure to the last: nine intervals.
+    for id in ["0", "1"] {
+        let m = reader.split_metrics(id).unwrap();
+        assert_eq!(m.idle_millis.get(), 9 * IDLE_TIMEOUT as u64, "split {id}");
+        assert_eq!(m.paused_millis.get(), 0, "split {id}");
+    }
+}
+
+fn marks_idle_i64(emitted: &[Emitted<i64>]) -> bool {
+    emitted
+        .iter()
+        .any(|e| matches!(e, Emitted::Status(StreamStatus::Idle)))
+}
+
+/// `testSingleSplitWatermarkAlignmentAndIdleness` (and Flink's fix that a reader with one
+/// split pauses its idleness clock too): a reader's only split, paused by the bound for many
+/// idleness timeouts, is never marked idle; its paused time is measured.
+#[test]
+fn a_single_split_paused_for_many_timeouts_is_never_idle() {
+    let clock = ManualClock::new(1);
+    // Reader 1 holds the group's minimum at 3: the bound stays at 3 + 1.
+    let mut s = scripted(
+        vec![
+            vec![split("0", &[1, 1, 1, 1, 5, 105], false)],
+            vec![split("slow", &[3], false)],
+        ],
+        true,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut slow_out = Vec::new();
+    poll_i64(&mut s.readers[1], &mut slow_out);
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        s.coordinator.discover();
+        poll_i64(&mut s.readers[0], &mut out);
+        clock.advance(IDLE_TIMEOUT);
+    }
+    assert!(!marks_idle_i64(&out), "paused time made the split idle: {out:?}");
+    assert_eq!(records(&out), [1, 1, 1, 1, 5], "105 stays behind the bound");
+    assert_eq!(s.readers[0].paused_splits(), set(&["0"]));
+    assert!(s.readers[0].idle_splits().is_empty());
+    let m = s.readers[0].split_metrics("0").unwrap();
+    // Paused after its first record until the first bound (one interval), and from its
+    // record 5 on (the last five intervals; the tenth is not ticked yet).
+    assert_eq!(m.paused_millis.get(), 6 * IDLE_TIMEOUT as u64);
+    assert_eq!(m.idle_millis.get(), 0);
+    // The task's metrics hold the split's, for the `metrics` export.
+    assert!(s.metrics[0].splits.lock().contains_key("0"));
+    let summary = s.metrics[0].summary();
+    assert_eq!(summary.splits.len(), 1);
+    assert_eq!(summary.splits[0].paused_millis, m.paused_millis.get());
+}
+
+/// `testMultiSplitWatermarkAlignmentAndIdleness`: a paused split does not go idle while the
+/// other split of its reader keeps emitting, so the reader's watermark never passes the
+/// paused split's.
+#[test]
+fn a_paused_split_does_not_go_idle_while_its_sibling_runs() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![
+            vec![
+                split("0", &[5, 105], false),
+                split("1", &[3, 3, 3, 3, 3, 3, 3, 105], false),
+            ],
+            vec![split("slow", &[3], false)],
+        ],
+        true,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut slow_out = Vec::new();
+    poll_i64(&mut s.readers[1], &mut slow_out);
+    let mut out = Vec::new();
+    s.coordinator.discover();
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(s.readers[0].paused_splits(), set(&["0"]));
+    loop {
+        // Below the timeout per step, so the running split never goes idle, while the paused
+        // one would have, many times over, were its paused time counted.
+        clock.advance(IDLE_TIMEOUT - 1);
+        s.coordinator.discover();
+        if poll_i64(&mut s.readers[0], &mut out) != InputStatus::MoreAvailable {
+            break;
+        }
+    }
+    assert_eq!(records(&out), [5, 3, 3, 3, 3, 3, 3, 3, 105]);
+    assert_eq!(s.readers[0].paused_splits(), set(&["0", "1"]));
+    assert!(s.readers[0].idle_splits().is_empty());
+    assert!(
+        watermarks(&out).iter().all(|w| *w <= 5),
+        "the watermark passed the paused split's: {:?}",
+        watermarks(&out)
+    );
+    assert!(!marks_idle_i64(&out));
+}
+
+/// `testSplitWatermarkAlignmentWithFinishedSplit`: a split read to its end is no longer held:
+/// never paused, its metrics gone from the task's.
+#[test]
+fn a_finished_split_is_never_paused() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[5], true), split("1", &[3], false)]],
+        true,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut out = Vec::new();
+    while poll_i64(&mut s.readers[0], &mut out) == InputStatus::MoreAvailable {
+        s.coordinator.discover();
+    }
+    assert_eq!(records(&out), [5, 3]);
+    s.coordinator.discover();
+    poll_i64(&mut s.readers[0], &mut out);
+    assert!(s.readers[0].paused_splits().is_empty());
+    assert_eq!(s.readers[0].held_splits(), set(&["1"]));
+    assert!(!s.metrics[0].splits.lock().contains_key("0"));
+}
+
+/// A waiting reader (nothing to read, its waker registered) is woken by the coordinator's
+/// periodic call once a split reaches its idleness timeout, and the poll marks it idle.
+#[test]
+fn a_waiting_reader_is_woken_at_its_idleness_deadline() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[7], false)]],
+        false,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut out = Vec::new();
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(poll_i64(&mut s.readers[0], &mut out), InputStatus::NothingAvailable);
+    let counter = Arc::new(CountingWaker::default());
+    s.readers[0].register_waker(&Waker::from(Arc::clone(&counter)));
+    clock.advance(IDLE_TIMEOUT - 1);
+    s.coordinator.discover();
+    assert_eq!(counter.0.load(Ordering::SeqCst), 0, "before the deadline");
+    clock.advance(1);
+    s.coordinator.discover();
+    assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken at the deadline");
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(s.readers[0].idle_splits(), set(&["0"]));
+    assert!(marks_idle_i64(&out));
 }

@@ -1125,6 +1125,9 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             self.splits.combined().unwrap_or(LEFT_OUT)
         };
         self.coordinator.report(self.subtask, report);
+        // A split whose watermark passed the bound in this poll pauses now, before time
+        // passes: its paused time is not on its idleness clock.
+        self.align_splits();
         for event in events {
             self.coordinator
                 .send(self.subtask, ReaderEvent::Custom(event))
