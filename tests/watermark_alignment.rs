@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 use std::time::Duration;
@@ -50,6 +50,10 @@ struct Race {
     slow_watermark: AtomicI64,
     pauses: AtomicU64,
     resumes: AtomicU64,
+    /// Whether the fast split is paused now.
+    fast_paused: AtomicBool,
+    /// Slow records emitted while the fast split was paused.
+    slow_while_fast_paused: AtomicU64,
     /// The slow reader's waker while it waits for the fast reader's first pause.
     gate: Mutex<Option<Waker>>,
 }
@@ -94,9 +98,12 @@ impl SourceSplit for RaceSplit {
     }
 }
 
-/// Assigns the fast split to reader 0 and the slow one to reader 1 when it starts.
+/// Assigns its splits when it starts (by default the fast split to reader 0 and the slow one
+/// to reader 1), then no more.
 struct RaceEnumerator {
     started: bool,
+    assignments: Vec<(usize, RaceSplit)>,
+    readers: usize,
 }
 
 impl SplitEnumerator for RaceEnumerator {
@@ -105,23 +112,14 @@ impl SplitEnumerator for RaceEnumerator {
     fn start(&mut self, ctx: &mut EnumeratorContext<'_, RaceSplit>) -> Result<(), SourceError> {
         if !self.started {
             self.started = true;
-            ctx.assign_split(
-                0,
-                RaceSplit {
-                    fast: true,
-                    next: 0,
-                },
-            )?;
-            ctx.assign_split(
-                1,
-                RaceSplit {
-                    fast: false,
-                    next: 0,
-                },
-            )?;
+            for (subtask, split) in &self.assignments {
+                ctx.assign_split(*subtask, split.clone())?;
+            }
         }
-        ctx.signal_no_more_splits(0)?;
-        ctx.signal_no_more_splits(1)
+        for subtask in 0..self.readers {
+            ctx.signal_no_more_splits(subtask)?;
+        }
+        Ok(())
     }
 
     fn handle_split_request(
@@ -139,27 +137,46 @@ impl SplitEnumerator for RaceEnumerator {
     }
 }
 
+const FAST: RaceSplit = RaceSplit {
+    fast: true,
+    next: 0,
+};
+const SLOW: RaceSplit = RaceSplit {
+    fast: false,
+    next: 0,
+};
+
+/// Reads its splits, the fast one first while it is not paused, one record per poll, each
+/// with its split's watermark.
 struct RaceReader {
     race: Arc<Race>,
-    split: Option<RaceSplit>,
+    splits: Vec<RaceSplit>,
+    paused: BTreeSet<String>,
 }
 
 impl SplitReader<String> for RaceReader {
     type Split = RaceSplit;
 
     fn add_splits(&mut self, splits: Vec<RaceSplit>) {
-        self.split = splits.into_iter().next();
+        self.splits.extend(splits);
+        self.splits.sort_by_key(|s| !s.fast);
     }
 
     fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
+        self.paused.extend(pause.iter().cloned());
+        resume.iter().for_each(|id| {
+            self.paused.remove(id);
+        });
         // Only the fast split's pauses count: the slow one may be paused too (against the
         // first bound, before the group's minimum is taken), which proves nothing.
         let fast = |ids: &[String]| ids.iter().any(|id| id == "fast");
         if fast(resume) {
+            self.race.fast_paused.store(false, Ordering::SeqCst);
             self.race.resumes.fetch_add(1, Ordering::SeqCst);
         }
         if fast(pause) {
             let gate = self.race.gate.lock().unwrap();
+            self.race.fast_paused.store(true, Ordering::SeqCst);
             self.race.pauses.fetch_add(1, Ordering::SeqCst);
             if let Some(waker) = gate.as_ref() {
                 waker.wake_by_ref();
@@ -171,29 +188,41 @@ impl SplitReader<String> for RaceReader {
         &mut self,
         output: &mut SplitOutput<'_, '_, String>,
     ) -> Result<InputStatus, OperatorError> {
-        let Some(split) = self.split.as_mut() else {
+        let paused = &self.paused;
+        let Some(index) = self
+            .splits
+            .iter()
+            .position(|s| !paused.contains(&s.split_id()))
+        else {
             return Ok(InputStatus::NothingAvailable);
         };
+        let split = &mut self.splits[index];
+        let id = split.split_id();
         let ts = split.next;
         if split.fast {
             let slow = self.race.slow_watermark.load(Ordering::SeqCst);
-            output.collect_with_timestamp(format!("fast:{ts}:{slow}"), ts)?;
+            output.collect_for(&id, format!("fast:{ts}:{slow}"), ts)?;
             split.next += FAST_STEP;
         } else {
             if ts > 0 && !self.race.fast_was_paused() {
-                // Held at watermark 0 until the fast reader is paused (`register_waker`).
+                // Held at watermark 0 until the fast split is paused (`register_waker`).
                 return Ok(InputStatus::NothingAvailable);
+            }
+            if self.race.fast_paused.load(Ordering::SeqCst) {
+                self.race
+                    .slow_while_fast_paused
+                    .fetch_add(1, Ordering::SeqCst);
             }
             // Published before the watermark leaves, so a fast record never sees a lower one
             // than the coordinator used.
             self.race.slow_watermark.store(ts, Ordering::SeqCst);
-            output.collect_with_timestamp(format!("slow:{ts}:{ts}"), ts)?;
+            output.collect_for(&id, format!("slow:{ts}:{ts}"), ts)?;
             split.next += 1;
         }
-        output.emit_watermark(Watermark(ts))?;
+        output.emit_watermark_for(&id, Watermark(ts))?;
         if split.next > END {
-            output.finish_split(split.split_id());
-            self.split = None;
+            output.finish_split(id);
+            self.splits.remove(index);
         }
         Ok(InputStatus::MoreAvailable)
     }
@@ -208,13 +237,30 @@ impl SplitReader<String> for RaceReader {
     }
 
     fn snapshot_splits(&mut self, _checkpoint_id: u64) -> Result<Vec<RaceSplit>, OperatorError> {
-        Ok(self.split.iter().cloned().collect())
+        Ok(self.splits.clone())
     }
 }
 
 struct RaceSource {
     race: Arc<Race>,
     alignment: WatermarkAlignment,
+    /// (reader, split) assigned at the start.
+    assignments: Vec<(usize, RaceSplit)>,
+}
+
+impl RaceSource {
+    /// The fast split on reader 0, the slow one on reader 1.
+    fn pair(race: &Arc<Race>, alignment: WatermarkAlignment) -> Self {
+        RaceSource {
+            race: Arc::clone(race),
+            alignment,
+            assignments: vec![(0, FAST), (1, SLOW)],
+        }
+    }
+
+    fn readers(&self) -> usize {
+        self.assignments.iter().map(|(r, _)| r + 1).max().unwrap_or(1)
+    }
 }
 
 impl Source for RaceSource {
@@ -228,19 +274,26 @@ impl Source for RaceSource {
     }
 
     fn create_enumerator(&self, _parallelism: usize) -> Result<RaceEnumerator, SourceError> {
-        Ok(RaceEnumerator { started: false })
+        Ok(RaceEnumerator {
+            started: false,
+            assignments: self.assignments.clone(),
+            readers: self.readers(),
+        })
     }
 
     fn restore_enumerator(&self, _p: usize, state: &[u8]) -> Result<RaceEnumerator, SourceError> {
         Ok(RaceEnumerator {
             started: state == [1],
+            assignments: self.assignments.clone(),
+            readers: self.readers(),
         })
     }
 
     fn create_reader(&self, _subtask: usize, _parallelism: usize) -> RaceReader {
         RaceReader {
             race: Arc::clone(&self.race),
-            split: None,
+            splits: Vec::new(),
+            paused: BTreeSet::new(),
         }
     }
 
@@ -270,20 +323,56 @@ fn assert_within_drift(model: Model, lines: &[String]) {
     }
 }
 
+/// Where the race's two splits are read.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// One source, the fast split on reader 0, the slow one on reader 1 (FLIP-182).
+    TwoReaders,
+    /// One source, both splits on its only reader (FLIP-217).
+    OneReader,
+    /// Two sources of one reader each, the fast and the slow, in one alignment group.
+    TwoSources,
+}
+
 /// Runs the race in `model`; returns the committed lines and the shared race.
-fn run(model: Model, dir: &Path) -> (Vec<String>, Arc<Race>) {
+fn run(model: Model, layout: Layout, dir: &Path) -> (Vec<String>, Arc<Race>) {
     let race = Race::new();
     let env = StreamEnvironment::new(model);
-    let source = RaceSource {
-        race: Arc::clone(&race),
-        alignment: WatermarkAlignment::new(
-            Duration::from_millis(DRIFT as u64),
-            Duration::from_millis(1),
-        ),
+    let alignment =
+        WatermarkAlignment::new(Duration::from_millis(DRIFT as u64), Duration::from_millis(1));
+    let mut outputs = Vec::new();
+    let mut add = |name: &str, source: RaceSource| {
+        let readers = source.readers();
+        let output = dir.join(format!("output-{name}"));
+        env.from_source(name, source, readers).two_phase_file_sink(
+            &format!("sink-{name}"),
+            output.clone(),
+            |s: &String| s.clone(),
+        );
+        outputs.push(output);
     };
-    let output = dir.join("output");
-    env.from_source("race", source, 2)
-        .two_phase_file_sink("sink", output.clone(), |s: &String| s.clone());
+    match layout {
+        Layout::TwoReaders => add("race", RaceSource::pair(&race, alignment)),
+        Layout::OneReader => add(
+            "race",
+            RaceSource {
+                assignments: vec![(0, FAST), (0, SLOW)],
+                ..RaceSource::pair(&race, alignment)
+            },
+        ),
+        Layout::TwoSources => {
+            let grouped = alignment.with_group("race");
+            for (name, split) in [("fast", FAST), ("slow", SLOW)] {
+                add(
+                    name,
+                    RaceSource {
+                        assignments: vec![(0, split)],
+                        ..RaceSource::pair(&race, grouped.clone())
+                    },
+                );
+            }
+        }
+    }
     let job = env.build().unwrap_or_else(|e| panic!("{model}: {e}"));
     let config = JobConfig::new(dir).with_checkpoints(Some(
         CheckpointConfig::new(Duration::from_millis(5))
@@ -291,7 +380,11 @@ fn run(model: Model, dir: &Path) -> (Vec<String>, Arc<Race>) {
     ));
     let result = job.run(&config).unwrap_or_else(|e| panic!("{model}: {e}"));
     assert_eq!(result.restarts, 0, "{model}: {:?}", result.failures);
-    (streamtask::sink::read_committed(&output).unwrap(), race)
+    let lines = outputs
+        .iter()
+        .flat_map(|o| streamtask::sink::read_committed(o).unwrap())
+        .collect();
+    (lines, race)
 }
 
 fn assert_race(model: Model, lines: &[String], race: &Race) {
@@ -312,12 +405,16 @@ fn assert_race(model: Model, lines: &[String], race: &Race) {
         race.resumes.load(Ordering::SeqCst) >= 1,
         "{model}: never resumed"
     );
+    assert!(
+        race.slow_while_fast_paused.load(Ordering::SeqCst) >= 1,
+        "{model}: the slow split did not go on while the fast one was paused"
+    );
 }
 
 #[test]
 fn smoke() {
     let work = tempfile::tempdir().unwrap();
-    let (lines, race) = run(Model::Mailbox, work.path());
+    let (lines, race) = run(Model::Mailbox, Layout::TwoReaders, work.path());
     assert_race(Model::Mailbox, &lines, &race);
 }
 
@@ -325,7 +422,28 @@ fn smoke() {
 fn a_fast_reader_stays_within_the_drift_in_every_model() {
     for model in MODELS {
         let work = tempfile::tempdir().unwrap();
-        let (lines, race) = run(model, work.path());
+        let (lines, race) = run(model, Layout::TwoReaders, work.path());
+        assert_race(model, &lines, &race);
+    }
+}
+
+/// FLIP-217 in a job: the fast split is paused and resumed within the drift while the slow
+/// split of the same reader goes on.
+#[test]
+fn a_fast_split_stays_within_the_drift_of_its_readers_slow_split_in_every_model() {
+    for model in MODELS {
+        let work = tempfile::tempdir().unwrap();
+        let (lines, race) = run(model, Layout::OneReader, work.path());
+        assert_race(model, &lines, &race);
+    }
+}
+
+/// Flink's `withWatermarkAlignment(group, ...)`: two sources in one group share its minimum.
+#[test]
+fn a_fast_source_stays_within_the_drift_of_a_slow_source_of_its_group_in_every_model() {
+    for model in MODELS {
+        let work = tempfile::tempdir().unwrap();
+        let (lines, race) = run(model, Layout::TwoSources, work.path());
         assert_race(model, &lines, &race);
     }
 }
@@ -358,10 +476,10 @@ fn marks_idle(emitted: &[Emitted<String>]) -> bool {
 #[test]
 fn a_paused_reader_is_woken_by_the_bound_and_never_marked_idle() {
     let race = Race::new();
-    let source = RaceSource {
-        race: Arc::clone(&race),
-        alignment: WatermarkAlignment::new(Duration::from_millis(DRIFT as u64), Duration::ZERO),
-    };
+    let source = RaceSource::pair(
+        &race,
+        WatermarkAlignment::new(Duration::from_millis(DRIFT as u64), Duration::ZERO),
+    );
     let coordinator = Arc::new(SourceCoordinator::new("race", source, 2).unwrap());
     coordinator.start_attempt(None, &[]).unwrap();
     let (mut fast, mut slow) = (coordinator.reader(0), coordinator.reader(1));
