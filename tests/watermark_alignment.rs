@@ -259,7 +259,11 @@ impl RaceSource {
     }
 
     fn readers(&self) -> usize {
-        self.assignments.iter().map(|(r, _)| r + 1).max().unwrap_or(1)
+        self.assignments
+            .iter()
+            .map(|(r, _)| r + 1)
+            .max()
+            .unwrap_or(1)
     }
 }
 
@@ -338,8 +342,10 @@ enum Layout {
 fn run(model: Model, layout: Layout, dir: &Path) -> (Vec<String>, Arc<Race>) {
     let race = Race::new();
     let env = StreamEnvironment::new(model);
-    let alignment =
-        WatermarkAlignment::new(Duration::from_millis(DRIFT as u64), Duration::from_millis(1));
+    let alignment = WatermarkAlignment::new(
+        Duration::from_millis(DRIFT as u64),
+        Duration::from_millis(1),
+    );
     let mut outputs = Vec::new();
     let mut add = |name: &str, source: RaceSource| {
         let readers = source.readers();
@@ -638,7 +644,10 @@ impl SplitEnumerator for ScriptEnumerator {
     type Split = ScriptSplit;
 
     fn start(&mut self, ctx: &mut EnumeratorContext<'_, ScriptSplit>) -> Result<(), SourceError> {
-        for (subtask, splits) in std::mem::take(&mut self.assignments).into_iter().enumerate() {
+        for (subtask, splits) in std::mem::take(&mut self.assignments)
+            .into_iter()
+            .enumerate()
+        {
             for s in splits {
                 ctx.assign_split(subtask, s)?;
             }
@@ -686,7 +695,10 @@ impl SplitReader<i64> for ScriptReader {
         resume.iter().for_each(|id| {
             self.paused.remove(id);
         });
-        self.log.lock().unwrap().push((pause.to_vec(), resume.to_vec()));
+        self.log
+            .lock()
+            .unwrap()
+            .push((pause.to_vec(), resume.to_vec()));
     }
 
     fn poll_next(
@@ -860,7 +872,10 @@ fn set(ids: &[&str]) -> BTreeSet<String> {
 fn a_fast_split_is_paused_while_the_slow_split_of_its_reader_goes_on() {
     let clock = ManualClock::new(0);
     let mut s = scripted(
-        vec![vec![split("0", &[5, 11], false), split("1", &[3, 12], false)]],
+        vec![vec![
+            split("0", &[5, 11], false),
+            split("1", &[3, 12], false),
+        ]],
         true,
         None,
         &clock,
@@ -944,7 +959,10 @@ fn backpressured_time_does_not_make_a_split_idle() {
         metrics.backpressured_micros.add(IDLE_TIMEOUT as u64 * 1000);
         poll_i64(reader, &mut out);
     }
-    assert!(!marks_idle_i64(&out), "backpressure made a split idle: {out:?}");
+    assert!(
+        !marks_idle_i64(&out),
+        "backpressure made a split idle: {out:?}"
+    );
     assert!(watermarks(&out).is_empty(), "split 1 holds the watermark");
     assert!(reader.idle_splits().is_empty());
 
@@ -996,7 +1014,10 @@ fn a_single_split_paused_for_many_timeouts_is_never_idle() {
         poll_i64(&mut s.readers[0], &mut out);
         clock.advance(IDLE_TIMEOUT);
     }
-    assert!(!marks_idle_i64(&out), "paused time made the split idle: {out:?}");
+    assert!(
+        !marks_idle_i64(&out),
+        "paused time made the split idle: {out:?}"
+    );
     assert_eq!(records(&out), [1, 1, 1, 1, 5], "105 stays behind the bound");
     assert_eq!(s.readers[0].paused_splits(), set(&["0"]));
     assert!(s.readers[0].idle_splits().is_empty());
@@ -1010,6 +1031,8 @@ fn a_single_split_paused_for_many_timeouts_is_never_idle() {
     let summary = s.metrics[0].summary();
     assert_eq!(summary.splits.len(), 1);
     assert_eq!(summary.splits[0].paused_millis, m.paused_millis.get());
+    // Its watermark 5 against the group's minimum 3 (reader 1), measured at its last poll.
+    assert_eq!(summary.watermark_alignment_drift, Some(2));
 }
 
 /// `testMultiSplitWatermarkAlignmentAndIdleness`: a paused split does not go idle while the
@@ -1092,7 +1115,10 @@ fn a_waiting_reader_is_woken_at_its_idleness_deadline() {
     );
     let mut out = Vec::new();
     poll_i64(&mut s.readers[0], &mut out);
-    assert_eq!(poll_i64(&mut s.readers[0], &mut out), InputStatus::NothingAvailable);
+    assert_eq!(
+        poll_i64(&mut s.readers[0], &mut out),
+        InputStatus::NothingAvailable
+    );
     let counter = Arc::new(CountingWaker::default());
     s.readers[0].register_waker(&Waker::from(Arc::clone(&counter)));
     clock.advance(IDLE_TIMEOUT - 1);

@@ -289,6 +289,9 @@ pub struct TaskMetrics {
     pub live: crate::live::TaskLive,
     /// A split source's reader: the splits it holds now, by split id, with their metrics.
     pub splits: Mutex<BTreeMap<String, Arc<SplitMetrics>>>,
+    /// A reader of a source with watermark alignment: its watermark less its group's minimum
+    /// at the last publication, in milliseconds (`None` before both are known).
+    pub watermark_alignment_drift: Mutex<Option<i64>>,
 }
 
 /// What a split source's reader measures for one split it holds (Flink 2.1's split metrics),
@@ -364,6 +367,7 @@ impl TaskMetrics {
                     idle_millis: m.idle_millis.get(),
                 })
                 .collect(),
+            watermark_alignment_drift: *self.watermark_alignment_drift.lock(),
         }
     }
 }
@@ -400,6 +404,8 @@ pub struct MetricsSummary {
     pub checkpoint_lock: Option<String>,
     #[serde(default)]
     pub splits: Vec<SplitMetricsSummary>,
+    #[serde(default)]
+    pub watermark_alignment_drift: Option<i64>,
 }
 
 #[cfg(test)]

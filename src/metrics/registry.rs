@@ -146,6 +146,19 @@ impl MetricsRegistry {
                 }
             }
         }
+        out.family(DRIFT_FAMILY, Kind::Gauge, DRIFT_HELP);
+        for task in &tasks {
+            if let Some(drift) = task.summary.watermark_alignment_drift {
+                let labels: [Label<'_>; 5] = [
+                    ("job", &task.job),
+                    ("task", &task.vertex),
+                    ("subtask", &task.subtask),
+                    ("model", task.model.name()),
+                    ("attempt", &task.attempt),
+                ];
+                out.gauge(DRIFT_FAMILY, &labels, drift as f64);
+            }
+        }
         for family in SPLIT_FAMILIES {
             out.family(family.name, family.kind, family.help);
             for task in &tasks {
@@ -726,6 +739,10 @@ const TASK_FAMILIES: &[TaskFamily] = &[
     },
 ];
 
+/// The readers of aligned split sources: rendered only for them.
+const DRIFT_FAMILY: &str = "streamtask_task_watermark_alignment_drift_ms";
+const DRIFT_HELP: &str = "A reader of a split source with watermark alignment: its watermark less its alignment group's minimum, in milliseconds; absent for other tasks and before both are known (Flink: watermarkAlignmentDrift).";
+
 /// A split-level family (labels: the task's and `split`): name, type, help, and its value.
 struct SplitFamily {
     name: &'static str,
@@ -853,6 +870,12 @@ mod tests {
         // A split no longer held is no longer rendered.
         metrics.splits.lock().clear();
         assert!(!registry.render().contains("split=\"p-0\""));
+        // The drift of an aligned reader, absent until it is known.
+        assert!(!text.contains("streamtask_task_watermark_alignment_drift_ms{"));
+        *metrics.watermark_alignment_drift.lock() = Some(7);
+        assert!(registry.render().contains(
+            "streamtask_task_watermark_alignment_drift_ms{job=\"orders\",task=\"map\",subtask=\"1\",model=\"legacy\",attempt=\"1\"} 7\n"
+        ));
     }
 
     #[test]
@@ -917,7 +940,7 @@ mod tests {
         }
         assert_eq!(
             seen.len(),
-            TASK_FAMILIES.len() + JOB_FAMILIES.len() + SPLIT_FAMILIES.len()
+            TASK_FAMILIES.len() + JOB_FAMILIES.len() + SPLIT_FAMILIES.len() + 1
         );
     }
 

@@ -92,6 +92,8 @@ struct Member {
     reports: Vec<AtomicI64>,
     /// The source's bound: a split whose watermark is above it is paused.
     bound: AtomicI64,
+    /// The group's minimum at the last publication (`LEFT_OUT` before the first).
+    minimum: AtomicI64,
     max_drift_ms: i64,
 }
 
@@ -197,6 +199,7 @@ impl<S: Source> SourceCoordinator<S> {
         let member = Arc::new(Member {
             reports: (0..parallelism).map(|_| AtomicI64::new(i64::MIN)).collect(),
             bound: AtomicI64::new(initial_bound(alignment.as_ref())),
+            minimum: AtomicI64::new(LEFT_OUT),
             max_drift_ms: alignment
                 .as_ref()
                 .map_or(0, WatermarkAlignment::max_drift_millis),
@@ -272,6 +275,7 @@ impl<S: Source> SourceCoordinator<S> {
             clock: Clock::System,
             task_metrics: None,
             ticked: None,
+            drift: None,
         }
     }
 
@@ -381,6 +385,7 @@ impl<S: Source> SourceCoordinator<S> {
         self.member
             .bound
             .store(initial_bound(self.alignment.as_ref()), Ordering::Relaxed);
+        self.member.minimum.store(LEFT_OUT, Ordering::Relaxed);
         // Release: no reader of the new attempt runs yet; those that start see it.
         self.settled.store(0, Ordering::Release);
         // Release: pairs with the readers' Acquire load; a reader that sees `false` after a
@@ -690,6 +695,8 @@ impl<S: Source> SourceCoordinator<S> {
                 minimum.saturating_add(member.max_drift_ms),
                 Ordering::AcqRel,
             );
+            // Relaxed: a statistic (the drift metric).
+            member.minimum.store(minimum, Ordering::Relaxed);
         }
         group.paused.drain().for_each(|(_, w)| w.wake());
     }
@@ -706,12 +713,23 @@ impl<S: Source> SourceCoordinator<S> {
     fn wake_when_resumed(&self, subtask: usize, watermark: Option<i64>, waker: &Waker) {
         let state = self.state.lock();
         let mut group = self.group.state.lock();
-        let within = self.bound().is_none_or(|b| watermark.is_none_or(|w| w <= b));
+        let within = self
+            .bound()
+            .is_none_or(|b| watermark.is_none_or(|w| w <= b));
         if state.ended || within {
             waker.wake_by_ref();
         } else {
             group.paused.insert((self.index, subtask), waker.clone());
         }
+    }
+
+    /// The group's minimum at the last publication, if the source is aligned and one was
+    /// taken over readers that hold the group back.
+    fn group_minimum(&self) -> Option<i64> {
+        self.alignment.as_ref()?;
+        // Relaxed: a statistic (the drift metric).
+        let minimum = self.member.minimum.load(Ordering::Relaxed);
+        (minimum != LEFT_OUT && minimum != i64::MIN).then_some(minimum)
     }
 
     fn report(&self, subtask: usize, value: i64) {
@@ -871,6 +889,8 @@ pub struct SplitSourceReader<S: Source> {
     task_metrics: Option<Arc<TaskMetrics>>,
     /// The clock and the task's backpressured milliseconds at the last poll.
     ticked: Option<(i64, u64)>,
+    /// The drift last written to the task's metrics.
+    drift: Option<i64>,
 }
 
 impl<S: Source> SplitSourceReader<S> {
@@ -916,7 +936,9 @@ impl<S: Source> SplitSourceReader<S> {
         let id = split.split_id();
         let held = HeldSplit::new(assigned);
         if let Some(m) = &self.task_metrics {
-            m.splits.lock().insert(id.clone(), Arc::clone(&held.metrics));
+            m.splits
+                .lock()
+                .insert(id.clone(), Arc::clone(&held.metrics));
         }
         self.splits.held.insert(id, held);
     }
@@ -951,8 +973,8 @@ impl<S: Source> SplitSourceReader<S> {
         let Some((then, backpressured_then)) = self.ticked.replace((now, backpressured)) else {
             return;
         };
-        let blocked = i64::try_from(backpressured.saturating_sub(backpressured_then))
-            .unwrap_or(i64::MAX);
+        let blocked =
+            i64::try_from(backpressured.saturating_sub(backpressured_then)).unwrap_or(i64::MAX);
         let active = now.saturating_sub(then).saturating_sub(blocked).max(0);
         let elapsed = u64::try_from(active).unwrap_or(0);
         for split in self.splits.held.values_mut() {
@@ -994,6 +1016,24 @@ impl<S: Source> SplitSourceReader<S> {
             self.reader.pause_or_resume_splits(&pause, &resume);
         }
         self.splits.all_paused()
+    }
+
+    /// Writes the reader's drift above its group's minimum (Flink's
+    /// `watermarkAlignmentDrift`) to the task's metrics when it changed.
+    fn measure_drift(&mut self, report: i64) {
+        let Some(metrics) = &self.task_metrics else {
+            return;
+        };
+        let drift = match self.coordinator.group_minimum() {
+            Some(minimum) if report != LEFT_OUT && report != i64::MIN => {
+                Some(report.saturating_sub(minimum))
+            }
+            _ => None,
+        };
+        if drift != self.drift {
+            self.drift = drift;
+            *metrics.watermark_alignment_drift.lock() = drift;
+        }
     }
 
     fn failed(&self, e: SourceError) -> OperatorError {
@@ -1090,6 +1130,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
         if self.align_splits() {
             // Every split paused: not polled, not marked idle; `register_waker` waits for
             // the bound.
+            self.measure_drift(self.splits.combined().unwrap_or(LEFT_OUT));
             return Ok(InputStatus::NothingAvailable);
         }
         let mut finished = Vec::new();
@@ -1125,6 +1166,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             self.splits.combined().unwrap_or(LEFT_OUT)
         };
         self.coordinator.report(self.subtask, report);
+        self.measure_drift(report);
         // A split whose watermark passed the bound in this poll pauses now, before time
         // passes: its paused time is not on its idleness clock.
         self.align_splits();
@@ -1162,7 +1204,9 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             .map(|s| s.inactive_ms)
             .max();
         if let (Some(timeout), Some(inactive)) = (self.idle_timeout_ms, inactive) {
-            let since = self.ticked.map_or_else(|| self.clock.now_millis(), |(t, _)| t);
+            let since = self
+                .ticked
+                .map_or_else(|| self.clock.now_millis(), |(t, _)| t);
             let deadline = since.saturating_add(timeout.saturating_sub(inactive));
             self.coordinator
                 .wake_at(self.subtask, &self.clock, deadline, waker);

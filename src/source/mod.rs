@@ -78,10 +78,10 @@
 mod coordinator;
 pub mod porting;
 
-pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 pub use self::coordinator::{
     AlignmentGroups, CoordinatorSnapshot, SourceCoordinator, SplitSourceReader, SplitStateItem,
 };
+pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 
 use std::collections::HashMap;
 use std::fmt;
