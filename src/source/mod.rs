@@ -42,38 +42,77 @@
 //! trigger but not yet taken by its reader is in the coordinator's snapshot and goes back to the
 //! enumerator ([`SplitEnumerator::add_splits_back`]) on restore unless a reader took it.
 //!
+//! # Watermarks per split
+//!
+//! A reader emits watermarks for the whole reader ([`SplitOutput::emit_watermark`]: every
+//! split it holds is at least there) or per split ([`SplitOutput::emit_watermark_for`],
+//! Flink's per-split outputs of FLIP-217). The engine keeps each split's watermark; the
+//! reader's watermark is the minimum over its splits that are not idle (a split without a
+//! watermark yet holds it at the lowest), forwarded downstream whenever it advances. A split
+//! is idle when its reader says so ([`SplitOutput::mark_split_idle`]) or when it had no
+//! activity (its own records and watermarks, [`SplitOutput::collect_for`], or unaddressed ones)
+//! for [`Source::split_idle_timeout`] of *active* time; the reader is marked idle when every
+//! split it holds is. A reader waiting for input is woken by the coordinator's periodic call
+//! when a split reaches its timeout, so it goes idle without a record to wake it.
+//!
+//! Active time is the task's processing time (its clock, a manual one in tests) less the time
+//! the split was paused by alignment and the time the task was blocked on full output
+//! (backpressure, from the task's metrics): neither pauses nor backpressure make a split idle
+//! (Flink 2.0's fix, FLINK-35886). The clock is read once per poll, and only for a source that
+//! is aligned, has an idleness timeout, or holds an idle split.
+//!
 //! # Watermark alignment
 //!
 //! A source whose [`Source::watermark_alignment`] returns a [`WatermarkAlignment`] keeps its
-//! readers within `max_drift` of each other in event time (Flink's FLIP-182): every reader
-//! reports the highest watermark it emitted; on every `update_interval` the coordinator takes
-//! the minimum over the readers that hold the group back and publishes `minimum + max_drift`
-//! as the group's bound; a reader whose watermark is above the bound is *paused*: it is not
-//! polled (its poll returns `NothingAvailable`, so the task thread keeps taking mail and
-//! checkpoint barriers pass it in every model) and it is told which splits are paused and
-//! resumed through [`SplitReader::pause_or_resume_splits`]. It resumes once a later bound
-//! reaches its watermark.
+//! splits within `max_drift` of the slowest reader of its *group* in event time (FLIP-182 per
+//! source, FLIP-217 per split): every reader reports its watermark (the minimum over its
+//! splits, above); on every `update_interval` the coordinator takes the minimum over the
+//! readers of every source of the group that hold it back and publishes `minimum + max_drift`
+//! (each source's own drift) as the source's bound. A split whose watermark is above the
+//! bound is *paused*, at once after the poll that took it there: the user's reader is told
+//! through [`SplitReader::pause_or_resume_splits`] and must not read it (the engine cannot
+//! tell which split a record came from); the reader's other splits go on being polled. A
+//! reader whose splits are all paused is not polled (its poll returns `NothingAvailable`, so
+//! the task thread keeps taking mail and checkpoint barriers pass it in every model). A split
+//! resumes once a later bound reaches its watermark. A group is the source's own unless
+//! [`WatermarkAlignment::with_group`] names one: every source of the job whose alignment
+//! names it shares the group's minimum ([`AlignmentGroups`]).
 //!
 //! Which readers hold the group back: a reader that has not emitted a watermark yet counts as
 //! the lowest watermark (the group waits for it: readers of an aligned source must emit
-//! watermarks, [`SplitOutput::emit_watermark`]); a reader marked idle (by itself, or by the
-//! engine while it holds no split) and a reader that ended are left out until they emit again.
-//! A fast reader runs at most one poll past the bound: the published bound never exceeds the
-//! true minimum plus the drift, since watermarks only grow.
+//! watermarks); a reader marked idle (by itself, by the engine while it holds no split, or
+//! because all its splits are idle) and a reader that ended are left out until they emit
+//! again. A fast split runs at most one record past the bound: the published bound never
+//! exceeds the true minimum plus the drift, since watermarks only grow.
 //!
 //! The lost-wakeup protocol of a paused reader: it checks the bound and, when still paused,
-//! stores its waker, both under the coordinator's lock; the coordinator publishes a new bound
+//! stores its waker, both under its group's lock; the coordinator publishes the group's bounds
 //! and takes the stored wakers under the same lock. So a bound published after the reader's
 //! check is either seen by its re-check (woken at once) or finds the waker stored (woken by
-//! the publication).
+//! the publication). `tests/loom.rs` checks it.
 //!
-//! Idleness: a paused reader is never marked idle by the engine, and its own code is not
-//! polled while paused, so pausing does not make a reader idle (as Flink 2.0 does).
+//! # Metrics
 //!
-//! Not built yet: alignment across sources (a group spans the readers of one source), per-split
-//! watermarks (pausing is per reader: all its splits together), an idleness timeout of a
-//! downstream [`WatermarkStrategy`](crate::prelude::WatermarkStrategy) that ignores paused
-//! time, and the `pausedTimePerSecond` / `idleTimePerSecond` metrics.
+//! A reader run in a task keeps its splits' metrics in the task's
+//! [`TaskMetrics::splits`](streamtask_core::metrics::TaskMetrics::splits) (paused and idle
+//! milliseconds, exported per split as `streamtask_split_paused_time_ms_per_second` and
+//! `streamtask_split_idle_time_ms_per_second`, Flink 2.1's split `pausedTimePerSecond` and
+//! `idleTimePerSecond`, with accumulated counters), and an aligned reader its drift above its
+//! group's minimum
+//! ([`TaskMetrics::watermark_alignment_drift`](streamtask_core::metrics::TaskMetrics::watermark_alignment_drift),
+//! Flink's `watermarkAlignmentDrift`).
+//!
+//! Not built: the idleness of a downstream
+//! [`WatermarkStrategy`](crate::prelude::WatermarkStrategy)
+//! (`assign_timestamps_and_watermarks`) still counts processing time, paused and backpressured
+//! time included: it is another operator that cannot see the source's pauses; set the
+//! timeout on the source ([`Source::split_idle_timeout`]) to get Flink 2.0's accounting. The
+//! watermarks of a split source come from its reader (there is no per-split timestamp
+//! assigner or periodic generator of a `WatermarkStrategy` in the source, as Flink's
+//! `fromSource(source, strategy, name)` has). Flink's option to let a reader that cannot pause
+//! splits run unaligned (`allow-unaligned-source-splits`) is not offered: the default
+//! [`SplitReader::pause_or_resume_splits`] does nothing, so such a reader pauses only when
+//! all its splits are paused.
 
 mod coordinator;
 pub mod porting;
@@ -498,9 +537,12 @@ pub trait SplitReader<T>: Send + 'static {
     fn notify_no_more_splits(&mut self) {}
 
     /// Watermark alignment paused the splits `pause` and resumed the splits `resume` (ids of
-    /// splits held). The reader is not polled while paused; release what the paused splits
-    /// hold upstream (a fetch in flight, a connection) here if that matters. Nothing by
-    /// default.
+    /// splits held, sorted). Read no record of a paused split until it is resumed: the reader
+    /// is still polled for its other splits, and not polled at all while every split it holds
+    /// is paused. Release what the paused splits hold upstream (a fetch in flight, a
+    /// connection) here if that matters. Nothing by default: a reader that keeps this default
+    /// is aligned only when all its splits are paused (one split per reader, or watermarks
+    /// emitted for the whole reader).
     fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
         let _ = (pause, resume);
     }
