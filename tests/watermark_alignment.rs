@@ -1,20 +1,33 @@
-//! Watermark alignment of a split source (Flink's FLIP-182): a fast reader paused when its
-//! watermark runs more than the drift ahead of the slowest reader, resumed when that one
-//! catches up; a paused reader is not marked idle.
+//! Watermark alignment of a split source (Flink's FLIP-182 per source, FLIP-217 per split)
+//! and the idleness clock that ignores paused and backpressured time (Flink 2.0).
 //!
-//! Translated from Flink (named from knowledge of its sources, not re-read here):
-//! `smoke` and `a_fast_reader_stays_within_the_drift_in_every_model` from
-//! `WatermarkAlignmentITCase` (a job whose fast source is held within the drift of the slow
-//! one); `a_paused_reader_is_woken_by_the_bound_and_never_marked_idle` from
-//! `SourceOperatorAlignmentTest` (a reader paused when ahead of the announced bound, resumed
-//! when a later announcement reaches it, polled as unavailable while paused) and
-//! `SourceCoordinatorAlignmentTest` (the bound is the group's minimum plus the drift, leaving
-//! out ended readers), with the idleness part from Flink 2.0's fix that paused time does not
-//! make a source idle.
+//! Translated from Flink:
+//! - `SourceOperatorSplitWatermarkAlignmentTest` (read for this translation):
+//!   `testSplitWatermarkAlignment` ->
+//!   `a_fast_split_is_paused_while_the_slow_split_of_its_reader_goes_on`,
+//!   `testBackpressureAndIdleness` -> `backpressured_time_does_not_make_a_split_idle`,
+//!   `testSingleSplitWatermarkAlignmentAndIdleness` ->
+//!   `a_single_split_paused_for_many_timeouts_is_never_idle`,
+//!   `testMultiSplitWatermarkAlignmentAndIdleness` ->
+//!   `a_paused_split_does_not_go_idle_while_its_sibling_runs`,
+//!   `testSplitWatermarkAlignmentWithFinishedSplit` -> `a_finished_split_is_never_paused`.
+//!   Flink injects the bound as a coordinator event; here the bound comes from the group's
+//!   minimum, held where the Flink test holds it by a second reader ("slow") or by the
+//!   reader's own slow split, so the expected pause sequences differ in steps, not in rule.
+//! - `WatermarkAlignmentITCase` (from knowledge of its sources, not re-read here): `smoke`
+//!   and the three `..._in_every_model` jobs (readers of one source, splits of one reader,
+//!   two sources of one group): the fast side held within the drift of the slow one.
+//! - `SourceOperatorAlignmentTest` and `SourceCoordinatorAlignmentTest` (from knowledge, not
+//!   re-read here): `a_paused_reader_is_woken_by_the_bound_and_never_marked_idle`.
 //!
-//! The test source makes the pause certain without timing: the slow reader stays at
-//! watermark 0 until the fast one was told to pause. Every assertion is on emitted event
-//! times: a fast record carries the slow reader's watermark at the moment it was emitted.
+//! Of our own: `a_waiting_reader_is_woken_at_its_idleness_deadline` (the reader is polled at
+//! its split's idleness deadline without a record to wake it).
+//!
+//! The race source makes the pause certain without timing: the slow split stays at watermark
+//! 0 until the fast one was told to pause, and the fast one is read first while it runs. Every
+//! job assertion is on emitted event times: a fast record carries the slow split's watermark
+//! at the moment it was emitted. The scripted tests use a manual clock: their paused and idle
+//! milliseconds are exact, not timings.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;

@@ -17,7 +17,7 @@ use streamtask_core::keygroup::ListState;
 use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
-use streamtask_core::{OperatorError, catch_panic};
+use streamtask_core::{OperatorError, Watermark, catch_panic};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use super::{
@@ -1148,14 +1148,11 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             }
         }
         // A split that went idle or finished may let the reader's watermark advance.
-        let mut split_output = SplitOutput {
-            out: output,
-            splits: &mut self.splits,
-            finished: &mut finished,
-            events: &mut events,
-        };
-        split_output.forward_watermark()?;
-        let all_idle = !self.splits.held.is_empty() && self.splits.combined().is_none();
+        let combined = self.splits.combined();
+        if let Some(watermark) = self.splits.advance(combined) {
+            output.emit_watermark(Watermark(watermark))?;
+        }
+        let all_idle = !self.splits.held.is_empty() && combined.is_none();
         if all_idle && !output.is_idle() {
             output.mark_idle()?;
         }
@@ -1163,7 +1160,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             LEFT_OUT
         } else {
             // With no split left (all finished) the reader holds nothing back.
-            self.splits.combined().unwrap_or(LEFT_OUT)
+            combined.unwrap_or(LEFT_OUT)
         };
         self.coordinator.report(self.subtask, report);
         self.measure_drift(report);

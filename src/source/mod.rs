@@ -727,7 +727,8 @@ impl<T> SplitOutput<'_, '_, T> {
 
     /// Forwards the reader's watermark if it advanced past the last one forwarded.
     pub(crate) fn forward_watermark(&mut self) -> Result<(), OperatorError> {
-        match self.splits.advanced() {
+        let combined = self.splits.combined();
+        match self.splits.advance(combined) {
             Some(watermark) => self.out.emit_watermark(Watermark(watermark)),
             None => Ok(()),
         }
@@ -796,9 +797,10 @@ impl Splits {
             .min()
     }
 
-    /// The reader's watermark if it advanced past the last one forwarded (now forwarded).
-    fn advanced(&mut self) -> Option<i64> {
-        let combined = self.combined().filter(|w| *w > i64::MIN)?;
+    /// The reader's watermark `combined` ([`combined`](Self::combined)) if it advanced past
+    /// the last one forwarded (now forwarded).
+    pub(crate) fn advance(&mut self, combined: Option<i64>) -> Option<i64> {
+        let combined = combined.filter(|w| *w > i64::MIN)?;
         if self.forwarded.is_some_and(|f| f >= combined) {
             return None;
         }
