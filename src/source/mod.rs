@@ -58,7 +58,7 @@
 //! Active time is the task's processing time (its clock, a manual one in tests) less the time
 //! the split was paused by alignment and the time the task was blocked on full output
 //! (backpressure, from the task's metrics): neither pauses nor backpressure make a split idle
-//! (Flink 2.0's fix, FLINK-35886). The clock is read once per poll, and only for a source that
+//! (as in Flink 2.0). The clock is read once per poll, and only for a source that
 //! is aligned, has an idleness timeout, or holds an idle split.
 //!
 //! # Watermark alignment
@@ -66,9 +66,10 @@
 //! A source whose [`Source::watermark_alignment`] returns a [`WatermarkAlignment`] keeps its
 //! splits within `max_drift` of the slowest reader of its *group* in event time (FLIP-182 per
 //! source, FLIP-217 per split): every reader reports its watermark (the minimum over its
-//! splits, above); on every `update_interval` the coordinator takes the minimum over the
-//! readers of every source of the group that hold it back and publishes `minimum + max_drift`
-//! (each source's own drift) as the source's bound. A split whose watermark is above the
+//! splits, above); on every `update_interval` (at most as often as the executor's periodic
+//! call, every 2 ms) the coordinator takes the minimum over the readers of every source of the
+//! group that hold it back and publishes `minimum + max_drift` (each source's own drift) as
+//! the source's bound. A split whose watermark is above the
 //! bound is *paused*, at once after the poll that took it there: the user's reader is told
 //! through [`SplitReader::pause_or_resume_splits`] and must not read it (the engine cannot
 //! tell which split a record came from); the reader's other splits go on being polled. A
