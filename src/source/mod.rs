@@ -689,8 +689,8 @@ impl<T> SplitOutput<'_, '_, T> {
     ) -> Result<(), OperatorError> {
         if let Some(split) = self.splits.held.get_mut(split_id) {
             split.watermark = split.watermark.max(Some(watermark.0));
+            split.active();
         }
-        self.splits.activity(Some(split_id));
         self.forward_watermark()
     }
 
@@ -770,6 +770,12 @@ pub(crate) struct HeldSplit {
 }
 
 impl HeldSplit {
+    /// The split's activity: its idleness clock restarts.
+    fn active(&mut self) {
+        self.idle = false;
+        self.inactive_ms = 0;
+    }
+
     pub(crate) fn new(assigned: Option<u64>) -> Self {
         HeldSplit {
             assigned,
@@ -811,13 +817,13 @@ impl Splits {
 
     /// Activity of split `split_id`, or of every split held: their idleness clocks restart.
     pub(crate) fn activity(&mut self, split_id: Option<&str>) {
-        let restart = |s: &mut HeldSplit| {
-            s.idle = false;
-            s.inactive_ms = 0;
-        };
         match split_id {
-            Some(id) => self.held.get_mut(id).into_iter().for_each(restart),
-            None => self.held.values_mut().for_each(restart),
+            Some(id) => self
+                .held
+                .get_mut(id)
+                .into_iter()
+                .for_each(HeldSplit::active),
+            None => self.held.values_mut().for_each(HeldSplit::active),
         }
     }
 
