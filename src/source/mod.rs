@@ -11,6 +11,7 @@
 //! | a reader | in every subtask: on the task thread (mailbox, bridge), under the checkpoint lock (legacy) | [`SplitReader`], [`SplitOutput`], [`SourceEvent`] |
 //! | a split | in the readers' list state and the enumerator's snapshot | [`SourceSplit`] |
 //! | the engine that drives both | the executor (and tests of a source) | [`SourceCoordinator`], [`SplitSourceReader`], [`SplitStateItem`], [`CoordinatorSnapshot`] |
+//! | watermark alignment | the source's readers, its group's sources | [`WatermarkAlignment`], [`AlignmentGroups`] |
 //! | proving a port of a legacy `SourceFunction` | the user's tests | [`porting::SplitPortingKit`] |
 //!
 //! # The protocol
