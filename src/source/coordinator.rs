@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::Instant;
 
-use streamtask_core::metrics::{SplitMetrics, TaskMetrics};
-use streamtask_core::task::TaskConfig;
-use streamtask_core::time::Clock;
-
 use serde::{Deserialize, Serialize};
 use streamtask_core::keygroup::ListState;
+use streamtask_core::metrics::{SplitMetrics, TaskMetrics};
 use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
+use streamtask_core::task::TaskConfig;
+use streamtask_core::time::Clock;
 use streamtask_core::{OperatorError, Watermark, catch_panic};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
