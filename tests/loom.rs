@@ -280,3 +280,171 @@ mod split_handoff {
         });
     }
 }
+
+/// Watermark alignment's pause/wake hand-off (`SourceCoordinator`'s `align` against a paused
+/// reader's `register_waker`): the coordinator publishes a bound that resumes the reader
+/// while the reader, paused, checks the bound and stores its waker. Either the reader's check
+/// sees the new bound (it reads at once) or the publication finds the waker stored (and wakes
+/// it): never a reader paused with no wake-up coming.
+mod alignment_handoff {
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+    use std::time::Duration;
+
+    use streamtask::source::{
+        Boundedness, EnumeratorContext, Source, SourceCoordinator, SourceError, SourceSplit,
+        SplitEnumerator, SplitOutput, SplitReader, WatermarkAlignment,
+    };
+    use streamtask_core::operator::Emitted;
+    use streamtask_core::sync::atomic::{AtomicBool, Ordering};
+    use streamtask_core::sync::thread;
+    use streamtask_core::{OperatorError, Watermark};
+    use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
+
+    /// A split whose records carry event times 0, 1000, 2000, ...
+    #[derive(Debug, Clone)]
+    struct Ticks(String);
+
+    impl SourceSplit for Ticks {
+        fn split_id(&self) -> String {
+            self.0.clone()
+        }
+        fn encode(&self) -> Result<Vec<u8>, SourceError> {
+            Ok(self.0.clone().into_bytes())
+        }
+        fn decode(bytes: &[u8]) -> Result<Self, SourceError> {
+            Ok(Ticks(String::from_utf8_lossy(bytes).into_owned()))
+        }
+    }
+
+    struct Enumerator;
+
+    impl SplitEnumerator for Enumerator {
+        type Split = Ticks;
+        fn start(&mut self, context: &mut EnumeratorContext<'_, Ticks>) -> Result<(), SourceError> {
+            context.assign_split(0, Ticks("a".into()))?;
+            context.assign_split(1, Ticks("b".into()))
+        }
+        fn handle_split_request(
+            &mut self,
+            _subtask: usize,
+            _context: &mut EnumeratorContext<'_, Ticks>,
+        ) -> Result<(), SourceError> {
+            Ok(())
+        }
+        fn add_splits_back(&mut self, _splits: Vec<Ticks>, _subtask: usize) {}
+        fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, SourceError> {
+            Ok(Vec::new())
+        }
+    }
+
+    struct Reader {
+        split: Option<Ticks>,
+        next: i64,
+    }
+
+    impl SplitReader<i64> for Reader {
+        type Split = Ticks;
+        fn add_splits(&mut self, splits: Vec<Ticks>) {
+            self.split = splits.into_iter().next();
+        }
+        fn poll_next(
+            &mut self,
+            output: &mut SplitOutput<'_, '_, i64>,
+        ) -> Result<InputStatus, OperatorError> {
+            let Some(split) = &self.split else {
+                return Ok(InputStatus::NothingAvailable);
+            };
+            let id = split.split_id();
+            output.collect_for(&id, self.next, self.next)?;
+            output.emit_watermark_for(&id, Watermark(self.next))?;
+            self.next += 1000;
+            Ok(InputStatus::MoreAvailable)
+        }
+        fn register_waker(&mut self, _waker: &Waker) {}
+        fn snapshot_splits(&mut self, _checkpoint_id: u64) -> Result<Vec<Ticks>, OperatorError> {
+            Ok(self.split.iter().cloned().collect())
+        }
+    }
+
+    struct Aligned;
+
+    impl Source for Aligned {
+        type Output = i64;
+        type Split = Ticks;
+        type Enumerator = Enumerator;
+        type Reader = Reader;
+        fn boundedness(&self) -> Boundedness {
+            Boundedness::ContinuousUnbounded
+        }
+        fn create_enumerator(&self, _parallelism: usize) -> Result<Enumerator, SourceError> {
+            Ok(Enumerator)
+        }
+        fn restore_enumerator(&self, _p: usize, _state: &[u8]) -> Result<Enumerator, SourceError> {
+            Ok(Enumerator)
+        }
+        fn create_reader(&self, _subtask: usize, _parallelism: usize) -> Reader {
+            Reader {
+                split: None,
+                next: 0,
+            }
+        }
+        fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
+            Some(WatermarkAlignment::new(
+                Duration::from_millis(10),
+                Duration::ZERO,
+            ))
+        }
+    }
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn records(out: &[Emitted<i64>]) -> usize {
+        out.iter()
+            .filter(|e| matches!(e, Emitted::Record(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_bound_published_while_a_paused_reader_registers_its_waker_is_never_lost() {
+        loom::model(|| {
+            let coordinator = Arc::new(SourceCoordinator::new("aligned", Aligned, 2).unwrap());
+            coordinator.start_attempt(None, &[]).unwrap();
+            let (mut fast, mut slow) = (coordinator.reader(0), coordinator.reader(1));
+            fast.restore_state(None).unwrap();
+            slow.restore_state(None).unwrap();
+            // Both at watermark 0, above the first bound (no minimum taken yet): paused.
+            let mut out = Vec::new();
+            slow.poll_next(&mut ReaderOutput::new(&mut out)).unwrap();
+            fast.poll_next(&mut ReaderOutput::new(&mut out)).unwrap();
+            assert_eq!(fast.paused_splits().len(), 1);
+            // The publication of 0 + 10 resumes the fast reader, racing its poll and waker.
+            let publishing = Arc::clone(&coordinator);
+            let publisher = thread::spawn(move || publishing.discover());
+            let flag = Arc::new(Flag(AtomicBool::new(false)));
+            let mut fast_out = Vec::new();
+            let status = fast
+                .poll_next(&mut ReaderOutput::new(&mut fast_out))
+                .unwrap();
+            if status == InputStatus::NothingAvailable {
+                fast.register_waker(&Waker::from(Arc::clone(&flag)));
+            }
+            publisher.join().unwrap();
+            if records(&fast_out) == 0 {
+                assert!(
+                    flag.0.load(Ordering::SeqCst),
+                    "the paused reader's wake-up was lost"
+                );
+                fast.poll_next(&mut ReaderOutput::new(&mut fast_out))
+                    .unwrap();
+            }
+            assert_eq!(records(&fast_out), 1, "resumed by the bound");
+        });
+    }
+}

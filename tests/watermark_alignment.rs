@@ -1,23 +1,37 @@
-//! Watermark alignment of a split source (Flink's FLIP-182): a fast reader paused when its
-//! watermark runs more than the drift ahead of the slowest reader, resumed when that one
-//! catches up; a paused reader is not marked idle.
+//! Watermark alignment of a split source (Flink's FLIP-182 per source, FLIP-217 per split)
+//! and the idleness clock that ignores paused and backpressured time (Flink 2.0).
 //!
-//! Translated from Flink (named from knowledge of its sources, not re-read here):
-//! `smoke` and `a_fast_reader_stays_within_the_drift_in_every_model` from
-//! `WatermarkAlignmentITCase` (a job whose fast source is held within the drift of the slow
-//! one); `a_paused_reader_is_woken_by_the_bound_and_never_marked_idle` from
-//! `SourceOperatorAlignmentTest` (a reader paused when ahead of the announced bound, resumed
-//! when a later announcement reaches it, polled as unavailable while paused) and
-//! `SourceCoordinatorAlignmentTest` (the bound is the group's minimum plus the drift, leaving
-//! out ended readers), with the idleness part from Flink 2.0's fix that paused time does not
-//! make a source idle.
+//! Translated from Flink:
+//! - `SourceOperatorSplitWatermarkAlignmentTest` (read for this translation):
+//!   `testSplitWatermarkAlignment` ->
+//!   `a_fast_split_is_paused_while_the_slow_split_of_its_reader_goes_on`,
+//!   `testBackpressureAndIdleness` -> `backpressured_time_does_not_make_a_split_idle`,
+//!   `testSingleSplitWatermarkAlignmentAndIdleness` ->
+//!   `a_single_split_paused_for_many_timeouts_is_never_idle`,
+//!   `testMultiSplitWatermarkAlignmentAndIdleness` ->
+//!   `a_paused_split_does_not_go_idle_while_its_sibling_runs`,
+//!   `testSplitWatermarkAlignmentWithFinishedSplit` -> `a_finished_split_is_never_paused`.
+//!   Flink injects the bound as a coordinator event; here the bound comes from the group's
+//!   minimum, held where the Flink test holds it by a second reader ("slow") or by the
+//!   reader's own slow split, so the expected pause sequences differ in steps, not in rule.
+//! - `WatermarkAlignmentITCase` (from knowledge of its sources, not re-read here): `smoke`
+//!   and the three `..._in_every_model` jobs (readers of one source, splits of one reader,
+//!   two sources of one group): the fast side held within the drift of the slow one.
+//! - `SourceOperatorAlignmentTest` and `SourceCoordinatorAlignmentTest` (from knowledge, not
+//!   re-read here): `a_paused_reader_is_woken_by_the_bound_and_never_marked_idle`.
 //!
-//! The test source makes the pause certain without timing: the slow reader stays at
-//! watermark 0 until the fast one was told to pause. Every assertion is on emitted event
-//! times: a fast record carries the slow reader's watermark at the moment it was emitted.
+//! Of our own: `a_waiting_reader_is_woken_at_its_idleness_deadline` (the reader is polled at
+//! its split's idleness deadline without a record to wake it).
+//!
+//! The race source makes the pause certain without timing: the slow split stays at watermark
+//! 0 until the fast one was told to pause, and the fast one is read first while it runs. Every
+//! job assertion is on emitted event times: a fast record carries the slow split's watermark
+//! at the moment it was emitted. The scripted tests use a manual clock: their paused and idle
+//! milliseconds are exact, not timings.
 
+use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 use std::time::Duration;
@@ -27,7 +41,10 @@ use streamtask::source::{
     Boundedness, EnumeratorContext, Source, SourceCoordinator, SourceError, SourceSplit,
     SplitEnumerator, SplitOutput, SplitReader, WatermarkAlignment,
 };
+use streamtask_core::metrics::TaskMetrics;
 use streamtask_core::operator::Emitted;
+use streamtask_core::task::TaskConfig;
+use streamtask_core::time::{Clock, ManualClock};
 use streamtask_core::{OperatorError, StreamStatus, Watermark};
 
 const MODELS: [Model; 3] = [Model::Legacy, Model::Mailbox, Model::Bridge];
@@ -46,6 +63,10 @@ struct Race {
     slow_watermark: AtomicI64,
     pauses: AtomicU64,
     resumes: AtomicU64,
+    /// Whether the fast split is paused now.
+    fast_paused: AtomicBool,
+    /// Slow records emitted while the fast split was paused.
+    slow_while_fast_paused: AtomicU64,
     /// The slow reader's waker while it waits for the fast reader's first pause.
     gate: Mutex<Option<Waker>>,
 }
@@ -90,9 +111,12 @@ impl SourceSplit for RaceSplit {
     }
 }
 
-/// Assigns the fast split to reader 0 and the slow one to reader 1 when it starts.
+/// Assigns its splits when it starts (by default the fast split to reader 0 and the slow one
+/// to reader 1), then no more.
 struct RaceEnumerator {
     started: bool,
+    assignments: Vec<(usize, RaceSplit)>,
+    readers: usize,
 }
 
 impl SplitEnumerator for RaceEnumerator {
@@ -101,23 +125,14 @@ impl SplitEnumerator for RaceEnumerator {
     fn start(&mut self, ctx: &mut EnumeratorContext<'_, RaceSplit>) -> Result<(), SourceError> {
         if !self.started {
             self.started = true;
-            ctx.assign_split(
-                0,
-                RaceSplit {
-                    fast: true,
-                    next: 0,
-                },
-            )?;
-            ctx.assign_split(
-                1,
-                RaceSplit {
-                    fast: false,
-                    next: 0,
-                },
-            )?;
+            for (subtask, split) in &self.assignments {
+                ctx.assign_split(*subtask, split.clone())?;
+            }
         }
-        ctx.signal_no_more_splits(0)?;
-        ctx.signal_no_more_splits(1)
+        for subtask in 0..self.readers {
+            ctx.signal_no_more_splits(subtask)?;
+        }
+        Ok(())
     }
 
     fn handle_split_request(
@@ -135,24 +150,46 @@ impl SplitEnumerator for RaceEnumerator {
     }
 }
 
+const FAST: RaceSplit = RaceSplit {
+    fast: true,
+    next: 0,
+};
+const SLOW: RaceSplit = RaceSplit {
+    fast: false,
+    next: 0,
+};
+
+/// Reads its splits, the fast one first while it is not paused, one record per poll, each
+/// with its split's watermark.
 struct RaceReader {
     race: Arc<Race>,
-    split: Option<RaceSplit>,
+    splits: Vec<RaceSplit>,
+    paused: BTreeSet<String>,
 }
 
 impl SplitReader<String> for RaceReader {
     type Split = RaceSplit;
 
     fn add_splits(&mut self, splits: Vec<RaceSplit>) {
-        self.split = splits.into_iter().next();
+        self.splits.extend(splits);
+        self.splits.sort_by_key(|s| !s.fast);
     }
 
     fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
-        if !resume.is_empty() {
+        self.paused.extend(pause.iter().cloned());
+        resume.iter().for_each(|id| {
+            self.paused.remove(id);
+        });
+        // Only the fast split's pauses count: the slow one may be paused too (against the
+        // first bound, before the group's minimum is taken), which proves nothing.
+        let fast = |ids: &[String]| ids.iter().any(|id| id == "fast");
+        if fast(resume) {
+            self.race.fast_paused.store(false, Ordering::SeqCst);
             self.race.resumes.fetch_add(1, Ordering::SeqCst);
         }
-        if !pause.is_empty() {
+        if fast(pause) {
             let gate = self.race.gate.lock().unwrap();
+            self.race.fast_paused.store(true, Ordering::SeqCst);
             self.race.pauses.fetch_add(1, Ordering::SeqCst);
             if let Some(waker) = gate.as_ref() {
                 waker.wake_by_ref();
@@ -164,29 +201,41 @@ impl SplitReader<String> for RaceReader {
         &mut self,
         output: &mut SplitOutput<'_, '_, String>,
     ) -> Result<InputStatus, OperatorError> {
-        let Some(split) = self.split.as_mut() else {
+        let paused = &self.paused;
+        let Some(index) = self
+            .splits
+            .iter()
+            .position(|s| !paused.contains(&s.split_id()))
+        else {
             return Ok(InputStatus::NothingAvailable);
         };
+        let split = &mut self.splits[index];
+        let id = split.split_id();
         let ts = split.next;
         if split.fast {
             let slow = self.race.slow_watermark.load(Ordering::SeqCst);
-            output.collect_with_timestamp(format!("fast:{ts}:{slow}"), ts)?;
+            output.collect_for(&id, format!("fast:{ts}:{slow}"), ts)?;
             split.next += FAST_STEP;
         } else {
             if ts > 0 && !self.race.fast_was_paused() {
-                // Held at watermark 0 until the fast reader is paused (`register_waker`).
+                // Held at watermark 0 until the fast split is paused (`register_waker`).
                 return Ok(InputStatus::NothingAvailable);
+            }
+            if self.race.fast_paused.load(Ordering::SeqCst) {
+                self.race
+                    .slow_while_fast_paused
+                    .fetch_add(1, Ordering::SeqCst);
             }
             // Published before the watermark leaves, so a fast record never sees a lower one
             // than the coordinator used.
             self.race.slow_watermark.store(ts, Ordering::SeqCst);
-            output.collect_with_timestamp(format!("slow:{ts}:{ts}"), ts)?;
+            output.collect_for(&id, format!("slow:{ts}:{ts}"), ts)?;
             split.next += 1;
         }
-        output.emit_watermark(Watermark(ts))?;
+        output.emit_watermark_for(&id, Watermark(ts))?;
         if split.next > END {
-            output.finish_split(split.split_id());
-            self.split = None;
+            output.finish_split(id);
+            self.splits.remove(index);
         }
         Ok(InputStatus::MoreAvailable)
     }
@@ -201,13 +250,34 @@ impl SplitReader<String> for RaceReader {
     }
 
     fn snapshot_splits(&mut self, _checkpoint_id: u64) -> Result<Vec<RaceSplit>, OperatorError> {
-        Ok(self.split.iter().cloned().collect())
+        Ok(self.splits.clone())
     }
 }
 
 struct RaceSource {
     race: Arc<Race>,
     alignment: WatermarkAlignment,
+    /// (reader, split) assigned at the start.
+    assignments: Vec<(usize, RaceSplit)>,
+}
+
+impl RaceSource {
+    /// The fast split on reader 0, the slow one on reader 1.
+    fn pair(race: &Arc<Race>, alignment: WatermarkAlignment) -> Self {
+        RaceSource {
+            race: Arc::clone(race),
+            alignment,
+            assignments: vec![(0, FAST), (1, SLOW)],
+        }
+    }
+
+    fn readers(&self) -> usize {
+        self.assignments
+            .iter()
+            .map(|(r, _)| r + 1)
+            .max()
+            .unwrap_or(1)
+    }
 }
 
 impl Source for RaceSource {
@@ -221,24 +291,31 @@ impl Source for RaceSource {
     }
 
     fn create_enumerator(&self, _parallelism: usize) -> Result<RaceEnumerator, SourceError> {
-        Ok(RaceEnumerator { started: false })
+        Ok(RaceEnumerator {
+            started: false,
+            assignments: self.assignments.clone(),
+            readers: self.readers(),
+        })
     }
 
     fn restore_enumerator(&self, _p: usize, state: &[u8]) -> Result<RaceEnumerator, SourceError> {
         Ok(RaceEnumerator {
             started: state == [1],
+            assignments: self.assignments.clone(),
+            readers: self.readers(),
         })
     }
 
     fn create_reader(&self, _subtask: usize, _parallelism: usize) -> RaceReader {
         RaceReader {
             race: Arc::clone(&self.race),
-            split: None,
+            splits: Vec::new(),
+            paused: BTreeSet::new(),
         }
     }
 
     fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
-        Some(self.alignment)
+        Some(self.alignment.clone())
     }
 }
 
@@ -263,20 +340,58 @@ fn assert_within_drift(model: Model, lines: &[String]) {
     }
 }
 
+/// Where the race's two splits are read.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// One source, the fast split on reader 0, the slow one on reader 1 (FLIP-182).
+    TwoReaders,
+    /// One source, both splits on its only reader (FLIP-217).
+    OneReader,
+    /// Two sources of one reader each, the fast and the slow, in one alignment group.
+    TwoSources,
+}
+
 /// Runs the race in `model`; returns the committed lines and the shared race.
-fn run(model: Model, dir: &Path) -> (Vec<String>, Arc<Race>) {
+fn run(model: Model, layout: Layout, dir: &Path) -> (Vec<String>, Arc<Race>) {
     let race = Race::new();
     let env = StreamEnvironment::new(model);
-    let source = RaceSource {
-        race: Arc::clone(&race),
-        alignment: WatermarkAlignment::new(
-            Duration::from_millis(DRIFT as u64),
-            Duration::from_millis(1),
-        ),
+    let alignment = WatermarkAlignment::new(
+        Duration::from_millis(DRIFT as u64),
+        Duration::from_millis(1),
+    );
+    let mut outputs = Vec::new();
+    let mut add = |name: &str, source: RaceSource| {
+        let readers = source.readers();
+        let output = dir.join(format!("output-{name}"));
+        env.from_source(name, source, readers).two_phase_file_sink(
+            &format!("sink-{name}"),
+            output.clone(),
+            |s: &String| s.clone(),
+        );
+        outputs.push(output);
     };
-    let output = dir.join("output");
-    env.from_source("race", source, 2)
-        .two_phase_file_sink("sink", output.clone(), |s: &String| s.clone());
+    match layout {
+        Layout::TwoReaders => add("race", RaceSource::pair(&race, alignment)),
+        Layout::OneReader => add(
+            "race",
+            RaceSource {
+                assignments: vec![(0, FAST), (0, SLOW)],
+                ..RaceSource::pair(&race, alignment)
+            },
+        ),
+        Layout::TwoSources => {
+            let grouped = alignment.with_group("race");
+            for (name, split) in [("fast", FAST), ("slow", SLOW)] {
+                add(
+                    name,
+                    RaceSource {
+                        assignments: vec![(0, split)],
+                        ..RaceSource::pair(&race, grouped.clone())
+                    },
+                );
+            }
+        }
+    }
     let job = env.build().unwrap_or_else(|e| panic!("{model}: {e}"));
     let config = JobConfig::new(dir).with_checkpoints(Some(
         CheckpointConfig::new(Duration::from_millis(5))
@@ -284,7 +399,11 @@ fn run(model: Model, dir: &Path) -> (Vec<String>, Arc<Race>) {
     ));
     let result = job.run(&config).unwrap_or_else(|e| panic!("{model}: {e}"));
     assert_eq!(result.restarts, 0, "{model}: {:?}", result.failures);
-    (streamtask::sink::read_committed(&output).unwrap(), race)
+    let lines = outputs
+        .iter()
+        .flat_map(|o| streamtask::sink::read_committed(o).unwrap())
+        .collect();
+    (lines, race)
 }
 
 fn assert_race(model: Model, lines: &[String], race: &Race) {
@@ -305,12 +424,16 @@ fn assert_race(model: Model, lines: &[String], race: &Race) {
         race.resumes.load(Ordering::SeqCst) >= 1,
         "{model}: never resumed"
     );
+    assert!(
+        race.slow_while_fast_paused.load(Ordering::SeqCst) >= 1,
+        "{model}: the slow split did not go on while the fast one was paused"
+    );
 }
 
 #[test]
 fn smoke() {
     let work = tempfile::tempdir().unwrap();
-    let (lines, race) = run(Model::Mailbox, work.path());
+    let (lines, race) = run(Model::Mailbox, Layout::TwoReaders, work.path());
     assert_race(Model::Mailbox, &lines, &race);
 }
 
@@ -318,7 +441,28 @@ fn smoke() {
 fn a_fast_reader_stays_within_the_drift_in_every_model() {
     for model in MODELS {
         let work = tempfile::tempdir().unwrap();
-        let (lines, race) = run(model, work.path());
+        let (lines, race) = run(model, Layout::TwoReaders, work.path());
+        assert_race(model, &lines, &race);
+    }
+}
+
+/// FLIP-217 in a job: the fast split is paused and resumed within the drift while the slow
+/// split of the same reader goes on.
+#[test]
+fn a_fast_split_stays_within_the_drift_of_its_readers_slow_split_in_every_model() {
+    for model in MODELS {
+        let work = tempfile::tempdir().unwrap();
+        let (lines, race) = run(model, Layout::OneReader, work.path());
+        assert_race(model, &lines, &race);
+    }
+}
+
+/// Flink's `withWatermarkAlignment(group, ...)`: two sources in one group share its minimum.
+#[test]
+fn a_fast_source_stays_within_the_drift_of_a_slow_source_of_its_group_in_every_model() {
+    for model in MODELS {
+        let work = tempfile::tempdir().unwrap();
+        let (lines, race) = run(model, Layout::TwoSources, work.path());
         assert_race(model, &lines, &race);
     }
 }
@@ -351,10 +495,10 @@ fn marks_idle(emitted: &[Emitted<String>]) -> bool {
 #[test]
 fn a_paused_reader_is_woken_by_the_bound_and_never_marked_idle() {
     let race = Race::new();
-    let source = RaceSource {
-        race: Arc::clone(&race),
-        alignment: WatermarkAlignment::new(Duration::from_millis(DRIFT as u64), Duration::ZERO),
-    };
+    let source = RaceSource::pair(
+        &race,
+        WatermarkAlignment::new(Duration::from_millis(DRIFT as u64), Duration::ZERO),
+    );
     let coordinator = Arc::new(SourceCoordinator::new("race", source, 2).unwrap());
     coordinator.start_attempt(None, &[]).unwrap();
     let (mut fast, mut slow) = (coordinator.reader(0), coordinator.reader(1));
@@ -449,4 +593,554 @@ fn a_paused_reader_is_woken_by_the_bound_and_never_marked_idle() {
         assert!(rounds < 10 * END, "the readers did not run to their ends");
     }
     coordinator.end_attempt();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-split alignment and idleness (FLIP-217, FLINK-35886), translated from Flink's
+// `SourceOperatorSplitWatermarkAlignmentTest`: a scripted split source read by the engine's
+// reader (`SplitSourceReader`, the same code every model runs), with a manual clock for the
+// idleness timeout.
+// ---------------------------------------------------------------------------------------------
+
+/// A scripted split (Flink's `MockSourceSplit`): the event times of its records still to
+/// read, and whether it ends when they are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ScriptSplit {
+    id: String,
+    records: VecDeque<i64>,
+    finishes: bool,
+}
+
+fn split(id: &str, records: &[i64], finishes: bool) -> ScriptSplit {
+    ScriptSplit {
+        id: id.to_string(),
+        records: records.iter().copied().collect(),
+        finishes,
+    }
+}
+
+impl SourceSplit for ScriptSplit {
+    fn split_id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn encode(&self) -> Result<Vec<u8>, SourceError> {
+        let records: Vec<String> = self.records.iter().map(i64::to_string).collect();
+        Ok(format!("{}|{}|{}", self.id, self.finishes, records.join(",")).into_bytes())
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, SourceError> {
+        let text = std::str::from_utf8(bytes).map_err(SourceError::user)?;
+        let mut parts = text.splitn(3, '|');
+        let (Some(id), Some(finishes), Some(records)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(SourceError::user(format!("not a script split: {text}")));
+        };
+        Ok(ScriptSplit {
+            id: id.to_string(),
+            finishes: finishes == "true",
+            records: records
+                .split(',')
+                .filter(|r| !r.is_empty())
+                .map(|r| r.parse().map_err(SourceError::user))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// Assigns each reader its scripted splits when it starts, then no more.
+struct ScriptEnumerator {
+    assignments: Vec<Vec<ScriptSplit>>,
+}
+
+impl SplitEnumerator for ScriptEnumerator {
+    type Split = ScriptSplit;
+
+    fn start(&mut self, ctx: &mut EnumeratorContext<'_, ScriptSplit>) -> Result<(), SourceError> {
+        for (subtask, splits) in std::mem::take(&mut self.assignments)
+            .into_iter()
+            .enumerate()
+        {
+            for s in splits {
+                ctx.assign_split(subtask, s)?;
+            }
+            ctx.signal_no_more_splits(subtask)?;
+        }
+        Ok(())
+    }
+
+    fn handle_split_request(
+        &mut self,
+        _subtask: usize,
+        _ctx: &mut EnumeratorContext<'_, ScriptSplit>,
+    ) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn add_splits_back(&mut self, _splits: Vec<ScriptSplit>, _subtask: usize) {}
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, SourceError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The pause and resume calls a reader got: (paused, resumed).
+type PauseLog = Arc<Mutex<Vec<(Vec<String>, Vec<String>)>>>;
+
+/// Flink's `MockSourceReader` with per-split outputs: one record per poll from the first split
+/// that is not paused and has one, with the split's watermark at its event time (Flink's
+/// `TestWatermarkGenerator`); a split that `finishes` ends once read.
+struct ScriptReader {
+    splits: Vec<ScriptSplit>,
+    paused: BTreeSet<String>,
+    log: PauseLog,
+}
+
+impl SplitReader<i64> for ScriptReader {
+    type Split = ScriptSplit;
+
+    fn add_splits(&mut self, splits: Vec<ScriptSplit>) {
+        self.splits.extend(splits);
+    }
+
+    fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
+        self.paused.extend(pause.iter().cloned());
+        resume.iter().for_each(|id| {
+            self.paused.remove(id);
+        });
+        self.log
+            .lock()
+            .unwrap()
+            .push((pause.to_vec(), resume.to_vec()));
+    }
+
+    fn poll_next(
+        &mut self,
+        output: &mut SplitOutput<'_, '_, i64>,
+    ) -> Result<InputStatus, OperatorError> {
+        let paused = &self.paused;
+        let Some(index) = self
+            .splits
+            .iter()
+            .position(|s| !paused.contains(&s.id) && (!s.records.is_empty() || s.finishes))
+        else {
+            return Ok(InputStatus::NothingAvailable);
+        };
+        let s = &mut self.splits[index];
+        if let Some(ts) = s.records.pop_front() {
+            output.collect_for(&s.id, ts, ts)?;
+            output.emit_watermark_for(&s.id, Watermark(ts))?;
+        }
+        if s.records.is_empty() && s.finishes {
+            output.finish_split(s.id.clone());
+            self.splits.remove(index);
+        }
+        Ok(InputStatus::MoreAvailable)
+    }
+
+    fn register_waker(&mut self, _waker: &Waker) {
+        // Driven by hand: the test polls again.
+    }
+
+    fn snapshot_splits(&mut self, _checkpoint_id: u64) -> Result<Vec<ScriptSplit>, OperatorError> {
+        Ok(self.splits.clone())
+    }
+}
+
+struct ScriptSource {
+    assignments: Vec<Vec<ScriptSplit>>,
+    alignment: Option<WatermarkAlignment>,
+    idle_timeout: Option<Duration>,
+    log: PauseLog,
+}
+
+impl Source for ScriptSource {
+    type Output = i64;
+    type Split = ScriptSplit;
+    type Enumerator = ScriptEnumerator;
+    type Reader = ScriptReader;
+
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Bounded
+    }
+
+    fn create_enumerator(&self, _parallelism: usize) -> Result<ScriptEnumerator, SourceError> {
+        Ok(ScriptEnumerator {
+            assignments: self.assignments.clone(),
+        })
+    }
+
+    fn restore_enumerator(
+        &self,
+        parallelism: usize,
+        _state: &[u8],
+    ) -> Result<ScriptEnumerator, SourceError> {
+        self.create_enumerator(parallelism)
+    }
+
+    fn create_reader(&self, _subtask: usize, _parallelism: usize) -> ScriptReader {
+        ScriptReader {
+            splits: Vec::new(),
+            paused: BTreeSet::new(),
+            log: Arc::clone(&self.log),
+        }
+    }
+
+    fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
+        self.alignment.clone()
+    }
+
+    fn split_idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+}
+
+/// The drift of the scripted tests: Flink's tests align with 1 ms.
+const SCRIPT_DRIFT: Duration = Duration::from_millis(1);
+/// The idleness timeout of the scripted tests (Flink's `idleTimeout`).
+const IDLE_TIMEOUT: i64 = 100;
+
+/// A scripted source's coordinator (aligned with [`SCRIPT_DRIFT`] if `aligned`), started, and
+/// its readers restored and attached to tasks that share `clock`; returns them with the
+/// readers' pause log and the tasks' metrics.
+struct Scripted {
+    coordinator: Arc<SourceCoordinator<ScriptSource>>,
+    readers: Vec<streamtask::source::SplitSourceReader<ScriptSource>>,
+    metrics: Vec<Arc<TaskMetrics>>,
+    log: PauseLog,
+}
+
+fn scripted(
+    assignments: Vec<Vec<ScriptSplit>>,
+    aligned: bool,
+    idle_timeout: Option<i64>,
+    clock: &ManualClock,
+) -> Scripted {
+    let log = PauseLog::default();
+    let parallelism = assignments.len();
+    let source = ScriptSource {
+        assignments,
+        alignment: aligned.then(|| WatermarkAlignment::new(SCRIPT_DRIFT, Duration::ZERO)),
+        idle_timeout: idle_timeout.map(|ms| Duration::from_millis(ms as u64)),
+        log: Arc::clone(&log),
+    };
+    let coordinator = Arc::new(SourceCoordinator::new("script", source, parallelism).unwrap());
+    coordinator.start_attempt(None, &[]).unwrap();
+    let mut readers = Vec::new();
+    let mut metrics = Vec::new();
+    for subtask in 0..parallelism {
+        let mut reader = coordinator.reader(subtask);
+        let mut task = TaskConfig::new(format!("script#{subtask}"));
+        task.clock = Clock::Manual(clock.clone());
+        reader.attach(&task);
+        reader.restore_state(None).unwrap();
+        metrics.push(Arc::clone(&task.metrics));
+        readers.push(reader);
+    }
+    Scripted {
+        coordinator,
+        readers,
+        metrics,
+        log,
+    }
+}
+
+fn poll_i64<R: SourceReader<i64>>(reader: &mut R, into: &mut Vec<Emitted<i64>>) -> InputStatus {
+    let mut emitted = Vec::new();
+    let status = reader
+        .poll_next(&mut ReaderOutput::new(&mut emitted))
+        .unwrap();
+    into.extend(emitted);
+    status
+}
+
+fn watermarks(emitted: &[Emitted<i64>]) -> Vec<i64> {
+    emitted
+        .iter()
+        .filter_map(|e| match e {
+            Emitted::Watermark(w) => Some(w.0),
+            _ => None,
+        })
+        .collect()
+}
+
+fn records(emitted: &[Emitted<i64>]) -> Vec<i64> {
+    emitted
+        .iter()
+        .filter_map(|e| match e {
+            Emitted::Record(r) => Some(r.value),
+            _ => None,
+        })
+        .collect()
+}
+
+fn set(ids: &[&str]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+/// `testSplitWatermarkAlignment`: the splits of one reader aligned to each other: a split whose
+/// watermark runs past the bound (the reader's minimum plus the drift) is paused while the
+/// other goes on, and resumed once a later bound reaches it.
+#[test]
+fn a_fast_split_is_paused_while_the_slow_split_of_its_reader_goes_on() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![
+            split("0", &[5, 11], false),
+            split("1", &[3, 12], false),
+        ]],
+        true,
+        None,
+        &clock,
+    );
+    let reader = &mut s.readers[0];
+    let mut out = Vec::new();
+    s.coordinator.discover();
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::MoreAvailable);
+    assert_eq!(records(&out), [5], "split 0 emits 5");
+    // Split 1 has no watermark yet: the reader's minimum is the lowest, split 0 is ahead.
+    assert_eq!(reader.paused_splits(), set(&["0"]));
+    assert!(watermarks(&out).is_empty(), "split 1 holds the watermark");
+
+    s.coordinator.discover();
+    poll_i64(reader, &mut out);
+    assert_eq!(
+        records(&out),
+        [5, 3],
+        "the paused split is skipped: split 1 emits 3"
+    );
+    assert_eq!(watermarks(&out), [3], "the minimum over the splits");
+    // Split 1 is past the bound published before its first watermark: paused too. Every
+    // split paused: the reader is not polled.
+    assert_eq!(reader.paused_splits(), set(&["0", "1"]));
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::NothingAvailable);
+    assert_eq!(records(&out), [5, 3]);
+
+    // Bound 3 + 1 resumes split 1 (it emits 12, ahead again); split 0 stays paused.
+    s.coordinator.discover();
+    poll_i64(reader, &mut out);
+    assert_eq!(records(&out), [5, 3, 12]);
+    assert_eq!(watermarks(&out), [3, 5]);
+    assert_eq!(reader.paused_splits(), set(&["0", "1"]));
+
+    // Bound 5 + 1 resumes split 0 (it emits 11) and keeps split 1 paused.
+    s.coordinator.discover();
+    poll_i64(reader, &mut out);
+    assert_eq!(records(&out), [5, 3, 12, 11]);
+    assert_eq!(watermarks(&out), [3, 5, 11]);
+    assert_eq!(reader.paused_splits(), set(&["0", "1"]));
+    // Bound 11 + 1 resumes both.
+    s.coordinator.discover();
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::NothingAvailable);
+    assert!(reader.paused_splits().is_empty());
+
+    let log = s.log.lock().unwrap().clone();
+    let strings = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        log,
+        [
+            (strings(&["0"]), strings(&[])),
+            (strings(&["1"]), strings(&[])),
+            (strings(&[]), strings(&["1"])),
+            (strings(&["1"]), strings(&[])),
+            (strings(&[]), strings(&["0"])),
+            (strings(&["0"]), strings(&[])),
+            (strings(&[]), strings(&["0", "1"])),
+        ],
+        "the reader is told of every pause and resume, per split"
+    );
+}
+
+/// `testBackpressureAndIdleness`: time the task is backpressured is not on the splits'
+/// idleness clocks; once it is over, the silent splits go idle and the reader with them.
+#[test]
+fn backpressured_time_does_not_make_a_split_idle() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[42, 44], false), split("1", &[], false)]],
+        false,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let reader = &mut s.readers[0];
+    let metrics = Arc::clone(&s.metrics[0]);
+    let mut out = Vec::new();
+    poll_i64(reader, &mut out);
+    for _ in 0..10 {
+        clock.advance(IDLE_TIMEOUT);
+        // The task spent the whole interval blocked on full output.
+        metrics.backpressured_micros.add(IDLE_TIMEOUT as u64 * 1000);
+        poll_i64(reader, &mut out);
+    }
+    assert!(
+        !marks_idle_i64(&out),
+        "backpressure made a split idle: {out:?}"
+    );
+    assert!(watermarks(&out).is_empty(), "split 1 holds the watermark");
+    assert!(reader.idle_splits().is_empty());
+
+    for _ in 0..10 {
+        clock.advance(IDLE_TIMEOUT);
+        poll_i64(reader, &mut out);
+    }
+    assert!(marks_idle_i64(&out), "both splits idle: the reader is idle");
+    assert_eq!(reader.idle_splits(), set(&["0", "1"]));
+    assert!(
+        watermarks(&out).is_empty(),
+        "both went idle together: no watermark"
+    );
+    // Idle from the first interval after the backpressure to the last: nine intervals.
+    for id in ["0", "1"] {
+        let m = reader.split_metrics(id).unwrap();
+        assert_eq!(m.idle_millis.get(), 9 * IDLE_TIMEOUT as u64, "split {id}");
+        assert_eq!(m.paused_millis.get(), 0, "split {id}");
+    }
+}
+
+fn marks_idle_i64(emitted: &[Emitted<i64>]) -> bool {
+    emitted
+        .iter()
+        .any(|e| matches!(e, Emitted::Status(StreamStatus::Idle)))
+}
+
+/// `testSingleSplitWatermarkAlignmentAndIdleness` (and Flink's fix that a reader with one
+/// split pauses its idleness clock too): a reader's only split, paused by the bound for many
+/// idleness timeouts, is never marked idle; its paused time is measured.
+#[test]
+fn a_single_split_paused_for_many_timeouts_is_never_idle() {
+    let clock = ManualClock::new(1);
+    // Reader 1 holds the group's minimum at 3: the bound stays at 3 + 1.
+    let mut s = scripted(
+        vec![
+            vec![split("0", &[1, 1, 1, 1, 5, 105], false)],
+            vec![split("slow", &[3], false)],
+        ],
+        true,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut slow_out = Vec::new();
+    poll_i64(&mut s.readers[1], &mut slow_out);
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        s.coordinator.discover();
+        poll_i64(&mut s.readers[0], &mut out);
+        clock.advance(IDLE_TIMEOUT);
+    }
+    assert!(
+        !marks_idle_i64(&out),
+        "paused time made the split idle: {out:?}"
+    );
+    assert_eq!(records(&out), [1, 1, 1, 1, 5], "105 stays behind the bound");
+    assert_eq!(s.readers[0].paused_splits(), set(&["0"]));
+    assert!(s.readers[0].idle_splits().is_empty());
+    let m = s.readers[0].split_metrics("0").unwrap();
+    // Paused after its first record until the first bound (one interval), and from its
+    // record 5 on (the last five intervals; the tenth is not ticked yet).
+    assert_eq!(m.paused_millis.get(), 6 * IDLE_TIMEOUT as u64);
+    assert_eq!(m.idle_millis.get(), 0);
+    // The task's metrics hold the split's, for the `metrics` export.
+    assert!(s.metrics[0].splits.lock().contains_key("0"));
+    let summary = s.metrics[0].summary();
+    assert_eq!(summary.splits.len(), 1);
+    assert_eq!(summary.splits[0].paused_millis, m.paused_millis.get());
+    // Its watermark 5 against the group's minimum 3 (reader 1), measured at its last poll.
+    assert_eq!(summary.watermark_alignment_drift, Some(2));
+}
+
+/// `testMultiSplitWatermarkAlignmentAndIdleness`: a paused split does not go idle while the
+/// other split of its reader keeps emitting, so the reader's watermark never passes the
+/// paused split's.
+#[test]
+fn a_paused_split_does_not_go_idle_while_its_sibling_runs() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![
+            vec![
+                split("0", &[5, 105], false),
+                split("1", &[3, 3, 3, 3, 3, 3, 3, 105], false),
+            ],
+            vec![split("slow", &[3], false)],
+        ],
+        true,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut slow_out = Vec::new();
+    poll_i64(&mut s.readers[1], &mut slow_out);
+    let mut out = Vec::new();
+    s.coordinator.discover();
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(s.readers[0].paused_splits(), set(&["0"]));
+    loop {
+        // Below the timeout per step, so the running split never goes idle, while the paused
+        // one would have, many times over, were its paused time counted.
+        clock.advance(IDLE_TIMEOUT - 1);
+        s.coordinator.discover();
+        if poll_i64(&mut s.readers[0], &mut out) != InputStatus::MoreAvailable {
+            break;
+        }
+    }
+    assert_eq!(records(&out), [5, 3, 3, 3, 3, 3, 3, 3, 105]);
+    assert_eq!(s.readers[0].paused_splits(), set(&["0", "1"]));
+    assert!(s.readers[0].idle_splits().is_empty());
+    assert!(
+        watermarks(&out).iter().all(|w| *w <= 5),
+        "the watermark passed the paused split's: {:?}",
+        watermarks(&out)
+    );
+    assert!(!marks_idle_i64(&out));
+}
+
+/// `testSplitWatermarkAlignmentWithFinishedSplit`: a split read to its end is no longer held:
+/// never paused, its metrics gone from the task's.
+#[test]
+fn a_finished_split_is_never_paused() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[5], true), split("1", &[3], false)]],
+        true,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut out = Vec::new();
+    while poll_i64(&mut s.readers[0], &mut out) == InputStatus::MoreAvailable {
+        s.coordinator.discover();
+    }
+    assert_eq!(records(&out), [5, 3]);
+    s.coordinator.discover();
+    poll_i64(&mut s.readers[0], &mut out);
+    assert!(s.readers[0].paused_splits().is_empty());
+    assert_eq!(s.readers[0].held_splits(), set(&["1"]));
+    assert!(!s.metrics[0].splits.lock().contains_key("0"));
+}
+
+/// A waiting reader (nothing to read, its waker registered) is woken by the coordinator's
+/// periodic call once a split reaches its idleness timeout, and the poll marks it idle.
+#[test]
+fn a_waiting_reader_is_woken_at_its_idleness_deadline() {
+    let clock = ManualClock::new(0);
+    let mut s = scripted(
+        vec![vec![split("0", &[7], false)]],
+        false,
+        Some(IDLE_TIMEOUT),
+        &clock,
+    );
+    let mut out = Vec::new();
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(
+        poll_i64(&mut s.readers[0], &mut out),
+        InputStatus::NothingAvailable
+    );
+    let counter = Arc::new(CountingWaker::default());
+    s.readers[0].register_waker(&Waker::from(Arc::clone(&counter)));
+    clock.advance(IDLE_TIMEOUT - 1);
+    s.coordinator.discover();
+    assert_eq!(counter.0.load(Ordering::SeqCst), 0, "before the deadline");
+    clock.advance(1);
+    s.coordinator.discover();
+    assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken at the deadline");
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(s.readers[0].idle_splits(), set(&["0"]));
+    assert!(marks_idle_i64(&out));
 }

@@ -20,7 +20,9 @@
 //! assert!(s.checkpoint_delay_us.p50 >= 249 && s.checkpoint_delay_us.p50 <= 251);
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -285,6 +287,33 @@ pub struct TaskMetrics {
     /// What the task is doing right now (not part of the [`summary`](Self::summary)): read by
     /// the job's stalled-checkpoint report.
     pub live: crate::live::TaskLive,
+    /// A split source's reader: the splits it holds now, by split id, with their metrics.
+    pub splits: Mutex<BTreeMap<String, Arc<SplitMetrics>>>,
+    /// A reader of a source with watermark alignment: its watermark less its group's minimum
+    /// at the last publication, in milliseconds (`None` before both are known).
+    pub watermark_alignment_drift: Mutex<Option<i64>>,
+}
+
+/// What a split source's reader measures for one split it holds (Flink 2.1's split metrics),
+/// kept in [`TaskMetrics::splits`] while the reader holds the split.
+#[derive(Debug, Default)]
+pub struct SplitMetrics {
+    /// Milliseconds the split was paused by watermark alignment.
+    pub paused_millis: Counter,
+    /// Milliseconds the split was idle (marked idle by its reader or by its idleness timeout)
+    /// and not paused.
+    pub idle_millis: Counter,
+}
+
+/// A point-in-time copy of one split's [`SplitMetrics`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitMetricsSummary {
+    /// The split's id.
+    pub split: String,
+    /// [`SplitMetrics::paused_millis`].
+    pub paused_millis: u64,
+    /// [`SplitMetrics::idle_millis`].
+    pub idle_millis: u64,
 }
 
 impl TaskMetrics {
@@ -328,6 +357,17 @@ impl TaskMetrics {
             backpressured_micros: self.backpressured_micros.get(),
             threads: self.threads.get(),
             checkpoint_lock: self.checkpoint_lock.lock().map(str::to_string),
+            splits: self
+                .splits
+                .lock()
+                .iter()
+                .map(|(split, m)| SplitMetricsSummary {
+                    split: split.clone(),
+                    paused_millis: m.paused_millis.get(),
+                    idle_millis: m.idle_millis.get(),
+                })
+                .collect(),
+            watermark_alignment_drift: *self.watermark_alignment_drift.lock(),
         }
     }
 }
@@ -362,6 +402,10 @@ pub struct MetricsSummary {
     pub backpressured_micros: u64,
     pub threads: u64,
     pub checkpoint_lock: Option<String>,
+    #[serde(default)]
+    pub splits: Vec<SplitMetricsSummary>,
+    #[serde(default)]
+    pub watermark_alignment_drift: Option<i64>,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::task::Waker;
 
 use streamtask_core::{
     OperatorError, StreamRecord, StreamStatus, Watermark, operator::Output, state::TaskSnapshot,
+    task::TaskConfig,
 };
 
 /// What a [`SourceReader::poll_next`] call found.
@@ -78,6 +79,14 @@ pub enum InputStatus {
 pub trait SourceReader<T>: Send {
     /// A short name for errors, metrics and traces.
     fn name(&self) -> &str;
+
+    /// The task that runs the reader: its processing-time clock and its metrics. Called once
+    /// by the job layer when the task is built, before [`restore_state`](Self::restore_state);
+    /// a reader that measures time or keeps metrics of its own (a split source's reader does)
+    /// takes them here. Nothing by default.
+    fn attach(&mut self, task: &TaskConfig) {
+        let _ = task;
+    }
 
     /// Restores the position written by [`snapshot_state`](Self::snapshot_state); `None` on a
     /// fresh start. Called once, before the first `poll_next`.
@@ -186,6 +195,9 @@ pub trait SourceReader<T>: Send {
 impl<T, R: SourceReader<T> + ?Sized> SourceReader<T> for Box<R> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn attach(&mut self, task: &TaskConfig) {
+        (**self).attach(task)
     }
     fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
         (**self).restore_state(state)

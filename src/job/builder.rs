@@ -78,6 +78,8 @@ pub(crate) struct GraphBuilder {
     pub(crate) finalizers: Vec<Finalizer>,
     /// The FLIP-27 split enumerators (see `from_source.rs`).
     pub(crate) enumerators: Vec<Arc<dyn crate::source::CoordinatorHooks>>,
+    /// The watermark alignment groups the job's split sources share.
+    pub(crate) alignment_groups: crate::source::AlignmentGroups,
     pub(crate) sink_dirs: Vec<PathBuf>,
     pub(crate) names: HashSet<String>,
     pub(crate) errors: Vec<JobError>,

@@ -100,6 +100,7 @@ impl StreamEnvironment {
                 side_outputs: HashMap::new(),
                 finalizers: Vec::new(),
                 enumerators: Vec::new(),
+                alignment_groups: crate::source::AlignmentGroups::default(),
                 sink_dirs: Vec::new(),
                 names: HashSet::new(),
                 errors: Vec::new(),

@@ -86,15 +86,17 @@ impl StreamEnvironment {
     {
         let parallelism = parallelism.max(1);
         self.register_channel_type::<S::Output>();
-        let coordinator = match SourceCoordinator::new(name, source, parallelism) {
-            Ok(c) => Arc::new(c),
-            Err(e) => {
-                self.fail(JobError::Config(format!("{name}: {e}")));
-                return self.add_reader_parallel(name, parallelism, |_| {
-                    SourceNotBuilt::<S::Output>(std::marker::PhantomData)
-                });
-            }
-        };
+        let groups = self.graph.borrow().alignment_groups.clone();
+        let coordinator =
+            match SourceCoordinator::in_alignment_groups(name, source, parallelism, &groups) {
+                Ok(c) => Arc::new(c),
+                Err(e) => {
+                    self.fail(JobError::Config(format!("{name}: {e}")));
+                    return self.add_reader_parallel(name, parallelism, |_| {
+                        SourceNotBuilt::<S::Output>(std::marker::PhantomData)
+                    });
+                }
+            };
         self.graph
             .borrow_mut()
             .enumerators

@@ -133,7 +133,8 @@ where
         let factory = self.factory;
         Box::new(move |ctx, config| {
             let (chain, output) = tail(ctx)?;
-            let reader = factory(ctx.subtask);
+            let mut reader = factory(ctx.subtask);
+            reader.attach(&config);
             match ctx.model {
                 Model::Mailbox | Model::Bridge => Ok(streamtask_mailbox::SourceStreamTask::new(
                     config, reader, chain, output,

@@ -1,7 +1,7 @@
 //! The registry: which jobs and tasks there are, their newest rate samples, and the families
 //! the renderer writes.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,6 +142,39 @@ impl MetricsRegistry {
                             s.mean * s.count as f64 / scale,
                             s.count,
                         );
+                    }
+                }
+            }
+        }
+        out.family(DRIFT_FAMILY, Kind::Gauge, DRIFT_HELP);
+        for task in &tasks {
+            if let Some(drift) = task.summary.watermark_alignment_drift {
+                let labels: [Label<'_>; 5] = [
+                    ("job", &task.job),
+                    ("task", &task.vertex),
+                    ("subtask", &task.subtask),
+                    ("model", task.model.name()),
+                    ("attempt", &task.attempt),
+                ];
+                out.gauge(DRIFT_FAMILY, &labels, drift as f64);
+            }
+        }
+        for family in SPLIT_FAMILIES {
+            out.family(family.name, family.kind, family.help);
+            for task in &tasks {
+                for split in &task.splits {
+                    let labels: [Label<'_>; 6] = [
+                        ("job", &task.job),
+                        ("task", &task.vertex),
+                        ("subtask", &task.subtask),
+                        ("model", task.model.name()),
+                        ("attempt", &task.attempt),
+                        ("split", &split.split),
+                    ];
+                    let value = (family.value)(split);
+                    match family.kind {
+                        Kind::Counter => out.counter(family.name, &labels, value),
+                        Kind::Gauge | Kind::Summary => out.gauge(family.name, &labels, value),
                     }
                 }
             }
@@ -322,6 +355,27 @@ struct TaskEntry {
     ended: Option<Instant>,
     /// Kept samples, oldest first; the first is the task's start.
     samples: VecDeque<Sample>,
+    /// Per split the task's reader holds: kept samples, oldest first; the first is the
+    /// render that first saw the split.
+    split_samples: HashMap<String, VecDeque<SplitSample>>,
+}
+
+/// A split's cumulative values at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+struct SplitSample {
+    at: Option<Instant>,
+    paused_ms: u64,
+    idle_ms: u64,
+}
+
+/// A split's values at one render.
+#[derive(Debug)]
+struct SplitRow {
+    split: String,
+    paused_ms: u64,
+    idle_ms: u64,
+    paused_ms_per_second: f64,
+    idle_ms_per_second: f64,
 }
 
 /// A task's cumulative values at one moment.
@@ -348,6 +402,7 @@ impl TaskEntry {
             started,
             ended: None,
             samples: VecDeque::from([start]),
+            split_samples: HashMap::new(),
         }
     }
 
@@ -371,6 +426,7 @@ impl TaskEntry {
             backpressured_us,
         };
         let rates = self.rates_since_window(sample, now);
+        let splits = self.split_rows(&m, now);
         TaskRow {
             job: job.to_string(),
             vertex: self.vertex.clone(),
@@ -381,23 +437,56 @@ impl TaskEntry {
             last_delay_us: m.checkpoint_delay.last_micros(),
             now: sample,
             rates,
+            splits,
         }
+    }
+
+    /// The splits the task's reader holds now, with their rates over the window; the samples
+    /// of splits no longer held are dropped.
+    fn split_rows(&mut self, metrics: &TaskMetrics, now: Instant) -> Vec<SplitRow> {
+        let held: Vec<(String, u64, u64)> = metrics
+            .splits
+            .lock()
+            .iter()
+            .map(|(id, m)| (id.clone(), m.paused_millis.get(), m.idle_millis.get()))
+            .collect();
+        self.split_samples
+            .retain(|id, _| held.iter().any(|(h, _, _)| h == id));
+        held.into_iter()
+            .map(|(split, paused_ms, idle_ms)| {
+                let sample = SplitSample {
+                    at: Some(now),
+                    paused_ms,
+                    idle_ms,
+                };
+                let samples = self
+                    .split_samples
+                    .entry(split.clone())
+                    .or_insert_with(|| VecDeque::from([sample]));
+                let (from, secs) = slide(samples, sample, |s| s.at, now);
+                // Milliseconds per second over the window, at most 1000.
+                let ms_per_second = |to: u64, from: u64| {
+                    if secs > 0.0 {
+                        (to.saturating_sub(from) as f64 / secs).min(1000.0)
+                    } else {
+                        0.0
+                    }
+                };
+                SplitRow {
+                    split,
+                    paused_ms,
+                    idle_ms,
+                    paused_ms_per_second: ms_per_second(paused_ms, from.paused_ms),
+                    idle_ms_per_second: ms_per_second(idle_ms, from.idle_ms),
+                }
+            })
+            .collect()
     }
 
     /// Rates from the window's first sample to `sample`, then `sample` kept (at most one per
     /// [`SAMPLE_SPACING`]) and the samples before the window's start dropped.
     fn rates_since_window(&mut self, sample: Sample, now: Instant) -> Rates {
-        let window_start = now.checked_sub(RATE_WINDOW);
-        let base = self
-            .samples
-            .iter()
-            .rposition(|s| window_start.is_some_and(|w| s.at.is_some_and(|at| at <= w)))
-            .unwrap_or(0);
-        self.samples.drain(..base);
-        let from = self.samples[0];
-        let secs = from
-            .at
-            .map_or(0.0, |at| now.saturating_duration_since(at).as_secs_f64());
+        let (from, secs) = slide(&mut self.samples, sample, |s| s.at, now);
         let per_second = |to: u64, from: u64| {
             if secs > 0.0 {
                 to.saturating_sub(from) as f64 / secs
@@ -407,19 +496,38 @@ impl TaskEntry {
         };
         // Microseconds per second / 1000 = milliseconds per second, at most 1000.
         let ms_per_second = |to: u64, from: u64| (per_second(to, from) / 1000.0).min(1000.0);
-        let rates = Rates {
+        Rates {
             records_in: per_second(sample.records_in, from.records_in),
             records_out: per_second(sample.records_out, from.records_out),
             busy_ms: ms_per_second(sample.busy_us, from.busy_us),
             idle_ms: ms_per_second(sample.idle_us, from.idle_us),
             backpressured_ms: ms_per_second(sample.backpressured_us, from.backpressured_us),
-        };
-        let newest = self.samples.back().and_then(|s| s.at);
-        if newest.is_none_or(|at| now.saturating_duration_since(at) >= SAMPLE_SPACING) {
-            self.samples.push_back(sample);
         }
-        rates
     }
+}
+
+/// The rate window over kept `samples` (oldest first, never empty): drops the samples before
+/// the window's start, returns the window's first sample and the seconds from it to `now`,
+/// then keeps `sample` (at most one per [`SAMPLE_SPACING`]).
+fn slide<S: Copy>(
+    samples: &mut VecDeque<S>,
+    sample: S,
+    at: fn(&S) -> Option<Instant>,
+    now: Instant,
+) -> (S, f64) {
+    let window_start = now.checked_sub(RATE_WINDOW);
+    let base = samples
+        .iter()
+        .rposition(|s| window_start.is_some_and(|w| at(s).is_some_and(|t| t <= w)))
+        .unwrap_or(0);
+    samples.drain(..base);
+    let from = samples[0];
+    let secs = at(&from).map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+    let newest = samples.back().and_then(at);
+    if newest.is_none_or(|t| now.saturating_duration_since(t) >= SAMPLE_SPACING) {
+        samples.push_back(sample);
+    }
+    (from, secs)
 }
 
 /// A task's per-second rates over the window.
@@ -444,6 +552,7 @@ struct TaskRow {
     last_delay_us: Option<u64>,
     now: Sample,
     rates: Rates,
+    splits: Vec<SplitRow>,
 }
 
 /// A job-level family: name, type, help, and its value (`None`: no sample for this job).
@@ -630,6 +739,47 @@ const TASK_FAMILIES: &[TaskFamily] = &[
     },
 ];
 
+/// The readers of aligned split sources: rendered only for them.
+const DRIFT_FAMILY: &str = "streamtask_task_watermark_alignment_drift_ms";
+const DRIFT_HELP: &str = "A reader of a split source with watermark alignment: its watermark less its alignment group's minimum, in milliseconds; absent for other tasks and before both are known (Flink: watermarkAlignmentDrift).";
+
+/// A split-level family (labels: the task's and `split`): name, type, help, and its value.
+struct SplitFamily {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    value: fn(&SplitRow) -> f64,
+}
+
+/// The split-level families of split sources' readers, in rendering order. README's table
+/// lists them with Flink's names.
+const SPLIT_FAMILIES: &[SplitFamily] = &[
+    SplitFamily {
+        name: "streamtask_split_paused_time_ms_per_second",
+        kind: Kind::Gauge,
+        help: "Milliseconds per second a split was paused by watermark alignment, over the rate window (Flink 2.1 split metric: pausedTimePerSecond).",
+        value: |s| s.paused_ms_per_second,
+    },
+    SplitFamily {
+        name: "streamtask_split_idle_time_ms_per_second",
+        kind: Kind::Gauge,
+        help: "Milliseconds per second a split was idle and not paused, over the rate window (Flink 2.1 split metric: idleTimePerSecond).",
+        value: |s| s.idle_ms_per_second,
+    },
+    SplitFamily {
+        name: "streamtask_split_accumulated_paused_time_ms",
+        kind: Kind::Counter,
+        help: "Milliseconds a split was paused by watermark alignment while its reader held it.",
+        value: |s| s.paused_ms as f64,
+    },
+    SplitFamily {
+        name: "streamtask_split_accumulated_idle_time_ms",
+        kind: Kind::Counter,
+        help: "Milliseconds a split was idle and not paused while its reader held it.",
+        value: |s| s.idle_ms as f64,
+    },
+];
+
 /// Bytes of the regular files under `dir`; `None` if it cannot be read (a checkpoint being
 /// removed as another completes).
 fn dir_size(dir: &Path) -> Option<u64> {
@@ -685,6 +835,47 @@ mod tests {
         )));
         assert!(text.contains("streamtask_job_num_restarts{job=\"orders\",model=\"legacy\"} 0\n"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_split_held_by_a_reader_has_its_paused_and_idle_time_rendered() {
+        let registry = MetricsRegistry::new();
+        let (_attempt, metrics) = scope_with_task(&registry);
+        let split = Arc::new(streamtask_core::metrics::SplitMetrics::default());
+        metrics
+            .splits
+            .lock()
+            .insert("p-0".to_string(), Arc::clone(&split));
+        split.paused_millis.add(250);
+        split.idle_millis.add(40);
+        let text = registry.render();
+        let labels = "{job=\"orders\",task=\"map\",subtask=\"1\",model=\"legacy\",attempt=\"1\",split=\"p-0\"}";
+        for family in SPLIT_FAMILIES {
+            assert!(
+                text.contains(&format!("# TYPE {} {}", family.name, family.kind.name())),
+                "{} has no TYPE line:\n{text}",
+                family.name
+            );
+        }
+        assert!(text.contains(&format!(
+            "streamtask_split_accumulated_paused_time_ms_total{labels} 250\n"
+        )));
+        assert!(text.contains(&format!(
+            "streamtask_split_accumulated_idle_time_ms_total{labels} 40\n"
+        )));
+        // The first render that sees a split starts its window: no rate yet.
+        assert!(text.contains(&format!(
+            "streamtask_split_paused_time_ms_per_second{labels} 0\n"
+        )));
+        // A split no longer held is no longer rendered.
+        metrics.splits.lock().clear();
+        assert!(!registry.render().contains("split=\"p-0\""));
+        // The drift of an aligned reader, absent until it is known.
+        assert!(!text.contains("streamtask_task_watermark_alignment_drift_ms{"));
+        *metrics.watermark_alignment_drift.lock() = Some(7);
+        assert!(registry.render().contains(
+            "streamtask_task_watermark_alignment_drift_ms{job=\"orders\",task=\"map\",subtask=\"1\",model=\"legacy\",attempt=\"1\"} 7\n"
+        ));
     }
 
     #[test]
@@ -747,7 +938,10 @@ mod tests {
                 );
             }
         }
-        assert_eq!(seen.len(), TASK_FAMILIES.len() + JOB_FAMILIES.len());
+        assert_eq!(
+            seen.len(),
+            TASK_FAMILIES.len() + JOB_FAMILIES.len() + SPLIT_FAMILIES.len() + 1
+        );
     }
 
     #[test]

@@ -10,15 +10,18 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use streamtask_core::keygroup::ListState;
+use streamtask_core::metrics::{SplitMetrics, TaskMetrics};
 use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
-use streamtask_core::{OperatorError, catch_panic};
+use streamtask_core::task::TaskConfig;
+use streamtask_core::time::Clock;
+use streamtask_core::{OperatorError, Watermark, catch_panic};
 use streamtask_mailbox::{InputStatus, ReaderOutput, SourceReader};
 
 use super::{
-    EnumeratorContext, ReaderEvent, Source, SourceError, SourceEvent, SourceSplit, SplitEnumerator,
-    SplitOutput, SplitReader, WatermarkAlignment,
+    EnumeratorContext, HeldSplit, ReaderEvent, Source, SourceError, SourceEvent, SourceSplit,
+    SplitEnumerator, SplitOutput, SplitReader, Splits, WatermarkAlignment,
 };
 
 /// A reader's alignment report when it does not hold its group back (idle, ended).
@@ -64,6 +67,9 @@ struct Attempt<S: Source> {
     enumerator: Option<S::Enumerator>,
     inbox: Vec<VecDeque<Delivery<S::Split>>>,
     waiting: Vec<Option<Waker>>,
+    /// Readers waiting for input whose split reaches its idleness timeout at a time of the
+    /// reader's clock: woken by the periodic call then, to mark it idle.
+    idle_deadlines: Vec<Option<(Clock, i64, Waker)>>,
     /// Assignments made in this attempt.
     assigned: u64,
     claimed: BTreeSet<String>,
@@ -76,10 +82,65 @@ struct Attempt<S: Source> {
     started: Vec<bool>,
     ended: bool,
     failure: Option<String>,
-    /// Wakers of readers paused by watermark alignment.
-    paused: Vec<Option<Waker>>,
-    /// When the alignment bound was last published.
+}
+
+/// One source's part of its watermark alignment group.
+#[derive(Debug)]
+struct Member {
+    /// Per reader: its watermark (`i64::MIN` before its first), or `LEFT_OUT`.
+    reports: Vec<AtomicI64>,
+    /// The source's bound: a split whose watermark is above it is paused.
+    bound: AtomicI64,
+    /// The group's minimum at the last publication (`LEFT_OUT` before the first).
+    minimum: AtomicI64,
+    max_drift_ms: i64,
+}
+
+/// Sources aligned together: their members' reports, and the wakers of their paused readers.
+#[derive(Debug, Default)]
+struct Group {
+    state: Mutex<GroupState>,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    members: Vec<Arc<Member>>,
+    /// When the group's bounds were last published.
     aligned_at: Option<Instant>,
+    /// Wakers of paused readers, by (member, subtask).
+    paused: HashMap<(usize, usize), Waker>,
+}
+
+/// The watermark alignment groups of a job: sources whose [`WatermarkAlignment`] names the
+/// same group ([`WatermarkAlignment::with_group`]) share one minimum over all their readers.
+/// [`StreamEnvironment::from_source`](crate::StreamEnvironment::from_source) keeps one per
+/// job; give one to [`SourceCoordinator::in_alignment_groups`] to drive aligned sources by
+/// hand. Clones share the groups.
+#[derive(Debug, Clone, Default)]
+pub struct AlignmentGroups {
+    groups: Arc<Mutex<HashMap<String, Arc<Group>>>>,
+}
+
+impl AlignmentGroups {
+    /// No group yet.
+    pub fn new() -> Self {
+        AlignmentGroups::default()
+    }
+
+    /// Adds `member` to the group `name` (`None`: a group of its own); returns the group and
+    /// the member's index in it.
+    fn join(&self, name: Option<&str>, member: Arc<Member>) -> (Arc<Group>, usize) {
+        let group = match name {
+            Some(name) => Arc::clone(self.groups.lock().entry(name.to_string()).or_default()),
+            None => Arc::new(Group::default()),
+        };
+        let index = {
+            let mut state = group.state.lock();
+            state.members.push(member);
+            state.members.len() - 1
+        };
+        (group, index)
+    }
 }
 
 /// The coordinator side of a split source, shared by its readers: holds the enumerator and
@@ -100,11 +161,11 @@ pub struct SourceCoordinator<S: Source> {
     /// Signalled when a reader starts or the attempt ends.
     changed: Condvar,
     alignment: Option<WatermarkAlignment>,
-    /// Per reader: the highest watermark it emitted (`i64::MIN` before its first one), or
-    /// `LEFT_OUT`.
-    reports: Vec<AtomicI64>,
-    /// The alignment bound: a reader whose watermark is above it is paused.
-    bound: AtomicI64,
+    /// This source's reports and bound, shared with its alignment group.
+    member: Arc<Member>,
+    group: Arc<Group>,
+    /// The member's index in its group.
+    index: usize,
 }
 
 impl<S: Source> SourceCoordinator<S> {
@@ -115,12 +176,41 @@ impl<S: Source> SourceCoordinator<S> {
     ///
     /// What `create_enumerator` or the snapshot fails with.
     pub fn new(name: &str, source: S, parallelism: usize) -> Result<Self, SourceError> {
+        Self::in_alignment_groups(name, source, parallelism, &AlignmentGroups::new())
+    }
+
+    /// As [`new`](Self::new), the source aligned with the sources of `groups` whose
+    /// alignment names the same group (what a job's
+    /// [`from_source`](crate::StreamEnvironment::from_source) does).
+    ///
+    /// # Errors
+    ///
+    /// What `create_enumerator` or the snapshot fails with.
+    pub fn in_alignment_groups(
+        name: &str,
+        source: S,
+        parallelism: usize,
+        groups: &AlignmentGroups,
+    ) -> Result<Self, SourceError> {
         let parallelism = parallelism.max(1);
         let initial = source.create_enumerator(parallelism)?.snapshot_state(0)?;
         let alignment = source.watermark_alignment();
-        Ok(SourceCoordinator {
+        let member = Arc::new(Member {
             reports: (0..parallelism).map(|_| AtomicI64::new(i64::MIN)).collect(),
-            bound: AtomicI64::new(initial_bound(alignment)),
+            bound: AtomicI64::new(initial_bound(alignment.as_ref())),
+            minimum: AtomicI64::new(LEFT_OUT),
+            max_drift_ms: alignment
+                .as_ref()
+                .map_or(0, WatermarkAlignment::max_drift_millis),
+        });
+        let (group, index) = groups.join(
+            alignment.as_ref().and_then(WatermarkAlignment::group),
+            Arc::clone(&member),
+        );
+        Ok(SourceCoordinator {
+            member,
+            group,
+            index,
             alignment,
             name: name.to_string(),
             source,
@@ -133,6 +223,7 @@ impl<S: Source> SourceCoordinator<S> {
                 enumerator: None,
                 inbox: (0..parallelism).map(|_| VecDeque::new()).collect(),
                 waiting: vec![None; parallelism],
+                idle_deadlines: vec![None; parallelism],
                 assigned: 0,
                 claimed: BTreeSet::new(),
                 triggered: BTreeMap::new(),
@@ -141,8 +232,6 @@ impl<S: Source> SourceCoordinator<S> {
                 requesting: vec![false; parallelism],
                 ended: false,
                 failure: None,
-                paused: vec![None; parallelism],
-                aligned_at: None,
             }),
         })
     }
@@ -174,12 +263,18 @@ impl<S: Source> SourceCoordinator<S> {
             subtask,
             coordinator: Arc::clone(self),
             reader: self.source.create_reader(subtask, self.parallelism),
-            held: HashMap::new(),
+            splits: Splits::default(),
             finished: Vec::new(),
             requested: false,
             no_more_splits: false,
-            watermark: None,
-            paused: false,
+            idle_timeout_ms: self
+                .source
+                .split_idle_timeout()
+                .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
+            clock: Clock::System,
+            task_metrics: None,
+            ticked: None,
+            drift: None,
         }
     }
 
@@ -266,6 +361,7 @@ impl<S: Source> SourceCoordinator<S> {
         }
         state.inbox.iter_mut().for_each(VecDeque::clear);
         state.waiting.iter_mut().for_each(|w| *w = None);
+        state.idle_deadlines.iter_mut().for_each(|w| *w = None);
         state.assigned = 0;
         state.claimed = claimed;
         state.triggered.clear();
@@ -274,15 +370,21 @@ impl<S: Source> SourceCoordinator<S> {
         state.requesting.iter_mut().for_each(|r| *r = false);
         state.ended = false;
         state.failure = None;
-        state.paused.iter_mut().for_each(|w| *w = None);
-        state.aligned_at = None;
+        {
+            let mut group = self.group.state.lock();
+            group.aligned_at = None;
+            group.paused.retain(|(member, _), _| *member != self.index);
+        }
         // Relaxed: no reader of the new attempt runs yet; they start after this returns,
         // through the lock and the thread spawns that order them after it.
-        self.reports
+        self.member
+            .reports
             .iter()
             .for_each(|r| r.store(i64::MIN, Ordering::Relaxed));
-        self.bound
-            .store(initial_bound(self.alignment), Ordering::Relaxed);
+        self.member
+            .bound
+            .store(initial_bound(self.alignment.as_ref()), Ordering::Relaxed);
+        self.member.minimum.store(LEFT_OUT, Ordering::Relaxed);
         // Release: no reader of the new attempt runs yet; those that start see it.
         self.settled.store(0, Ordering::Release);
         // Release: pairs with the readers' Acquire load; a reader that sees `false` after a
@@ -371,8 +473,17 @@ impl<S: Source> SourceCoordinator<S> {
 
     /// The periodic call: lets the enumerator discover splits and answer waiting requests.
     pub fn discover(&self) {
+        self.align();
         let mut state = self.state.lock();
-        self.align(&mut state);
+        for slot in &mut state.idle_deadlines {
+            if slot
+                .as_ref()
+                .is_some_and(|(clock, deadline, _)| clock.now_millis() >= *deadline)
+                && let Some((_, _, waker)) = slot.take()
+            {
+                waker.wake();
+            }
+        }
         if state.failure.is_some() {
             return;
         }
@@ -545,59 +656,84 @@ impl<S: Source> SourceCoordinator<S> {
         }
     }
 
-    /// Publishes the alignment bound if due: the minimum report plus the drift; wakes the
-    /// paused readers to check it (see the lost-wakeup protocol in the module docs).
-    fn align(&self, state: &mut Attempt<S>) {
-        let Some(alignment) = self.alignment else {
+    /// Wakes `waker` through the periodic call once `clock` reads `deadline` (a split of
+    /// reader `subtask` reaches its idleness timeout then).
+    fn wake_at(&self, subtask: usize, clock: &Clock, deadline: i64, waker: &Waker) {
+        self.state.lock().idle_deadlines[subtask] = Some((clock.clone(), deadline, waker.clone()));
+    }
+
+    /// Publishes the group's bounds if due: its minimum report plus each member's drift; wakes
+    /// the group's paused readers to check them (see the lost-wakeup protocol in the module
+    /// docs).
+    fn align(&self) {
+        let Some(alignment) = &self.alignment else {
             return;
         };
+        let mut group = self.group.state.lock();
         let now = Instant::now();
-        if state
+        if group
             .aligned_at
             .is_some_and(|at| now.duration_since(at) < alignment.update_interval())
         {
             return;
         }
-        state.aligned_at = Some(now);
-        // Acquire: pairs with the readers' Release stores; a stale report is lower, so the
+        group.aligned_at = Some(now);
+        // Acquire: pairs with the readers' Release stores; a stale report is lower, so a
         // bound is never above the true minimum plus the drift.
-        let minimum = self
-            .reports
+        let minimum = group
+            .members
             .iter()
+            .flat_map(|m| m.reports.iter())
             .map(|r| r.load(Ordering::Acquire))
             .min()
             .unwrap_or(LEFT_OUT);
-        let bound = minimum.saturating_add(alignment.max_drift_millis());
-        // Release: a paused reader that loads it sees the reports it came from; stored under
-        // the lock, before the wakers are taken (the lost-wakeup protocol).
-        self.bound.fetch_max(bound, Ordering::AcqRel);
-        state
-            .paused
-            .iter_mut()
-            .filter_map(Option::take)
-            .for_each(Waker::wake);
+        for member in &group.members {
+            // Release: a paused reader that loads it sees the reports it came from; stored
+            // under the group's lock, before the wakers are taken (the lost-wakeup protocol).
+            member.bound.fetch_max(
+                minimum.saturating_add(member.max_drift_ms),
+                Ordering::AcqRel,
+            );
+            // Relaxed: a statistic (the drift metric).
+            member.minimum.store(minimum, Ordering::Relaxed);
+        }
+        group.paused.drain().for_each(|(_, w)| w.wake());
     }
 
-    /// Whether a reader at `watermark` is within the alignment bound now.
-    fn within_bound(&self, watermark: Option<i64>) -> bool {
+    /// The alignment bound now (`None`: the source is not aligned).
+    fn bound(&self) -> Option<i64> {
         // Acquire: pairs with the AcqRel publication in `align`.
-        self.alignment.is_none()
-            || watermark.is_none_or(|w| w <= self.bound.load(Ordering::Acquire))
+        self.alignment
+            .as_ref()
+            .map(|_| self.member.bound.load(Ordering::Acquire))
     }
 
     /// Wakes `waker` once the bound reaches `watermark` (at once if it does now).
     fn wake_when_resumed(&self, subtask: usize, watermark: Option<i64>, waker: &Waker) {
-        let mut state = self.state.lock();
-        if state.ended || self.within_bound(watermark) {
+        let state = self.state.lock();
+        let mut group = self.group.state.lock();
+        let within = self
+            .bound()
+            .is_none_or(|b| watermark.is_none_or(|w| w <= b));
+        if state.ended || within {
             waker.wake_by_ref();
         } else {
-            state.paused[subtask] = Some(waker.clone());
+            group.paused.insert((self.index, subtask), waker.clone());
         }
+    }
+
+    /// The group's minimum at the last publication, if the source is aligned and one was
+    /// taken over readers that hold the group back.
+    fn group_minimum(&self) -> Option<i64> {
+        self.alignment.as_ref()?;
+        // Relaxed: a statistic (the drift metric).
+        let minimum = self.member.minimum.load(Ordering::Relaxed);
+        (minimum != LEFT_OUT && minimum != i64::MIN).then_some(minimum)
     }
 
     fn report(&self, subtask: usize, value: i64) {
         // Release: pairs with the Acquire load in `align`.
-        self.reports[subtask].store(value, Ordering::Release);
+        self.member.reports[subtask].store(value, Ordering::Release);
     }
 
     fn failure(&self) -> Option<SourceError> {
@@ -652,7 +788,7 @@ impl<S: Source> std::fmt::Debug for SourceCoordinator<S> {
 
 /// The bound before the first publication: a reader pauses after its first watermark until
 /// the group's minimum is taken.
-fn initial_bound(alignment: Option<WatermarkAlignment>) -> i64 {
+fn initial_bound(alignment: Option<&WatermarkAlignment>) -> i64 {
     alignment.map_or(LEFT_OUT, |a| i64::MIN.saturating_add(a.max_drift_millis()))
 }
 
@@ -731,23 +867,29 @@ pub(crate) fn restored_entries<'a>(
 
 /// A [`SplitReader`] as the models run a reader (a mailbox `SourceReader`): takes the
 /// enumerator's events between polls, asks for a split when it holds none, ends after
-/// `NoMoreSplits` once its splits are read, and checkpoints its splits as list state (reader 0
-/// also the coordinator's snapshots).
+/// `NoMoreSplits` once its splits are read, keeps each split's watermark, idleness and pause
+/// (watermark alignment), and checkpoints its splits as list state (reader 0 also the
+/// coordinator's snapshots).
 pub struct SplitSourceReader<S: Source> {
     name: String,
     subtask: usize,
     coordinator: Arc<SourceCoordinator<S>>,
     reader: S::Reader,
-    /// Split ids held, with their assignment number if assigned in this attempt.
-    held: HashMap<String, Option<u64>>,
+    splits: Splits,
     /// Splits finished in this attempt with their assignment numbers, until settled.
     finished: Vec<(String, u64)>,
     requested: bool,
     no_more_splits: bool,
-    /// The highest watermark emitted, for watermark alignment.
-    watermark: Option<i64>,
-    /// Paused by watermark alignment.
-    paused: bool,
+    /// [`Source::split_idle_timeout`] in milliseconds.
+    idle_timeout_ms: Option<i64>,
+    /// The task's processing-time clock.
+    clock: Clock,
+    /// The task's metrics, where the split metrics are kept (none outside a task).
+    task_metrics: Option<Arc<TaskMetrics>>,
+    /// The clock and the task's backpressured milliseconds at the last poll.
+    ticked: Option<(i64, u64)>,
+    /// The drift last written to the task's metrics.
+    drift: Option<i64>,
 }
 
 impl<S: Source> SplitSourceReader<S> {
@@ -758,23 +900,139 @@ impl<S: Source> SplitSourceReader<S> {
 
     /// The ids of the splits held now.
     pub fn held_splits(&self) -> BTreeSet<String> {
-        self.held.keys().cloned().collect()
+        self.splits.held.keys().cloned().collect()
     }
 
-    /// Whether watermark alignment pauses the reader now; tells the user's reader when that
-    /// changes.
-    fn pause_if_ahead(&mut self) -> bool {
-        let ahead = !self.coordinator.within_bound(self.watermark);
-        if ahead != self.paused {
-            self.paused = ahead;
-            let ids: Vec<String> = self.held.keys().cloned().collect();
-            if ahead {
-                self.reader.pause_or_resume_splits(&ids, &[]);
+    /// The ids of the splits watermark alignment pauses now.
+    pub fn paused_splits(&self) -> BTreeSet<String> {
+        self.ids(|s| s.paused)
+    }
+
+    /// The ids of the splits marked idle now.
+    pub fn idle_splits(&self) -> BTreeSet<String> {
+        self.ids(|s| s.idle)
+    }
+
+    /// The metrics of split `split_id` while it is held.
+    pub fn split_metrics(&self, split_id: &str) -> Option<Arc<SplitMetrics>> {
+        self.splits
+            .held
+            .get(split_id)
+            .map(|s| Arc::clone(&s.metrics))
+    }
+
+    fn ids(&self, f: impl Fn(&HeldSplit) -> bool) -> BTreeSet<String> {
+        self.splits
+            .held
+            .iter()
+            .filter(|(_, s)| f(s))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Starts holding `split`, its metrics in the task's.
+    fn hold(&mut self, split: &S::Split, assigned: Option<u64>) {
+        let id = split.split_id();
+        let held = HeldSplit::new(assigned);
+        if let Some(m) = &self.task_metrics {
+            m.splits
+                .lock()
+                .insert(id.clone(), Arc::clone(&held.metrics));
+        }
+        self.splits.held.insert(id, held);
+    }
+
+    /// Stops holding split `id`; returns its assignment number.
+    fn release(&mut self, id: &str) -> Option<Option<u64>> {
+        let held = self.splits.held.remove(id)?;
+        if let Some(m) = &self.task_metrics {
+            m.splits.lock().remove(id);
+        }
+        Some(held.assigned)
+    }
+
+    /// Advances the splits' clocks by the time since the last poll, less the time the task
+    /// was backpressured meanwhile: a paused split counts it as paused, an idle one as idle,
+    /// an active one on its idleness clock (marked idle once that reaches the timeout). The
+    /// split states are the ones of the whole interval: they change only during a poll.
+    fn tick(&mut self) {
+        let measured = self.coordinator.alignment.is_some()
+            || self.idle_timeout_ms.is_some()
+            || self.splits.held.values().any(|s| s.idle);
+        if !measured {
+            // Nothing to measure: no clock read on the record path.
+            self.ticked = None;
+            return;
+        }
+        let now = self.clock.now_millis();
+        let backpressured = self
+            .task_metrics
+            .as_ref()
+            .map_or(0, |m| m.backpressured_micros.get() / 1000);
+        let Some((then, backpressured_then)) = self.ticked.replace((now, backpressured)) else {
+            return;
+        };
+        let blocked =
+            i64::try_from(backpressured.saturating_sub(backpressured_then)).unwrap_or(i64::MAX);
+        let active = now.saturating_sub(then).saturating_sub(blocked).max(0);
+        let elapsed = u64::try_from(active).unwrap_or(0);
+        for split in self.splits.held.values_mut() {
+            if split.paused {
+                split.metrics.paused_millis.add(elapsed);
+            } else if split.idle {
+                split.metrics.idle_millis.add(elapsed);
             } else {
-                self.reader.pause_or_resume_splits(&[], &ids);
+                split.inactive_ms = split.inactive_ms.saturating_add(active);
+                if self.idle_timeout_ms.is_some_and(|t| split.inactive_ms >= t) {
+                    split.idle = true;
+                }
             }
         }
-        ahead
+    }
+
+    /// Pauses the splits above the alignment bound and resumes the others, telling the
+    /// user's reader of every change; returns whether every split held is paused (the reader
+    /// is then not polled).
+    fn align_splits(&mut self) -> bool {
+        let Some(bound) = self.coordinator.bound() else {
+            return false;
+        };
+        let (mut pause, mut resume) = (Vec::new(), Vec::new());
+        let reader_watermark = self.splits.reader_watermark;
+        for (id, split) in &mut self.splits.held {
+            let ahead = split
+                .watermark
+                .max(reader_watermark)
+                .is_some_and(|w| w > bound);
+            if ahead != split.paused {
+                split.paused = ahead;
+                if ahead { &mut pause } else { &mut resume }.push(id.clone());
+            }
+        }
+        if !pause.is_empty() || !resume.is_empty() {
+            pause.sort();
+            resume.sort();
+            self.reader.pause_or_resume_splits(&pause, &resume);
+        }
+        self.splits.all_paused()
+    }
+
+    /// Writes the reader's drift above its group's minimum (Flink's
+    /// `watermarkAlignmentDrift`) to the task's metrics when it changed.
+    fn measure_drift(&mut self, report: i64) {
+        let Some(metrics) = &self.task_metrics else {
+            return;
+        };
+        let drift = match self.coordinator.group_minimum() {
+            Some(minimum) if report != LEFT_OUT && report != i64::MIN => {
+                Some(report.saturating_sub(minimum))
+            }
+            _ => None,
+        };
+        if drift != self.drift {
+            self.drift = drift;
+            *metrics.watermark_alignment_drift.lock() = drift;
+        }
     }
 
     fn failed(&self, e: SourceError) -> OperatorError {
@@ -786,7 +1044,7 @@ impl<S: Source> SplitSourceReader<S> {
         for (event, number) in self.coordinator.take(self.subtask) {
             match event {
                 SourceEvent::Split(split) => {
-                    self.held.insert(split.split_id(), Some(number));
+                    self.hold(&split, Some(number));
                     self.requested = false;
                     self.reader.add_splits(vec![split]);
                 }
@@ -806,6 +1064,15 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
         &self.name
     }
 
+    fn attach(&mut self, task: &TaskConfig) {
+        self.clock = task.clock.clone();
+        self.task_metrics = Some(Arc::clone(&task.metrics));
+        let mut table = task.metrics.splits.lock();
+        for (id, split) in &self.splits.held {
+            table.insert(id.clone(), Arc::clone(&split.metrics));
+        }
+    }
+
     fn restore_state(&mut self, state: Option<&[u8]>) -> Result<(), OperatorError> {
         if let Some(bytes) = state {
             let items =
@@ -815,7 +1082,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
                 if let SplitStateItem::Split(bytes) = item {
                     let split = S::Split::decode(&bytes).map_err(|e| self.failed(e))?;
                     // Assigned in an earlier attempt: no restore can find it unassigned.
-                    self.held.insert(split.split_id(), None);
+                    self.hold(&split, None);
                     splits.push(split);
                 }
             }
@@ -834,8 +1101,9 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
         if let Some(e) = self.coordinator.failure() {
             return Err(self.failed(e));
         }
+        self.tick();
         self.take_events()?;
-        if self.held.is_empty() {
+        if self.splits.held.is_empty() {
             if self.no_more_splits {
                 self.coordinator.report(self.subtask, LEFT_OUT);
                 return Ok(InputStatus::EndOfInput);
@@ -847,7 +1115,7 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
                     .map_err(|e| self.failed(e))?;
                 self.take_events()?;
             }
-            if self.held.is_empty() {
+            if self.splits.held.is_empty() {
                 if self.no_more_splits {
                     self.coordinator.report(self.subtask, LEFT_OUT);
                     return Ok(InputStatus::EndOfInput);
@@ -858,31 +1126,46 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
                 return Ok(InputStatus::NothingAvailable);
             }
         }
-        if self.pause_if_ahead() {
-            // Paused: neither polled nor marked idle; `register_waker` waits for the bound.
+        if self.align_splits() {
+            // Every split paused: not polled, not marked idle; `register_waker` waits for
+            // the bound.
+            self.measure_drift(self.splits.combined().unwrap_or(LEFT_OUT));
             return Ok(InputStatus::NothingAvailable);
         }
         let mut finished = Vec::new();
         let mut events = Vec::new();
         let mut split_output = SplitOutput {
             out: output,
-            watermark: None,
+            splits: &mut self.splits,
             finished: &mut finished,
             events: &mut events,
         };
         let status = self.reader.poll_next(&mut split_output)?;
-        self.watermark = self.watermark.max(split_output.watermark);
+        for id in &finished {
+            if let Some(Some(number)) = self.release(id) {
+                self.finished.push((id.clone(), number));
+            }
+        }
+        // A split that went idle or finished may let the reader's watermark advance.
+        let combined = self.splits.combined();
+        if let Some(watermark) = self.splits.advance(combined) {
+            output.emit_watermark(Watermark(watermark))?;
+        }
+        let all_idle = !self.splits.held.is_empty() && combined.is_none();
+        if all_idle && !output.is_idle() {
+            output.mark_idle()?;
+        }
         let report = if status == InputStatus::EndOfInput || output.is_idle() {
             LEFT_OUT
         } else {
-            self.watermark.unwrap_or(i64::MIN)
+            // With no split left (all finished) the reader holds nothing back.
+            combined.unwrap_or(LEFT_OUT)
         };
         self.coordinator.report(self.subtask, report);
-        for id in finished {
-            if let Some(Some(number)) = self.held.remove(&id) {
-                self.finished.push((id, number));
-            }
-        }
+        self.measure_drift(report);
+        // A split whose watermark passed the bound in this poll pauses now, before time
+        // passes: its paused time is not on its idleness clock.
+        self.align_splits();
         for event in events {
             self.coordinator
                 .send(self.subtask, ReaderEvent::Custom(event))
@@ -890,19 +1173,39 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
         }
         Ok(match status {
             // With no split left, the next poll asks for one.
-            InputStatus::NothingAvailable if self.held.is_empty() => InputStatus::MoreAvailable,
+            InputStatus::NothingAvailable if self.splits.held.is_empty() => {
+                InputStatus::MoreAvailable
+            }
             status => status,
         })
     }
 
     fn register_waker(&mut self, waker: &Waker) {
         self.coordinator.wake_when_ready(self.subtask, waker);
-        if self.paused {
-            // The user's reader is not polled while paused: the bound's publication wakes it.
+        if self.splits.held.values().any(|s| s.paused) {
+            // A paused split resumes when a bound reaches it: the bound's publication wakes.
             self.coordinator
-                .wake_when_resumed(self.subtask, self.watermark, waker);
-        } else if !self.held.is_empty() {
+                .wake_when_resumed(self.subtask, self.splits.lowest_paused(), waker);
+        }
+        if !self.splits.held.is_empty() && !self.splits.all_paused() {
             self.reader.register_waker(waker);
+        }
+        // The idleness clock of a waiting reader's active splits runs while it waits: poll it
+        // again when the first of them reaches the timeout, to mark it idle.
+        let inactive = self
+            .splits
+            .held
+            .values()
+            .filter(|s| !s.idle && !s.paused)
+            .map(|s| s.inactive_ms)
+            .max();
+        if let (Some(timeout), Some(inactive)) = (self.idle_timeout_ms, inactive) {
+            let since = self
+                .ticked
+                .map_or_else(|| self.clock.now_millis(), |(t, _)| t);
+            let deadline = since.saturating_add(timeout.saturating_sub(inactive));
+            self.coordinator
+                .wake_at(self.subtask, &self.clock, deadline, waker);
         }
     }
 
@@ -943,7 +1246,7 @@ impl<S: Source> std::fmt::Debug for SplitSourceReader<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SplitSourceReader")
             .field("name", &self.name)
-            .field("held", &self.held)
+            .field("held", &self.splits.held.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }

@@ -11,6 +11,7 @@
 //! | a reader | in every subtask: on the task thread (mailbox, bridge), under the checkpoint lock (legacy) | [`SplitReader`], [`SplitOutput`], [`SourceEvent`] |
 //! | a split | in the readers' list state and the enumerator's snapshot | [`SourceSplit`] |
 //! | the engine that drives both | the executor (and tests of a source) | [`SourceCoordinator`], [`SplitSourceReader`], [`SplitStateItem`], [`CoordinatorSnapshot`] |
+//! | watermark alignment | the source's readers, its group's sources | [`WatermarkAlignment`], [`AlignmentGroups`] |
 //! | proving a port of a legacy `SourceFunction` | the user's tests | [`porting::SplitPortingKit`] |
 //!
 //! # The protocol
@@ -42,51 +43,94 @@
 //! trigger but not yet taken by its reader is in the coordinator's snapshot and goes back to the
 //! enumerator ([`SplitEnumerator::add_splits_back`]) on restore unless a reader took it.
 //!
+//! # Watermarks per split
+//!
+//! A reader emits watermarks for the whole reader ([`SplitOutput::emit_watermark`]: every
+//! split it holds is at least there) or per split ([`SplitOutput::emit_watermark_for`],
+//! Flink's per-split outputs of FLIP-217). The engine keeps each split's watermark; the
+//! reader's watermark is the minimum over its splits that are not idle (a split without a
+//! watermark yet holds it at the lowest), forwarded downstream whenever it advances. A split
+//! is idle when its reader says so ([`SplitOutput::mark_split_idle`]) or when it had no
+//! activity (its own records and watermarks, [`SplitOutput::collect_for`], or unaddressed ones)
+//! for [`Source::split_idle_timeout`] of *active* time; the reader is marked idle when every
+//! split it holds is. A reader waiting for input is woken by the coordinator's periodic call
+//! when a split reaches its timeout, so it goes idle without a record to wake it.
+//!
+//! Active time is the task's processing time (its clock, a manual one in tests) less the time
+//! the split was paused by alignment and the time the task was blocked on full output
+//! (backpressure, from the task's metrics): neither pauses nor backpressure make a split idle
+//! (as in Flink 2.0). The clock is read once per poll, and only for a source that
+//! is aligned, has an idleness timeout, or holds an idle split.
+//!
 //! # Watermark alignment
 //!
 //! A source whose [`Source::watermark_alignment`] returns a [`WatermarkAlignment`] keeps its
-//! readers within `max_drift` of each other in event time (Flink's FLIP-182): every reader
-//! reports the highest watermark it emitted; on every `update_interval` the coordinator takes
-//! the minimum over the readers that hold the group back and publishes `minimum + max_drift`
-//! as the group's bound; a reader whose watermark is above the bound is *paused*: it is not
-//! polled (its poll returns `NothingAvailable`, so the task thread keeps taking mail and
-//! checkpoint barriers pass it in every model) and it is told which splits are paused and
-//! resumed through [`SplitReader::pause_or_resume_splits`]. It resumes once a later bound
-//! reaches its watermark.
+//! splits within `max_drift` of the slowest reader of its *group* in event time (FLIP-182 per
+//! source, FLIP-217 per split): every reader reports its watermark (the minimum over its
+//! splits, above); on every `update_interval` (at most as often as the executor's periodic
+//! call, every 2 ms) the coordinator takes the minimum over the readers of every source of the
+//! group that hold it back and publishes `minimum + max_drift` (each source's own drift) as
+//! the source's bound. A split whose watermark is above the
+//! bound is *paused*, at once after the poll that took it there: the user's reader is told
+//! through [`SplitReader::pause_or_resume_splits`] and must not read it (the engine cannot
+//! tell which split a record came from); the reader's other splits go on being polled. A
+//! reader whose splits are all paused is not polled (its poll returns `NothingAvailable`, so
+//! the task thread keeps taking mail and checkpoint barriers pass it in every model). A split
+//! resumes once a later bound reaches its watermark. A group is the source's own unless
+//! [`WatermarkAlignment::with_group`] names one: every source of the job whose alignment
+//! names it shares the group's minimum ([`AlignmentGroups`]).
 //!
 //! Which readers hold the group back: a reader that has not emitted a watermark yet counts as
 //! the lowest watermark (the group waits for it: readers of an aligned source must emit
-//! watermarks, [`SplitOutput::emit_watermark`]); a reader marked idle (by itself, or by the
-//! engine while it holds no split) and a reader that ended are left out until they emit again.
-//! A fast reader runs at most one poll past the bound: the published bound never exceeds the
-//! true minimum plus the drift, since watermarks only grow.
+//! watermarks); a reader marked idle (by itself, by the engine while it holds no split, or
+//! because all its splits are idle) and a reader that ended are left out until they emit
+//! again. A fast split runs at most one record past the bound: the published bound never
+//! exceeds the true minimum plus the drift, since watermarks only grow.
 //!
 //! The lost-wakeup protocol of a paused reader: it checks the bound and, when still paused,
-//! stores its waker, both under the coordinator's lock; the coordinator publishes a new bound
+//! stores its waker, both under its group's lock; the coordinator publishes the group's bounds
 //! and takes the stored wakers under the same lock. So a bound published after the reader's
 //! check is either seen by its re-check (woken at once) or finds the waker stored (woken by
-//! the publication).
+//! the publication). `tests/loom.rs` checks it.
 //!
-//! Idleness: a paused reader is never marked idle by the engine, and its own code is not
-//! polled while paused, so pausing does not make a reader idle (as Flink 2.0 does).
+//! # Metrics
 //!
-//! Not built yet: alignment across sources (a group spans the readers of one source), per-split
-//! watermarks (pausing is per reader: all its splits together), an idleness timeout of a
-//! downstream [`WatermarkStrategy`](crate::prelude::WatermarkStrategy) that ignores paused
-//! time, and the `pausedTimePerSecond` / `idleTimePerSecond` metrics.
+//! A reader run in a task keeps its splits' metrics in the task's
+//! [`TaskMetrics::splits`](streamtask_core::metrics::TaskMetrics::splits) (paused and idle
+//! milliseconds, exported per split as `streamtask_split_paused_time_ms_per_second` and
+//! `streamtask_split_idle_time_ms_per_second`, Flink 2.1's split `pausedTimePerSecond` and
+//! `idleTimePerSecond`, with accumulated counters), and an aligned reader its drift above its
+//! group's minimum
+//! ([`TaskMetrics::watermark_alignment_drift`](streamtask_core::metrics::TaskMetrics::watermark_alignment_drift),
+//! Flink's `watermarkAlignmentDrift`).
+//!
+//! Not built: the idleness of a downstream
+//! [`WatermarkStrategy`](crate::prelude::WatermarkStrategy)
+//! (`assign_timestamps_and_watermarks`) still counts processing time, paused and backpressured
+//! time included: it is another operator that cannot see the source's pauses; set the
+//! timeout on the source ([`Source::split_idle_timeout`]) to get Flink 2.0's accounting. The
+//! watermarks of a split source come from its reader (there is no per-split timestamp
+//! assigner or periodic generator of a `WatermarkStrategy` in the source, as Flink's
+//! `fromSource(source, strategy, name)` has). Flink's option to let a reader that cannot pause
+//! splits run unaligned (`allow-unaligned-source-splits`) is not offered: the default
+//! [`SplitReader::pause_or_resume_splits`] does nothing, so such a reader pauses only when
+//! all its splits are paused.
 
 mod coordinator;
 pub mod porting;
 
-pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 pub use self::coordinator::{
-    CoordinatorSnapshot, SourceCoordinator, SplitSourceReader, SplitStateItem,
+    AlignmentGroups, CoordinatorSnapshot, SourceCoordinator, SplitSourceReader, SplitStateItem,
 };
+pub(crate) use self::coordinator::{CoordinatorHooks, decode_items, restored_entries};
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
+use streamtask_core::metrics::SplitMetrics;
 use streamtask_core::{BoxError, OperatorError, Watermark};
 use streamtask_mailbox::{InputStatus, ReaderOutput};
 
@@ -101,23 +145,40 @@ pub enum Boundedness {
     ContinuousUnbounded,
 }
 
-/// Keeps the readers of a source within `max_drift` of each other in event time: a reader
-/// whose watermark runs more than `max_drift` ahead of the slowest one is paused until the
-/// slowest catches up (see the module docs). Given by [`Source::watermark_alignment`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Keeps the splits of a source (and of the other sources of its group) within `max_drift` of
+/// each other in event time: a split whose watermark runs more than `max_drift` ahead of the
+/// group's slowest reader is paused until that one catches up (see the module docs). Given by
+/// [`Source::watermark_alignment`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatermarkAlignment {
+    group: Option<String>,
     max_drift_ms: i64,
     update_interval: Duration,
 }
 
 impl WatermarkAlignment {
-    /// Readers at most `max_drift` apart in event time (milliseconds), the slowest one's
-    /// watermark taken every `update_interval` (Flink's default interval is one second).
+    /// Splits at most `max_drift` apart in event time (milliseconds), the slowest reader's
+    /// watermark taken every `update_interval` (Flink's default interval is one second). The
+    /// group is the source's own until [`with_group`](Self::with_group).
     pub fn new(max_drift: Duration, update_interval: Duration) -> Self {
         WatermarkAlignment {
+            group: None,
             max_drift_ms: i64::try_from(max_drift.as_millis()).unwrap_or(i64::MAX),
             update_interval,
         }
+    }
+
+    /// Aligns the source with every other source of the job whose alignment names `group`
+    /// (Flink's `withWatermarkAlignment(group, maxDrift, updateInterval)`): their readers
+    /// share one minimum, and each source keeps its own drift above it.
+    pub fn with_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// The group named by [`with_group`](Self::with_group); `None`: the source's own.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
     }
 
     /// The allowed drift in event-time milliseconds.
@@ -299,6 +360,19 @@ pub trait Source: Send + Sync + 'static {
     fn watermark_alignment(&self) -> Option<WatermarkAlignment> {
         None
     }
+
+    /// The idleness timeout of a split (Flink's `WatermarkStrategy::withIdleness`, applied per
+    /// split as Flink's source operator does): a split with no activity (a record or watermark
+    /// of its own, or one emitted for the whole reader) for this long of its *active* time is
+    /// marked idle: left out of its reader's watermark and of watermark alignment until it is
+    /// active again, and the reader is marked idle when all its splits are. Active time is
+    /// processing time of the task's clock during which the split was neither paused by
+    /// alignment nor its task blocked on full output (backpressure), so pauses and
+    /// backpressure never make a split idle. `None` (the default): splits go idle only when
+    /// the reader says so ([`SplitOutput::mark_split_idle`]).
+    fn split_idle_timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// What an enumerator may do: assign splits, end readers, send events. Given to every
@@ -465,9 +539,12 @@ pub trait SplitReader<T>: Send + 'static {
     fn notify_no_more_splits(&mut self) {}
 
     /// Watermark alignment paused the splits `pause` and resumed the splits `resume` (ids of
-    /// splits held). The reader is not polled while paused; release what the paused splits
-    /// hold upstream (a fetch in flight, a connection) here if that matters. Nothing by
-    /// default.
+    /// splits held, sorted). Read no record of a paused split until it is resumed: the reader
+    /// is still polled for its other splits, and not polled at all while every split it holds
+    /// is paused. Release what the paused splits hold upstream (a fetch in flight, a
+    /// connection) here if that matters. Nothing by default: a reader that keeps this default
+    /// is aligned only when all its splits are paused (one split per reader, or watermarks
+    /// emitted for the whole reader).
     fn pause_or_resume_splits(&mut self, pause: &[String], resume: &[String]) {
         let _ = (pause, resume);
     }
@@ -531,10 +608,18 @@ pub trait SplitReader<T>: Send + 'static {
 
 /// Where a [`SplitReader`] emits: records (with timestamps), watermarks, idleness, finished
 /// splits and events to the enumerator.
+///
+/// Watermarks come per reader ([`emit_watermark`](Self::emit_watermark): every split held is
+/// at least there, and it is forwarded as it is) or per split
+/// ([`emit_watermark_for`](Self::emit_watermark_for), Flink's split outputs): the reader's
+/// watermark is then the minimum over its splits that are not idle (a split without a
+/// watermark yet holds it at the lowest), forwarded whenever it advances, and watermark
+/// alignment pauses each split on its own watermark. Records and watermarks addressed to a
+/// split count as that split's activity for its idleness timeout
+/// ([`Source::split_idle_timeout`]); unaddressed ones as activity of every split held.
 pub struct SplitOutput<'o, 'a, T> {
     pub(crate) out: &'o mut ReaderOutput<'a, T>,
-    /// The highest watermark emitted in this poll.
-    pub(crate) watermark: Option<i64>,
+    pub(crate) splits: &'o mut Splits,
     pub(crate) finished: &'o mut Vec<String>,
     pub(crate) events: &'o mut Vec<Vec<u8>>,
 }
@@ -546,6 +631,7 @@ impl<T> SplitOutput<'_, '_, T> {
     ///
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
+        self.splits.activity(None);
         self.out.collect(value)
     }
 
@@ -559,17 +645,67 @@ impl<T> SplitOutput<'_, '_, T> {
         value: T,
         timestamp: i64,
     ) -> Result<(), OperatorError> {
+        self.splits.activity(None);
         self.out.collect_with_timestamp(value, timestamp)
     }
 
-    /// Emits a watermark.
+    /// Emits a record of split `split_id` with event time `timestamp` (the split's activity).
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn collect_for(
+        &mut self,
+        split_id: &str,
+        value: T,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        self.splits.activity(Some(split_id));
+        self.out.collect_with_timestamp(value, timestamp)
+    }
+
+    /// Emits a watermark for the whole reader: every split held is at least there.
     ///
     /// # Errors
     ///
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        self.watermark = self.watermark.max(Some(watermark.0));
+        self.splits.activity(None);
+        self.splits.reader_watermark = self.splits.reader_watermark.max(Some(watermark.0));
+        self.splits.forwarded = self.splits.forwarded.max(Some(watermark.0));
         self.out.emit_watermark(watermark)
+    }
+
+    /// Split `split_id` reached `watermark` (the split's activity); the reader's watermark,
+    /// the minimum over its active splits, is forwarded if it advanced. A split not held is
+    /// ignored.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn emit_watermark_for(
+        &mut self,
+        split_id: &str,
+        watermark: Watermark,
+    ) -> Result<(), OperatorError> {
+        if let Some(split) = self.splits.held.get_mut(split_id) {
+            split.watermark = split.watermark.max(Some(watermark.0));
+            split.active();
+        }
+        self.forward_watermark()
+    }
+
+    /// Marks split `split_id` idle until it is active again: it no longer holds the reader's
+    /// watermark back.
+    ///
+    /// # Errors
+    ///
+    /// The chain behind the reader failed: pass it on with `?`.
+    pub fn mark_split_idle(&mut self, split_id: &str) -> Result<(), OperatorError> {
+        if let Some(split) = self.splits.held.get_mut(split_id) {
+            split.idle = true;
+        }
+        self.forward_watermark()
     }
 
     /// Marks the reader idle until it emits again.
@@ -590,6 +726,15 @@ impl<T> SplitOutput<'_, '_, T> {
     pub fn send_event(&mut self, event: Vec<u8>) {
         self.events.push(event);
     }
+
+    /// Forwards the reader's watermark if it advanced past the last one forwarded.
+    pub(crate) fn forward_watermark(&mut self) -> Result<(), OperatorError> {
+        let combined = self.splits.combined();
+        match self.splits.advance(combined) {
+            Some(watermark) => self.out.emit_watermark(Watermark(watermark)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl<T> fmt::Debug for SplitOutput<'_, '_, T> {
@@ -597,5 +742,103 @@ impl<T> fmt::Debug for SplitOutput<'_, '_, T> {
         f.debug_struct("SplitOutput")
             .field("finished", &self.finished)
             .finish_non_exhaustive()
+    }
+}
+
+/// The splits a reader holds, with their watermarks, idleness and pauses.
+#[derive(Debug, Default)]
+pub(crate) struct Splits {
+    pub(crate) held: HashMap<String, HeldSplit>,
+    /// The highest watermark emitted for the whole reader.
+    pub(crate) reader_watermark: Option<i64>,
+    /// The highest watermark forwarded downstream.
+    pub(crate) forwarded: Option<i64>,
+}
+
+/// One split a reader holds.
+#[derive(Debug)]
+pub(crate) struct HeldSplit {
+    /// The assignment's number if assigned in this attempt.
+    pub(crate) assigned: Option<u64>,
+    /// The split's own watermark.
+    pub(crate) watermark: Option<i64>,
+    pub(crate) idle: bool,
+    /// Paused by watermark alignment.
+    pub(crate) paused: bool,
+    /// Active time (milliseconds) since the split's last activity: its idleness clock.
+    pub(crate) inactive_ms: i64,
+    pub(crate) metrics: Arc<SplitMetrics>,
+}
+
+impl HeldSplit {
+    /// The split's activity: its idleness clock restarts.
+    fn active(&mut self) {
+        self.idle = false;
+        self.inactive_ms = 0;
+    }
+
+    pub(crate) fn new(assigned: Option<u64>) -> Self {
+        HeldSplit {
+            assigned,
+            watermark: None,
+            idle: false,
+            paused: false,
+            inactive_ms: 0,
+            metrics: Arc::new(SplitMetrics::default()),
+        }
+    }
+}
+
+impl Splits {
+    /// The watermark of `split`: its own, raised to the reader's.
+    pub(crate) fn watermark_of(&self, split: &HeldSplit) -> Option<i64> {
+        split.watermark.max(self.reader_watermark)
+    }
+
+    /// The reader's watermark: the minimum over the splits that are not idle (`i64::MIN` while
+    /// one has none yet); `None` when every split held is idle, or none is held.
+    pub(crate) fn combined(&self) -> Option<i64> {
+        self.held
+            .values()
+            .filter(|s| !s.idle)
+            .map(|s| self.watermark_of(s).unwrap_or(i64::MIN))
+            .min()
+    }
+
+    /// The reader's watermark `combined` ([`combined`](Self::combined)) if it advanced past
+    /// the last one forwarded (now forwarded).
+    pub(crate) fn advance(&mut self, combined: Option<i64>) -> Option<i64> {
+        let combined = combined.filter(|w| *w > i64::MIN)?;
+        if self.forwarded.is_some_and(|f| f >= combined) {
+            return None;
+        }
+        self.forwarded = Some(combined);
+        Some(combined)
+    }
+
+    /// Activity of split `split_id`, or of every split held: their idleness clocks restart.
+    pub(crate) fn activity(&mut self, split_id: Option<&str>) {
+        match split_id {
+            Some(id) => self
+                .held
+                .get_mut(id)
+                .into_iter()
+                .for_each(HeldSplit::active),
+            None => self.held.values_mut().for_each(HeldSplit::active),
+        }
+    }
+
+    /// Whether splits are held and every one is paused.
+    pub(crate) fn all_paused(&self) -> bool {
+        !self.held.is_empty() && self.held.values().all(|s| s.paused)
+    }
+
+    /// The lowest watermark of a paused split: the first a new bound resumes.
+    pub(crate) fn lowest_paused(&self) -> Option<i64> {
+        self.held
+            .values()
+            .filter(|s| s.paused)
+            .filter_map(|s| self.watermark_of(s))
+            .min()
     }
 }
