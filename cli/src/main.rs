@@ -25,6 +25,7 @@ use streamtask_core::async_io::OutputMode;
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
+mod timely_demo;
 mod timely_run;
 
 #[derive(Debug, Parser)]
@@ -73,6 +74,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// One worker process of `run --engine timely` (started by it).
+    #[command(hide = true)]
+    TimelyDemoWorker(timely_demo::WorkerArgs),
 }
 
 /// `compare`'s options (`run` has them too).
@@ -107,9 +111,11 @@ impl CompareArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The model.
+    /// The model (with --engine local, required).
     #[arg(long, value_parser = model_parser())]
-    model: Model,
+    model: Option<Model>,
+    #[command(flatten)]
+    engine: timely_demo::EngineArgs,
     #[command(flatten)]
     compare: CompareArgs,
     #[command(flatten)]
@@ -886,9 +892,19 @@ fn main() -> ExitCode {
                 .as_ref()
                 .map(|_| SavepointHandle::new());
             let cancel = install_signal_handler(savepoint.clone());
-            match savepoint {
-                Some(handle) => run_to_savepoint(&options, args.model, handle, &cancel),
-                None => compare(&options, &[args.model], &cancel),
+            match (args.engine.engine, args.model, savepoint) {
+                (timely_demo::Engine::Timely, model, _) => {
+                    timely_demo::run(&options, &args.engine, model.is_some(), &cancel)
+                }
+                (timely_demo::Engine::Local, None, _) => Err(CliError::Usage(
+                    "run needs --model (or --engine timely)".into(),
+                )),
+                (timely_demo::Engine::Local, Some(model), Some(handle)) => {
+                    run_to_savepoint(&options, model, handle, &cancel)
+                }
+                (timely_demo::Engine::Local, Some(model), None) => {
+                    compare(&options, &[model], &cancel)
+                }
             }
         }
         Command::Soak(args) => {
@@ -911,6 +927,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect(&args),
         Command::Timely(args) => timely_run::timely(&args),
         Command::TimelyWorker { args } => return streamtask_timely::sample::worker_main(args),
+        Command::TimelyDemoWorker(args) => timely_demo::worker(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -50,6 +50,10 @@ use crate::{SplitRecords, TimelyConfig, TimelyError, TimelyJob};
 /// How many records a source reads per activation.
 const BATCH: usize = 1024;
 
+/// How often the keyed operator polls its chain's processing-time timers while some are
+/// pending (the timer service tells no deadline, so the host looks again at this pace).
+const TIMER_POLL: Duration = Duration::from_millis(1);
+
 /// What flows between the operators.
 #[derive(Clone, Serialize, Deserialize)]
 enum Msg<B> {
@@ -304,6 +308,8 @@ where
                 let mut out = Vec::new();
                 let mut exhausted = false;
                 let step = (|| -> Result<(), OperatorError> {
+                    // The source runs on every activation: its chain's timers need no wake-up.
+                    chain.poll()?;
                     let mut read = 0;
                     let budget =
                         BATCH.min(max_epoch_records.saturating_sub(epoch_records) as usize);
@@ -399,16 +405,30 @@ where
         let keyed_shared = Arc::clone(shared);
         let last = Rc::clone(&keyed_last);
         let keyed_task_name = keyed_task.clone();
+        let keyed_scope = scope;
         let snapshots = stream
             .unary_frontier::<timely::container::CapacityContainerBuilder<Vec<Msg<B>>>, _, _, _>(
                 Exchange::new(route),
                 &keyed_task,
-                move |cap, _info| {
+                move |cap, info| {
                     let mut cap = Some(cap);
                     if let Some(c) = cap.as_mut() {
                         c.downgrade(&first_epoch);
                     }
+                    // The chain's async completions arrive on other threads: they activate
+                    // this operator; its processing-time timers are polled on a timer.
+                    let waker = keyed_scope
+                        .worker()
+                        .sync_activator_for(info.address.to_vec());
+                    keyed_op.borrow().wake_with(move || {
+                        // Fails only once the worker is gone, when nothing is left to wake.
+                        let _ = waker.activate();
+                    });
+                    let timer_activator = keyed_scope.activator_for(info.address.clone());
                     let mut stash: BTreeMap<u64, Vec<Msg<B>>> = BTreeMap::new();
+                    // The epoch being applied and its messages not applied yet: a chain that
+                    // takes no input (a full async queue) stops it until completions free room.
+                    let mut applying: Option<(u64, std::collections::VecDeque<Msg<B>>)> = None;
                     let mut upstream = vec![i64::MIN; peers];
                     let mut current = i64::MIN;
                     let mut ended = false;
@@ -433,10 +453,20 @@ where
                         };
                         let mut out = Vec::new();
                         let mut op = keyed_op.borrow_mut();
-                        while last.get() + 1 < limit {
-                            let epoch = last.get() + 1;
-                            let step = (|| -> Result<(), OperatorError> {
-                                for msg in stash.remove(&epoch).unwrap_or_default() {
+                        let step = (|| -> Result<bool, OperatorError> {
+                            let timers = op.poll()?;
+                            loop {
+                                if applying.is_none() {
+                                    if last.get() + 1 >= limit {
+                                        break;
+                                    }
+                                    let epoch = last.get() + 1;
+                                    let msgs = stash.remove(&epoch).unwrap_or_default();
+                                    applying = Some((epoch, msgs.into()));
+                                }
+                                let (epoch, msgs) = applying.as_mut().expect("set above");
+                                while op.accepts_input() {
+                                    let Some(msg) = msgs.pop_front() else { break };
                                     match msg {
                                         Msg::Record(value, timestamp) => {
                                             op.record(StreamRecord { value, timestamp })?
@@ -454,25 +484,39 @@ where
                                         snapshot @ Msg::Snapshot { .. } => out.push(snapshot),
                                     }
                                 }
+                                if !msgs.is_empty() {
+                                    break;
+                                }
                                 if current == i64::MAX && !ended {
                                     ended = true;
                                     op.end_input()?;
                                 }
+                                // After the end of input the last epoch waits until the chain
+                                // emitted everything (its async calls completed), so its
+                                // checkpoint commits all; other epochs snapshot the calls in
+                                // flight with the chain's state, as the local executor does.
+                                if ended && !op.accepts_input() {
+                                    break;
+                                }
                                 // The chain ends in the sink: nothing it emits leaves the worker.
                                 op.take_output();
+                                let epoch = *epoch;
                                 let s = op.snapshot(epoch)?;
                                 out.push(snapshot_msg(keyed_task_name.clone(), &s));
-                                Ok(())
-                            })();
-                            if let Err(e) = step {
-                                return keyed_shared.fail(op_err(me)(e));
+                                last.set(epoch);
+                                applying = None;
                             }
-                            last.set(epoch);
+                            Ok(timers)
+                        })();
+                        match step {
+                            Ok(true) => timer_activator.activate_after(TIMER_POLL),
+                            Ok(false) => {}
+                            Err(e) => return keyed_shared.fail(op_err(me)(e)),
                         }
                         if !out.is_empty() {
                             output.session(c).give_iterator(out.into_iter());
                         }
-                        if frontier.is_empty() {
+                        if frontier.is_empty() && applying.is_none() && last.get() + 1 >= limit {
                             cap = None;
                         } else if *c.time() < last.get() + 1 {
                             c.downgrade(&(last.get() + 1));
