@@ -16,7 +16,7 @@ use streamtask::checkpoint::CheckpointStorage;
 use streamtask::sink::read_committed;
 use streamtask_cli::demo::digest;
 use streamtask_cli::demo::job::DemoJob;
-use streamtask_timely::TimelyConfig;
+use streamtask_timely::{TimelyConfig, read_hostfile};
 
 use crate::{CliError, JobArgs, Options, ReportArgs, SavepointArgs, StateArgs};
 
@@ -72,6 +72,7 @@ fn check(options: &Options, engine: &EngineArgs, model_given: bool) -> Result<()
             "{what} does not apply with --engine timely (see the README's timely section)"
         )))
     };
+    options.validate(false)?;
     if model_given {
         return refuse("--model");
     }
@@ -86,6 +87,9 @@ fn check(options: &Options, engine: &EngineArgs, model_given: bool) -> Result<()
     }
     if options.json.is_some() || options.trace.is_some() || options.plot.is_some() {
         return refuse("--json, --trace and --plot");
+    }
+    if options.metrics.metrics_addr.is_some() || options.metrics.metrics_file.is_some() {
+        return refuse("--metrics-addr and --metrics-file");
     }
     if options.alignment() != streamtask_core::Alignment::Aligned {
         return refuse("--checkpoint-alignment unaligned");
@@ -148,6 +152,7 @@ pub(crate) fn run(
     check(options, engine, model_given)?;
     let failed = |what: &str, e: &dyn std::fmt::Display| CliError::Failed(format!("{what}: {e}"));
     let job = options.demo();
+    let _lock = crate::lock_work_dir(&job.work_dir)?;
     crate::check_space(&job, &[])?;
     crate::prepare(options, &job, cancel)?;
     let dir = job.timely_dir();
@@ -221,13 +226,14 @@ pub(crate) fn worker(args: WorkerArgs) -> Result<(), CliError> {
         SavepointArgs::default(),
     );
     let job = options.demo();
-    let text = std::fs::read_to_string(&args.hostfile).map_err(|e| failed(&e))?;
-    let addresses: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
+    let addresses = read_hostfile(&args.hostfile).map_err(|e| failed(&e))?;
+    if args.process >= addresses.len() {
+        return Err(CliError::Usage(format!(
+            "--process {} is not in the hostfile's {} addresses",
+            args.process,
+            addresses.len()
+        )));
+    }
     let config = TimelyConfig::new(job.timely_checkpoint_dir())
         .workers(args.workers)
         .checkpoint_interval(Duration::from_millis(options.checkpoint_interval_ms))

@@ -61,7 +61,7 @@ mod job;
 mod run;
 pub mod sample;
 
-pub use crate::cluster::{Cluster, completed_checkpoints};
+pub use crate::cluster::{Cluster, completed_checkpoints, read_hostfile};
 pub use crate::config::TimelyConfig;
 pub use crate::error::TimelyError;
 pub use crate::job::{LineFiles, SplitRecords, SplitSource, TimelyJob};
