@@ -17,6 +17,12 @@
 //! arrived), and holds its capability at `k` until then, so every worker's probe passes `k`
 //! only after the store: each worker then tells its sink that `k` completed, which commits.
 //!
+//! The keyed operator feeds its epoch into the chain only while the chain accepts input (an
+//! async operator with a full queue does not); the rest waits for the chain's completions,
+//! which activate the operator (`Host::wake_with`). Each activation first polls the chain's
+//! timers and events (`Host::poll`). After the end of input the last epoch's snapshot waits
+//! until the chain emitted everything.
+//!
 //! Watermarks travel in the data: a source sends its watermark to every worker, the keyed
 //! operator takes the minimum over the source workers, as a task takes the minimum over its
 //! input channels.
