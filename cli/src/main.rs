@@ -52,7 +52,7 @@ struct Cli {
 enum Command {
     /// Run the demo job under every model and compare (the default).
     Compare(CompareArgs),
-    /// Run the demo job under one model.
+    /// Run the demo job under one model, or with --engine timely across worker processes.
     Run(RunArgs),
     /// Run the demo job under many fault seeds per model and check exactly-once every time.
     Soak(SoakArgs),
@@ -64,8 +64,8 @@ enum Command {
     /// sink transactions, channel state. Exits 3 if a file is damaged.
     Inspect(InspectArgs),
     /// Run the timely engine's sample job across worker processes on 127.0.0.1 and check it
-    /// against the data and the local mailbox executor (the demo job's shape does not run on
-    /// timely: see the README).
+    /// against the data and the local mailbox executor (the demo job itself: `run --engine
+    /// timely`).
     Timely(timely_run::TimelyArgs),
     /// One worker process of `timely` (started by it).
     #[command(hide = true)]
