@@ -6,10 +6,11 @@
 use std::path::Path;
 
 use streamtask::sink::read_committed;
-use streamtask_cli::demo::data::DemoData;
+use streamtask_cli::demo::data::{DemoData, per_key_order_held};
 use streamtask_cli::demo::digest;
 use streamtask_cli::demo::job::{DemoJob, Scenario};
 use streamtask_cli::inspect::inspect;
+use streamtask_core::async_io::OutputMode;
 use streamtask_timely::{TimelyConfig, TimelyError};
 
 mod common;
@@ -128,4 +129,27 @@ fn in_one_process_the_job_restores_its_async_calls_in_flight_exactly_once() {
     let reference = job.reference();
     assert_eq!(committed.len(), reference.len());
     assert_eq!(digest(&committed), digest(&reference));
+}
+
+#[test]
+fn key_ordered_enrichment_on_two_workers_commits_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = DemoJob::new(
+        DemoData {
+            orders: 2_000,
+            customers: 30,
+            seed: 3,
+        },
+        dir.path(),
+    );
+    // One call per customer at a time: the batches close by their max-wait timer, which
+    // alone wakes the operator.
+    job.async_mode = OutputMode::KeyOrdered;
+    job.prepare().unwrap();
+    let config = TimelyConfig::new(job.timely_checkpoint_dir()).workers(2);
+    streamtask_timely::run(job.timely_job().unwrap(), &config).unwrap();
+    let mut committed = read_committed(job.timely_output_dir()).unwrap();
+    assert!(per_key_order_held(&committed));
+    committed.sort_unstable();
+    assert!(committed == job.reference(), "committed output differs");
 }

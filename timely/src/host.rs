@@ -94,9 +94,8 @@ impl<I, O> Host<I, O> {
     }
 
     /// Moves the clock to the wall clock's time, fires the processing-time timers due by then
-    /// and delivers the queued events, in that order; returns whether timers are still
-    /// pending (the host operator then activates itself again shortly).
-    pub(crate) fn poll(&mut self) -> Result<bool, OperatorError> {
+    /// and delivers the queued events, in that order.
+    pub(crate) fn poll(&mut self) -> Result<(), OperatorError> {
         let now = wall_clock();
         // Processing time never goes back, even when the wall clock does.
         if now > self.clock.now_millis() {
@@ -108,7 +107,13 @@ impl<I, O> Host<I, O> {
         while let Some((operator, event)) = self.events.queue.pop() {
             self.call(|op, ctx| op.dispatch_event(operator, event, ctx))?;
         }
-        Ok(self.timers.pending() > 0)
+        Ok(())
+    }
+
+    /// Whether processing-time timers are pending: the host operator then activates itself
+    /// again shortly, as nothing else wakes it for them.
+    pub(crate) fn timers_pending(&self) -> bool {
+        self.timers.pending() > 0
     }
 
     /// Whether the chain takes another input now (an async operator with a full queue does

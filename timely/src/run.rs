@@ -459,8 +459,8 @@ where
                         };
                         let mut out = Vec::new();
                         let mut op = keyed_op.borrow_mut();
-                        let step = (|| -> Result<bool, OperatorError> {
-                            let timers = op.poll()?;
+                        let step = (|| -> Result<(), OperatorError> {
+                            op.poll()?;
                             loop {
                                 if applying.is_none() {
                                     if last.get() + 1 >= limit {
@@ -512,12 +512,15 @@ where
                                 last.set(epoch);
                                 applying = None;
                             }
-                            Ok(timers)
+                            Ok(())
                         })();
-                        match step {
-                            Ok(true) => timer_activator.activate_after(TIMER_POLL),
-                            Ok(false) => {}
-                            Err(e) => return keyed_shared.fail(op_err(me)(e)),
+                        if let Err(e) = step {
+                            return keyed_shared.fail(op_err(me)(e));
+                        }
+                        // Timers set during this activation count too (an async batch's
+                        // max wait): nothing else may wake the operator for them.
+                        if op.timers_pending() {
+                            timer_activator.activate_after(TIMER_POLL);
                         }
                         if !out.is_empty() {
                             output.session(c).give_iterator(out.into_iter());
