@@ -19,8 +19,10 @@
 //! activating the keyed operator through timely's `SyncActivator`. A keyed chain that takes no
 //! input (an async operator with a full queue) holds the rest of its epoch until completions
 //! free room. The calls in flight when an epoch's input is done are in that epoch's snapshot,
-//! as in the local executor's, and are called again on restore; the last epoch waits for every
-//! call, so its checkpoint commits everything.
+//! as in the local executor's, and are called again on restore: the async operator already
+//! snapshots its inputs in flight, and draining them instead would hold every epoch's end (and
+//! the next epoch's input) for the slowest call. The last epoch waits for every call, so its
+//! checkpoint commits everything.
 //!
 //! Checkpoints are epochs: the timestamp of every record is its source's epoch, the source
 //! starts a new one every checkpoint interval, and an operator snapshots its chain for epoch
