@@ -25,6 +25,7 @@ use streamtask_core::async_io::OutputMode;
 use streamtask_core::trace::{TraceLog, Tracer};
 use streamtask_legacy::Fairness;
 
+mod timely_demo;
 mod timely_run;
 
 #[derive(Debug, Parser)]
@@ -51,7 +52,7 @@ struct Cli {
 enum Command {
     /// Run the demo job under every model and compare (the default).
     Compare(CompareArgs),
-    /// Run the demo job under one model.
+    /// Run the demo job under one model, or with --engine timely across worker processes.
     Run(RunArgs),
     /// Run the demo job under many fault seeds per model and check exactly-once every time.
     Soak(SoakArgs),
@@ -63,8 +64,8 @@ enum Command {
     /// sink transactions, channel state. Exits 3 if a file is damaged.
     Inspect(InspectArgs),
     /// Run the timely engine's sample job across worker processes on 127.0.0.1 and check it
-    /// against the data and the local mailbox executor (the demo job's shape does not run on
-    /// timely: see the README).
+    /// against the data and the local mailbox executor (the demo job itself: `run --engine
+    /// timely`).
     Timely(timely_run::TimelyArgs),
     /// One worker process of `timely` (started by it).
     #[command(hide = true)]
@@ -73,6 +74,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// One worker process of `run --engine timely` (started by it).
+    #[command(hide = true)]
+    TimelyDemoWorker(timely_demo::WorkerArgs),
 }
 
 /// `compare`'s options (`run` has them too).
@@ -107,9 +111,11 @@ impl CompareArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The model.
+    /// The model (with --engine local, required).
     #[arg(long, value_parser = model_parser())]
-    model: Model,
+    model: Option<Model>,
+    #[command(flatten)]
+    engine: timely_demo::EngineArgs,
     #[command(flatten)]
     compare: CompareArgs,
     #[command(flatten)]
@@ -886,9 +892,19 @@ fn main() -> ExitCode {
                 .as_ref()
                 .map(|_| SavepointHandle::new());
             let cancel = install_signal_handler(savepoint.clone());
-            match savepoint {
-                Some(handle) => run_to_savepoint(&options, args.model, handle, &cancel),
-                None => compare(&options, &[args.model], &cancel),
+            match (args.engine.engine, args.model, savepoint) {
+                (timely_demo::Engine::Timely, model, _) => {
+                    timely_demo::run(&options, &args.engine, model.is_some(), &cancel)
+                }
+                (timely_demo::Engine::Local, None, _) => Err(CliError::Usage(
+                    "run needs --model (or --engine timely)".into(),
+                )),
+                (timely_demo::Engine::Local, Some(model), Some(handle)) => {
+                    run_to_savepoint(&options, model, handle, &cancel)
+                }
+                (timely_demo::Engine::Local, Some(model), None) => {
+                    compare(&options, &[model], &cancel)
+                }
             }
         }
         Command::Soak(args) => {
@@ -911,6 +927,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect(&args),
         Command::Timely(args) => timely_run::timely(&args),
         Command::TimelyWorker { args } => return streamtask_timely::sample::worker_main(args),
+        Command::TimelyDemoWorker(args) => timely_demo::worker(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

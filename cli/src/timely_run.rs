@@ -1,10 +1,9 @@
 //! `streamtask timely`: the timely engine's sample job across worker processes on this machine,
 //! checked against the data and against the local mailbox executor in the same run.
 //!
-//! The demo job itself does not run on timely: its legacy `SourceFunction`, its
-//! processing-time timers and its async enrichment are outside the shapes `streamtask-timely`
-//! hosts (see its crate doc). The sample job has the demo's keyed core: keyed state,
-//! event-time timers, a key-group exchange and the two-phase file sink.
+//! The sample job is the engine's own test job: keyed state, event-time timers, a key-group
+//! exchange and the two-phase file sink over many input files. The demo job itself runs on
+//! timely through `streamtask run --engine timely` (`timely_demo.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -155,10 +154,8 @@ pub(crate) fn timely(args: &TimelyArgs) -> Result<(), CliError> {
 /// Runs the worker processes to the end; with `--kill-after-checkpoints`, kills one mid-run and
 /// restarts them all. Returns the restarts.
 fn run_cluster(args: &TimelyArgs, work: &Path) -> Result<u32, CliError> {
-    let failed = |what: &str, e: &dyn std::fmt::Display| CliError::Failed(format!("{what}: {e}"));
-    let program = std::env::current_exe().map_err(|e| failed("find this program", &e))?;
     let dir = |sub: &str| work.join(sub).display().to_string();
-    let owned = [
+    let worker_args = [
         "timely-worker".to_string(),
         "--inputs".into(),
         dir("in"),
@@ -171,19 +168,40 @@ fn run_cluster(args: &TimelyArgs, work: &Path) -> Result<u32, CliError> {
         "--interval-ms".into(),
         args.checkpoint_interval_ms.to_string(),
     ];
-    let worker_args: Vec<&str> = owned.iter().map(String::as_str).collect();
+    run_workers(
+        &worker_args,
+        args.processes,
+        args.kill_after_checkpoints,
+        work,
+        &work.join("chk"),
+    )
+}
+
+/// Runs `processes` worker processes of this program with `worker_args` (a hostfile in `dir`)
+/// to the end. With `kill_after`, SIGKILLs process 1 once that many checkpoints are complete in
+/// `checkpoints` (at most 3, the retention), then restarts them all, which restore the last
+/// complete checkpoint. Returns the restarts.
+pub(crate) fn run_workers(
+    worker_args: &[String],
+    processes: usize,
+    kill_after: Option<usize>,
+    dir: &Path,
+    checkpoints: &Path,
+) -> Result<u32, CliError> {
+    let failed = |what: &str, e: &dyn std::fmt::Display| CliError::Failed(format!("{what}: {e}"));
+    let program = std::env::current_exe().map_err(|e| failed("find this program", &e))?;
+    let worker_args: Vec<&str> = worker_args.iter().map(String::as_str).collect();
     let start = || {
-        Cluster::start(&program, &worker_args, args.processes, work)
+        Cluster::start(&program, &worker_args, processes, dir)
             .map_err(|e| failed("start the worker processes", &e))
     };
     let mut restarts = 0;
-    if let Some(after) = args.kill_after_checkpoints {
+    if let Some(after) = kill_after {
         let mut cluster = start()?;
-        let chk = work.join("chk");
         loop {
             // Retention keeps 3: count up to that, a storage opened here would delete the
             // writer's checkpoint in progress.
-            if completed_checkpoints(&chk) >= after.min(3) {
+            if completed_checkpoints(checkpoints) >= after.min(3) {
                 break;
             }
             if !cluster
@@ -205,7 +223,7 @@ fn run_cluster(args: &TimelyArgs, work: &Path) -> Result<u32, CliError> {
         // Dropping the cluster kills and reaps the survivors.
         drop(cluster);
         // Open the storage once before the restart: it removes an interrupted checkpoint.
-        CheckpointStorage::directory(work.join("chk"), 3)
+        CheckpointStorage::directory(checkpoints, 3)
             .map_err(|e| failed("open the checkpoints", &e))?;
         if restarts == 0 {
             return Ok(0);

@@ -121,6 +121,21 @@ impl Drop for Cluster {
     }
 }
 
+/// The addresses a hostfile lists, one `host:port` per non-empty line, in process order (the
+/// file [`Cluster::start`] writes).
+///
+/// # Errors
+///
+/// Reading the file failed.
+pub fn read_hostfile(path: &Path) -> io::Result<Vec<String>> {
+    Ok(std::fs::read_to_string(path)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
 /// How many whole checkpoints (`chk-*` directories, none in progress) `dir` holds: a read-only
 /// look for watching a running job, unlike
 /// [`CheckpointStorage::directory`](streamtask::checkpoint::CheckpointStorage::directory),

@@ -4,11 +4,25 @@
 //! A [`TimelyJob`] is a documented subset of the job shapes the local executor runs: a
 //! [`SplitSource`], a chain of `streamtask_core` operators behind it, a `key_by` (an exchange by
 //! key group: the local executor's assignment, max parallelism 128), a keyed chain (a
-//! `KeyedProcessOperator` with keyed state and event-time timers, and whatever follows it) and
-//! the job library's [`TwoPhaseCommitFileSink`](streamtask::sink::TwoPhaseCommitFileSink).
+//! `KeyedProcessOperator` with keyed state, event-time and processing-time timers, and whatever
+//! follows it, an async operator included) and the job library's
+//! [`TwoPhaseCommitFileSink`](streamtask::sink::TwoPhaseCommitFileSink).
 //! [`run`] runs it on `W` worker threads per process and `P` processes
 //! ([`TimelyConfig::cluster`]); worker `w` is subtask `w` of every vertex. The same job for the
-//! local executor commits the same lines ([`sample`] has one, used by the tests).
+//! local executor commits the same lines ([`sample`] has one, used by the tests; the
+//! `streamtask` CLI's demo job runs on timely this way, `streamtask run --engine timely`).
+//!
+//! A hosted chain sees the local executor's services: a processing-time clock reading the wall
+//! clock, whose due timers fire when the hosting operator is activated (the keyed operator
+//! activates itself every millisecond while timers are pending), and events from other threads
+//! (an async operator's completions), queued and delivered on the worker's thread, each one
+//! activating the keyed operator through timely's `SyncActivator`. A keyed chain that takes no
+//! input (an async operator with a full queue) holds the rest of its epoch until completions
+//! free room. The calls in flight when an epoch's input is done are in that epoch's snapshot,
+//! as in the local executor's, and are called again on restore: the async operator already
+//! snapshots its inputs in flight, and draining them instead would hold every epoch's end (and
+//! the next epoch's input) for the slowest call. The last epoch waits for every call, so its
+//! checkpoint commits everything.
 //!
 //! Checkpoints are epochs: the timestamp of every record is its source's epoch, the source
 //! starts a new one every checkpoint interval, and an operator snapshots its chain for epoch
@@ -79,8 +93,12 @@
 //!   `epoch - 2` complete, and an epoch holds at most
 //!   [`max_epoch_records`](TimelyConfig::max_epoch_records) per source worker, so at most two
 //!   epochs are in flight.
-//! - Only the shape above: no legacy `SourceFunction`, no async operators, no processing-time
-//!   timers (the hosted chains see a clock stuck at 0), no side outputs, one keyed stage.
+//! - Only the shape above: no legacy `SourceFunction` (a source is a [`SplitSource`]), no side
+//!   outputs, one keyed stage. An async operator belongs in the keyed chain: the source's chain
+//!   is not woken by completions and does not wait for them at its end. The source chain's
+//!   processing-time timers fire only while it reads (it is activated for each batch).
+//! - Processing-time timers fire up to about a millisecond late (the timer service is polled,
+//!   it has no deadline to wake at).
 //! - Watermarks travel in the data (each source worker's bounded out-of-orderness watermark,
 //!   the minimum over its splits not yet read to the end, and the minimum over the source
 //!   workers at the keyed stage), not in the timestamps.
@@ -114,7 +132,7 @@ pub mod sample;
 mod savepoint;
 mod split;
 
-pub use crate::cluster::{Cluster, completed_checkpoints};
+pub use crate::cluster::{Cluster, completed_checkpoints, read_hostfile};
 pub use crate::config::TimelyConfig;
 pub use crate::error::TimelyError;
 pub use crate::job::{LineFiles, SplitRecords, SplitSource, TimelyJob};

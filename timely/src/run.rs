@@ -17,6 +17,12 @@
 //! arrived), and holds its capability at `k` until then, so every worker's probe passes `k`
 //! only after the store: each worker then tells its sink that `k` completed, which commits.
 //!
+//! The keyed operator feeds its epoch into the chain only while the chain accepts input (an
+//! async operator with a full queue does not); the rest waits for the chain's completions,
+//! which activate the operator (`Host::wake_with`). Each activation first polls the chain's
+//! timers and events (`Host::poll`). After the end of input the last epoch's snapshot waits
+//! until the chain emitted everything.
+//!
 //! Watermarks travel in the data: a source sends its watermark to every worker, the keyed
 //! operator takes the minimum over the source workers, as a task takes the minimum over its
 //! input channels.
@@ -47,6 +53,10 @@ use timely::dataflow::operators::generic::operator::source;
 use crate::host::Host;
 use crate::split::{BATCH, SplitCursor};
 use crate::{TimelyConfig, TimelyError, TimelyJob};
+
+/// How often the keyed operator polls its chain's processing-time timers while some are
+/// pending (the timer service tells no deadline, so the host looks again at this pace).
+const TIMER_POLL: Duration = Duration::from_millis(1);
 
 /// What flows between the operators.
 #[derive(Clone, Serialize, Deserialize)]
@@ -300,6 +310,8 @@ where
                 let mut out = Vec::new();
                 let mut exhausted = false;
                 let step = (|| -> Result<(), OperatorError> {
+                    // The source runs on every activation: its chain's timers need no wake-up.
+                    chain.poll()?;
                     let mut read = 0;
                     let budget =
                         BATCH.min(max_epoch_records.saturating_sub(epoch_records) as usize);
@@ -382,16 +394,30 @@ where
         let keyed_shared = Arc::clone(shared);
         let last = Rc::clone(&keyed_last);
         let keyed_task_name = keyed_task.clone();
+        let keyed_scope = scope;
         let snapshots = stream
             .unary_frontier::<timely::container::CapacityContainerBuilder<Vec<Msg<B>>>, _, _, _>(
                 Exchange::new(route),
                 &keyed_task,
-                move |cap, _info| {
+                move |cap, info| {
                     let mut cap = Some(cap);
                     if let Some(c) = cap.as_mut() {
                         c.downgrade(&first_epoch);
                     }
+                    // The chain's async completions arrive on other threads: they activate
+                    // this operator; its processing-time timers are polled on a timer.
+                    let waker = keyed_scope
+                        .worker()
+                        .sync_activator_for(info.address.to_vec());
+                    keyed_op.borrow().wake_with(move || {
+                        // Fails only once the worker is gone, when nothing is left to wake.
+                        let _ = waker.activate();
+                    });
+                    let timer_activator = keyed_scope.activator_for(info.address.clone());
                     let mut stash: BTreeMap<u64, Vec<Msg<B>>> = BTreeMap::new();
+                    // The epoch being applied and its messages not applied yet: a chain that
+                    // takes no input (a full async queue) stops it until completions free room.
+                    let mut applying: Option<(u64, std::collections::VecDeque<Msg<B>>)> = None;
                     let mut upstream = vec![i64::MIN; peers];
                     let mut current = i64::MIN;
                     let mut ended = false;
@@ -416,10 +442,20 @@ where
                         };
                         let mut out = Vec::new();
                         let mut op = keyed_op.borrow_mut();
-                        while last.get() + 1 < limit {
-                            let epoch = last.get() + 1;
-                            let step = (|| -> Result<(), OperatorError> {
-                                for msg in stash.remove(&epoch).unwrap_or_default() {
+                        let step = (|| -> Result<(), OperatorError> {
+                            op.poll()?;
+                            loop {
+                                if applying.is_none() {
+                                    if last.get() + 1 >= limit {
+                                        break;
+                                    }
+                                    let epoch = last.get() + 1;
+                                    let msgs = stash.remove(&epoch).unwrap_or_default();
+                                    applying = Some((epoch, msgs.into()));
+                                }
+                                let (epoch, msgs) = applying.as_mut().expect("set above");
+                                while op.accepts_input() {
+                                    let Some(msg) = msgs.pop_front() else { break };
                                     match msg {
                                         Msg::Record(value, timestamp) => {
                                             op.record(StreamRecord { value, timestamp })?
@@ -437,25 +473,42 @@ where
                                         snapshot @ Msg::Snapshot { .. } => out.push(snapshot),
                                     }
                                 }
+                                if !msgs.is_empty() {
+                                    break;
+                                }
                                 if current == i64::MAX && !ended {
                                     ended = true;
                                     op.end_input()?;
                                 }
+                                // After the end of input the last epoch waits until the chain
+                                // emitted everything (its async calls completed), so its
+                                // checkpoint commits all; other epochs snapshot the calls in
+                                // flight with the chain's state, as the local executor does.
+                                if ended && !op.accepts_input() {
+                                    break;
+                                }
                                 // The chain ends in the sink: nothing it emits leaves the worker.
                                 op.take_output();
+                                let epoch = *epoch;
                                 let s = op.snapshot(epoch)?;
                                 out.push(snapshot_msg(keyed_task_name.clone(), &s));
-                                Ok(())
-                            })();
-                            if let Err(e) = step {
-                                return keyed_shared.fail(op_err(me)(e));
+                                last.set(epoch);
+                                applying = None;
                             }
-                            last.set(epoch);
+                            Ok(())
+                        })();
+                        if let Err(e) = step {
+                            return keyed_shared.fail(op_err(me)(e));
+                        }
+                        // Timers set during this activation count too (an async batch's
+                        // max wait): nothing else may wake the operator for them.
+                        if op.timers_pending() {
+                            timer_activator.activate_after(TIMER_POLL);
                         }
                         if !out.is_empty() {
                             output.session(c).give_iterator(out.into_iter());
                         }
-                        if frontier.is_empty() {
+                        if frontier.is_empty() && applying.is_none() && last.get() + 1 >= limit {
                             cap = None;
                         } else if *c.time() < last.get() + 1 {
                             c.downgrade(&(last.get() + 1));

@@ -293,14 +293,8 @@ fn parse_args(args: Vec<String>) -> Result<(Vec<PathBuf>, PathBuf, TimelyConfig)
         config = config.stop_with_savepoint(epoch, dir);
     }
     if let Some(hostfile) = value("--hostfile") {
-        let text = std::fs::read_to_string(&hostfile)
+        let addresses = crate::read_hostfile(Path::new(&hostfile))
             .map_err(|e| format!("read --hostfile {hostfile}: {e}"))?;
-        let addresses: Vec<String> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
         if process >= addresses.len() {
             return Err(format!(
                 "--process {process} is not in the hostfile's {} addresses",

@@ -8,6 +8,7 @@ pub mod customer_service;
 pub mod data;
 pub mod enrich;
 pub mod job;
+pub mod on_timely;
 pub mod probe;
 pub mod source;
 pub mod totals;
