@@ -15,7 +15,6 @@ use clap::{Args, ValueEnum};
 use streamtask::checkpoint::CheckpointStorage;
 use streamtask::sink::read_committed;
 use streamtask_cli::demo::digest;
-use streamtask_cli::demo::job::DemoJob;
 use streamtask_timely::read_hostfile;
 
 use crate::{CliError, JobArgs, Options, ReportArgs, SavepointArgs, StateArgs};
