@@ -9,14 +9,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use streamtask::checkpoint::CheckpointStorage;
 use streamtask::sink::read_committed;
 use streamtask_cli::demo::digest;
-use streamtask_cli::demo::job::DemoJob;
-use streamtask_timely::{TimelyConfig, read_hostfile};
+use streamtask_timely::read_hostfile;
 
 use crate::{CliError, JobArgs, Options, ReportArgs, SavepointArgs, StateArgs};
 
@@ -108,40 +107,6 @@ fn check(options: &Options, engine: &EngineArgs, model_given: bool) -> Result<()
     Ok(())
 }
 
-/// The job options a worker process needs to build the same job.
-fn job_args(options: &Options, job: &DemoJob) -> Vec<String> {
-    let mut args = vec![
-        "--records".to_string(),
-        job.data.orders.to_string(),
-        "--customers".into(),
-        job.data.customers.to_string(),
-        "--seed".into(),
-        job.data.seed.to_string(),
-        "--checkpoint-interval-ms".into(),
-        options.checkpoint_interval_ms.to_string(),
-        "--scenario".into(),
-        options
-            .scenario
-            .to_possible_value()
-            .expect("no variant is skipped")
-            .get_name()
-            .to_string(),
-        "--async-mode".into(),
-        options
-            .async_mode
-            .to_possible_value()
-            .expect("no variant is skipped")
-            .get_name()
-            .to_string(),
-        "--work-dir".into(),
-        job.work_dir.display().to_string(),
-    ];
-    if let Some(dir) = &job.output_dir {
-        args.extend(["--output-dir".into(), dir.display().to_string()]);
-    }
-    args
-}
-
 /// Runs the demo job on timely as `engine` says, from a fresh start, and prints its report.
 pub(crate) fn run(
     options: &Options,
@@ -163,9 +128,7 @@ pub(crate) fn run(
             .map_err(|e| failed("clear the timely checkpoints", &e))?;
     }
     std::fs::create_dir_all(&dir).map_err(|e| failed("create the timely directory", &e))?;
-    let mut worker_args = vec!["timely-demo-worker".to_string()];
-    worker_args.extend(job_args(options, &job));
-    worker_args.extend(["--workers".into(), engine.workers.to_string()]);
+    let worker_args = job.timely_worker_args(engine.workers);
     crate::phase(
         options,
         &format!(
@@ -234,9 +197,8 @@ pub(crate) fn worker(args: WorkerArgs) -> Result<(), CliError> {
             addresses.len()
         )));
     }
-    let config = TimelyConfig::new(job.timely_checkpoint_dir())
-        .workers(args.workers)
-        .checkpoint_interval(Duration::from_millis(options.checkpoint_interval_ms))
+    let config = job
+        .timely_config(args.workers)
         .cluster(args.process, addresses);
     let timely_job = job.timely_job().map_err(|e| failed(&e))?;
     streamtask_timely::run(timely_job, &config).map_err(|e| failed(&e))?;

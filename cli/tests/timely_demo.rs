@@ -1,7 +1,8 @@
 //! `streamtask run --engine timely`: the demo job on two timely worker processes commits the
 //! digest `streamtask run --model mailbox` commits on the same data, exactly once, also with
 //! one process SIGKILLed mid-run and every process restarted; and the same job in one process
-//! with two worker threads, through a crash and a restore.
+//! with two worker threads, through a crash and a restore; worker processes started with
+//! `DemoJob::timely_worker_args` (as the bench starts them) rebuild the job they were given.
 
 use std::path::Path;
 
@@ -11,7 +12,7 @@ use streamtask_cli::demo::digest;
 use streamtask_cli::demo::job::{DemoJob, Scenario};
 use streamtask_cli::inspect::inspect;
 use streamtask_core::async_io::OutputMode;
-use streamtask_timely::{TimelyConfig, TimelyError};
+use streamtask_timely::{Cluster, TimelyConfig, TimelyError};
 
 mod common;
 
@@ -151,5 +152,40 @@ fn key_ordered_enrichment_on_two_workers_commits_exactly_once() {
     let mut committed = read_committed(job.timely_output_dir()).unwrap();
     assert!(per_key_order_held(&committed));
     committed.sort_unstable();
+    assert!(committed == job.reference(), "committed output differs");
+}
+
+#[test]
+fn worker_processes_started_with_the_jobs_worker_args_commit_its_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not the command line's defaults, so a worker that dropped an option builds another job.
+    let mut job = DemoJob::new(
+        DemoData {
+            orders: 3_000,
+            customers: 40,
+            seed: 11,
+        },
+        dir.path(),
+    );
+    job.async_mode = OutputMode::KeyOrdered;
+    job.checkpoint_interval = std::time::Duration::from_millis(20);
+    job.output_dir = Some(dir.path().join("elsewhere"));
+    job.prepare().unwrap();
+    std::fs::create_dir_all(job.timely_dir()).unwrap();
+    let args = job.timely_worker_args(1);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cluster = Cluster::start(
+        env!("CARGO_BIN_EXE_streamtask"),
+        &args,
+        2,
+        &job.timely_dir(),
+    )
+    .unwrap();
+    let statuses = cluster.wait().unwrap();
+    assert!(statuses.iter().all(|s| s.success()), "{statuses:?}");
+    let mut committed = read_committed(dir.path().join("elsewhere")).unwrap();
+    assert!(per_key_order_held(&committed));
+    committed.sort_unstable();
+    assert_eq!(committed.len(), job.reference().len());
     assert!(committed == job.reference(), "committed output differs");
 }

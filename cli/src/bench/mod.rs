@@ -22,7 +22,8 @@
 //! | `bridge_vs_legacy_trigger_p99_unfair` | the same with the checkpoint lock's `Fairness::Unfair` (a futex mutex with no hand-off: a Java monitor, Flink 1.9's lock) for both runners; a reference next to `bridge_vs_legacy_trigger_p99`, which stays on `Fairness::Eventual` (below) | lower |
 //! | `legacy_bounded_handover_trigger_p99` | the same (pooled) for the legacy task with the bounded hand-over on, over legacy's default | lower |
 //! | `unaligned_vs_aligned_p99` | the demo job under backpressure: checkpoint end-to-end p99 (trigger to completion at the coordinator) with unaligned checkpoints over aligned ones, `{mailbox, bridge}`, each runner's checkpoints of every round pooled | lower |
-//! | `timely_vs_local_mailbox` | the timely sample job's records/s (input records over wall time, start-up included, checkpoints every 50 ms, timely's epochs capped at 100,000 records, output checked) over the local mailbox executor's on the same input, timely on 1 process (1 worker, in this process) and on 2 processes (1 worker each, started as `streamtask timely-worker`): `{"1": .., "2": ..}` ([`timely`]); scaling is not a target on a 2-core machine | higher |
+//! | `timely_vs_local_mailbox` | the demo job's records/s on timely (orders over wall time, start-up included, checkpoints every 50 ms, committed digest checked against the local run's) over the local mailbox executor's on the same data in the same round, timely on 1 process (1 worker, in this process) and on 2 processes (1 worker each, started as `run --engine timely` starts them): `{"1": .., "2": ..}` ([`timely_demo`]); scaling is not a target on a 2-core machine | higher |
+//! | `timely_sample_vs_local_mailbox` | the same for the timely engine's sample job (many input files, timely's epochs capped at 100,000 records, output checked against the data; 2 processes started as `streamtask timely-worker`): `{"1": .., "2": ..}` ([`timely`]); a reference next to `timely_vs_local_mailbox` | higher |
 //! | `interruptible_timers_mail_p99_us` | `{"on": .., "off": ..}`: p99 in us of an urgent mail (a source task's checkpoint trigger) waiting while a watermark fires 100,000 event-time timers, interruptible timers on and off; every round's samples pooled per setting ([`timers`]) | lower |
 //!
 //! Every trigger-latency measurement (the tasks' and the tokio peer's) sends its triggers from a
@@ -92,6 +93,7 @@ pub mod models;
 pub mod put_take;
 pub mod sources;
 pub mod timely;
+pub mod timely_demo;
 pub mod timers;
 pub mod tokio_peer;
 
@@ -427,11 +429,16 @@ pub struct BenchReport {
     pub interruptible_timers_mail_p99_us: OnOff,
     /// Urgent mails measured for that row, on and off (every round pooled).
     pub interruptible_timers_mail_samples: OnOff,
-    /// The sample job's records/s on timely over the local mailbox executor's, by processes
+    /// The demo job's records/s on timely over the local mailbox executor's, by processes
     /// ("1", "2"); `NaN` if a run failed (the reason is logged).
     pub timely_vs_local_mailbox: BTreeMap<String, f64>,
     /// The records/s behind that ratio: "local mailbox", "timely 1", "timely 2".
     pub timely_records_per_s: BTreeMap<String, f64>,
+    /// The timely engine's sample job's records/s on timely over the local mailbox
+    /// executor's, by processes ("1", "2"); `NaN` if a run failed (the reason is logged).
+    pub timely_sample_vs_local_mailbox: BTreeMap<String, f64>,
+    /// The records/s behind that ratio: "local mailbox", "timely 1", "timely 2".
+    pub timely_sample_records_per_s: BTreeMap<String, f64>,
 }
 
 /// A figure with interruptible timers on and off.
@@ -505,7 +512,20 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
     let mut pooled_bridge_unfair = Pooled::default();
     let (timers_on, timers_off) = (LatencyHistogram::new(), LatencyHistogram::new());
     let timely_bench = timely::TimelyBench::new(config.pick(20_000, 400_000));
+    let demo_timely_bench = timely_demo::DemoTimelyBench::new(config.pick(5_000, 100_000));
     for round in 0..config.rounds {
+        progress(
+            round,
+            "the demo job on timely and on the local mailbox executor",
+        );
+        match demo_timely_bench
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|b| b.round())
+        {
+            Ok(r) => push_timely(&mut s, "timely", r),
+            Err(e) => log::warn!("the demo-on-timely row's round {round} failed: {e}"),
+        }
         progress(
             round,
             "the sample job on timely and on the local mailbox executor",
@@ -515,14 +535,8 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             .map_err(ToString::to_string)
             .and_then(|b| b.round())
         {
-            Ok(r) => {
-                s.push("timely_1_vs_local", r.one / r.local);
-                s.push("timely_2_vs_local", r.two / r.local);
-                s.push("timely_local_rps", r.local);
-                s.push("timely_1_rps", r.one);
-                s.push("timely_2_rps", r.two);
-            }
-            Err(e) => log::warn!("the timely row's round {round} failed: {e}"),
+            Ok(r) => push_timely(&mut s, "timely_sample", r),
+            Err(e) => log::warn!("the timely sample row's round {round} failed: {e}"),
         }
 
         progress(round, "hot path");
@@ -893,16 +907,40 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(usize, &str)) -> BenchR
             on: timers_on.count() as f64,
             off: timers_off.count() as f64,
         },
-        timely_vs_local_mailbox: BTreeMap::from([
-            ("1".to_string(), s.median("timely_1_vs_local")),
-            ("2".to_string(), s.median("timely_2_vs_local")),
-        ]),
-        timely_records_per_s: BTreeMap::from([
-            ("local mailbox".to_string(), s.median("timely_local_rps")),
-            ("timely 1".to_string(), s.median("timely_1_rps")),
-            ("timely 2".to_string(), s.median("timely_2_rps")),
-        ]),
+        timely_vs_local_mailbox: timely_ratios(&s, "timely"),
+        timely_records_per_s: timely_rates(&s, "timely"),
+        timely_sample_vs_local_mailbox: timely_ratios(&s, "timely_sample"),
+        timely_sample_records_per_s: timely_rates(&s, "timely_sample"),
     }
+}
+
+/// Adds one round of a timely row to the samples named after `prefix`.
+fn push_timely(s: &mut Samples, prefix: &str, r: timely::TimelyRound) {
+    s.push(format!("{prefix}_1_vs_local"), r.one / r.local);
+    s.push(format!("{prefix}_2_vs_local"), r.two / r.local);
+    s.push(format!("{prefix}_local_rps"), r.local);
+    s.push(format!("{prefix}_1_rps"), r.one);
+    s.push(format!("{prefix}_2_rps"), r.two);
+}
+
+/// A timely row's ratios by processes, from the samples named after `prefix`.
+fn timely_ratios(s: &Samples, prefix: &str) -> BTreeMap<String, f64> {
+    BTreeMap::from([
+        ("1".to_string(), s.median(&format!("{prefix}_1_vs_local"))),
+        ("2".to_string(), s.median(&format!("{prefix}_2_vs_local"))),
+    ])
+}
+
+/// The records/s behind a timely row's ratios, from the samples named after `prefix`.
+fn timely_rates(s: &Samples, prefix: &str) -> BTreeMap<String, f64> {
+    BTreeMap::from([
+        (
+            "local mailbox".to_string(),
+            s.median(&format!("{prefix}_local_rps")),
+        ),
+        ("timely 1".to_string(), s.median(&format!("{prefix}_1_rps"))),
+        ("timely 2".to_string(), s.median(&format!("{prefix}_2_rps"))),
+    ])
 }
 
 /// Event-time timers the watermark of the interruptible-timers row makes due.
@@ -1259,21 +1297,28 @@ impl fmt::Display for BenchReport {
             "on < off",
             on.on < on.off,
         )?;
-        for (processes, target) in [("1", Some(0.5)), ("2", None)] {
-            let value = self
-                .timely_vs_local_mailbox
-                .get(processes)
-                .copied()
-                .unwrap_or(f64::NAN);
-            row(
-                format!("sample job on timely, {processes} process(es), over local mailbox"),
-                format!("{value:.3}"),
-                if target.is_some() { ">= 0.5" } else { "-" },
-                target.is_none_or(|t| value >= t),
-            )?;
+        for (job, ratios, target) in [
+            ("demo job", &self.timely_vs_local_mailbox, Some(0.5)),
+            ("sample job", &self.timely_sample_vs_local_mailbox, None),
+        ] {
+            for processes in ["1", "2"] {
+                let value = ratios.get(processes).copied().unwrap_or(f64::NAN);
+                let target = target.filter(|_| processes == "1");
+                row(
+                    format!("{job} on timely, {processes} process(es), over local mailbox"),
+                    format!("{value:.3}"),
+                    if target.is_some() { ">= 0.5" } else { "-" },
+                    target.is_none_or(|t| value >= t),
+                )?;
+            }
         }
-        for (label, rps) in &self.timely_records_per_s {
-            writeln!(f, "  sample job: {label:<20} {rps:>14.0} records/s")?;
+        for (job, rates) in [
+            ("demo job", &self.timely_records_per_s),
+            ("sample job", &self.timely_sample_records_per_s),
+        ] {
+            for (label, rps) in rates {
+                writeln!(f, "  {job}: {label:<20} {rps:>14.0} records/s")?;
+            }
         }
         for (label, (rps, p99)) in &self.trigger_runs {
             writeln!(

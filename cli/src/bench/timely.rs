@@ -1,5 +1,6 @@
 //! The sample job (`streamtask_timely::sample`) on timely against the local mailbox executor:
-//! `streamtask bench`'s `timely_vs_local_mailbox` row.
+//! `streamtask bench`'s `timely_sample_vs_local_mailbox` row (the demo job's row is
+//! [`timely_demo`](super::timely_demo)).
 //!
 //! One round runs the same input three times, each from a clean directory, each committing
 //! through the two-phase file sink with checkpoints every 50 ms (timely's epochs capped at

@@ -35,7 +35,7 @@ use streamtask_core::keygroup::DEFAULT_MAX_PARALLELISM;
 use streamtask_core::operator::{BoxOperator, Chain, Context, KeyedProcessOperator, Operator};
 use streamtask_core::{OperatorError, StreamRecord};
 use streamtask_runtime::AsyncWaitOperator;
-use streamtask_timely::{LineFiles, TimelyJob};
+use streamtask_timely::{LineFiles, TimelyConfig, TimelyJob};
 
 use super::data::{MAX_OUT_OF_ORDER_MS, Order, TotalEvent};
 use super::enrich::throttled_enrichment;
@@ -97,6 +97,52 @@ impl DemoJob {
         self.output_dir
             .clone()
             .unwrap_or_else(|| self.timely_dir().join("output"))
+    }
+
+    /// The engine configuration of a timely run of this job with `workers` worker threads in
+    /// this process: checkpoints in [`timely_checkpoint_dir`](Self::timely_checkpoint_dir),
+    /// an epoch every [`checkpoint_interval`](Self::checkpoint_interval). A run across
+    /// processes adds [`TimelyConfig::cluster`].
+    pub fn timely_config(&self, workers: usize) -> TimelyConfig {
+        TimelyConfig::new(self.timely_checkpoint_dir())
+            .workers(workers)
+            .checkpoint_interval(self.checkpoint_interval)
+    }
+
+    /// The arguments that start one worker process of a timely run of this job with
+    /// `workers` worker threads: `streamtask timely-demo-worker` and the job options it
+    /// rebuilds this job from (data, checkpoint interval, scenario, async mode, work and
+    /// output directories). [`streamtask_timely::Cluster::start`] adds each process's index
+    /// and the hostfile. The checkpoint interval is passed in whole milliseconds, as the
+    /// command line takes it (a job for these workers has a whole number of them).
+    pub fn timely_worker_args(&self, workers: usize) -> Vec<String> {
+        let mut args = vec![
+            "timely-demo-worker".to_string(),
+            "--records".into(),
+            self.data.orders.to_string(),
+            "--customers".into(),
+            self.data.customers.to_string(),
+            "--seed".into(),
+            self.data.seed.to_string(),
+            "--checkpoint-interval-ms".into(),
+            self.checkpoint_interval.as_millis().to_string(),
+            "--scenario".into(),
+            self.scenario.name().into(),
+            "--async-mode".into(),
+            match self.async_mode {
+                OutputMode::Ordered => "ordered",
+                OutputMode::Unordered => "unordered",
+                OutputMode::KeyOrdered => "key-ordered",
+            }
+            .into(),
+            "--work-dir".into(),
+            self.work_dir.display().to_string(),
+        ];
+        if let Some(dir) = &self.output_dir {
+            args.extend(["--output-dir".into(), dir.display().to_string()]);
+        }
+        args.extend(["--workers".into(), workers.to_string()]);
+        args
     }
 
     /// The demo job for [`streamtask_timely::run`]: the local job's operators in the shape the
