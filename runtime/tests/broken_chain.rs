@@ -4,7 +4,7 @@
 //! the checkpoint lock the moment the panic released it) must be declined, or the restore would
 //! skip the record.
 
-use streamtask_core::operator::{Context, Emitted, Operator};
+use streamtask_core::operator::{Context, Emitted, Operator, Output};
 use streamtask_core::task::{CheckpointResponder, DeclineReason, TaskConfig, TaskReport};
 use streamtask_core::testing::HarnessServices;
 use streamtask_core::trace::Tracer;
@@ -89,6 +89,58 @@ fn a_checkpoint_after_a_panic_in_the_chain_is_declined() {
 fn a_checkpoint_after_an_error_in_the_chain_is_declined() {
     let (mut body, reports) = body();
     assert!(body.process(StreamRecord::new(7)).is_err());
+    checkpoint(&mut body, 1);
+    assert!(matches!(
+        reports.try_recv().unwrap(),
+        TaskReport::Declined {
+            checkpoint: 1,
+            reason: DeclineReason::TaskFailure(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_checkpoint_after_a_panic_in_a_burst_is_declined() {
+    let (mut body, reports) = body();
+    {
+        let mut burst = body.burst();
+        burst.collect(StreamRecord::new(1)).unwrap();
+        burst.collect(StreamRecord::new(2)).unwrap();
+    }
+    checkpoint(&mut body, 1);
+    assert!(matches!(
+        reports.try_recv().unwrap(),
+        TaskReport::Acknowledged { checkpoint: 1, .. }
+    ));
+    assert!(
+        catch_panic(|| {
+            let mut burst = body.burst();
+            burst.collect(StreamRecord::new(1)).unwrap();
+            burst.collect(StreamRecord::new(13))
+        })
+        .is_err()
+    );
+    checkpoint(&mut body, 2);
+    assert!(matches!(
+        reports.try_recv().unwrap(),
+        TaskReport::Declined {
+            checkpoint: 2,
+            reason: DeclineReason::TaskFailure(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_checkpoint_after_an_error_in_a_burst_is_declined() {
+    let (mut body, reports) = body();
+    {
+        let mut burst = body.burst();
+        assert!(burst.collect(StreamRecord::new(7)).is_err());
+        // A later record of the same burst does not make the failed one whole.
+        burst.collect(StreamRecord::new(8)).unwrap();
+    }
     checkpoint(&mut body, 1);
     assert!(matches!(
         reports.try_recv().unwrap(),

@@ -978,11 +978,15 @@ where
     #[inline]
     pub fn burst(&mut self) -> Burst<'_, C, W> {
         let traced = self.env.tracer.is_on();
+        // The burst is one call into the chain as far as a checkpoint can tell (none runs while
+        // it holds the body): broken until it ends with every call `Ok` (see `Drop`).
+        self.broken = true;
         Burst {
             body: self,
             records_in: 0,
             records_out: 0,
             traced,
+            failed: false,
         }
     }
 }
@@ -995,13 +999,17 @@ where
 /// [`PUBLISH_EVERY`] records, as record-by-record counting does), also when the run ends with
 /// an error or a panic: the metrics mean the same as without it. Trace record runs are
 /// counted record by record, as [`ChainBody::process`] does (one branch on a local flag when
-/// tracing is off).
+/// tracing is off). The body counts as broken (no checkpoint may be taken from it) while the
+/// burst lives, and stays so when a call into the chain failed or panicked during the burst;
+/// the flag is written once per burst, not around every record.
 pub struct Burst<'a, C, W> {
     body: &'a mut ChainBody<C, W>,
     records_in: u64,
     records_out: u64,
     /// Whether tracing was on when the burst began (read once).
     traced: bool,
+    /// A call into the chain through this burst returned an error.
+    failed: bool,
 }
 
 impl<C, W> Burst<'_, C, W>
@@ -1040,19 +1048,21 @@ where
             body.env.run.record(&body.env.tracer);
         }
         // The records out are counted into a local moved in and out of the context, so they
-        // never go through memory while the chain runs.
-        body.broken = true;
+        // never go through memory while the chain runs; the body's broken flag is the burst's
+        // (set when it began, settled when it ends), so nothing else is stored per record.
         let mut out = Counted::new(&mut body.output.inner);
         let result = body
             .chain
             .process_element(record, &mut Context::new(&mut out, &body.env.services, 0));
         self.records_out += out.records;
-        body.broken = result.is_err();
+        self.failed |= result.is_err();
         result
     }
 
     fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), OperatorError> {
-        self.body.process_watermark(watermark)
+        let result = self.body.process_watermark(watermark);
+        self.failed |= result.is_err();
+        result
     }
 
     fn emit_status(&mut self, status: StreamStatus) -> Result<(), OperatorError> {
@@ -1062,6 +1072,9 @@ where
 
 impl<C, W> Drop for Burst<'_, C, W> {
     fn drop(&mut self) {
+        // Dropped by a panic's unwinding, the burst may have left a record half way through
+        // the chain: the body stays broken, as after a failed call.
+        self.body.broken = self.failed || std::thread::panicking();
         self.body.output.records += self.records_out;
         self.body.add_in(self.records_in);
     }
