@@ -374,6 +374,62 @@ fn the_in_flight_cap_is_never_exceeded_and_is_reached() {
 }
 
 #[test]
+fn the_records_held_show_in_the_tasks_live_state_against_the_cap() {
+    // The stalled-checkpoint report reads this as the task's async queue.
+    let calls = Calls::default();
+    let config = TaskConfig::new("keyed-async").with_clock(Clock::Manual(ManualClock::new(0)));
+    let metrics = Arc::clone(&config.metrics);
+    let (input, rx) = bounded(64).unwrap();
+    let gate = InputGate::new(vec![rx]).unwrap();
+    let output = Collected::default();
+    let op = KeyedAsyncOperatorDriver::new(
+        Counting {
+            calls: calls.clone(),
+            running: Concurrency::default(),
+        },
+        key_of,
+    )
+    .with_max_in_flight(3);
+    let handle =
+        streamtask_mailbox::OneInputStreamTask::new(config, gate, op, output.clone()).spawn();
+    let held_reaches = |n: u32| {
+        let deadline = Instant::now() + GUARD;
+        loop {
+            let fill = metrics
+                .live
+                .async_queue()
+                .expect("a task with a keyed async operator");
+            assert_eq!(fill.capacity, 3, "the cap");
+            if fill.in_flight == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited for {n} records held, saw {fill:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    // Key 0's second record waits behind its first; key 1's runs: three held, the cap.
+    for x in [1, 2, 101] {
+        input
+            .send(StreamElement::Record(StreamRecord::new(x)))
+            .unwrap();
+    }
+    calls.wait(2);
+    held_reaches(3);
+    calls.resolve(101);
+    held_reaches(2);
+    calls.resolve(1);
+    calls.wait(3);
+    calls.resolve(2);
+    output.wait_records(3);
+    held_reaches(0);
+    input.send(StreamElement::EndOfInput).unwrap();
+    assert!(handle.join().is_finished());
+}
+
+#[test]
 fn a_watermark_waits_for_the_records_before_it() {
     let calls = Calls::default();
     let t = start(

@@ -11,7 +11,7 @@
 //! | barriers per input channel | the input gate, on the task thread | once per barrier and channel, and at a channel's end of input | one relaxed store |
 //! | output blocked | whichever thread sends (the task thread, a legacy source's own thread) | around a send that found its channel full (the writer's slow path) | two read-modify-writes |
 //! | checkpoint lock | the lock (legacy and bridge), in every thread that takes it | holder: at each acquisition and release; waiters: around an acquisition that blocks | one relaxed store; two read-modify-writes when blocked |
-//! | async queue | the async operator, on the thread that holds its queue | when an element enters or leaves the queue | one relaxed store |
+//! | async queue | the async operator (or the keyed async-fn operator: its records held against its cap), on the thread that holds its queue | when an element enters or leaves the queue | one relaxed store |
 //!
 //! Every access is `Relaxed`: the values are diagnostics read at an arbitrary moment by a thread
 //! that synchronizes with nothing through them. A reader may see a combination no single

@@ -238,6 +238,9 @@ pub struct KeyedAsyncOperatorDriver<A: KeyedAsyncOperator, KF> {
     sleeps: Arc<Sleeps>,
     wakes: Option<Arc<WakeQueue>>,
     timers: Option<std::sync::Arc<dyn TimerService>>,
+    /// The task's metrics, whose live state shows the records held against the cap (the
+    /// stalled-checkpoint report reads it as the task's async queue).
+    metrics: Option<std::sync::Arc<streamtask_core::metrics::TaskMetrics>>,
     index: usize,
     home: Option<std::thread::ThreadId>,
     /// `end_input` ran: `accepts_input` now says whether everything completed.
@@ -273,6 +276,7 @@ where
             sleeps: Arc::new(Sleeps::new()),
             wakes: None,
             timers: None,
+            metrics: None,
             index: 0,
             home: None,
             ending: false,
@@ -303,6 +307,14 @@ where
         self.admitted
     }
 
+    /// Shows the records held in the task's live state.
+    #[inline]
+    fn publish_fill(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.live.set_async_in_flight(self.admitted);
+        }
+    }
+
     fn user_error(&self, error: AsyncOperatorError) -> OperatorError {
         OperatorError::User {
             operator: self.name.clone(),
@@ -324,6 +336,7 @@ where
             record,
         };
         self.admitted += 1;
+        self.publish_fill();
         match self.busy.get_mut(&key) {
             // Per-key order: it starts once the call before it completed.
             Some(busy) => {
@@ -458,6 +471,7 @@ where
             }
         }
         self.admitted -= 1;
+        self.publish_fill();
         let index = usize::try_from(running.admitted.epoch - self.first_epoch)
             .expect("an epoch in the window");
         self.epochs[index].pending -= 1;
@@ -545,6 +559,10 @@ where
         self.index = ctx.operator_index();
         self.timers = Some(std::sync::Arc::clone(ctx.services().timers()));
         self.wakes = Some(Arc::new(WakeQueue::new(ctx.event_sender())));
+        self.metrics = ctx.services().metrics().cloned();
+        if let Some(metrics) = &self.metrics {
+            metrics.live.set_async_capacity(self.max_in_flight);
+        }
         // The records in flight at the checkpoint run again, then the watermark that was held
         // behind them (or forwarded already: a watermark again is harmless) leaves after them.
         for record in std::mem::take(&mut self.restored) {

@@ -106,7 +106,8 @@ pub struct TaskStall {
     /// Its checkpoint lock (legacy and bridge models, and a handoff reader's): who holds it
     /// and who waits.
     pub lock: Option<LockView>,
-    /// Its async operator's queue.
+    /// Its async operator's queue (a keyed async-fn operator's records held against its
+    /// in-flight cap).
     pub async_queue: Option<AsyncQueueFill>,
 }
 
