@@ -36,6 +36,10 @@ pub struct Inspection {
     pub crc: CrcStatus,
     /// The file and the check that failed, if one did.
     pub damage: Option<Damage>,
+    /// For a damaged checkpoint: the newest older checkpoint beside it that passes every check
+    /// (what a restart with `--fallback-to-older-checkpoint` restores); `None` if there is
+    /// none, and for an intact checkpoint or a savepoint.
+    pub older_intact: Option<u64>,
     /// The checkpoint's id (a savepoint is a checkpoint too).
     pub checkpoint_id: Option<u64>,
     /// When it was triggered (processing time, ms since the epoch).
@@ -238,8 +242,32 @@ pub fn inspect(path: &Path) -> Result<Inspection, InspectError> {
     match CheckpointStorage::load_path(&checkpoint) {
         Ok(loaded) => Ok(of_checkpoint(&checkpoint, &loaded)),
         Err(StorageError::NotACheckpoint { .. }) => Err(InspectError::NotFound(checkpoint)),
-        Err(e) => damaged(&checkpoint, Kind::Checkpoint, e),
+        Err(e) => {
+            let mut inspection = damaged(&checkpoint, Kind::Checkpoint, e)?;
+            inspection.older_intact = older_intact(&checkpoint);
+            Ok(inspection)
+        }
     }
+}
+
+/// The newest checkpoint older than the one at `damaged` in the same directory that loads
+/// with every check passed. Read only: nothing in the directory is cleaned or changed.
+fn older_intact(damaged: &Path) -> Option<u64> {
+    let id = CheckpointStorage::id_of_path(damaged)?;
+    let mut older: Vec<(u64, PathBuf)> = std::fs::read_dir(damaged.parent()?)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| is_checkpoint_name(p))
+        .filter_map(|p| Some((CheckpointStorage::id_of_path(&p)?, p)))
+        .filter(|(other, _)| *other < id)
+        .collect();
+    older.sort();
+    older
+        .into_iter()
+        .rev()
+        .find(|(_, path)| CheckpointStorage::load_path(path).is_ok())
+        .map(|(id, _)| id)
 }
 
 fn is_checkpoint_name(path: &Path) -> bool {
@@ -288,6 +316,7 @@ fn damaged(path: &Path, kind: Kind, error: StorageError) -> Result<Inspection, I
             check,
             message: error.to_string(),
         }),
+        older_intact: None,
         // A checkpoint's directory names its id; a savepoint's id is in the metadata.
         checkpoint_id: match kind {
             Kind::Checkpoint => CheckpointStorage::id_of_path(path),
@@ -392,6 +421,7 @@ fn read_states(
         format_version: None,
         crc: CrcStatus::Ok,
         damage: None,
+        older_intact: None,
         checkpoint_id: Some(checkpoint.id),
         timestamp_ms: Some(checkpoint.timestamp),
         model: None,
@@ -559,6 +589,15 @@ impl Inspection {
                 row(&mut out, "CRC", &format!("FAILED ({} check)", damage.check));
                 row(&mut out, "damaged file", &damage.file.display().to_string());
                 row(&mut out, "error", &damage.message);
+                if self.kind == Kind::Checkpoint {
+                    let older = match self.older_intact {
+                        Some(id) => format!(
+                            "checkpoint {id} (what a restart with --fallback-to-older-checkpoint restores)"
+                        ),
+                        None => "none in this directory".to_string(),
+                    };
+                    row(&mut out, "older intact", &older);
+                }
                 return out;
             }
         }

@@ -53,26 +53,43 @@ fn inspect(path: &Path, dir: &Path) -> (i32, String, Value) {
 }
 
 /// Runs the mailbox model in `work` until a run completed a checkpoint; returns the checkpoint
-/// directory. A short run on a loaded machine may end before its first checkpoint completes,
-/// so each further try reads four times the orders, in a fresh work directory.
+/// directory.
 fn checkpoints_of_a_run(work: &Path) -> PathBuf {
+    checkpoints_of_a_run_keeping(work, 1)
+}
+
+/// Runs the mailbox model in `work` until a run left at least `at_least` checkpoints; returns
+/// the checkpoint directory. A short run on a loaded machine may end before its first
+/// checkpoints complete, so each further try reads four times the orders, in a fresh work
+/// directory.
+fn checkpoints_of_a_run_keeping(work: &Path, at_least: usize) -> PathBuf {
     let mut orders = ORDERS;
     for attempt in 0..4 {
         let work = work.join(format!("try-{attempt}"));
         let out = streamtask(&run_args_sized("mailbox", &work, orders, &[]));
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let checkpoints = work.join("mailbox").join("checkpoints");
-        let any = std::fs::read_dir(&checkpoints).is_ok_and(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .any(|e| e.file_name().to_string_lossy().starts_with("chk-"))
-        });
-        if any {
+        if checkpoint_dirs(&checkpoints).len() >= at_least {
             return checkpoints;
         }
         orders *= 4;
     }
-    panic!("no run of up to {orders} orders completed a checkpoint");
+    panic!("no run of up to {orders} orders left {at_least} checkpoint(s)");
+}
+
+/// The `chk-<id>` directories in `checkpoints`, oldest first (ids are zero-padded).
+fn checkpoint_dirs(checkpoints: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(checkpoints)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
 }
 
 /// The operator state of `id` (a savepoint names its operators).
@@ -286,6 +303,45 @@ fn a_damaged_checkpoint_names_its_file_and_check_and_exits_3() {
     let (code, _, json) = inspect(&chk, dir.path());
     assert_eq!(code, 3);
     assert_eq!(json["damage"]["check"], "missing");
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_names_the_newest_intact_one_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = checkpoints_of_a_run_keeping(&dir.path().join("work"), 2);
+    let dirs = checkpoint_dirs(&checkpoints);
+    let (newest, previous) = (&dirs[dirs.len() - 1], &dirs[dirs.len() - 2]);
+    let (_, _, intact) = inspect(previous, dir.path());
+    let flip = |chk: &Path| {
+        let file = chk.join("task-0.state");
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[12] ^= 0xff;
+        std::fs::write(&file, &bytes).unwrap();
+    };
+
+    flip(newest);
+    let (code, table, json) = inspect(&checkpoints, dir.path());
+    assert_eq!(code, 3, "{table}");
+    assert_eq!(json["damage"]["check"], "checksum");
+    assert_eq!(json["older_intact"], intact["checkpoint_id"], "{table}");
+    assert!(
+        table.contains(&format!(
+            "checkpoint {} (what a restart with --fallback-to-older-checkpoint restores)",
+            intact["checkpoint_id"]
+        )),
+        "{table}"
+    );
+    // Reading is all inspect does: the damaged checkpoint is still there.
+    assert!(newest.is_dir());
+
+    // Every older one damaged too: none to fall back to.
+    for chk in &dirs[..dirs.len() - 1] {
+        flip(chk);
+    }
+    let (code, table, json) = inspect(newest, dir.path());
+    assert_eq!(code, 3, "{table}");
+    assert!(json["older_intact"].is_null(), "{table}");
+    assert!(table.contains("none in this directory"), "{table}");
 }
 
 #[test]
