@@ -42,7 +42,7 @@ use streamtask::source::{
     SplitEnumerator, SplitOutput, SplitReader, WatermarkAlignment,
 };
 use streamtask_core::metrics::TaskMetrics;
-use streamtask_core::operator::Emitted;
+use streamtask_core::operator::{Emitted, MapWithContext};
 use streamtask_core::task::TaskConfig;
 use streamtask_core::time::{Clock, ManualClock};
 use streamtask_core::{OperatorError, StreamStatus, Watermark};
@@ -694,6 +694,8 @@ struct ScriptReader {
     splits: Vec<ScriptSplit>,
     paused: BTreeSet<String>,
     log: PauseLog,
+    /// Whether it emits each split's watermark itself (else a watermark strategy does).
+    own_watermarks: bool,
 }
 
 impl SplitReader<i64> for ScriptReader {
@@ -729,7 +731,9 @@ impl SplitReader<i64> for ScriptReader {
         let s = &mut self.splits[index];
         if let Some(ts) = s.records.pop_front() {
             output.collect_for(&s.id, ts, ts)?;
-            output.emit_watermark_for(&s.id, Watermark(ts))?;
+            if self.own_watermarks {
+                output.emit_watermark_for(&s.id, Watermark(ts))?;
+            }
         }
         if s.records.is_empty() && s.finishes {
             output.finish_split(s.id.clone());
@@ -752,6 +756,7 @@ struct ScriptSource {
     alignment: Option<WatermarkAlignment>,
     idle_timeout: Option<Duration>,
     log: PauseLog,
+    own_watermarks: bool,
 }
 
 impl Source for ScriptSource {
@@ -783,6 +788,7 @@ impl Source for ScriptSource {
             splits: Vec::new(),
             paused: BTreeSet::new(),
             log: Arc::clone(&self.log),
+            own_watermarks: self.own_watermarks,
         }
     }
 
@@ -816,6 +822,18 @@ fn scripted(
     idle_timeout: Option<i64>,
     clock: &ManualClock,
 ) -> Scripted {
+    scripted_with(assignments, aligned, idle_timeout, None, clock)
+}
+
+/// As [`scripted`]; with a watermark `strategy` the readers emit no watermarks themselves:
+/// the strategy generates them per split.
+fn scripted_with(
+    assignments: Vec<Vec<ScriptSplit>>,
+    aligned: bool,
+    idle_timeout: Option<i64>,
+    strategy: Option<WatermarkStrategy<i64>>,
+    clock: &ManualClock,
+) -> Scripted {
     let log = PauseLog::default();
     let parallelism = assignments.len();
     let source = ScriptSource {
@@ -823,8 +841,13 @@ fn scripted(
         alignment: aligned.then(|| WatermarkAlignment::new(SCRIPT_DRIFT, Duration::ZERO)),
         idle_timeout: idle_timeout.map(|ms| Duration::from_millis(ms as u64)),
         log: Arc::clone(&log),
+        own_watermarks: strategy.is_none(),
     };
-    let coordinator = Arc::new(SourceCoordinator::new("script", source, parallelism).unwrap());
+    let coordinator = SourceCoordinator::new("script", source, parallelism).unwrap();
+    let coordinator = Arc::new(match strategy {
+        Some(strategy) => coordinator.with_watermark_strategy(strategy),
+        None => coordinator,
+    });
     coordinator.start_attempt(None, &[]).unwrap();
     let mut readers = Vec::new();
     let mut metrics = Vec::new();
@@ -1143,4 +1166,153 @@ fn a_waiting_reader_is_woken_at_its_idleness_deadline() {
     poll_i64(&mut s.readers[0], &mut out);
     assert_eq!(s.readers[0].idle_splits(), set(&["0"]));
     assert!(marks_idle_i64(&out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watermarks generated per split from a `WatermarkStrategy` (Flink's
+// `fromSource(source, watermarkStrategy, name)`: the source operator's split-local watermark
+// generators).
+// ---------------------------------------------------------------------------------------------
+
+/// A split read ahead of its sibling does not carry the reader's watermark past the records
+/// the sibling has still to emit; each split's watermark is its largest event time less the
+/// bound, less 1, generated once per auto-watermark interval of processing time.
+#[test]
+fn a_strategy_generates_each_splits_watermark_and_the_reader_forwards_their_minimum() {
+    let clock = ManualClock::new(0);
+    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(5))
+        .with_auto_watermark_interval(Duration::from_millis(200));
+    let mut s = scripted_with(
+        vec![vec![
+            split("a", &[100, 300, 500], false),
+            split("b", &[110, 120], false),
+        ]],
+        false,
+        None,
+        Some(strategy),
+        &clock,
+    );
+    let reader = &mut s.readers[0];
+    let mut out = Vec::new();
+    // Split a first, an interval per record: b has emitted nothing, so it holds the reader.
+    for _ in 0..3 {
+        poll_i64(reader, &mut out);
+        clock.advance(200);
+    }
+    assert_eq!(records(&out), [100, 300, 500]);
+    assert_eq!(
+        watermarks(&out),
+        Vec::<i64>::new(),
+        "b holds the reader back"
+    );
+    // b's first record: b at 110 - 5 - 1, the minimum.
+    poll_i64(reader, &mut out);
+    assert_eq!(watermarks(&out), [104]);
+    // Within the interval nothing is generated.
+    poll_i64(reader, &mut out);
+    assert_eq!(records(&out), [100, 300, 500, 110, 120]);
+    assert_eq!(watermarks(&out), [104]);
+    // The interval passed: b's largest event time, 120, gives 114, while waiting for input.
+    clock.advance(200);
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::NothingAvailable);
+    assert_eq!(watermarks(&out), [104, 114]);
+    // Never a record at or below a watermark emitted before it.
+    let mut watermark = i64::MIN;
+    for e in &out {
+        match e {
+            Emitted::Watermark(w) => watermark = w.0,
+            Emitted::Record(r) => {
+                assert!(r.value > watermark, "{} late under {watermark}", r.value)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A reader waiting for input whose records allow a watermark not generated yet is woken at
+/// the end of the interval to generate it (nothing else polls it).
+#[test]
+fn a_waiting_reader_is_woken_to_generate_the_watermark_its_records_allow() {
+    let clock = ManualClock::new(0);
+    let strategy = WatermarkStrategy::for_monotonous_timestamps()
+        .with_auto_watermark_interval(Duration::from_millis(200));
+    let mut s = scripted_with(
+        vec![vec![split("a", &[100, 150], false)]],
+        false,
+        None,
+        Some(strategy),
+        &clock,
+    );
+    let mut out = Vec::new();
+    let reader = &mut s.readers[0];
+    poll_i64(reader, &mut out); // 100, generated at once: 99
+    poll_i64(reader, &mut out); // 150, within the interval
+    assert_eq!(poll_i64(reader, &mut out), InputStatus::NothingAvailable);
+    assert_eq!(watermarks(&out), [99]);
+    let counter = Arc::new(CountingWaker::default());
+    reader.register_waker(&Waker::from(Arc::clone(&counter)));
+    clock.advance(199);
+    s.coordinator.discover();
+    assert_eq!(
+        counter.0.load(Ordering::SeqCst),
+        0,
+        "before the interval ended"
+    );
+    clock.advance(1);
+    s.coordinator.discover();
+    assert_eq!(
+        counter.0.load(Ordering::SeqCst),
+        1,
+        "woken at the interval's end"
+    );
+    poll_i64(&mut s.readers[0], &mut out);
+    assert_eq!(watermarks(&out), [99, 149]);
+}
+
+/// Under every model a source read with a strategy emits no record behind a watermark that
+/// went before it, though one split is read to its end before its sibling starts.
+#[test]
+fn per_split_watermarks_leave_no_record_late_in_every_model() {
+    for model in MODELS {
+        let env = StreamEnvironment::new(model);
+        let out = CollectHandle::new();
+        // Enough records that intervals pass while split a is read, whatever the machine.
+        let a: Vec<i64> = (0..2000).map(|i| 10_000 + i).collect();
+        let b: Vec<i64> = (0..2000).map(|i| 100 + i).collect();
+        let source = ScriptSource {
+            assignments: vec![vec![split("a", &a, true), split("b", &b, true)]],
+            alignment: None,
+            idle_timeout: None,
+            log: PauseLog::default(),
+            own_watermarks: false,
+        };
+        let strategy = WatermarkStrategy::for_monotonous_timestamps()
+            .with_auto_watermark_interval(Duration::from_millis(1));
+        env.from_source_with_watermarks("script", source, strategy, 1)
+            .operator(|_| {
+                MapWithContext::new("late?", |ts: i64, ctx: &RecordContext<'_>| {
+                    let watermark = ctx.current_watermark().0;
+                    if ts <= watermark {
+                        format!("late:{ts}:{watermark}")
+                    } else {
+                        format!("ok:{ts}")
+                    }
+                })
+            })
+            .collect_sink("collect", &out);
+        let work = tempfile::tempdir().unwrap();
+        env.build()
+            .unwrap()
+            .run(&JobConfig::new(work.path()))
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let lines = out.committed();
+        assert_eq!(lines.len(), 4000, "{model}");
+        let late: Vec<&String> = lines.iter().filter(|l| !l.starts_with("ok:")).collect();
+        assert!(
+            late.is_empty(),
+            "{model}: {} late, first {:?}",
+            late.len(),
+            late.first()
+        );
+    }
 }

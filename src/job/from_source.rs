@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use streamtask_core::operator::WatermarkStrategy;
 
 use super::environment::{JobGraph, StreamEnvironment};
 use super::error::JobError;
@@ -84,12 +85,76 @@ impl StreamEnvironment {
         S: Source,
         S::Output: Serialize + DeserializeOwned,
     {
+        self.add_split_source(name, source, None, parallelism)
+    }
+
+    /// As [`from_source`](Self::from_source), each reader generating its watermarks per split
+    /// with `strategy` (Flink's `fromSource(source, watermarkStrategy, name)`): event times
+    /// from the strategy's timestamp assigner, and every auto-watermark interval each split's
+    /// watermark at its largest event time less the out-of-orderness bound, less 1; the
+    /// reader forwards the minimum over its splits that are not idle (the strategy's idleness
+    /// timeout is the splits' unless the source sets [`Source::split_idle_timeout`]). Records
+    /// of a split that lags behind its siblings are therefore never late downstream, which a
+    /// strategy applied after the source
+    /// ([`assign_timestamps_and_watermarks`](DataStream::assign_timestamps_and_watermarks))
+    /// cannot promise: it sees the splits interleaved. See [`SplitOutput`](crate::source::SplitOutput).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamtask::prelude::*;
+    /// use streamtask::files::FileSource;
+    ///
+    /// let input = tempfile::tempdir().unwrap();
+    /// std::fs::write(input.path().join("a.txt"), "100\n300\n").unwrap();
+    /// std::fs::write(input.path().join("b.txt"), "200\n").unwrap();
+    /// let env = StreamEnvironment::new(Model::Mailbox);
+    /// let out = CollectHandle::new();
+    /// let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(10))
+    ///     .with_timestamp_assigner(|line: &String, _| line.parse().unwrap());
+    /// env.from_source_with_watermarks("files", FileSource::for_dir(input.path()), strategy, 2)
+    ///     .collect_sink("collect", &out);
+    /// let work = tempfile::tempdir().unwrap();
+    /// env.build().unwrap().run(&JobConfig::new(work.path())).unwrap();
+    /// let mut lines = out.committed();
+    /// lines.sort();
+    /// assert_eq!(lines, ["100", "200", "300"]);
+    /// ```
+    pub fn from_source_with_watermarks<S>(
+        &self,
+        name: &str,
+        source: S,
+        strategy: WatermarkStrategy<S::Output>,
+        parallelism: usize,
+    ) -> DataStream<S::Output>
+    where
+        S: Source,
+        S::Output: Serialize + DeserializeOwned,
+    {
+        self.add_split_source(name, source, Some(strategy), parallelism)
+    }
+
+    fn add_split_source<S>(
+        &self,
+        name: &str,
+        source: S,
+        strategy: Option<WatermarkStrategy<S::Output>>,
+        parallelism: usize,
+    ) -> DataStream<S::Output>
+    where
+        S: Source,
+        S::Output: Serialize + DeserializeOwned,
+    {
         let parallelism = parallelism.max(1);
         self.register_channel_type::<S::Output>();
         let groups = self.graph.borrow().alignment_groups.clone();
         let coordinator =
             match SourceCoordinator::in_alignment_groups(name, source, parallelism, &groups) {
-                Ok(c) => Arc::new(c),
+                Ok(c) => Arc::new(match strategy {
+                    Some(strategy) => c.with_watermark_strategy(strategy),
+                    None => c,
+                }),
                 Err(e) => {
                     self.fail(JobError::Config(format!("{name}: {e}")));
                     return self.add_reader_parallel(name, parallelism, |_| {

@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use streamtask_core::keygroup::ListState;
 use streamtask_core::metrics::{SplitMetrics, TaskMetrics};
+use streamtask_core::operator::WatermarkStrategy;
 use streamtask_core::state::TaskSnapshot;
 use streamtask_core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use streamtask_core::sync::{Condvar, Mutex};
@@ -166,6 +167,8 @@ pub struct SourceCoordinator<S: Source> {
     group: Arc<Group>,
     /// The member's index in its group.
     index: usize,
+    /// The watermark strategy its readers generate per-split watermarks with.
+    watermarks: Option<WatermarkStrategy<S::Output>>,
 }
 
 impl<S: Source> SourceCoordinator<S> {
@@ -212,6 +215,7 @@ impl<S: Source> SourceCoordinator<S> {
             group,
             index,
             alignment,
+            watermarks: None,
             name: name.to_string(),
             source,
             parallelism,
@@ -234,6 +238,14 @@ impl<S: Source> SourceCoordinator<S> {
                 failure: None,
             }),
         })
+    }
+
+    /// Its readers generate per-split watermarks with `strategy` (see [`SplitOutput`]); the
+    /// strategy's idleness timeout is the splits' unless the source sets its own
+    /// ([`Source::split_idle_timeout`]).
+    pub fn with_watermark_strategy(mut self, strategy: WatermarkStrategy<S::Output>) -> Self {
+        self.watermarks = Some(strategy);
+        self
     }
 
     /// The source's name.
@@ -270,11 +282,14 @@ impl<S: Source> SourceCoordinator<S> {
             idle_timeout_ms: self
                 .source
                 .split_idle_timeout()
-                .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
+                .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
+                .or_else(|| self.watermarks.as_ref()?.idleness_millis()),
             clock: Clock::System,
             task_metrics: None,
             ticked: None,
             drift: None,
+            watermarks: self.watermarks.clone(),
+            generated_at: None,
         }
     }
 
@@ -890,6 +905,10 @@ pub struct SplitSourceReader<S: Source> {
     ticked: Option<(i64, u64)>,
     /// The drift last written to the task's metrics.
     drift: Option<i64>,
+    /// The strategy the splits' watermarks are generated with, if any.
+    watermarks: Option<WatermarkStrategy<S::Output>>,
+    /// When watermarks were last generated (processing time).
+    generated_at: Option<i64>,
 }
 
 impl<S: Source> SplitSourceReader<S> {
@@ -1039,6 +1058,35 @@ impl<S: Source> SplitSourceReader<S> {
         OperatorError::user(self.name.clone(), e)
     }
 
+    /// Generates the splits' watermarks from their largest event times when the strategy's
+    /// auto-watermark interval has passed since the last time (on the task's processing-time
+    /// clock, as Flink's periodic emission).
+    fn generate_watermarks(&mut self) {
+        let Some(strategy) = &self.watermarks else {
+            return;
+        };
+        let now = self.clock.now_millis();
+        if self
+            .generated_at
+            .is_some_and(|then| now.saturating_sub(then) < strategy.interval_millis())
+        {
+            return;
+        }
+        self.generated_at = Some(now);
+        self.splits.generate(strategy);
+    }
+
+    /// When a waiting reader must be polled again to generate the watermarks its records
+    /// already allow: the end of the current interval, if one would rise.
+    fn generation_deadline(&self) -> Option<i64> {
+        let strategy = self.watermarks.as_ref()?;
+        if !self.splits.generation_pending(strategy) {
+            return None;
+        }
+        let then = self.generated_at.unwrap_or(i64::MIN);
+        Some(then.saturating_add(strategy.interval_millis()))
+    }
+
     /// Hands the enumerator's events to the reader.
     fn take_events(&mut self) -> Result<(), OperatorError> {
         for (event, number) in self.coordinator.take(self.subtask) {
@@ -1139,8 +1187,11 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             splits: &mut self.splits,
             finished: &mut finished,
             events: &mut events,
+            strategy: self.watermarks.as_ref(),
         };
         let status = self.reader.poll_next(&mut split_output)?;
+        // Generated before the finished splits go: their last records count.
+        self.generate_watermarks();
         for id in &finished {
             if let Some(Some(number)) = self.release(id) {
                 self.finished.push((id.clone(), number));
@@ -1199,11 +1250,22 @@ impl<S: Source> SourceReader<S::Output> for SplitSourceReader<S> {
             .filter(|s| !s.idle && !s.paused)
             .map(|s| s.inactive_ms)
             .max();
-        if let (Some(timeout), Some(inactive)) = (self.idle_timeout_ms, inactive) {
-            let since = self
-                .ticked
-                .map_or_else(|| self.clock.now_millis(), |(t, _)| t);
-            let deadline = since.saturating_add(timeout.saturating_sub(inactive));
+        let idle_deadline = match (self.idle_timeout_ms, inactive) {
+            (Some(timeout), Some(inactive)) => {
+                let since = self
+                    .ticked
+                    .map_or_else(|| self.clock.now_millis(), |(t, _)| t);
+                Some(since.saturating_add(timeout.saturating_sub(inactive)))
+            }
+            _ => None,
+        };
+        // And at the end of the auto-watermark interval when its records allow a watermark
+        // that was not generated yet (nothing else polls a reader waiting for input).
+        let deadline = match (idle_deadline, self.generation_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(deadline) = deadline {
             self.coordinator
                 .wake_at(self.subtask, &self.clock, deadline, waker);
         }

@@ -60,7 +60,14 @@
 //! the split was paused by alignment and the time the task was blocked on full output
 //! (backpressure, from the task's metrics): neither pauses nor backpressure make a split idle
 //! (as in Flink 2.0). The clock is read once per poll, and only for a source that
-//! is aligned, has an idleness timeout, or holds an idle split.
+//! is aligned, has an idleness timeout, holds an idle split, or generates its watermarks.
+//!
+//! The watermarks can also be generated: a source read with a [`WatermarkStrategy`]
+//! ([`from_source_with_watermarks`](crate::StreamEnvironment::from_source_with_watermarks),
+//! [`SourceCoordinator::with_watermark_strategy`]) runs it per split, as Flink's source
+//! operator runs a split-local generator per split: see [`SplitOutput`]. Its idleness timeout
+//! is the splits' unless the source sets one. A waiting reader is woken at the end of the
+//! auto-watermark interval when its records allow a watermark not generated yet.
 //!
 //! # Watermark alignment
 //!
@@ -104,14 +111,11 @@
 //! ([`TaskMetrics::watermark_alignment_drift`](streamtask_core::metrics::TaskMetrics::watermark_alignment_drift),
 //! Flink's `watermarkAlignmentDrift`).
 //!
-//! Not built: the idleness of a downstream
-//! [`WatermarkStrategy`](crate::prelude::WatermarkStrategy)
+//! Not built: the idleness of a downstream [`WatermarkStrategy`]
 //! (`assign_timestamps_and_watermarks`) still counts processing time, paused and backpressured
 //! time included: it is another operator that cannot see the source's pauses; set the
-//! timeout on the source ([`Source::split_idle_timeout`]) to get Flink 2.0's accounting. The
-//! watermarks of a split source come from its reader (there is no per-split timestamp
-//! assigner or periodic generator of a `WatermarkStrategy` in the source, as Flink's
-//! `fromSource(source, strategy, name)` has). Flink's option to let a reader that cannot pause
+//! timeout on the source ([`Source::split_idle_timeout`]) or on the strategy the source is
+//! read with (above) to get Flink 2.0's accounting. Flink's option to let a reader that cannot pause
 //! splits run unaligned (`allow-unaligned-source-splits`) is not offered: the default
 //! [`SplitReader::pause_or_resume_splits`] does nothing, so such a reader pauses only when
 //! all its splits are paused.
@@ -131,6 +135,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use streamtask_core::metrics::SplitMetrics;
+use streamtask_core::operator::WatermarkStrategy;
 use streamtask_core::{BoxError, OperatorError, Watermark};
 use streamtask_mailbox::{InputStatus, ReaderOutput};
 
@@ -617,11 +622,23 @@ pub trait SplitReader<T>: Send + 'static {
 /// alignment pauses each split on its own watermark. Records and watermarks addressed to a
 /// split count as that split's activity for its idleness timeout
 /// ([`Source::split_idle_timeout`]); unaddressed ones as activity of every split held.
+///
+/// A source read with a [`WatermarkStrategy`]
+/// ([`from_source_with_watermarks`](crate::StreamEnvironment::from_source_with_watermarks),
+/// Flink's `fromSource(source, watermarkStrategy, name)`) also has its watermarks generated
+/// per split: each record's event time comes from the strategy's timestamp assigner (or is
+/// the one given), a record addressed to a split ([`collect_for`](Self::collect_for)) moves
+/// that split's largest timestamp, an unaddressed one the reader's, and every
+/// auto-watermark interval each split's watermark becomes its largest timestamp less the
+/// out-of-orderness bound, less 1. A split's watermark is then never ahead of a record it has
+/// still to emit within the bound, whatever the other splits read.
 pub struct SplitOutput<'o, 'a, T> {
     pub(crate) out: &'o mut ReaderOutput<'a, T>,
     pub(crate) splits: &'o mut Splits,
     pub(crate) finished: &'o mut Vec<String>,
     pub(crate) events: &'o mut Vec<Vec<u8>>,
+    /// The source's watermark strategy, if it is read with one.
+    pub(crate) strategy: Option<&'o WatermarkStrategy<T>>,
 }
 
 impl<T> SplitOutput<'_, '_, T> {
@@ -632,7 +649,16 @@ impl<T> SplitOutput<'_, '_, T> {
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
         self.splits.activity(None);
-        self.out.collect(value)
+        match self
+            .strategy
+            .and_then(|s| s.extract_timestamp(&value, None))
+        {
+            Some(timestamp) => {
+                self.splits.saw(None, timestamp);
+                self.out.collect_with_timestamp(value, timestamp)
+            }
+            None => self.out.collect(value),
+        }
     }
 
     /// Emits a record with event time `timestamp`.
@@ -646,6 +672,7 @@ impl<T> SplitOutput<'_, '_, T> {
         timestamp: i64,
     ) -> Result<(), OperatorError> {
         self.splits.activity(None);
+        let timestamp = self.timestamp_of(&value, timestamp, None);
         self.out.collect_with_timestamp(value, timestamp)
     }
 
@@ -661,7 +688,21 @@ impl<T> SplitOutput<'_, '_, T> {
         timestamp: i64,
     ) -> Result<(), OperatorError> {
         self.splits.activity(Some(split_id));
+        let timestamp = self.timestamp_of(&value, timestamp, Some(split_id));
         self.out.collect_with_timestamp(value, timestamp)
+    }
+
+    /// The event time of `value` (given `timestamp`) under the source's watermark strategy,
+    /// recorded as seen by `split_id` (or by the reader); `timestamp` without a strategy.
+    fn timestamp_of(&mut self, value: &T, timestamp: i64, split_id: Option<&str>) -> i64 {
+        let Some(strategy) = self.strategy else {
+            return timestamp;
+        };
+        let timestamp = strategy
+            .extract_timestamp(value, Some(timestamp))
+            .unwrap_or(timestamp);
+        self.splits.saw(split_id, timestamp);
+        timestamp
     }
 
     /// Emits a watermark for the whole reader: every split held is at least there.
@@ -753,6 +794,9 @@ pub(crate) struct Splits {
     pub(crate) reader_watermark: Option<i64>,
     /// The highest watermark forwarded downstream.
     pub(crate) forwarded: Option<i64>,
+    /// The largest event time of the records not addressed to a split (with a watermark
+    /// strategy).
+    pub(crate) reader_max_timestamp: Option<i64>,
 }
 
 /// One split a reader holds.
@@ -762,6 +806,8 @@ pub(crate) struct HeldSplit {
     pub(crate) assigned: Option<u64>,
     /// The split's own watermark.
     pub(crate) watermark: Option<i64>,
+    /// The largest event time of its records (with a watermark strategy).
+    pub(crate) max_timestamp: Option<i64>,
     pub(crate) idle: bool,
     /// Paused by watermark alignment.
     pub(crate) paused: bool,
@@ -781,6 +827,7 @@ impl HeldSplit {
         HeldSplit {
             assigned,
             watermark: None,
+            max_timestamp: None,
             idle: false,
             paused: false,
             inactive_ms: 0,
@@ -826,6 +873,55 @@ impl Splits {
                 .for_each(HeldSplit::active),
             None => self.held.values_mut().for_each(HeldSplit::active),
         }
+    }
+
+    /// Split `split_id` (or, with `None`, the reader) emitted a record of event time
+    /// `timestamp`.
+    pub(crate) fn saw(&mut self, split_id: Option<&str>, timestamp: i64) {
+        let max = match split_id.and_then(|id| self.held.get_mut(id)) {
+            Some(split) => &mut split.max_timestamp,
+            None => &mut self.reader_max_timestamp,
+        };
+        *max = (*max).max(Some(timestamp));
+    }
+
+    /// Raises each split's watermark, and the reader's, to what `strategy` generates from
+    /// the largest event time seen (`max - bound - 1`, Flink's bounded out-of-orderness
+    /// generator); returns whether one rose.
+    pub(crate) fn generate<T>(&mut self, strategy: &WatermarkStrategy<T>) -> bool {
+        let generated = |max: Option<i64>| {
+            max.map(|m| {
+                m.saturating_sub(strategy.out_of_orderness_millis())
+                    .saturating_sub(1)
+            })
+        };
+        let mut rose = false;
+        for split in self.held.values_mut() {
+            let watermark = generated(split.max_timestamp);
+            if watermark > split.watermark {
+                split.watermark = watermark;
+                rose = true;
+            }
+        }
+        let watermark = generated(self.reader_max_timestamp);
+        if watermark > self.reader_watermark {
+            self.reader_watermark = watermark;
+            rose = true;
+        }
+        rose
+    }
+
+    /// Whether `strategy` would raise a watermark now ([`generate`](Self::generate)).
+    pub(crate) fn generation_pending<T>(&self, strategy: &WatermarkStrategy<T>) -> bool {
+        let bound = strategy.out_of_orderness_millis();
+        let ahead = |max: Option<i64>, watermark: Option<i64>| {
+            max.map(|m| m.saturating_sub(bound).saturating_sub(1)) > watermark
+        };
+        ahead(self.reader_max_timestamp, self.reader_watermark)
+            || self
+                .held
+                .values()
+                .any(|s| ahead(s.max_timestamp, s.watermark))
     }
 
     /// Whether splits are held and every one is paused.

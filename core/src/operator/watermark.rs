@@ -110,6 +110,16 @@ impl<T> WatermarkStrategy<T> {
         self
     }
 
+    /// The event time of `value`, which carries `timestamp`: the assigner's, or without one
+    /// the timestamp carried.
+    #[inline]
+    pub fn extract_timestamp(&self, value: &T, timestamp: Option<i64>) -> Option<i64> {
+        match &self.assigner {
+            Some(assign) => Some(assign(value, timestamp)),
+            None => timestamp,
+        }
+    }
+
     /// The out-of-orderness bound in milliseconds.
     pub fn out_of_orderness_millis(&self) -> i64 {
         self.out_of_orderness
@@ -229,10 +239,9 @@ impl<T: Send> Operator for TimestampsAndWatermarks<T> {
         record: StreamRecord<T>,
         ctx: &mut Context<'_, T>,
     ) -> Result<(), OperatorError> {
-        let timestamp = match &self.strategy.assigner {
-            Some(assign) => Some(assign(&record.value, record.timestamp)),
-            None => record.timestamp,
-        };
+        let timestamp = self
+            .strategy
+            .extract_timestamp(&record.value, record.timestamp);
         if let Some(ts) = timestamp {
             self.max_timestamp = Some(self.max_timestamp.map_or(ts, |m| m.max(ts)));
         }
