@@ -118,7 +118,7 @@ fn run(
         "{model}: not every planned fault fired"
     );
     assert!(
-        result.failures.iter().all(|f| f.contains("injected fault")),
+        result.failures.iter().all(|f| f.is_injected()),
         "{model}: a failure that was not injected: {:?}",
         result.failures
     );

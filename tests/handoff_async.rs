@@ -157,7 +157,7 @@ fn run(faults: FaultPlan, mode: OutputMode) -> (Vec<(u64, i64, i64)>, u32) {
         "every planned fault fired"
     );
     assert!(
-        result.failures.iter().all(|f| f.contains("injected fault")),
+        result.failures.iter().all(|f| f.is_injected()),
         "{:?}",
         result.failures
     );

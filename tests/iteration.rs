@@ -216,7 +216,7 @@ fn run(model: Model, fault: Option<(Place, u64)>) -> Ran {
         "{model}: the planned fault did not fire (no checkpoint committed?)"
     );
     assert!(
-        result.failures.iter().all(|f| f.contains("injected fault")),
+        result.failures.iter().all(|f| f.is_injected()),
         "{model}: a failure that was not injected: {:?}",
         result.failures
     );

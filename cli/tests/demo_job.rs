@@ -64,10 +64,7 @@ fn injected_faults_restart_the_job_without_losing_or_duplicating_output() {
             // Every failure is an injected fault (two may hit the same attempt): nothing else
             // fails, and a fault that fired caused a restart.
             assert!(
-                run.result
-                    .failures
-                    .iter()
-                    .all(|f| f.contains("injected fault")),
+                run.result.failures.iter().all(|f| f.is_injected()),
                 "{model} seed {seed}: failures {:?}",
                 run.result.failures
             );

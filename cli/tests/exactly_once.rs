@@ -35,10 +35,7 @@ fn soak(model: Model) {
             run.result.restarts, run.result.failures
         );
         assert!(
-            run.result
-                .failures
-                .iter()
-                .all(|f| f.contains("injected fault")),
+            run.result.failures.iter().all(|f| f.is_injected()),
             "{model} seed {seed}: a failure that was not injected: {:?}",
             run.result.failures
         );

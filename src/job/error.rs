@@ -466,6 +466,11 @@ impl AttemptFailure {
             AttemptFailure::Checkpoints(_) => None,
         }
     }
+
+    /// Whether it is a fault the run injected on purpose ([`FaultPlan`](crate::fault::FaultPlan)).
+    pub fn is_injected(&self) -> bool {
+        crate::fault::is_injected(&self.to_string())
+    }
 }
 
 impl std::fmt::Display for AttemptFailure {

@@ -381,8 +381,9 @@ pub struct JobMetrics {
 pub struct JobResult {
     /// Restarts it took.
     pub restarts: u32,
-    /// The first failure of each failed attempt.
-    pub failures: Vec<String>,
+    /// The first failure of each failed attempt (the task and operator that failed and why, or
+    /// the checkpoints that failed), oldest first.
+    pub failures: Vec<AttemptFailure>,
     /// Wall time of the whole run, restarts included.
     pub elapsed: Duration,
     /// Tasks of the final attempt.
@@ -591,7 +592,7 @@ impl JobGraph {
                     } else {
                         log::warn!("attempt {} failed: {text}", restarts + 1);
                     }
-                    failures.push(failure.to_string());
+                    failures.push(failure.clone());
                     if end.non_recoverable {
                         return Err(JobError::NonRecoverable {
                             attempts: restarts + 1,

@@ -157,7 +157,7 @@ pub fn run(model: Model, file_faults: FaultPlan, loop_faults: FaultPlan) -> Ran 
     let fired = file_faults.fired() + loop_faults.fired();
     assert_eq!(fired, planned, "{model}: every planned fault fired");
     assert!(
-        result.failures.iter().all(|f| f.contains("injected fault")),
+        result.failures.iter().all(|f| f.is_injected()),
         "{model}: a failure that was not injected: {:?}",
         result.failures
     );
