@@ -91,11 +91,13 @@ impl StreamEnvironment {
     /// As [`from_source`](Self::from_source), each reader generating its watermarks per split
     /// with `strategy` (Flink's `fromSource(source, watermarkStrategy, name)`): event times
     /// from the strategy's timestamp assigner, and every auto-watermark interval each split's
-    /// watermark at its largest event time less the out-of-orderness bound, less 1; the
-    /// reader forwards the minimum over its splits that are not idle (the strategy's idleness
-    /// timeout is the splits' unless the source sets [`Source::split_idle_timeout`]). Records
-    /// of a split that lags behind its siblings are therefore never late downstream, which a
-    /// strategy applied after the source
+    /// watermark at the largest event time of the records its reader addressed to it
+    /// ([`SplitOutput::collect_for`](crate::source::SplitOutput::collect_for); unaddressed
+    /// records move the whole reader's) less the out-of-orderness bound, less 1; the reader
+    /// forwards the minimum over its splits that are not idle (the strategy's idleness timeout
+    /// is the splits' unless the source sets [`Source::split_idle_timeout`]). Records of a
+    /// split that lags behind its siblings, no further out of order than the bound, are
+    /// therefore never late downstream, which a strategy applied after the source
     /// ([`assign_timestamps_and_watermarks`](DataStream::assign_timestamps_and_watermarks))
     /// cannot promise: it sees the splits interleaved. See [`SplitOutput`](crate::source::SplitOutput).
     ///

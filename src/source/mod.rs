@@ -799,6 +799,15 @@ pub(crate) struct Splits {
     pub(crate) reader_max_timestamp: Option<i64>,
 }
 
+/// The watermark `strategy` generates from the largest event time `max` seen: `max` less the
+/// out-of-orderness bound, less 1 (Flink's bounded out-of-orderness generator).
+fn generated<T>(strategy: &WatermarkStrategy<T>, max: Option<i64>) -> Option<i64> {
+    max.map(|m| {
+        m.saturating_sub(strategy.out_of_orderness_millis())
+            .saturating_sub(1)
+    })
+}
+
 /// One split a reader holds.
 #[derive(Debug)]
 pub(crate) struct HeldSplit {
@@ -886,42 +895,25 @@ impl Splits {
     }
 
     /// Raises each split's watermark, and the reader's, to what `strategy` generates from
-    /// the largest event time seen (`max - bound - 1`, Flink's bounded out-of-orderness
-    /// generator); returns whether one rose.
-    pub(crate) fn generate<T>(&mut self, strategy: &WatermarkStrategy<T>) -> bool {
-        let generated = |max: Option<i64>| {
-            max.map(|m| {
-                m.saturating_sub(strategy.out_of_orderness_millis())
-                    .saturating_sub(1)
-            })
-        };
-        let mut rose = false;
+    /// the largest event time seen ([`generated`]).
+    pub(crate) fn generate<T>(&mut self, strategy: &WatermarkStrategy<T>) {
         for split in self.held.values_mut() {
-            let watermark = generated(split.max_timestamp);
-            if watermark > split.watermark {
-                split.watermark = watermark;
-                rose = true;
-            }
+            split.watermark = split
+                .watermark
+                .max(generated(strategy, split.max_timestamp));
         }
-        let watermark = generated(self.reader_max_timestamp);
-        if watermark > self.reader_watermark {
-            self.reader_watermark = watermark;
-            rose = true;
-        }
-        rose
+        self.reader_watermark = self
+            .reader_watermark
+            .max(generated(strategy, self.reader_max_timestamp));
     }
 
-    /// Whether `strategy` would raise a watermark now ([`generate`](Self::generate)).
+    /// Whether [`generate`](Self::generate) would raise a watermark now.
     pub(crate) fn generation_pending<T>(&self, strategy: &WatermarkStrategy<T>) -> bool {
-        let bound = strategy.out_of_orderness_millis();
-        let ahead = |max: Option<i64>, watermark: Option<i64>| {
-            max.map(|m| m.saturating_sub(bound).saturating_sub(1)) > watermark
-        };
-        ahead(self.reader_max_timestamp, self.reader_watermark)
+        generated(strategy, self.reader_max_timestamp) > self.reader_watermark
             || self
                 .held
                 .values()
-                .any(|s| ahead(s.max_timestamp, s.watermark))
+                .any(|s| generated(strategy, s.max_timestamp) > s.watermark)
     }
 
     /// Whether splits are held and every one is paused.
