@@ -215,6 +215,7 @@ struct Task {
     output: Collected<u64>,
     reports: Receiver<TaskReport>,
     handle: Handle,
+    metrics: Arc<streamtask_core::metrics::TaskMetrics>,
 }
 
 fn start(model: Model, op: Counting, cap: usize, restore: Option<TaskSnapshot>) -> Task {
@@ -223,6 +224,7 @@ fn start(model: Model, op: Counting, cap: usize, restore: Option<TaskSnapshot>) 
         .with_clock(Clock::Manual(ManualClock::new(0)))
         .with_responder(CheckpointResponder::new("keyed-async", reports_tx))
         .with_restore(restore);
+    let metrics = Arc::clone(&config.metrics);
     let (input, rx) = bounded(64).unwrap();
     let gate = InputGate::new(vec![rx]).unwrap();
     let output = Collected::default();
@@ -240,6 +242,7 @@ fn start(model: Model, op: Counting, cap: usize, restore: Option<TaskSnapshot>) 
         output,
         reports,
         handle,
+        metrics,
     }
 }
 
@@ -377,25 +380,20 @@ fn the_in_flight_cap_is_never_exceeded_and_is_reached() {
 fn the_records_held_show_in_the_tasks_live_state_against_the_cap() {
     // The stalled-checkpoint report reads this as the task's async queue.
     let calls = Calls::default();
-    let config = TaskConfig::new("keyed-async").with_clock(Clock::Manual(ManualClock::new(0)));
-    let metrics = Arc::clone(&config.metrics);
-    let (input, rx) = bounded(64).unwrap();
-    let gate = InputGate::new(vec![rx]).unwrap();
-    let output = Collected::default();
-    let op = KeyedAsyncOperatorDriver::new(
+    let t = start(
+        Model::Mailbox,
         Counting {
             calls: calls.clone(),
             running: Concurrency::default(),
         },
-        key_of,
-    )
-    .with_max_in_flight(3);
-    let handle =
-        streamtask_mailbox::OneInputStreamTask::new(config, gate, op, output.clone()).spawn();
+        3,
+        None,
+    );
     let held_reaches = |n: u32| {
         let deadline = Instant::now() + GUARD;
         loop {
-            let fill = metrics
+            let fill = t
+                .metrics
                 .live
                 .async_queue()
                 .expect("a task with a keyed async operator");
@@ -412,9 +410,7 @@ fn the_records_held_show_in_the_tasks_live_state_against_the_cap() {
     };
     // Key 0's second record waits behind its first; key 1's runs: three held, the cap.
     for x in [1, 2, 101] {
-        input
-            .send(StreamElement::Record(StreamRecord::new(x)))
-            .unwrap();
+        t.record(x);
     }
     calls.wait(2);
     held_reaches(3);
@@ -423,10 +419,9 @@ fn the_records_held_show_in_the_tasks_live_state_against_the_cap() {
     calls.resolve(1);
     calls.wait(3);
     calls.resolve(2);
-    output.wait_records(3);
+    t.output.wait_records(3);
     held_reaches(0);
-    input.send(StreamElement::EndOfInput).unwrap();
-    assert!(handle.join().is_finished());
+    assert!(t.finish().is_finished());
 }
 
 #[test]

@@ -254,18 +254,11 @@ pub fn inspect(path: &Path) -> Result<Inspection, InspectError> {
 /// with every check passed. Read only: nothing in the directory is cleaned or changed.
 fn older_intact(damaged: &Path) -> Option<u64> {
     let id = CheckpointStorage::id_of_path(damaged)?;
-    let mut older: Vec<(u64, PathBuf)> = std::fs::read_dir(damaged.parent()?)
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| is_checkpoint_name(p))
-        .filter_map(|p| Some((CheckpointStorage::id_of_path(&p)?, p)))
-        .filter(|(other, _)| *other < id)
-        .collect();
-    older.sort();
-    older
+    checkpoints_in(damaged.parent()?)
         .into_iter()
         .rev()
+        .filter_map(|path| Some((CheckpointStorage::id_of_path(&path)?, path)))
+        .filter(|(other, _)| *other < id)
         .find(|(_, path)| CheckpointStorage::load_path(path).is_ok())
         .map(|(id, _)| id)
 }
@@ -278,16 +271,25 @@ fn is_checkpoint_name(path: &Path) -> bool {
             .is_some_and(|n| n.starts_with("chk-") && !n.contains('.'))
 }
 
-/// The newest `chk-<id>` in a checkpoint directory: ids are zero-padded, so names sort by id.
+/// The newest `chk-<id>` in a checkpoint directory.
 fn newest_checkpoint_in(dir: &Path) -> Option<PathBuf> {
+    checkpoints_in(dir).pop()
+}
+
+/// The `chk-<id>` directories in `dir`, oldest first (ids are zero-padded, so names sort by
+/// id); none if `dir` cannot be read.
+fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| is_checkpoint_name(p))
-        .collect();
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| is_checkpoint_name(p))
+                .collect()
+        })
+        .unwrap_or_default();
     names.sort();
-    names.pop()
+    names
 }
 
 fn damaged(path: &Path, kind: Kind, error: StorageError) -> Result<Inspection, InspectError> {

@@ -649,14 +649,8 @@ impl<T> SplitOutput<'_, '_, T> {
     /// The chain behind the reader failed: pass it on with `?`.
     pub fn collect(&mut self, value: T) -> Result<(), OperatorError> {
         self.splits.activity(None);
-        match self
-            .strategy
-            .and_then(|s| s.extract_timestamp(&value, None))
-        {
-            Some(timestamp) => {
-                self.splits.saw(None, timestamp);
-                self.out.collect_with_timestamp(value, timestamp)
-            }
+        match self.timestamp_of(&value, None, None) {
+            Some(timestamp) => self.out.collect_with_timestamp(value, timestamp),
             None => self.out.collect(value),
         }
     }
@@ -672,7 +666,9 @@ impl<T> SplitOutput<'_, '_, T> {
         timestamp: i64,
     ) -> Result<(), OperatorError> {
         self.splits.activity(None);
-        let timestamp = self.timestamp_of(&value, timestamp, None);
+        let timestamp = self
+            .timestamp_of(&value, Some(timestamp), None)
+            .unwrap_or(timestamp);
         self.out.collect_with_timestamp(value, timestamp)
     }
 
@@ -688,20 +684,28 @@ impl<T> SplitOutput<'_, '_, T> {
         timestamp: i64,
     ) -> Result<(), OperatorError> {
         self.splits.activity(Some(split_id));
-        let timestamp = self.timestamp_of(&value, timestamp, Some(split_id));
+        let timestamp = self
+            .timestamp_of(&value, Some(timestamp), Some(split_id))
+            .unwrap_or(timestamp);
         self.out.collect_with_timestamp(value, timestamp)
     }
 
-    /// The event time of `value` (given `timestamp`) under the source's watermark strategy,
-    /// recorded as seen by `split_id` (or by the reader); `timestamp` without a strategy.
-    fn timestamp_of(&mut self, value: &T, timestamp: i64, split_id: Option<&str>) -> i64 {
+    /// The event time of `value` (which carries `timestamp`) under the source's watermark
+    /// strategy, recorded as seen by `split_id` (or by the reader); `timestamp` without a
+    /// strategy.
+    fn timestamp_of(
+        &mut self,
+        value: &T,
+        timestamp: Option<i64>,
+        split_id: Option<&str>,
+    ) -> Option<i64> {
         let Some(strategy) = self.strategy else {
             return timestamp;
         };
-        let timestamp = strategy
-            .extract_timestamp(value, Some(timestamp))
-            .unwrap_or(timestamp);
-        self.splits.saw(split_id, timestamp);
+        let timestamp = strategy.extract_timestamp(value, timestamp);
+        if let Some(timestamp) = timestamp {
+            self.splits.saw(split_id, timestamp);
+        }
         timestamp
     }
 
